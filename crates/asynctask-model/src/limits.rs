@@ -1,0 +1,241 @@
+//! The `task-max-async` limit and the history limit derived from it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// How many async tasks may run at once: `-1` (unlimited) or `1..=100`.
+///
+/// This is the `task-max-async` setting. The default is 5. It also bounds how many
+/// finished tasks the registry keeps: see [`history_limit`](Self::history_limit).
+/// Serialized as the plain integer; deserializing checks the range.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_model::MaxAsyncTasks;
+///
+/// assert_eq!(MaxAsyncTasks::default().get(), 5);
+/// assert_eq!(MaxAsyncTasks::new(3)?.history_limit(), 6);
+/// assert_eq!(MaxAsyncTasks::UNLIMITED.history_limit(), 10);
+/// assert_eq!(
+///     MaxAsyncTasks::new(0).unwrap_err().to_string(),
+///     "task-max-async must be -1 (unlimited) or an integer between 1 and 100",
+/// );
+/// # Ok::<(), asynctask_model::InvalidMaxAsyncTasks>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "i64", into = "i64")]
+pub struct MaxAsyncTasks(i8);
+
+impl MaxAsyncTasks {
+    /// No limit on running tasks (`-1`).
+    pub const UNLIMITED: MaxAsyncTasks = MaxAsyncTasks(-1);
+    /// The default limit, 5.
+    pub const DEFAULT: MaxAsyncTasks = MaxAsyncTasks(5);
+    /// The largest finite limit, 100.
+    pub const MAX: MaxAsyncTasks = MaxAsyncTasks(100);
+    /// The history limit when running tasks are unlimited.
+    pub const UNLIMITED_HISTORY: usize = 10;
+
+    /// Checks a raw setting value.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidMaxAsyncTasks`] unless `value` is `-1` or in `1..=100`.
+    pub fn new(value: i64) -> Result<Self, InvalidMaxAsyncTasks> {
+        match value {
+            -1 => Ok(MaxAsyncTasks::UNLIMITED),
+            1..=100 => Ok(MaxAsyncTasks(value as i8)),
+            _ => Err(InvalidMaxAsyncTasks { value }),
+        }
+    }
+
+    /// The raw setting value: `-1` for unlimited, else `1..=100`.
+    #[must_use]
+    pub fn get(self) -> i64 {
+        i64::from(self.0)
+    }
+
+    /// The limit as a count, or `None` when unlimited.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_model::MaxAsyncTasks;
+    /// assert_eq!(MaxAsyncTasks::default().limit(), Some(5));
+    /// assert_eq!(MaxAsyncTasks::UNLIMITED.limit(), None);
+    /// ```
+    #[must_use]
+    pub fn limit(self) -> Option<usize> {
+        usize::try_from(self.0).ok()
+    }
+
+    /// Whether this is the unlimited setting.
+    #[must_use]
+    pub fn is_unlimited(self) -> bool {
+        self.0 == -1
+    }
+
+    /// How many finished (terminal) tasks the registry keeps once they have been
+    /// delivered: twice the limit, or 10 when unlimited.
+    #[must_use]
+    pub fn history_limit(self) -> usize {
+        match self.limit() {
+            Some(max) => 2 * max,
+            None => MaxAsyncTasks::UNLIMITED_HISTORY,
+        }
+    }
+
+    /// Whether `running` tasks (plus reservations) leave room for one more.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_model::MaxAsyncTasks;
+    /// let max = MaxAsyncTasks::new(2)?;
+    /// assert!(max.admits(1));
+    /// assert!(!max.admits(2));
+    /// assert!(MaxAsyncTasks::UNLIMITED.admits(usize::MAX));
+    /// # Ok::<(), asynctask_model::InvalidMaxAsyncTasks>(())
+    /// ```
+    #[must_use]
+    pub fn admits(self, running: usize) -> bool {
+        self.limit().is_none_or(|max| running < max)
+    }
+}
+
+impl Default for MaxAsyncTasks {
+    fn default() -> Self {
+        MaxAsyncTasks::DEFAULT
+    }
+}
+
+impl fmt::Display for MaxAsyncTasks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl TryFrom<i64> for MaxAsyncTasks {
+    type Error = InvalidMaxAsyncTasks;
+
+    fn try_from(value: i64) -> Result<Self, Self::Error> {
+        MaxAsyncTasks::new(value)
+    }
+}
+
+impl From<MaxAsyncTasks> for i64 {
+    fn from(max: MaxAsyncTasks) -> i64 {
+        max.get()
+    }
+}
+
+impl FromStr for MaxAsyncTasks {
+    type Err = InvalidMaxAsyncTasks;
+
+    /// Parses the setting as text (`"-1"`, `"5"`); anything that is not an integer
+    /// in range is refused with the same message.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().parse::<i64>() {
+            Ok(value) => MaxAsyncTasks::new(value),
+            // The text did not even parse: report it as out of range, keeping the
+            // one message users see for every bad value.
+            Err(_) => Err(InvalidMaxAsyncTasks { value: i64::MIN }),
+        }
+    }
+}
+
+/// A `task-max-async` value outside `-1` and `1..=100`.
+///
+/// Its `Display` is the user-facing refusal, word for word.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_model::MaxAsyncTasks;
+/// let err = MaxAsyncTasks::new(101).unwrap_err();
+/// assert_eq!(err.value, 101);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("task-max-async must be -1 (unlimited) or an integer between 1 and 100")]
+pub struct InvalidMaxAsyncTasks {
+    /// The value that was refused (`i64::MIN` when the text was not an integer).
+    pub value: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn accepts_exactly_minus_one_and_one_to_hundred() {
+        let accepted: Vec<i64> = (-300..=300)
+            .filter(|v| MaxAsyncTasks::new(*v).is_ok())
+            .collect();
+        let mut expected = vec![-1];
+        expected.extend(1..=100);
+        assert_eq!(accepted, expected);
+        for v in [i64::MIN, i64::MAX, -2, 0, 101] {
+            assert_eq!(
+                MaxAsyncTasks::new(v),
+                Err(InvalidMaxAsyncTasks { value: v })
+            );
+        }
+    }
+
+    #[test]
+    fn get_round_trips() {
+        for v in std::iter::once(-1).chain(1..=100) {
+            assert_eq!(MaxAsyncTasks::new(v).unwrap().get(), v);
+        }
+    }
+
+    #[test]
+    fn history_limit_is_twice_max_or_ten() {
+        assert_eq!(MaxAsyncTasks::new(1).unwrap().history_limit(), 2);
+        assert_eq!(MaxAsyncTasks::default().history_limit(), 10);
+        assert_eq!(MaxAsyncTasks::MAX.history_limit(), 200);
+        assert_eq!(MaxAsyncTasks::UNLIMITED.history_limit(), 10);
+    }
+
+    #[test]
+    fn admits_counts_against_the_limit() {
+        let three = MaxAsyncTasks::new(3).unwrap();
+        assert_eq!(
+            (0..5).map(|n| three.admits(n)).collect::<Vec<_>>(),
+            [true, true, true, false, false]
+        );
+    }
+
+    #[test]
+    fn serde_is_the_plain_integer_and_checks_range() {
+        assert_eq!(
+            serde_json::to_string(&MaxAsyncTasks::UNLIMITED).unwrap(),
+            "-1"
+        );
+        assert_eq!(serde_json::from_str::<MaxAsyncTasks>("7").unwrap().get(), 7);
+        let err = serde_json::from_str::<MaxAsyncTasks>("0").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "task-max-async must be -1 (unlimited) or an integer between 1 and 100"
+        );
+    }
+
+    #[test]
+    fn from_str_refuses_non_integers_with_the_same_message() {
+        assert_eq!("12".parse::<MaxAsyncTasks>().unwrap().get(), 12);
+        assert_eq!(
+            " -1 ".parse::<MaxAsyncTasks>().unwrap(),
+            MaxAsyncTasks::UNLIMITED
+        );
+        for bad in ["", "five", "2.5", "1e3"] {
+            assert_eq!(
+                bad.parse::<MaxAsyncTasks>().unwrap_err().to_string(),
+                "task-max-async must be -1 (unlimited) or an integer between 1 and 100"
+            );
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! The task record, its output, and the pure state machine that moves it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::status::{AsyncTaskStatus, TerminateReason};
+
+/// What a subagent produced when it finished.
+///
+/// The serde form is the one the synchronous `task` tool has always returned:
+/// `terminate_reason`, `emitted_vars`, and `final_message` only when present.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_model::{OutputObject, TerminateReason};
+///
+/// let output = OutputObject::new(TerminateReason::Goal)
+///     .with_var("answer", "42")
+///     .with_final_message("done");
+/// assert_eq!(
+///     serde_json::to_string(&output).unwrap(),
+///     r#"{"terminate_reason":"GOAL","emitted_vars":{"answer":"42"},"final_message":"done"}"#,
+/// );
+/// let bare = OutputObject::new(TerminateReason::MaxTurns);
+/// assert_eq!(
+///     serde_json::to_string(&bare).unwrap(),
+///     r#"{"terminate_reason":"MAX_TURNS","emitted_vars":{}}"#,
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputObject {
+    /// Why the subagent stopped.
+    pub terminate_reason: TerminateReason,
+    /// Named values the subagent emitted, in key order.
+    #[serde(default)]
+    pub emitted_vars: BTreeMap<String, String>,
+    /// The subagent's last message, if it left one. Omitted from JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_message: Option<String>,
+}
+
+impl OutputObject {
+    /// An output with no emitted variables and no final message.
+    #[must_use]
+    pub fn new(terminate_reason: TerminateReason) -> Self {
+        OutputObject {
+            terminate_reason,
+            emitted_vars: BTreeMap::new(),
+            final_message: None,
+        }
+    }
+
+    /// Adds (or replaces) one emitted variable.
+    #[must_use]
+    pub fn with_var(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.emitted_vars.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the final message.
+    #[must_use]
+    pub fn with_final_message(mut self, message: impl Into<String>) -> Self {
+        self.final_message = Some(message.into());
+        self
+    }
+}
+
+/// Everything known about one background task.
+///
+/// This is a plain snapshot: the registry in `asynctask-manager` owns the live
+/// record and hands out clones. The serde form is camelCase (`subagentName`,
+/// `launchedAt`, …) and leaves out the optional fields that are absent.
+///
+/// The four transition methods are the whole state machine. Each returns `true`
+/// when it changed the task and `false` when it was refused, and a refused call
+/// changes nothing:
+///
+/// - [`complete`](Self::complete), [`fail`](Self::fail) and [`cancel`](Self::cancel)
+///   move a `Running` task to a terminal state and set `completed_at`; on a task
+///   that is already terminal they are refused (the first transition wins);
+/// - [`mark_notified`](Self::mark_notified) sets `notified_at` once, and only on a
+///   terminal task — a running task has nothing to notify about.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+///
+/// let mut task = AsyncTaskInfo::new("t-1", "tester", "run the suite", 10);
+/// assert!(!task.mark_notified(11), "a running task cannot be notified");
+/// assert!(task.fail("exit status 2", 20));
+/// assert!(!task.fail("again", 30), "the first transition wins");
+/// assert!(task.mark_notified(40));
+/// assert!(!task.mark_notified(50), "notified at most once");
+/// assert_eq!(task.status, AsyncTaskStatus::Failed);
+/// assert_eq!(task.error.as_deref(), Some("exit status 2"));
+/// assert_eq!((task.completed_at, task.notified_at), (Some(20), Some(40)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AsyncTaskInfo {
+    /// The task's unique id (the subagent's agent id).
+    pub id: String,
+    /// The name of the subagent that runs the task.
+    pub subagent_name: String,
+    /// The goal the subagent was given.
+    pub goal_prompt: String,
+    /// Where the task is in its life.
+    pub status: AsyncTaskStatus,
+    /// When the task was registered, in Unix milliseconds.
+    pub launched_at: u64,
+    /// When the task reached its terminal state, in Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<u64>,
+    /// When the model was told how the task ended, in Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notified_at: Option<u64>,
+    /// The subagent's output, for a completed task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputObject>,
+    /// The error message, for a failed task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl AsyncTaskInfo {
+    /// A freshly launched, running task.
+    #[must_use]
+    pub fn new(
+        id: impl Into<String>,
+        subagent_name: impl Into<String>,
+        goal_prompt: impl Into<String>,
+        launched_at: u64,
+    ) -> Self {
+        AsyncTaskInfo {
+            id: id.into(),
+            subagent_name: subagent_name.into(),
+            goal_prompt: goal_prompt.into(),
+            status: AsyncTaskStatus::Running,
+            launched_at,
+            completed_at: None,
+            notified_at: None,
+            output: None,
+            error: None,
+        }
+    }
+
+    /// Whether the task has ended and the model has not been told yet.
+    ///
+    /// This is the delivery rule: every terminal task — cancelled ones included —
+    /// is pending until it is marked notified.
+    #[must_use]
+    pub fn is_pending_notification(&self) -> bool {
+        self.status.is_terminal() && self.notified_at.is_none()
+    }
+
+    /// Moves a running task to `Completed` with its output.
+    ///
+    /// Returns `false`, changing nothing, when the task is already terminal.
+    pub fn complete(&mut self, output: OutputObject, now_ms: u64) -> bool {
+        self.finish(AsyncTaskStatus::Completed, now_ms, |task| {
+            task.output = Some(output);
+        })
+    }
+
+    /// Moves a running task to `Failed` with an error message.
+    ///
+    /// Returns `false`, changing nothing, when the task is already terminal.
+    pub fn fail(&mut self, error: impl Into<String>, now_ms: u64) -> bool {
+        self.finish(AsyncTaskStatus::Failed, now_ms, |task| {
+            task.error = Some(error.into());
+        })
+    }
+
+    /// Moves a running task to `Cancelled`.
+    ///
+    /// Returns `false`, changing nothing, when the task is already terminal.
+    pub fn cancel(&mut self, now_ms: u64) -> bool {
+        self.finish(AsyncTaskStatus::Cancelled, now_ms, |_| {})
+    }
+
+    /// Records that the model was told how the task ended.
+    ///
+    /// Returns `false`, changing nothing, when the task is still running or was
+    /// already marked.
+    pub fn mark_notified(&mut self, now_ms: u64) -> bool {
+        if !self.is_pending_notification() {
+            return false;
+        }
+        self.notified_at = Some(now_ms);
+        true
+    }
+
+    fn finish(
+        &mut self,
+        status: AsyncTaskStatus,
+        now_ms: u64,
+        record: impl FnOnce(&mut Self),
+    ) -> bool {
+        if self.status.is_terminal() {
+            return false;
+        }
+        self.status = status;
+        self.completed_at = Some(now_ms);
+        record(self);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn running() -> AsyncTaskInfo {
+        AsyncTaskInfo::new("abcdef0123", "researcher", "find it", 100)
+    }
+
+    #[test]
+    fn complete_sets_status_time_and_output() {
+        let mut task = running();
+        let output = OutputObject::new(TerminateReason::Goal).with_var("k", "v");
+        assert!(task.complete(output.clone(), 200));
+        assert_eq!(
+            task,
+            AsyncTaskInfo {
+                status: AsyncTaskStatus::Completed,
+                completed_at: Some(200),
+                output: Some(output),
+                ..running()
+            }
+        );
+    }
+
+    #[test]
+    fn fail_sets_status_time_and_error() {
+        let mut task = running();
+        assert!(task.fail("boom", 300));
+        assert_eq!(
+            task,
+            AsyncTaskInfo {
+                status: AsyncTaskStatus::Failed,
+                completed_at: Some(300),
+                error: Some("boom".into()),
+                ..running()
+            }
+        );
+    }
+
+    #[test]
+    fn cancel_sets_status_and_time() {
+        let mut task = running();
+        assert!(task.cancel(400));
+        assert_eq!(
+            task,
+            AsyncTaskInfo {
+                status: AsyncTaskStatus::Cancelled,
+                completed_at: Some(400),
+                ..running()
+            }
+        );
+    }
+
+    #[test]
+    fn every_transition_after_a_terminal_one_is_refused_and_changes_nothing() {
+        type Finish = fn(&mut AsyncTaskInfo) -> bool;
+        let finishes: [Finish; 3] = [
+            |t| t.complete(OutputObject::new(TerminateReason::Error), 900),
+            |t| t.fail("late", 900),
+            |t| t.cancel(900),
+        ];
+        for first in finishes {
+            for second in finishes {
+                let mut task = running();
+                assert!(first(&mut task));
+                let before = task.clone();
+                assert!(!second(&mut task));
+                assert_eq!(task, before);
+            }
+        }
+    }
+
+    #[test]
+    fn mark_notified_refuses_a_running_task() {
+        let mut task = running();
+        assert!(!task.mark_notified(150));
+        assert_eq!(task, running());
+    }
+
+    #[test]
+    fn mark_notified_sets_the_time_once() {
+        let mut task = running();
+        task.cancel(200);
+        assert!(task.is_pending_notification());
+        assert!(task.mark_notified(250));
+        assert!(!task.is_pending_notification());
+        let before = task.clone();
+        assert!(!task.mark_notified(300));
+        assert_eq!(task, before);
+        assert_eq!(task.notified_at, Some(250));
+    }
+
+    #[test]
+    fn camel_case_serde_leaves_out_absent_fields() {
+        let task = running();
+        assert_eq!(
+            serde_json::to_value(&task).unwrap(),
+            serde_json::json!({
+                "id": "abcdef0123",
+                "subagentName": "researcher",
+                "goalPrompt": "find it",
+                "status": "running",
+                "launchedAt": 100,
+            })
+        );
+    }
+
+    #[test]
+    fn full_task_round_trips() {
+        let mut task = running();
+        task.complete(
+            OutputObject::new(TerminateReason::MaxTurns).with_final_message("bye"),
+            500,
+        );
+        task.mark_notified(600);
+        let json = serde_json::to_value(&task).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "id": "abcdef0123",
+                "subagentName": "researcher",
+                "goalPrompt": "find it",
+                "status": "completed",
+                "launchedAt": 100,
+                "completedAt": 500,
+                "notifiedAt": 600,
+                "output": {
+                    "terminate_reason": "MAX_TURNS",
+                    "emitted_vars": {},
+                    "final_message": "bye"
+                }
+            })
+        );
+        let back: AsyncTaskInfo = serde_json::from_value(json).unwrap();
+        assert_eq!(back, task);
+    }
+
+    #[test]
+    fn output_without_emitted_vars_deserializes() {
+        let output: OutputObject = serde_json::from_str(r#"{"terminate_reason":"GOAL"}"#).unwrap();
+        assert_eq!(output, OutputObject::new(TerminateReason::Goal));
+    }
+}

@@ -1,0 +1,154 @@
+//! `cargo xtask ci`: every check CI runs, in order, stopping at the first failure.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use crate::{codegen, tidy};
+
+/// One step of the CI run.
+enum Step {
+    /// A command to run at the workspace root, with extra environment variables.
+    Command(
+        &'static [&'static str],
+        &'static [(&'static str, &'static str)],
+    ),
+    /// A check implemented in xtask itself.
+    Builtin(fn(&Path) -> Result<(), String>),
+}
+
+const STEPS: &[(&str, Step)] = &[
+    (
+        "fmt",
+        Step::Command(&["cargo", "fmt", "--all", "--check"], &[]),
+    ),
+    (
+        "clippy",
+        Step::Command(
+            &[
+                "cargo",
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ],
+            &[],
+        ),
+    ),
+    ("tidy", Step::Builtin(tidy::check)),
+    ("codegen --check", Step::Builtin(codegen::check)),
+    (
+        "doc",
+        Step::Command(
+            &[
+                "cargo",
+                "doc",
+                "--workspace",
+                "--no-deps",
+                "--all-features",
+                "--locked",
+            ],
+            &[("RUSTDOCFLAGS", "-D warnings")],
+        ),
+    ),
+    ("test", Step::Builtin(run_tests)),
+    (
+        "doc tests",
+        Step::Command(
+            &[
+                "cargo",
+                "test",
+                "--workspace",
+                "--all-features",
+                "--locked",
+                "--doc",
+            ],
+            &[],
+        ),
+    ),
+];
+
+/// Runs every step; the error names the step that failed.
+pub(crate) fn run(root: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    for (name, step) in STEPS {
+        println!("\n==> xtask ci: {name}");
+        let step_started = Instant::now();
+        let result = match step {
+            Step::Command(argv, env) => run_command(root, argv, env),
+            Step::Builtin(check) => check(root),
+        };
+        result.map_err(|why| format!("ci step '{name}' failed: {why}"))?;
+        println!(
+            "==> {name}: ok ({:.1}s)",
+            step_started.elapsed().as_secs_f64()
+        );
+    }
+    println!(
+        "\n==> xtask ci: all {} steps passed in {:.0}s",
+        STEPS.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The tests: cargo-nextest when installed, else `cargo test`.
+fn run_tests(root: &Path) -> Result<(), String> {
+    let nextest = Command::new("cargo")
+        .args(["nextest", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if nextest {
+        run_command(
+            root,
+            &[
+                "cargo",
+                "nextest",
+                "run",
+                "--workspace",
+                "--all-features",
+                "--locked",
+                "--no-fail-fast",
+            ],
+            &[],
+        )
+    } else {
+        println!("(cargo-nextest is not installed: using cargo test)");
+        run_command(
+            root,
+            &[
+                "cargo",
+                "test",
+                "--workspace",
+                "--all-features",
+                "--locked",
+                "--all-targets",
+            ],
+            &[],
+        )
+    }
+}
+
+/// Runs a command at the root. Its stderr goes to our stdout, so that each test
+/// runner's summary line (nextest prints it on stderr) reaches CI's log in order.
+fn run_command(root: &Path, argv: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    let (program, args) = argv.split_first().ok_or("empty command")?;
+    let status = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(root)
+        .stderr(std::io::stdout())
+        .status()
+        .map_err(|err| format!("could not start `{}`: {err}", argv.join(" ")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{}` exited with {status}", argv.join(" ")))
+    }
+}

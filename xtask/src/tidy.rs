@@ -1,0 +1,376 @@
+//! `cargo xtask tidy`: the house rules, checked by code so `cargo test` catches them.
+//!
+//! - every `.rs` file opens with a `//!` line saying what it holds;
+//! - no test is skipped or expected to panic (assert on the `Err` instead);
+//! - every member inherits the workspace lints and takes every dependency from
+//!   `[workspace.dependencies]`;
+//! - the layers point one way: each crate depends only on crates below it, and the
+//!   model crate does not depend on tokio, even indirectly.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The layers, bottom first. A crate may depend only on crates before it.
+const LAYERS: &[&str] = &[
+    "asynctask-model",
+    "asynctask-manager",
+    "asynctask-tools",
+    "asynctask-runtime",
+    "asynctask-mcp",
+    "asynctask-cli",
+    "asynctask-e2e",
+];
+
+/// Members outside the layering that must depend on no member at all.
+const STANDALONE: &[&str] = &["xtask"];
+
+/// Runs every rule and reports every violation at once.
+pub(crate) fn check(root: &Path) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let sources = rust_files(root);
+    if sources.is_empty() {
+        problems.push("no .rs files found: is the root right?".to_owned());
+    }
+    for path in &sources {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let shown = path.strip_prefix(root).unwrap_or(path).display();
+        problems.extend(
+            check_source(&text)
+                .into_iter()
+                .map(|p| format!("{shown}: {p}")),
+        );
+    }
+    let metadata = cargo_metadata(root)?;
+    for manifest in member_manifests(&metadata) {
+        let text = std::fs::read_to_string(&manifest)
+            .map_err(|err| format!("cannot read {}: {err}", manifest.display()))?;
+        let shown = manifest.strip_prefix(root).unwrap_or(&manifest).display();
+        problems.extend(
+            check_manifest(&text)
+                .into_iter()
+                .map(|p| format!("{shown}: {p}")),
+        );
+    }
+    problems.extend(check_layers(&metadata));
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "tidy found {} problem(s):\n  {}",
+            problems.len(),
+            problems.join("\n  ")
+        ))
+    }
+}
+
+/// The rules for one source file.
+fn check_source(text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !text.starts_with("//!") {
+        problems.push("must start with a `//!` line saying what the file holds".to_owned());
+    }
+    // Built at run time so that this file does not trip its own rule.
+    let banned = [format!("#[{}", "ignore"), format!("#[{}", "should_panic")];
+    for (number, line) in text.lines().enumerate() {
+        for needle in &banned {
+            if line.trim_start().starts_with(needle.as_str()) {
+                problems.push(format!(
+                    "line {}: `{needle}]` is not allowed: tests run, and assert on the Err",
+                    number + 1
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The rules for one member's Cargo.toml.
+fn check_manifest(text: &str) -> Vec<String> {
+    let manifest: toml::Table = match toml::from_str(text) {
+        Ok(manifest) => manifest,
+        Err(err) => return vec![format!("not valid TOML: {err}")],
+    };
+    let mut problems = Vec::new();
+    let lints_inherited = manifest
+        .get("lints")
+        .and_then(|lints| lints.get("workspace"))
+        .and_then(toml::Value::as_bool)
+        == Some(true);
+    if !lints_inherited {
+        problems.push("must have `[lints] workspace = true`".to_owned());
+    }
+    let mut tables: Vec<(String, &toml::Table)> = Vec::new();
+    for kind in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        if let Some(table) = manifest.get(kind).and_then(toml::Value::as_table) {
+            tables.push((kind.to_owned(), table));
+        }
+    }
+    if let Some(targets) = manifest.get("target").and_then(toml::Value::as_table) {
+        for (cfg, target) in targets {
+            for kind in ["dependencies", "dev-dependencies", "build-dependencies"] {
+                if let Some(table) = target.get(kind).and_then(toml::Value::as_table) {
+                    tables.push((format!("target.{cfg}.{kind}"), table));
+                }
+            }
+        }
+    }
+    for (kind, table) in tables {
+        for (name, spec) in table {
+            let inherited = spec.get("workspace").and_then(toml::Value::as_bool) == Some(true);
+            if !inherited {
+                problems.push(format!(
+                    "[{kind}] {name} must come from the workspace (`{name}.workspace = true`)"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The layering rules, read from `cargo metadata`.
+fn check_layers(metadata: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let members: BTreeMap<String, String> = workspace_packages(metadata)
+        .map(|pkg| (str_field(pkg, "id"), str_field(pkg, "name")))
+        .collect();
+    let member_names: BTreeSet<&str> = members.values().map(String::as_str).collect();
+    for pkg in workspace_packages(metadata) {
+        let name = str_field(pkg, "name");
+        let layer = LAYERS.iter().position(|layer| *layer == name);
+        if layer.is_none() && !STANDALONE.contains(&name.as_str()) {
+            problems.push(format!(
+                "{name} is not in the layering table of xtask/src/tidy.rs"
+            ));
+        }
+        let deps = pkg["dependencies"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for dep in deps {
+            let dep_name = str_field(dep, "name");
+            if !member_names.contains(dep_name.as_str()) {
+                continue;
+            }
+            let allowed = match layer {
+                Some(layer) => LAYERS[..layer].contains(&dep_name.as_str()),
+                None => false,
+            };
+            if !allowed {
+                problems.push(format!(
+                    "{name} depends on {dep_name}: a crate may depend only on the layers below it"
+                ));
+            }
+        }
+    }
+    if let Some(model_id) = members
+        .iter()
+        .find(|(_, name)| *name == "asynctask-model")
+        .map(|(id, _)| id)
+    {
+        for banned in ["tokio", "tokio-util"] {
+            if normal_closure(metadata, model_id)
+                .iter()
+                .any(|id| package_name(metadata, id) == banned)
+            {
+                problems.push(format!(
+                    "asynctask-model must not depend on {banned}, even indirectly"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The ids of every package `root` reaches through normal (non-dev, non-build) edges.
+fn normal_closure(metadata: &Value, root: &str) -> BTreeSet<String> {
+    let nodes: BTreeMap<String, &Value> = metadata["resolve"]["nodes"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|node| (str_field(node, "id"), node))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(id) = stack.pop() {
+        let Some(node) = nodes.get(&id) else { continue };
+        for dep in node["deps"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let normal = dep["dep_kinds"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .any(|kind| kind["kind"].is_null());
+            let dep_id = str_field(dep, "pkg");
+            if normal && seen.insert(dep_id.clone()) {
+                stack.push(dep_id);
+            }
+        }
+    }
+    seen
+}
+
+fn package_name(metadata: &Value, id: &str) -> String {
+    metadata["packages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .find(|pkg| pkg["id"] == id)
+        .map(|pkg| str_field(pkg, "name"))
+        .unwrap_or_default()
+}
+
+fn workspace_packages(metadata: &Value) -> impl Iterator<Item = &Value> {
+    let members: BTreeSet<&str> = metadata["workspace_members"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    metadata["packages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(move |pkg| pkg["id"].as_str().is_some_and(|id| members.contains(id)))
+}
+
+fn member_manifests(metadata: &Value) -> Vec<PathBuf> {
+    workspace_packages(metadata)
+        .map(|pkg| PathBuf::from(str_field(pkg, "manifest_path")))
+        .collect()
+}
+
+fn str_field(value: &Value, field: &str) -> String {
+    value[field].as_str().unwrap_or_default().to_owned()
+}
+
+fn cargo_metadata(root: &Path) -> Result<Value, String> {
+    let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+        .args(["metadata", "--format-version", "1", "--all-features"])
+        .current_dir(root)
+        .output()
+        .map_err(|err| format!("cannot run cargo metadata: {err}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    serde_json::from_slice(&output.stdout).map_err(|err| format!("cargo metadata: {err}"))
+}
+
+/// Every `.rs` file of the project, outside `target/` and hidden directories.
+fn rust_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || name == "target" {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else if name.ends_with(".rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tree_is_tidy() {
+        if let Err(why) = check(&crate::project_root()) {
+            panic!("{why}");
+        }
+    }
+
+    #[test]
+    fn a_file_without_a_header_is_reported() {
+        assert_eq!(
+            check_source("fn main() {}\n"),
+            ["must start with a `//!` line saying what the file holds"]
+        );
+    }
+
+    #[test]
+    fn skipped_and_panicking_tests_are_reported() {
+        let source = format!(
+            "//! x\n#[test]\n#[{}]\nfn a() {{}}\n    #[{}(expected = \"x\")]\n",
+            "ignore", "should_panic"
+        );
+        assert_eq!(check_source(&source).len(), 2);
+    }
+
+    #[test]
+    fn manifests_must_inherit_lints_and_dependencies() {
+        let manifest = "[package]\nname = \"x\"\n[dependencies]\nserde = \"1\"\nfoo.workspace = true\n[dev-dependencies]\nbar = { workspace = true, features = [\"a\"] }\n";
+        assert_eq!(
+            check_manifest(manifest),
+            [
+                "must have `[lints] workspace = true`",
+                "[dependencies] serde must come from the workspace (`serde.workspace = true`)",
+            ]
+        );
+        assert!(check_manifest("[lints]\nworkspace = true\n").is_empty());
+    }
+
+    #[test]
+    fn an_upward_dependency_is_reported() {
+        let metadata = serde_json::json!({
+            "workspace_members": ["m", "t"],
+            "packages": [
+                {"id": "m", "name": "asynctask-model", "dependencies": [{"name": "asynctask-tools"}]},
+                {"id": "t", "name": "asynctask-tools", "dependencies": [{"name": "asynctask-model"}]},
+            ],
+            "resolve": {"nodes": []},
+        });
+        assert_eq!(
+            check_layers(&metadata),
+            [
+                "asynctask-model depends on asynctask-tools: a crate may depend only on the layers below it"
+            ]
+        );
+    }
+
+    #[test]
+    fn tokio_under_the_model_is_reported() {
+        let metadata = serde_json::json!({
+            "workspace_members": ["m"],
+            "packages": [
+                {"id": "m", "name": "asynctask-model", "dependencies": []},
+                {"id": "s", "name": "serde", "dependencies": []},
+                {"id": "k", "name": "tokio", "dependencies": []},
+            ],
+            "resolve": {"nodes": [
+                {"id": "m", "deps": [{"pkg": "s", "dep_kinds": [{"kind": null}]}]},
+                {"id": "s", "deps": [{"pkg": "k", "dep_kinds": [{"kind": null}]}]},
+            ]},
+        });
+        assert_eq!(
+            check_layers(&metadata),
+            ["asynctask-model must not depend on tokio, even indirectly"]
+        );
+    }
+}
