@@ -1,5 +1,160 @@
-//! The asynctask registry (work in progress).
+//! The registry of background subagent tasks.
 //!
-//! This layer sits on `asynctask-model`. It will hold `AsyncTaskManager`: admission
-//! under the `task-max-async` limit, the task transitions, queries, pruning and
-//! events. Until then it only fixes the crate's place in the layers.
+//! This is the second layer of asynctask, on top of `asynctask-model`. Its one
+//! handle, [`AsyncTaskManager`], is the single source of truth about every
+//! background task: the `task` tool registers tasks and reports how they ended,
+//! `check_async_tasks` and the slash commands query it, the reminder service
+//! renders what is pending, and the auto-trigger listens to its events.
+//!
+//! It improves on the design it replaces in four ways that hosts can rely on:
+//!
+//! - **Atomic admission.** [`AsyncTaskManager::register_task`] checks the limit
+//!   and the id's uniqueness under one lock; [`AsyncTaskManager::reserve`] holds a
+//!   slot as an RAII [`Reservation`]. Two launches can never slip past the limit,
+//!   and a duplicate id is an error, never an overwrite.
+//! - **Nothing is lost.** Every terminal task — cancelled ones too — stays pending
+//!   until [`AsyncTaskManager::mark_notified`]; un-notified tasks are never pruned.
+//! - **Pruning skips, never stops.** Delivered history is trimmed to the history
+//!   limit, oldest-finished first; an un-notified task never blocks the removal of
+//!   others, so memory stays bounded.
+//! - **Costs do not grow with history.** Every operation is O(log n) or better.
+//!
+//! It deliberately spawns and awaits nothing, and never runs user code (event
+//! handlers, the clock) while holding its lock. [`check_invariants`] lets hosts
+//! assert the registry's invariants in their own property tests.
+//!
+//! # Example
+//!
+//! ```
+//! use asynctask_manager::{AsyncTaskManager, RegisterError, RegisterTaskInput};
+//! use asynctask_model::MaxAsyncTasks;
+//!
+//! let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
+//! let _events = manager.on_task_cancelled(|task| println!("cancelled {}", task.id));
+//! let input = RegisterTaskInput::new("7f3a09c1", "researcher", "find the bug");
+//! let token = input.cancellation.clone();
+//! manager.register_task(input)?;
+//! let refused = manager.register_task(RegisterTaskInput::new("0b1c", "tester", "run tests"));
+//! assert!(matches!(refused, Err(RegisterError::LimitReached(_))));
+//!
+//! assert!(manager.cancel_task("7f3a09c1"));
+//! assert!(token.is_cancelled(), "the subagent runner is told to stop");
+//! asynctask_manager::check_invariants(&manager)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod admission;
+mod events;
+mod manager;
+mod registry;
+
+pub use crate::admission::{LimitReached, RegisterError, RegisterTaskInput, Reservation};
+pub use crate::events::{Subscription, TaskEvent};
+pub use crate::manager::AsyncTaskManager;
+pub use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks};
+pub use tokio_util::sync::CancellationToken;
+
+/// The answer to [`AsyncTaskManager::find_by_prefix`].
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, PrefixMatch, RegisterTaskInput};
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("ab12", "a", "g"))?;
+/// manager.register_task(RegisterTaskInput::new("ab34", "b", "g"))?;
+/// assert!(matches!(manager.find_by_prefix("ab"), PrefixMatch::Ambiguous(c) if c.len() == 2));
+/// assert!(matches!(manager.find_by_prefix("ab3"), PrefixMatch::One(t) if t.id == "ab34"));
+/// assert_eq!(manager.find_by_prefix("AB"), PrefixMatch::None, "case-sensitive");
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrefixMatch {
+    /// No task id starts with the prefix.
+    None,
+    /// Exactly one does.
+    One(AsyncTaskInfo),
+    /// Several do; the candidates in registration order.
+    Ambiguous(Vec<AsyncTaskInfo>),
+}
+
+/// How many tasks the registry holds, by status, and what awaits delivery.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput, TaskCounts};
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("a", "r", "g"))?;
+/// manager.fail_task("a", "boom");
+/// assert_eq!(
+///     manager.counts(),
+///     TaskCounts { failed: 1, pending_notifications: 1, ..TaskCounts::default() },
+/// );
+/// assert_eq!(manager.counts().total(), 1);
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskCounts {
+    /// Running tasks.
+    pub running: usize,
+    /// Completed tasks still held.
+    pub completed: usize,
+    /// Failed tasks still held.
+    pub failed: usize,
+    /// Cancelled tasks still held.
+    pub cancelled: usize,
+    /// Terminal tasks not yet delivered to the model.
+    pub pending_notifications: usize,
+    /// Outstanding reservations.
+    pub reserved: usize,
+}
+
+impl TaskCounts {
+    /// Every task held (running and terminal).
+    #[must_use]
+    pub fn total(&self) -> usize {
+        self.running + self.completed + self.failed + self.cancelled
+    }
+}
+
+/// An invariant of the registry does not hold; the message says which.
+///
+/// This is a bug in asynctask: please report it with the operations that led here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("asynctask registry invariant violated: {message}")]
+pub struct InvariantViolation {
+    /// Which invariant broke, with the numbers involved.
+    pub message: String,
+}
+
+/// Checks every invariant of the registry against a full scan (O(n)):
+///
+/// - running tasks plus reservations never exceed the limit (tasks admitted before
+///   the limit was lowered are kept until they end);
+/// - terminal tasks never exceed the history limit plus the un-notified ones, and
+///   above the history limit no notified task remains;
+/// - `notified_at` is only ever set on terminal tasks;
+/// - every index (by id, running, pending, pruning order, counts) agrees with the
+///   registry.
+///
+/// Hosts call it in their own property tests; ours call it after every step.
+///
+/// # Errors
+///
+/// [`InvariantViolation`] naming the first invariant that does not hold.
+///
+/// # Examples
+///
+/// ```
+/// let manager = asynctask_manager::AsyncTaskManager::default();
+/// asynctask_manager::check_invariants(&manager)?;
+/// # Ok::<(), asynctask_manager::InvariantViolation>(())
+/// ```
+pub fn check_invariants(manager: &AsyncTaskManager) -> Result<(), InvariantViolation> {
+    manager
+        .check_invariants()
+        .map_err(|message| InvariantViolation { message })
+}

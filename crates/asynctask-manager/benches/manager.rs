@@ -1,0 +1,112 @@
+//! Divan benchmarks of the registry: the basic lifecycle cycle, lookups and a churn
+//! cycle at 10 / 1,000 / 50,000 / 100,000 tasks held.
+//!
+//! Run with `cargo bench -p asynctask-manager --bench manager`.
+
+use std::sync::Arc;
+
+use asynctask_manager::{AsyncTaskManager, PrefixMatch, RegisterTaskInput};
+use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use divan::Bencher;
+
+fn main() {
+    divan::main();
+}
+
+const HELD: &[usize] = &[10, 1_000, 50_000, 100_000];
+
+/// A well-mixed 64-bit value (splitmix64), so ids look like the random ones the
+/// `task` tool makes.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn id(n: u64) -> String {
+    format!("{:016x}-{n}", mix(n))
+}
+
+/// An unlimited manager holding `held` running tasks.
+fn manager_holding(held: usize) -> AsyncTaskManager {
+    let manager =
+        AsyncTaskManager::with_clock(MaxAsyncTasks::UNLIMITED, Arc::new(ManualClock::new(0)));
+    for n in 0..held as u64 {
+        manager
+            .register_task(RegisterTaskInput::new(id(n), "researcher", "hold"))
+            .expect("unique ids, unlimited");
+    }
+    manager
+}
+
+fn output() -> OutputObject {
+    OutputObject::new(TerminateReason::Goal)
+}
+
+/// register + complete + mark_notified on an otherwise empty registry.
+#[divan::bench]
+fn register_complete_mark(bencher: Bencher) {
+    let manager = manager_holding(0);
+    let mut n = 1u64 << 40;
+    bencher
+        .with_inputs(|| {
+            n += 1;
+            id(n)
+        })
+        .bench_local_values(|id| {
+            let input = RegisterTaskInput::new(id, "researcher", "goal");
+            let task = manager.register_task(input).expect("admitted");
+            manager.complete_task(&task.id, output());
+            manager.mark_notified(&task.id)
+        });
+}
+
+/// A unique-prefix lookup among `held` tasks.
+#[divan::bench(args = HELD)]
+fn find_by_prefix(bencher: Bencher, held: usize) {
+    let manager = manager_holding(held);
+    let target = id(held as u64 / 2);
+    let prefix = &target[..12];
+    bencher.bench_local(|| {
+        let found = manager.find_by_prefix(divan::black_box(prefix));
+        assert!(matches!(found, PrefixMatch::One(_)));
+        found
+    });
+}
+
+/// `pending_notifications` with 3 pending among `held` running tasks.
+#[divan::bench(args = HELD)]
+fn pending_notifications(bencher: Bencher, held: usize) {
+    let manager = manager_holding(held);
+    for n in 0..3u64 {
+        let id = id((1 << 50) + n);
+        manager
+            .register_task(RegisterTaskInput::new(id.clone(), "r", "g"))
+            .expect("admitted");
+        manager.complete_task(&id, output());
+    }
+    bencher.bench_local(|| manager.pending_notifications());
+}
+
+/// register, complete, find_by_prefix, pending_notifications, mark_notified with
+/// `held` other tasks running.
+#[divan::bench(args = HELD)]
+fn churn(bencher: Bencher, held: usize) {
+    let manager = manager_holding(held);
+    let mut n = 1u64 << 40;
+    bencher
+        .with_inputs(|| {
+            n += 1;
+            id(n)
+        })
+        .bench_local_values(|id| {
+            let input = RegisterTaskInput::new(id, "researcher", "goal");
+            let task = manager.register_task(input).expect("admitted");
+            manager.complete_task(&task.id, output());
+            let found = manager.find_by_prefix(&task.id[..16]);
+            let pending = manager.pending_notifications();
+            manager.mark_notified(&task.id);
+            (found, pending)
+        });
+}

@@ -1,0 +1,426 @@
+//! `AsyncTaskManager`: the shared, thread-safe handle on the registry.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use asynctask_model::{AsyncTaskInfo, Clock, MaxAsyncTasks, OutputObject, SystemClock};
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::{LimitReached, RegisterError, RegisterTaskInput, Reservation};
+use crate::events::{Handler, Subscriber, Subscription, TaskEvent, run_handlers};
+use crate::registry::{Finished, Registry, Terminal};
+use crate::{PrefixMatch, TaskCounts};
+
+/// The registry of background tasks: a cheap handle, clones share one registry.
+///
+/// It admits tasks under the `task-max-async` limit (atomically: the check and
+/// the insertion happen under one lock), moves them through the state machine,
+/// answers queries, prunes delivered history and emits an event for every
+/// terminal transition. It never spawns or awaits anything, so it works the same
+/// from async code, threads, or tests.
+///
+/// Every operation is O(log n) in the number of tasks held, plus O(k) to return k
+/// results. All queries return snapshots in registration order.
+///
+/// # Events
+///
+/// Handlers run after the state change and after the registry lock is released,
+/// once per successful transition, in transition order across all threads. They
+/// run on the thread that made the transition — unless another thread is already
+/// delivering events, in which case that thread runs them right after the ones
+/// before. A handler may call back into the manager (even make transitions: their
+/// events follow in order); a handler that panics is logged and stops nothing.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, PrefixMatch, RegisterTaskInput};
+/// use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject, TerminateReason};
+///
+/// let manager = AsyncTaskManager::new(MaxAsyncTasks::default());
+/// manager.register_task(RegisterTaskInput::new("7f3a09c1-aa", "researcher", "find the bug"))?;
+/// assert!(manager.complete_task("7f3a09c1-aa", OutputObject::new(TerminateReason::Goal)));
+/// assert!(!manager.cancel_task("7f3a09c1-aa"), "the first transition wins");
+///
+/// let PrefixMatch::One(task) = manager.find_by_prefix("7f3a") else { panic!() };
+/// assert_eq!(task.status, AsyncTaskStatus::Completed);
+///
+/// // Until the model is told, the task is pending; afterwards it may be pruned.
+/// assert_eq!(manager.pending_notifications().len(), 1);
+/// assert!(manager.mark_notified("7f3a09c1-aa"));
+/// assert!(manager.pending_notifications().is_empty());
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[derive(Clone)]
+pub struct AsyncTaskManager {
+    shared: Arc<Shared>,
+}
+
+/// What every clone of a manager shares.
+pub(crate) struct Shared {
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+}
+
+/// Everything behind the one lock.
+struct State {
+    registry: Registry,
+    /// The current handlers; replaced (never mutated) on (un)subscribe, so an event
+    /// keeps the list that was current at its transition.
+    subscribers: Arc<[Subscriber]>,
+    next_subscriber: u64,
+    /// Events not yet delivered, in transition order.
+    queue: VecDeque<(TaskEvent, Arc<[Subscriber]>)>,
+    /// Whether some thread is draining `queue`.
+    dispatching: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No user code runs under this lock, so a poisoned lock means a panic inside
+        // the registry itself between two consistent states; the data is still the
+        // last consistent state it reached, so carry on rather than spread the panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn unsubscribe(&self, id: u64) {
+        let mut state = self.lock();
+        let kept: Arc<[Subscriber]> = state
+            .subscribers
+            .iter()
+            .filter(|subscriber| subscriber.id != id)
+            .cloned()
+            .collect();
+        state.subscribers = kept;
+    }
+}
+
+impl AsyncTaskManager {
+    /// A manager with the given limit, on the system clock.
+    #[must_use]
+    pub fn new(max: MaxAsyncTasks) -> Self {
+        AsyncTaskManager::with_clock(max, Arc::new(SystemClock))
+    }
+
+    /// A manager with the given limit and clock (use a `ManualClock` in tests).
+    #[must_use]
+    pub fn with_clock(max: MaxAsyncTasks, clock: Arc<dyn Clock>) -> Self {
+        AsyncTaskManager {
+            shared: Arc::new(Shared {
+                clock,
+                state: Mutex::new(State {
+                    registry: Registry::new(max),
+                    subscribers: Arc::new([]),
+                    next_subscriber: 0,
+                    queue: VecDeque::new(),
+                    dispatching: false,
+                }),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.lock()
+    }
+
+    fn now(&self) -> u64 {
+        // Read before taking the lock: a host's clock is user code.
+        self.shared.clock.now_ms()
+    }
+
+    /// The clock this manager reads.
+    #[must_use]
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.shared.clock)
+    }
+
+    /// The running limit in force (`task-max-async`).
+    #[must_use]
+    pub fn max_async_tasks(&self) -> MaxAsyncTasks {
+        self.lock().registry.max()
+    }
+
+    /// Changes the running limit and prunes the history to the new history limit
+    /// at once. Tasks already running (and reservations already held) are kept
+    /// even when they exceed a lowered limit; new ones wait until they fit.
+    pub fn set_max_async_tasks(&self, max: MaxAsyncTasks) {
+        self.lock().registry.set_max(max);
+        tracing::debug!(max = max.get(), "task-max-async changed");
+    }
+
+    /// Whether a task could be admitted right now. Advisory only: another launch
+    /// may take the slot before you register; [`register_task`](Self::register_task)
+    /// and [`reserve`](Self::reserve) are the atomic ways in.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitReached`] when running tasks plus reservations fill the limit.
+    pub fn can_launch_async(&self) -> Result<(), LimitReached> {
+        self.lock().registry.check_limit()
+    }
+
+    /// Takes a slot under the limit before the task's id is known.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitReached`] when running tasks plus reservations fill the limit.
+    pub fn reserve(&self) -> Result<Reservation, LimitReached> {
+        self.lock().registry.reserve()?;
+        Ok(Reservation::new(self.clone()))
+    }
+
+    pub(crate) fn release_reservation(&self) {
+        self.lock().registry.release_reservation();
+    }
+
+    /// Registers a running task, checking the limit and the id's uniqueness under
+    /// one lock. Returns the new task. No event is emitted for a launch.
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterError::LimitReached`] when the limit is full,
+    /// [`RegisterError::DuplicateId`] when the id is taken (the task holding it is
+    /// untouched), [`RegisterError::EmptyId`] for an empty id.
+    pub fn register_task(&self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
+        let now = self.now();
+        let task = self.lock().registry.register(input, now, false)?;
+        tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, "async task registered");
+        Ok(task)
+    }
+
+    pub(crate) fn register_reserved(
+        &self,
+        input: RegisterTaskInput,
+    ) -> Result<AsyncTaskInfo, RegisterError> {
+        let now = self.now();
+        let task = self.lock().registry.register(input, now, true)?;
+        tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, "async task registered (reserved)");
+        Ok(task)
+    }
+
+    /// Completes a running task with its output. Returns `false`, changing
+    /// nothing, when the task is unknown or already terminal.
+    pub fn complete_task(&self, id: &str, output: OutputObject) -> bool {
+        self.finish(id, Terminal::Completed(output)).is_some()
+    }
+
+    /// Fails a running task with an error message. Returns `false`, changing
+    /// nothing, when the task is unknown or already terminal.
+    pub fn fail_task(&self, id: &str, error: impl Into<String>) -> bool {
+        self.finish(id, Terminal::Failed(error.into())).is_some()
+    }
+
+    /// Cancels a running task and its cancellation token. Returns `false`,
+    /// changing nothing, when the task is unknown or already terminal.
+    pub fn cancel_task(&self, id: &str) -> bool {
+        match self.finish(id, Terminal::Cancelled) {
+            Some(token) => {
+                // Outside the lock: cancelling wakes the runner's tasks.
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Applies a terminal transition, then (outside the lock) delivers its event.
+    /// Returns the task's token when the transition happened.
+    fn finish(&self, id: &str, terminal: Terminal) -> Option<CancellationToken> {
+        let now = self.now();
+        let dispatch = {
+            let mut state = self.lock();
+            let snapshot = !state.subscribers.is_empty();
+            let Finished { task, token } = state.registry.finish(id, terminal, now, snapshot)?;
+            tracing::debug!(task_id = %id, "async task finished");
+            let Some(event) = task.and_then(TaskEvent::from_task) else {
+                return Some(token);
+            };
+            let subscribers = Arc::clone(&state.subscribers);
+            state.queue.push_back((event, subscribers));
+            let dispatch = !state.dispatching;
+            state.dispatching = true;
+            (dispatch, token)
+        };
+        let (dispatch, token) = dispatch;
+        if dispatch {
+            self.dispatch();
+        }
+        Some(token)
+    }
+
+    /// Drains the event queue, running handlers with the lock released.
+    fn dispatch(&self) {
+        loop {
+            let next = {
+                let mut state = self.lock();
+                let next = state.queue.pop_front();
+                if next.is_none() {
+                    state.dispatching = false;
+                }
+                next
+            };
+            let Some((event, subscribers)) = next else {
+                return;
+            };
+            run_handlers(&event, &subscribers);
+        }
+    }
+
+    /// The task with exactly this id.
+    #[must_use]
+    pub fn task(&self, id: &str) -> Option<AsyncTaskInfo> {
+        self.lock().registry.task(id)
+    }
+
+    /// The tasks whose id starts with `prefix` (case-sensitive; any Unicode).
+    /// Ambiguous candidates come in registration order.
+    #[must_use]
+    pub fn find_by_prefix(&self, prefix: &str) -> PrefixMatch {
+        self.lock().registry.find_by_prefix(prefix)
+    }
+
+    /// Every task held, in registration order.
+    #[must_use]
+    pub fn tasks(&self) -> Vec<AsyncTaskInfo> {
+        self.lock().registry.tasks()
+    }
+
+    /// The running tasks, in registration order.
+    #[must_use]
+    pub fn running_tasks(&self) -> Vec<AsyncTaskInfo> {
+        self.lock().registry.running_tasks()
+    }
+
+    /// Every terminal task the model has not been told about yet — cancelled ones
+    /// included — in registration order.
+    #[must_use]
+    pub fn pending_notifications(&self) -> Vec<AsyncTaskInfo> {
+        self.lock().registry.pending_notifications()
+    }
+
+    /// Whether any terminal task awaits delivery. O(1).
+    #[must_use]
+    pub fn has_pending_notifications(&self) -> bool {
+        self.lock().registry.has_pending()
+    }
+
+    /// How many tasks are held, by status. O(1).
+    #[must_use]
+    pub fn counts(&self) -> TaskCounts {
+        self.lock().registry.counts()
+    }
+
+    /// The cancellation token of a running task (`None` once it is terminal).
+    #[must_use]
+    pub fn cancellation_token(&self, id: &str) -> Option<CancellationToken> {
+        self.lock().registry.token(id)
+    }
+
+    /// The cancellation tokens of every running task, in registration order.
+    #[must_use]
+    pub fn running_tokens(&self) -> Vec<CancellationToken> {
+        self.lock().registry.running_tokens()
+    }
+
+    /// Records that the model was told how the task ended, then prunes. Returns
+    /// `false` when the task is unknown, still running, or already marked.
+    ///
+    /// Call it only after the delivery succeeded.
+    pub fn mark_notified(&self, id: &str) -> bool {
+        let now = self.now();
+        let marked = self.lock().registry.mark_notified(id, now);
+        if marked {
+            tracing::debug!(task_id = %id, "async task marked notified");
+        }
+        marked
+    }
+
+    /// [`mark_notified`](Self::mark_notified) for several ids under one lock;
+    /// returns how many were marked.
+    pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
+        let now = self.now();
+        let mut state = self.lock();
+        ids.iter()
+            .filter(|id| state.registry.mark_notified(id.as_ref(), now))
+            .count()
+    }
+
+    /// Subscribes to every terminal transition. See the type-level docs for when
+    /// handlers run.
+    pub fn subscribe(&self, handler: impl Fn(&TaskEvent) + Send + Sync + 'static) -> Subscription {
+        self.add_subscriber(Arc::new(handler))
+    }
+
+    /// Subscribes to completions only.
+    pub fn on_task_completed(
+        &self,
+        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
+    ) -> Subscription {
+        self.subscribe(move |event| {
+            if let TaskEvent::Completed(task) = event {
+                handler(task);
+            }
+        })
+    }
+
+    /// Subscribes to failures only.
+    pub fn on_task_failed(
+        &self,
+        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
+    ) -> Subscription {
+        self.subscribe(move |event| {
+            if let TaskEvent::Failed(task) = event {
+                handler(task);
+            }
+        })
+    }
+
+    /// Subscribes to cancellations only.
+    pub fn on_task_cancelled(
+        &self,
+        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
+    ) -> Subscription {
+        self.subscribe(move |event| {
+            if let TaskEvent::Cancelled(task) = event {
+                handler(task);
+            }
+        })
+    }
+
+    fn add_subscriber(&self, handler: Handler) -> Subscription {
+        let mut state = self.lock();
+        let id = state.next_subscriber;
+        state.next_subscriber += 1;
+        let subscribers: Arc<[Subscriber]> = state
+            .subscribers
+            .iter()
+            .cloned()
+            .chain(std::iter::once(Subscriber { id, handler }))
+            .collect();
+        state.subscribers = subscribers;
+        Subscription::new(Arc::downgrade(&self.shared), id)
+    }
+
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        self.lock().registry.check_invariants()
+    }
+}
+
+impl Default for AsyncTaskManager {
+    /// A manager with the default limit (5) on the system clock.
+    fn default() -> Self {
+        AsyncTaskManager::new(MaxAsyncTasks::default())
+    }
+}
+
+impl fmt::Debug for AsyncTaskManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("AsyncTaskManager")
+            .field("max_async_tasks", &state.registry.max().get())
+            .field("counts", &state.registry.counts())
+            .field("subscribers", &state.subscribers.len())
+            .finish_non_exhaustive()
+    }
+}

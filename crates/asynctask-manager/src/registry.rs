@@ -1,0 +1,600 @@
+//! The registry's data: every task and the indexes that keep each operation O(log n).
+//!
+//! `Registry` is plain single-threaded data; `AsyncTaskManager` wraps it in a mutex.
+//! Keeping it free of locks, clocks and callbacks keeps every rule here testable and
+//! every operation short enough to run under the lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, MaxAsyncTasks, OutputObject};
+use tokio_util::sync::CancellationToken;
+
+use crate::{LimitReached, PrefixMatch, RegisterError, RegisterTaskInput, TaskCounts};
+
+/// Registration order: a counter that only grows.
+type Seq = u64;
+
+/// One task as the registry keeps it: a compact record (about 120 bytes) from
+/// which `AsyncTaskInfo` snapshots are built on demand. The id is shared with the
+/// id index through one `Arc<str>`.
+///
+/// Its transitions follow the model's state machine rule for rule
+/// (`AsyncTaskInfo::complete` and friends); the reference-model property test
+/// checks that they agree.
+#[derive(Debug)]
+struct Record {
+    id: Arc<str>,
+    subagent_name: Box<str>,
+    goal_prompt: Box<str>,
+    launched_at: u64,
+    /// When the task reached its terminal state; meaningless while running.
+    completed_at: u64,
+    notified_at: Option<u64>,
+    /// The order in which the task reached its terminal state (0 while running);
+    /// breaks ties between tasks that finished in the same millisecond.
+    finish: u64,
+    outcome: Outcome,
+}
+
+/// The status and what comes with it: a running task keeps its subagent's token;
+/// a terminal one drops it and keeps its result.
+#[derive(Debug)]
+enum Outcome {
+    Running(CancellationToken),
+    Completed(Box<OutputObject>),
+    /// Boxed twice so that the enum stays 16 bytes: failures are rare.
+    #[expect(
+        clippy::box_collection,
+        reason = "a thin pointer keeps every record 8 bytes smaller"
+    )]
+    Failed(Box<String>),
+    Cancelled,
+}
+
+// The record's size is what every held task costs; keep it from creeping up.
+const _: () = assert!(std::mem::size_of::<Record>() <= 104);
+
+impl Record {
+    fn status(&self) -> AsyncTaskStatus {
+        match self.outcome {
+            Outcome::Running(_) => AsyncTaskStatus::Running,
+            Outcome::Completed(_) => AsyncTaskStatus::Completed,
+            Outcome::Failed(_) => AsyncTaskStatus::Failed,
+            Outcome::Cancelled => AsyncTaskStatus::Cancelled,
+        }
+    }
+
+    fn token(&self) -> Option<&CancellationToken> {
+        match &self.outcome {
+            Outcome::Running(token) => Some(token),
+            _ => None,
+        }
+    }
+
+    fn info(&self) -> AsyncTaskInfo {
+        let (output, error) = match &self.outcome {
+            Outcome::Completed(output) => (Some(OutputObject::clone(output)), None),
+            Outcome::Failed(error) => (None, Some(String::clone(error))),
+            Outcome::Running(_) | Outcome::Cancelled => (None, None),
+        };
+        AsyncTaskInfo {
+            id: self.id.to_string(),
+            subagent_name: self.subagent_name.to_string(),
+            goal_prompt: self.goal_prompt.to_string(),
+            status: self.status(),
+            launched_at: self.launched_at,
+            completed_at: self.status().is_terminal().then_some(self.completed_at),
+            notified_at: self.notified_at,
+            output,
+            error,
+        }
+    }
+
+    /// A terminal transition: refused (returning `None`) unless running; else
+    /// returns the token the task held.
+    fn finish(&mut self, outcome: Outcome, now_ms: u64, order: u64) -> Option<CancellationToken> {
+        if !matches!(self.outcome, Outcome::Running(_)) {
+            return None;
+        }
+        let Outcome::Running(token) = std::mem::replace(&mut self.outcome, outcome) else {
+            return None;
+        };
+        self.completed_at = now_ms;
+        self.finish = order;
+        Some(token)
+    }
+
+    /// Refused unless terminal and not yet notified.
+    fn mark_notified(&mut self, now_ms: u64) -> bool {
+        if matches!(self.outcome, Outcome::Running(_)) || self.notified_at.is_some() {
+            return false;
+        }
+        self.notified_at = Some(now_ms);
+        true
+    }
+}
+
+/// What a successful terminal transition hands back to the manager.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    /// The task right after the transition, when a snapshot was asked for.
+    pub(crate) task: Option<AsyncTaskInfo>,
+    /// The task's cancellation token.
+    pub(crate) token: CancellationToken,
+}
+
+/// Every task, with one index per question the manager answers.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    max: MaxAsyncTasks,
+    /// After the limit is lowered below what is already admitted, the admitted
+    /// count may exceed the limit until enough tasks end; this is that count, which
+    /// only shrinks. New admissions always obey the limit itself.
+    over_limit: usize,
+    reserved: usize,
+    next_seq: Seq,
+    next_finish: u64,
+    /// Every task, in registration order.
+    tasks: BTreeMap<Seq, Box<Record>>,
+    /// Exact and prefix lookup by id.
+    ids: BTreeMap<Arc<str>, Seq>,
+    running: BTreeSet<Seq>,
+    /// Terminal and not yet notified: never pruned.
+    pending: BTreeSet<Seq>,
+    /// Terminal and notified, oldest-finished first: the pruning queue.
+    delivered: BTreeMap<(u64, u64), Seq>,
+    /// Terminal tasks by status: completed, failed, cancelled.
+    finished_by_status: [usize; 3],
+}
+
+impl Registry {
+    pub(crate) fn new(max: MaxAsyncTasks) -> Self {
+        Registry {
+            max,
+            over_limit: 0,
+            reserved: 0,
+            next_seq: 0,
+            next_finish: 1,
+            tasks: BTreeMap::new(),
+            ids: BTreeMap::new(),
+            running: BTreeSet::new(),
+            pending: BTreeSet::new(),
+            delivered: BTreeMap::new(),
+            finished_by_status: [0; 3],
+        }
+    }
+
+    pub(crate) fn max(&self) -> MaxAsyncTasks {
+        self.max
+    }
+
+    /// Changes the limit. Admitted tasks and reservations stay; the history is
+    /// pruned to the new history limit at once.
+    pub(crate) fn set_max(&mut self, max: MaxAsyncTasks) {
+        self.max = max;
+        let admitted = self.admitted();
+        self.over_limit = match max.limit() {
+            Some(limit) if admitted > limit => admitted,
+            _ => 0,
+        };
+        self.prune();
+    }
+
+    /// Running tasks plus outstanding reservations.
+    fn admitted(&self) -> usize {
+        self.running.len() + self.reserved
+    }
+
+    fn release_admission(&mut self) {
+        self.over_limit = self.over_limit.min(self.admitted());
+    }
+
+    pub(crate) fn check_limit(&self) -> Result<(), LimitReached> {
+        if self.max.admits(self.admitted()) {
+            Ok(())
+        } else {
+            Err(LimitReached {
+                max: self.max.get(),
+            })
+        }
+    }
+
+    pub(crate) fn reserve(&mut self) -> Result<(), LimitReached> {
+        self.check_limit()?;
+        self.reserved += 1;
+        Ok(())
+    }
+
+    pub(crate) fn release_reservation(&mut self) {
+        self.reserved = self.reserved.saturating_sub(1);
+        self.release_admission();
+    }
+
+    /// Registers a running task. With `reserved`, the task takes a reservation's
+    /// slot instead of being checked against the limit (the reservation is spent
+    /// whatever the outcome).
+    pub(crate) fn register(
+        &mut self,
+        input: RegisterTaskInput,
+        now_ms: u64,
+        reserved: bool,
+    ) -> Result<AsyncTaskInfo, RegisterError> {
+        let refused = if input.id.is_empty() {
+            Some(RegisterError::EmptyId)
+        } else if self.ids.contains_key(input.id.as_str()) {
+            Some(RegisterError::DuplicateId(input.id.clone()))
+        } else if reserved {
+            None
+        } else {
+            self.check_limit().err().map(RegisterError::LimitReached)
+        };
+        if let Some(refused) = refused {
+            if reserved {
+                self.release_reservation();
+            }
+            return Err(refused);
+        }
+        if reserved {
+            // The reservation becomes the running task: the admitted count (and so
+            // any grandfathered allowance) is unchanged.
+            self.reserved = self.reserved.saturating_sub(1);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let id: Arc<str> = Arc::from(input.id);
+        let record = Record {
+            id: Arc::clone(&id),
+            subagent_name: input.subagent_name.into_boxed_str(),
+            goal_prompt: input.goal_prompt.into_boxed_str(),
+            launched_at: now_ms,
+            completed_at: 0,
+            notified_at: None,
+            finish: 0,
+            outcome: Outcome::Running(input.cancellation),
+        };
+        let snapshot = record.info();
+        self.ids.insert(id, seq);
+        self.running.insert(seq);
+        self.tasks.insert(seq, Box::new(record));
+        Ok(snapshot)
+    }
+
+    /// Applies a terminal transition. `None` when the task is unknown or not
+    /// running (the first transition wins).
+    pub(crate) fn finish(
+        &mut self,
+        id: &str,
+        outcome: Terminal,
+        now_ms: u64,
+        snapshot: bool,
+    ) -> Option<Finished> {
+        let seq = *self.ids.get(id)?;
+        let record = self.tasks.get_mut(&seq)?;
+        let outcome = match outcome {
+            Terminal::Completed(output) => Outcome::Completed(Box::new(output)),
+            Terminal::Failed(error) => Outcome::Failed(Box::new(error)),
+            Terminal::Cancelled => Outcome::Cancelled,
+        };
+        let token = record.finish(outcome, now_ms, self.next_finish)?;
+        self.next_finish += 1;
+        let status = record.status();
+        let finished = Finished {
+            task: snapshot.then(|| record.info()),
+            token,
+        };
+        self.finished_by_status[status_slot(status)] += 1;
+        self.running.remove(&seq);
+        self.pending.insert(seq);
+        self.release_admission();
+        self.prune();
+        Some(finished)
+    }
+
+    pub(crate) fn mark_notified(&mut self, id: &str, now_ms: u64) -> bool {
+        let Some(&seq) = self.ids.get(id) else {
+            return false;
+        };
+        let Some(record) = self.tasks.get_mut(&seq) else {
+            return false;
+        };
+        if !record.mark_notified(now_ms) {
+            return false;
+        }
+        let key = (record.completed_at, record.finish);
+        self.pending.remove(&seq);
+        self.delivered.insert(key, seq);
+        self.prune();
+        true
+    }
+
+    /// Removes the oldest-finished notified tasks until at most the history limit
+    /// of terminal tasks remain. Un-notified tasks are never removed and never stop
+    /// the removal of others.
+    fn prune(&mut self) {
+        let limit = self.max.history_limit();
+        while self.pending.len() + self.delivered.len() > limit {
+            let Some((_, seq)) = self.delivered.pop_first() else {
+                break;
+            };
+            if let Some(record) = self.tasks.remove(&seq) {
+                self.ids.remove(&*record.id);
+                self.finished_by_status[status_slot(record.status())] -= 1;
+            }
+        }
+    }
+
+    pub(crate) fn task(&self, id: &str) -> Option<AsyncTaskInfo> {
+        self.ids.get(id).and_then(|seq| self.info(*seq))
+    }
+
+    pub(crate) fn token(&self, id: &str) -> Option<CancellationToken> {
+        let seq = self.ids.get(id)?;
+        self.tasks.get(seq)?.token().cloned()
+    }
+
+    fn info(&self, seq: Seq) -> Option<AsyncTaskInfo> {
+        self.tasks.get(&seq).map(|record| record.info())
+    }
+
+    pub(crate) fn find_by_prefix(&self, prefix: &str) -> PrefixMatch {
+        let mut matches = self
+            .ids
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(id, _)| id.starts_with(prefix))
+            .map(|(_, seq)| *seq);
+        match (matches.next(), matches.next()) {
+            (None, _) => PrefixMatch::None,
+            (Some(only), None) => self.info(only).map_or(PrefixMatch::None, PrefixMatch::One),
+            (Some(first), Some(second)) => {
+                let mut seqs = vec![first, second];
+                seqs.extend(matches);
+                seqs.sort_unstable();
+                PrefixMatch::Ambiguous(self.infos(seqs.iter()))
+            }
+        }
+    }
+
+    fn infos<'a>(&self, seqs: impl Iterator<Item = &'a Seq>) -> Vec<AsyncTaskInfo> {
+        seqs.filter_map(|seq| self.info(*seq)).collect()
+    }
+
+    pub(crate) fn tasks(&self) -> Vec<AsyncTaskInfo> {
+        self.tasks.values().map(|record| record.info()).collect()
+    }
+
+    pub(crate) fn running_tasks(&self) -> Vec<AsyncTaskInfo> {
+        self.infos(self.running.iter())
+    }
+
+    pub(crate) fn running_tokens(&self) -> Vec<CancellationToken> {
+        self.running
+            .iter()
+            .filter_map(|seq| self.tasks.get(seq)?.token().cloned())
+            .collect()
+    }
+
+    pub(crate) fn pending_notifications(&self) -> Vec<AsyncTaskInfo> {
+        self.infos(self.pending.iter())
+    }
+
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    pub(crate) fn counts(&self) -> TaskCounts {
+        let [completed, failed, cancelled] = self.finished_by_status;
+        TaskCounts {
+            running: self.running.len(),
+            completed,
+            failed,
+            cancelled,
+            pending_notifications: self.pending.len(),
+            reserved: self.reserved,
+        }
+    }
+
+    /// Checks every invariant against a full scan; `Err` names the first broken one.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        let admitted = self.admitted();
+        if let Some(limit) = self.max.limit() {
+            let allowed = limit.max(self.over_limit);
+            if admitted > allowed {
+                return Err(format!(
+                    "{} running + {} reserved exceed the limit of {limit} (grandfathered: {})",
+                    self.running.len(),
+                    self.reserved,
+                    self.over_limit
+                ));
+            }
+        }
+        let mut running = BTreeSet::new();
+        let mut pending = BTreeSet::new();
+        let mut delivered = BTreeMap::new();
+        let mut by_status = [0; 3];
+        for (seq, record) in &self.tasks {
+            let id = &*record.id;
+            if self.ids.get(id) != Some(seq) {
+                return Err(format!("id index does not map '{id}' to its task"));
+            }
+            let status = record.status();
+            if record.notified_at.is_some() && !status.is_terminal() {
+                return Err(format!("running task '{id}' has notified_at"));
+            }
+            if !status.is_terminal() && (record.completed_at, record.finish) != (0, 0) {
+                return Err(format!("running task '{id}' has a completion time"));
+            }
+            match (status, record.notified_at) {
+                (AsyncTaskStatus::Running, _) => {
+                    running.insert(*seq);
+                }
+                (status, None) => {
+                    by_status[status_slot(status)] += 1;
+                    pending.insert(*seq);
+                }
+                (status, Some(_)) => {
+                    by_status[status_slot(status)] += 1;
+                    delivered.insert((record.completed_at, record.finish), *seq);
+                }
+            }
+        }
+        if self.ids.len() != self.tasks.len() {
+            return Err(format!(
+                "id index holds {} ids for {} tasks",
+                self.ids.len(),
+                self.tasks.len()
+            ));
+        }
+        if running != self.running {
+            return Err("running index disagrees with the registry".to_owned());
+        }
+        if pending != self.pending {
+            return Err("pending index disagrees with the registry".to_owned());
+        }
+        if delivered != self.delivered {
+            return Err("pruning queue disagrees with the registry".to_owned());
+        }
+        if by_status != self.finished_by_status {
+            return Err("status counts disagree with the registry".to_owned());
+        }
+        let terminal = pending.len() + delivered.len();
+        let history = self.max.history_limit();
+        // Pruning skips, never stops: above the limit, no notified task may remain.
+        if terminal > history && !delivered.is_empty() {
+            return Err(format!(
+                "{terminal} terminal tasks exceed the history limit {history} while {} notified ones remain",
+                delivered.len()
+            ));
+        }
+        if terminal > history + pending.len() {
+            return Err(format!(
+                "{terminal} terminal tasks exceed history limit {history} + {} un-notified",
+                pending.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn status_slot(status: AsyncTaskStatus) -> usize {
+    match status {
+        AsyncTaskStatus::Completed => 0,
+        AsyncTaskStatus::Failed => 1,
+        // Running tasks are never counted here; the arm keeps the match total.
+        AsyncTaskStatus::Cancelled | AsyncTaskStatus::Running => 2,
+    }
+}
+
+/// The terminal state a transition asks for.
+#[derive(Debug)]
+pub(crate) enum Terminal {
+    Completed(OutputObject),
+    Failed(String),
+    Cancelled,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_model::TerminateReason;
+    use pretty_assertions::assert_eq;
+
+    fn registry(max: i64) -> Registry {
+        Registry::new(MaxAsyncTasks::new(max).unwrap())
+    }
+
+    fn run(registry: &mut Registry, id: &str, now: u64) {
+        registry
+            .register(RegisterTaskInput::new(id, "agent", "goal"), now, false)
+            .unwrap();
+    }
+
+    fn ids(registry: &Registry) -> Vec<String> {
+        registry.tasks().into_iter().map(|t| t.id).collect()
+    }
+
+    #[test]
+    fn same_millisecond_completions_prune_in_finish_order() {
+        let mut registry = registry(3); // history 6: nothing is pruned yet
+        for id in ["a", "b", "c"] {
+            run(&mut registry, id, 0);
+        }
+        // All finish at t=5, in the order c, a, b.
+        for id in ["c", "a", "b"] {
+            registry.finish(id, Terminal::Cancelled, 5, false).unwrap();
+        }
+        for id in ["a", "b", "c"] {
+            assert!(registry.mark_notified(id, 6));
+        }
+        registry.set_max(MaxAsyncTasks::new(1).unwrap()); // history 2
+        assert_eq!(
+            ids(&registry),
+            ["a", "b"],
+            "c finished first, so it goes first"
+        );
+        registry.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_lowered_limit_grandfathers_admitted_tasks_until_they_end() {
+        let mut registry = registry(4);
+        for id in ["a", "b", "c"] {
+            run(&mut registry, id, 0);
+        }
+        registry.reserve().unwrap();
+        registry.set_max(MaxAsyncTasks::new(2).unwrap());
+        assert_eq!(registry.over_limit, 4);
+        registry.check_invariants().unwrap();
+        registry
+            .finish("a", Terminal::Failed("x".into()), 1, false)
+            .unwrap();
+        assert_eq!(registry.over_limit, 3);
+        // Spending the reservation keeps the admitted count, and the allowance.
+        registry
+            .register(RegisterTaskInput::new("r", "agent", "goal"), 2, true)
+            .unwrap();
+        assert_eq!((registry.admitted(), registry.over_limit), (3, 3));
+        registry.check_invariants().unwrap();
+        assert!(registry.check_limit().is_err());
+        registry.set_max(MaxAsyncTasks::new(10).unwrap());
+        assert_eq!(registry.over_limit, 0);
+    }
+
+    #[test]
+    fn snapshots_rebuild_the_model_record_exactly() {
+        let mut registry = registry(5);
+        run(&mut registry, "t", 10);
+        let output = OutputObject::new(TerminateReason::MaxTurns).with_final_message("bye");
+        let finished = registry
+            .finish("t", Terminal::Completed(output.clone()), 20, true)
+            .unwrap();
+        let mut expected = AsyncTaskInfo::new("t", "agent", "goal", 10);
+        expected.complete(output, 20);
+        assert_eq!(finished.task, Some(expected.clone()));
+        assert!(registry.mark_notified("t", 30));
+        expected.mark_notified(30);
+        assert_eq!(registry.task("t"), Some(expected));
+    }
+
+    #[test]
+    fn a_refused_transition_returns_none_and_keeps_the_first_result() {
+        let mut registry = registry(5);
+        run(&mut registry, "t", 0);
+        assert!(
+            registry
+                .finish("t", Terminal::Failed("first".into()), 1, false)
+                .is_some()
+        );
+        assert!(
+            registry
+                .finish("t", Terminal::Cancelled, 2, false)
+                .is_none()
+        );
+        let task = registry.task("t").unwrap();
+        assert_eq!(
+            (task.status, task.error.as_deref(), task.completed_at),
+            (AsyncTaskStatus::Failed, Some("first"), Some(1))
+        );
+    }
+}

@@ -1,0 +1,436 @@
+//! A reference model of the registry, run against the real manager over arbitrary
+//! operation sequences with `proptest-state-machine`. After every step every query
+//! is compared and `check_invariants` must pass.
+//!
+//! Cases default to 1,000; set `ASYNCTASK_PROPTEST_CASES` for longer runs.
+
+use std::sync::{Arc, Mutex};
+
+use asynctask_manager::{
+    AsyncTaskManager, PrefixMatch, RegisterError, Reservation, Subscription, TaskCounts,
+    check_invariants,
+};
+use asynctask_model::arbitrary::{max_async_tasks, output_object};
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject};
+use pretty_assertions::assert_eq;
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
+
+/// Ids that share prefixes and mix multi-byte characters.
+const IDS: &[&str] = &[
+    "a",
+    "ab",
+    "abc",
+    "b1",
+    "é",
+    "éa",
+    "日本",
+    "日本語",
+    "🦀x",
+    "z",
+];
+/// Prefixes to query after every step.
+const PREFIXES: &[&str] = &[
+    "",
+    "a",
+    "ab",
+    "abc",
+    "b",
+    "é",
+    "日",
+    "日本語",
+    "🦀",
+    "z",
+    "q",
+];
+
+fn cases() -> u32 {
+    std::env::var("ASYNCTASK_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Register(&'static str),
+    Reserve,
+    DropReservation(Index),
+    RegisterReserved(Index, &'static str),
+    Complete(&'static str, OutputObject),
+    Fail(&'static str, String),
+    Cancel(&'static str),
+    MarkNotified(&'static str),
+    SetMax(MaxAsyncTasks),
+    Advance(u64),
+}
+
+/// What the last operation should have answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    None,
+    Registered(AsyncTaskInfo),
+    Refused(RegisterError),
+    Reserved(bool),
+    Changed(bool),
+}
+
+#[derive(Debug, Clone)]
+struct RefTask {
+    info: AsyncTaskInfo,
+    finish: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Model {
+    max: MaxAsyncTasks,
+    /// One flag per reservation ever taken: still held?
+    reservations: Vec<bool>,
+    now: u64,
+    finish_counter: u64,
+    tasks: Vec<RefTask>,
+    events: Vec<(String, AsyncTaskStatus)>,
+    outcome: Outcome,
+}
+
+impl Model {
+    fn reserved(&self) -> usize {
+        self.reservations.iter().filter(|held| **held).count()
+    }
+
+    fn running(&self) -> usize {
+        self.tasks
+            .iter()
+            .filter(|t| !t.info.status.is_terminal())
+            .count()
+    }
+
+    fn admits(&self) -> bool {
+        self.max.admits(self.running() + self.reserved())
+    }
+
+    fn find(&mut self, id: &str) -> Option<&mut RefTask> {
+        self.tasks.iter_mut().find(|t| t.info.id == id)
+    }
+
+    fn register(&mut self, id: &str) -> Outcome {
+        if self.tasks.iter().any(|t| t.info.id == id) {
+            return Outcome::Refused(RegisterError::DuplicateId(id.to_owned()));
+        }
+        let info = AsyncTaskInfo::new(id, "agent", format!("goal {id}"), self.now);
+        self.tasks.push(RefTask {
+            info: info.clone(),
+            finish: 0,
+        });
+        Outcome::Registered(info)
+    }
+
+    fn finish(
+        &mut self,
+        id: &str,
+        transition: impl FnOnce(&mut AsyncTaskInfo, u64) -> bool,
+    ) -> Outcome {
+        let now = self.now;
+        let counter = self.finish_counter + 1;
+        let Some(task) = self.find(id) else {
+            return Outcome::Changed(false);
+        };
+        if !transition(&mut task.info, now) {
+            return Outcome::Changed(false);
+        }
+        task.finish = counter;
+        let event = (task.info.id.clone(), task.info.status);
+        self.finish_counter = counter;
+        self.events.push(event);
+        self.prune();
+        Outcome::Changed(true)
+    }
+
+    fn prune(&mut self) {
+        let limit = self.max.history_limit();
+        loop {
+            let terminal = self
+                .tasks
+                .iter()
+                .filter(|t| t.info.status.is_terminal())
+                .count();
+            if terminal <= limit {
+                return;
+            }
+            let oldest = self
+                .tasks
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.info.notified_at.is_some())
+                .min_by_key(|(_, t)| (t.info.completed_at, t.finish))
+                .map(|(i, _)| i);
+            match oldest {
+                Some(i) => {
+                    self.tasks.remove(i);
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+struct RegistryModel;
+
+impl ReferenceStateMachine for RegistryModel {
+    type State = Model;
+    type Transition = Op;
+
+    fn init_state() -> BoxedStrategy<Model> {
+        max_async_tasks()
+            .prop_map(|max| Model {
+                max,
+                reservations: Vec::new(),
+                now: 1_000,
+                finish_counter: 0,
+                tasks: Vec::new(),
+                events: Vec::new(),
+                outcome: Outcome::None,
+            })
+            .boxed()
+    }
+
+    fn transitions(_state: &Model) -> BoxedStrategy<Op> {
+        let id = || prop::sample::select(IDS);
+        prop_oneof![
+            6 => id().prop_map(Op::Register),
+            2 => Just(Op::Reserve),
+            1 => any::<Index>().prop_map(Op::DropReservation),
+            2 => (any::<Index>(), id()).prop_map(|(i, id)| Op::RegisterReserved(i, id)),
+            3 => (id(), output_object()).prop_map(|(id, o)| Op::Complete(id, o)),
+            2 => (id(), "[a-z ]{0,8}").prop_map(|(id, e)| Op::Fail(id, e)),
+            2 => id().prop_map(Op::Cancel),
+            5 => id().prop_map(Op::MarkNotified),
+            1 => prop_oneof![
+                3 => (1i64..=4).prop_map(|v| MaxAsyncTasks::new(v).unwrap_or_default()),
+                1 => max_async_tasks(),
+            ].prop_map(Op::SetMax),
+            2 => prop_oneof![Just(0u64), 1u64..5_000].prop_map(Op::Advance),
+        ]
+        .boxed()
+    }
+
+    fn apply(mut state: Model, op: &Op) -> Model {
+        state.outcome = match op {
+            Op::Register(id) => {
+                if state.tasks.iter().any(|t| t.info.id == *id) {
+                    Outcome::Refused(RegisterError::DuplicateId((*id).to_owned()))
+                } else if !state.admits() {
+                    Outcome::Refused(RegisterError::LimitReached(
+                        asynctask_manager::LimitReached {
+                            max: state.max.get(),
+                        },
+                    ))
+                } else {
+                    state.register(id)
+                }
+            }
+            Op::Reserve => {
+                let ok = state.admits();
+                if ok {
+                    state.reservations.push(true);
+                }
+                Outcome::Reserved(ok)
+            }
+            Op::DropReservation(index) => {
+                if !state.reservations.is_empty() {
+                    let i = index.index(state.reservations.len());
+                    state.reservations[i] = false;
+                }
+                Outcome::None
+            }
+            Op::RegisterReserved(index, id) => {
+                if state.reservations.is_empty() {
+                    Outcome::None
+                } else {
+                    let i = index.index(state.reservations.len());
+                    if state.reservations[i] {
+                        state.reservations[i] = false;
+                        state.register(id)
+                    } else {
+                        Outcome::None
+                    }
+                }
+            }
+            Op::Complete(id, output) => state.finish(id, |t, now| t.complete(output.clone(), now)),
+            Op::Fail(id, error) => state.finish(id, |t, now| t.fail(error.clone(), now)),
+            Op::Cancel(id) => state.finish(id, |t, now| t.cancel(now)),
+            Op::MarkNotified(id) => {
+                let now = state.now;
+                let changed = state.find(id).is_some_and(|t| t.info.mark_notified(now));
+                if changed {
+                    state.prune();
+                }
+                Outcome::Changed(changed)
+            }
+            Op::SetMax(max) => {
+                // Admitted tasks stay when the limit is lowered; `admits` alone
+                // governs new admissions, and check_invariants checks the rest.
+                state.max = *max;
+                state.prune();
+                Outcome::None
+            }
+            Op::Advance(ms) => {
+                state.now += ms;
+                Outcome::None
+            }
+        };
+        state
+    }
+}
+
+struct System {
+    manager: AsyncTaskManager,
+    clock: ManualClock,
+    reservations: Vec<Option<Reservation>>,
+    events: Arc<Mutex<Vec<(String, AsyncTaskStatus)>>>,
+    _subscription: Subscription,
+}
+
+struct ManagerTest;
+
+impl StateMachineTest for ManagerTest {
+    type SystemUnderTest = System;
+    type Reference = RegistryModel;
+
+    fn init_test(model: &Model) -> System {
+        let clock = ManualClock::new(model.now);
+        let manager = AsyncTaskManager::with_clock(model.max, Arc::new(clock.clone()));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&events);
+        let subscription = manager.subscribe(move |event| {
+            log.lock()
+                .expect("event log lock")
+                .push((event.task().id.clone(), event.status()));
+        });
+        System {
+            manager,
+            clock,
+            reservations: Vec::new(),
+            events,
+            _subscription: subscription,
+        }
+    }
+
+    fn apply(mut sys: System, model: &Model, op: Op) -> System {
+        let input =
+            |id: &str| asynctask_manager::RegisterTaskInput::new(id, "agent", format!("goal {id}"));
+        let registered = |result: Result<AsyncTaskInfo, RegisterError>| match result {
+            Ok(info) => Outcome::Registered(info),
+            Err(err) => Outcome::Refused(err),
+        };
+        let outcome = match op {
+            Op::Register(id) => registered(sys.manager.register_task(input(id))),
+            Op::Reserve => match sys.manager.reserve() {
+                Ok(reservation) => {
+                    sys.reservations.push(Some(reservation));
+                    Outcome::Reserved(true)
+                }
+                Err(_) => Outcome::Reserved(false),
+            },
+            Op::DropReservation(index) => {
+                if !sys.reservations.is_empty() {
+                    let i = index.index(sys.reservations.len());
+                    sys.reservations[i] = None;
+                }
+                Outcome::None
+            }
+            Op::RegisterReserved(index, id) => {
+                if sys.reservations.is_empty() {
+                    Outcome::None
+                } else {
+                    let i = index.index(sys.reservations.len());
+                    match sys.reservations[i].take() {
+                        Some(reservation) => registered(reservation.register(input(id))),
+                        None => Outcome::None,
+                    }
+                }
+            }
+            Op::Complete(id, output) => Outcome::Changed(sys.manager.complete_task(id, output)),
+            Op::Fail(id, error) => Outcome::Changed(sys.manager.fail_task(id, error)),
+            Op::Cancel(id) => Outcome::Changed(sys.manager.cancel_task(id)),
+            Op::MarkNotified(id) => Outcome::Changed(sys.manager.mark_notified(id)),
+            Op::SetMax(max) => {
+                sys.manager.set_max_async_tasks(max);
+                Outcome::None
+            }
+            Op::Advance(ms) => {
+                sys.clock.advance(ms);
+                Outcome::None
+            }
+        };
+        assert_eq!(outcome, model.outcome);
+        sys
+    }
+
+    fn check_invariants(sys: &System, model: &Model) {
+        check_invariants(&sys.manager).expect("registry invariants hold");
+        let manager = &sys.manager;
+        let all: Vec<AsyncTaskInfo> = model.tasks.iter().map(|t| t.info.clone()).collect();
+        assert_eq!(manager.tasks(), all);
+        let running: Vec<AsyncTaskInfo> = all
+            .iter()
+            .filter(|t| !t.status.is_terminal())
+            .cloned()
+            .collect();
+        assert_eq!(manager.running_tasks(), running);
+        let pending: Vec<AsyncTaskInfo> = all
+            .iter()
+            .filter(|t| t.is_pending_notification())
+            .cloned()
+            .collect();
+        assert_eq!(manager.has_pending_notifications(), !pending.is_empty());
+        assert_eq!(manager.pending_notifications(), pending);
+        let count = |status| all.iter().filter(|t| t.status == status).count();
+        assert_eq!(
+            manager.counts(),
+            TaskCounts {
+                running: running.len(),
+                completed: count(AsyncTaskStatus::Completed),
+                failed: count(AsyncTaskStatus::Failed),
+                cancelled: count(AsyncTaskStatus::Cancelled),
+                pending_notifications: pending.len(),
+                reserved: model.reserved(),
+            }
+        );
+        assert_eq!(manager.max_async_tasks(), model.max);
+        assert_eq!(manager.can_launch_async().is_ok(), model.admits());
+        for id in IDS {
+            assert_eq!(manager.task(id), all.iter().find(|t| t.id == *id).cloned());
+        }
+        for prefix in PREFIXES {
+            let matches: Vec<AsyncTaskInfo> = all
+                .iter()
+                .filter(|t| t.id.starts_with(prefix))
+                .cloned()
+                .collect();
+            let expected = match matches.len() {
+                0 => PrefixMatch::None,
+                1 => PrefixMatch::One(matches[0].clone()),
+                _ => PrefixMatch::Ambiguous(matches),
+            };
+            assert_eq!(
+                manager.find_by_prefix(prefix),
+                expected,
+                "prefix {prefix:?}"
+            );
+        }
+        assert_eq!(*sys.events.lock().expect("event log lock"), model.events);
+    }
+}
+
+prop_state_machine! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        .. ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_manager_matches_the_reference_model(sequential 1..60 => ManagerTest);
+}
