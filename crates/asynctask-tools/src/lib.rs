@@ -1,6 +1,66 @@
-//! The model-facing tools of asynctask (work in progress).
+//! The tools the model calls to work with background subagents.
 //!
-//! This layer sits on `asynctask-manager`. It will hold the `task` tool with its
-//! `async` flag, `check_async_tasks`, `todo_pause`, the `/tasks` slash commands and
-//! the JSON schemas of every tool, adapted for each LLM provider. Until then it
-//! re-exports nothing and only fixes the crate's place in the layers.
+//! This layer sits on `asynctask-manager`. It holds:
+//!
+//! - [`TaskTool`] — `task`, which runs a subagent through the host's
+//!   [`SubagentRunner`], synchronously or (with `async: true`) in the background,
+//!   registering it atomically under the limit, with a per-task timeout, panic
+//!   capture and real cancellation;
+//! - [`CheckAsyncTasksTool`] — `check_async_tasks`, the list and peek views;
+//! - [`TodoPauseTool`] — `todo_pause`, which reports a blocker to the runtime;
+//! - [`run_slash_command`] — the user's `/tasks list` and `/task end <id>`;
+//! - [`ToolSpec`] — each tool's canonical JSON Schema and its adapters for
+//!   OpenAI (strict), Anthropic, Gemini (both schema dialects) and MCP.
+//!
+//! Every tool parses the model's arguments into a typed struct that rejects
+//! unknown fields; a wrong type, a missing or blank field is a [`ToolResult`]
+//! whose error names the field, never a panic. Every text the model reads —
+//! listings, details, refusals, completion JSON — is fixed word for word by the
+//! design and snapshot-tested.
+//!
+//! What it does not do: deliver results to the model (that is the runtime's
+//! reminder service and auto-trigger) or run subagents itself (that is the host's
+//! [`SubagentRunner`]).
+//!
+//! # Example
+//!
+//! ```
+//! use asynctask_manager::AsyncTaskManager;
+//! use asynctask_tools::{CheckAsyncTasksTool, Tool};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let tool = CheckAsyncTasksTool::new(AsyncTaskManager::default());
+//! let result = tool.execute(serde_json::json!({}), CancellationToken::new()).await;
+//! assert_eq!(result.llm_content, "No async tasks.");
+//! let bad = tool.execute(serde_json::json!({"task_id": 7}), CancellationToken::new()).await;
+//! assert!(bad.error.unwrap().message.contains("task_id"));
+//! # });
+//! ```
+
+mod check_async_tasks;
+mod format;
+mod ids;
+mod params;
+mod result;
+mod schema;
+mod slash;
+mod task;
+mod todo_pause;
+mod tool;
+
+pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS};
+pub use crate::format::{
+    ID_PREFIX_CHARS, bound_text, completion_notification, format_duration, id_prefix, iso_time,
+    truncate_chars,
+};
+pub use crate::ids::new_task_id;
+pub use crate::params::{
+    CheckAsyncTasksParams, ContextVar, InvalidParams, OutputVarSpec, TaskParams, TaskTimeouts,
+    TimeoutSeconds, TodoPauseParams, ToolParams, Validate,
+};
+pub use crate::result::{ToolError, ToolErrorType, ToolResult};
+pub use crate::slash::{CommandOutput, CommandOutputKind, complete_task_ids, run_slash_command};
+pub use crate::task::{SubagentError, SubagentRequest, SubagentRunner, TaskTool};
+pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
+pub use crate::tool::{PROVIDERS, Tool, ToolAnnotations, ToolSpec};

@@ -1,0 +1,170 @@
+//! The user's slash commands: `/tasks list`, `/task list`, `/task end <id>`.
+
+use asynctask_manager::{AsyncTaskManager, PrefixMatch};
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+
+use crate::check_async_tasks::task_duration;
+use crate::format::{id_prefix, truncate_chars};
+
+/// How many characters of a goal `/tasks list` shows.
+const GOAL_PREVIEW_CHARS: usize = 40;
+
+/// What a slash command answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Whether it is information or an error.
+    pub kind: CommandOutputKind,
+    /// The text to show the user.
+    pub text: String,
+}
+
+impl CommandOutput {
+    fn info(text: impl Into<String>) -> Self {
+        CommandOutput {
+            kind: CommandOutputKind::Info,
+            text: text.into(),
+        }
+    }
+
+    fn error(text: impl Into<String>) -> Self {
+        CommandOutput {
+            kind: CommandOutputKind::Error,
+            text: text.into(),
+        }
+    }
+}
+
+/// The kind of a [`CommandOutput`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandOutputKind {
+    /// The command worked.
+    Info,
+    /// The command was refused (bad usage, unknown id, nothing to cancel).
+    Error,
+}
+
+/// Runs `line` if it is one of ours; `None` when it is not.
+///
+/// Ours are `/tasks` and `/task`:
+///
+/// - `/tasks list`, `/task list` (and a bare `/tasks`) list every task: status,
+///   id prefix, subagent, duration and the first 40 characters of the goal;
+/// - `/task end <id>` cancels a running task by id or unique prefix (exact match
+///   first). It answers `Usage: /task end <task_id>`, `Task not found: <arg>`,
+///   `Task <id> is already <status>.`, `Ambiguous task ID. Did you mean:` with the
+///   candidates, or `Cancelled task: <id>`.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_tools::{CommandOutputKind, run_slash_command};
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("0f3a9c21-aa", "researcher", "map the code"))?;
+/// let out = run_slash_command(&manager, "/task end 0f3a").unwrap();
+/// assert_eq!((out.kind, out.text.as_str()), (CommandOutputKind::Info, "Cancelled task: 0f3a9c21-aa"));
+/// assert_eq!(run_slash_command(&manager, "/help"), None);
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[must_use]
+pub fn run_slash_command(manager: &AsyncTaskManager, line: &str) -> Option<CommandOutput> {
+    let mut words = line.split_whitespace();
+    let command = words.next()?;
+    if command != "/tasks" && command != "/task" {
+        return None;
+    }
+    Some(match (command, words.next()) {
+        ("/tasks", None) | (_, Some("list")) => list(manager),
+        (_, Some("end")) => match words.next() {
+            Some(arg) => end(manager, arg),
+            None => CommandOutput::error("Usage: /task end <task_id>"),
+        },
+        _ => CommandOutput::error("Usage: /tasks list | /task end <task_id>"),
+    })
+}
+
+fn list(manager: &AsyncTaskManager) -> CommandOutput {
+    let tasks = manager.tasks();
+    if tasks.is_empty() {
+        return CommandOutput::info("No async tasks.");
+    }
+    let now = manager.clock().now_ms();
+    let running = tasks
+        .iter()
+        .filter(|t| t.status == AsyncTaskStatus::Running)
+        .count();
+    let mut lines = vec![format!("Async tasks: {} ({running} running)", tasks.len())];
+    lines.extend(tasks.iter().map(|task| {
+        format!(
+            "{} {} {} ({}) - {}",
+            list_icon(task.status),
+            id_prefix(&task.id),
+            task.subagent_name,
+            task_duration(task, now),
+            truncate_chars(&task.goal_prompt, GOAL_PREVIEW_CHARS),
+        )
+    }));
+    CommandOutput::info(lines.join("\n"))
+}
+
+fn list_icon(status: AsyncTaskStatus) -> &'static str {
+    match status {
+        AsyncTaskStatus::Running => "[RUNNING]",
+        AsyncTaskStatus::Completed => "[DONE]",
+        AsyncTaskStatus::Failed => "[FAILED]",
+        AsyncTaskStatus::Cancelled => "[CANCELLED]",
+    }
+}
+
+fn end(manager: &AsyncTaskManager, arg: &str) -> CommandOutput {
+    let task = match manager.task(arg) {
+        Some(task) => task,
+        None => match manager.find_by_prefix(arg) {
+            PrefixMatch::One(task) => task,
+            PrefixMatch::None => return CommandOutput::error(format!("Task not found: {arg}")),
+            PrefixMatch::Ambiguous(candidates) => {
+                let mut lines = vec!["Ambiguous task ID. Did you mean:".to_owned()];
+                lines.extend(candidates.iter().map(candidate_line));
+                return CommandOutput::error(lines.join("\n"));
+            }
+        },
+    };
+    if manager.cancel_task(&task.id) {
+        return CommandOutput::info(format!("Cancelled task: {}", task.id));
+    }
+    // Already terminal — or it finished between the lookup and the cancel.
+    let status = manager.task(&task.id).map_or(task.status, |now| now.status);
+    CommandOutput::error(format!("Task {} is already {status}.", task.id))
+}
+
+fn candidate_line(task: &AsyncTaskInfo) -> String {
+    format!("  - {} ({}, {})", task.id, task.subagent_name, task.status)
+}
+
+/// Running task ids that start with `partial`, ignoring case: completions for
+/// `/task end <partial>`, in registration order.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_tools::complete_task_ids;
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("AbC-1", "r", "g"))?;
+/// manager.register_task(RegisterTaskInput::new("abd-2", "r", "g"))?;
+/// assert_eq!(complete_task_ids(&manager, "ab"), ["AbC-1", "abd-2"]);
+/// assert_eq!(complete_task_ids(&manager, "ABC"), ["AbC-1"]);
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[must_use]
+pub fn complete_task_ids(manager: &AsyncTaskManager, partial: &str) -> Vec<String> {
+    let partial = partial.to_lowercase();
+    manager
+        .running_tasks()
+        .into_iter()
+        .filter(|task| task.id.to_lowercase().starts_with(&partial))
+        .map(|task| task.id)
+        .collect()
+}

@@ -1,0 +1,684 @@
+//! `task`: run a subagent synchronously, or in the background with `async: true`.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use asynctask_manager::{AsyncTaskManager, RegisterError, RegisterTaskInput};
+use asynctask_model::{AsyncTaskInfo, OutputObject};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::format::completion_notification;
+use crate::ids::new_task_id;
+use crate::params::{self, ContextVar, OutputVarSpec, TaskParams, TaskTimeouts};
+use crate::result::{ToolErrorType, ToolResult};
+use crate::schema;
+use crate::tool::{Tool, ToolAnnotations, ToolSpec};
+
+/// Runs subagents for the `task` tool. The host implements it.
+///
+/// `run` must watch `cancel`: it is cancelled when the user cancels the task,
+/// when the task times out, and at shutdown. A runner that returns `Err`, panics
+/// or overruns its timeout fails its task; it never takes the host down.
+#[async_trait]
+pub trait SubagentRunner: Send + Sync {
+    /// Runs one subagent to the end.
+    ///
+    /// # Errors
+    ///
+    /// A [`SubagentError`] whose message becomes the task's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// The future may be dropped after `cancel` fires and a grace period passes.
+    async fn run(
+        &self,
+        request: SubagentRequest,
+        cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError>;
+}
+
+/// Everything the model asked of a subagent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubagentRequest {
+    /// The task's id (also the subagent's agent id).
+    pub task_id: String,
+    /// Which subagent to run.
+    pub subagent_name: String,
+    /// Its goal.
+    pub goal_prompt: String,
+    /// Extra behaviour instructions.
+    pub behaviour_prompts: Vec<String>,
+    /// The tools it may use (`None`: all of its tools).
+    pub tool_whitelist: Option<Vec<String>>,
+    /// The variables it must emit.
+    pub output_spec: Vec<OutputVarSpec>,
+    /// Named context values.
+    pub context: Vec<ContextVar>,
+    /// The timeout that applies (already resolved and capped).
+    pub timeout: Duration,
+    /// Whether it runs in the background.
+    pub run_async: bool,
+}
+
+/// A subagent failed; the message becomes the task's error.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_tools::SubagentError;
+/// assert_eq!(SubagentError::new("exit status 2").to_string(), "exit status 2");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SubagentError {
+    message: String,
+}
+
+impl SubagentError {
+    /// An error with this message.
+    #[must_use]
+    pub fn new(message: impl Into<String>) -> Self {
+        SubagentError {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// The `task` tool: runs a subagent through the host's [`SubagentRunner`].
+///
+/// **Synchronously** (`async` absent, `null` or `false`) the call waits for the
+/// runner and answers with the completion notification JSON
+/// ([`completion_notification`](crate::completion_notification)) — the same text a
+/// background task's result is delivered with. Nothing is registered in the
+/// manager. The runner's token is a child of the call's token, so abandoning the
+/// call stops the subagent.
+///
+/// **Asynchronously** (`async: true`) the task is registered in the manager under
+/// the running limit (atomically: two launches never both slip past it) with a
+/// fresh cancellation token, the subagent is started on the [tracker](Self::tracker)
+/// and the call returns at once with the task's id. The background run records
+/// exactly one end in the manager: the runner's output (completed), its error or
+/// panic (`subagent panicked: <payload>`) (failed), the timeout (failed, with a
+/// text that names the timeout and `timeout_seconds`), or a cancel
+/// ([`AsyncTaskManager::cancel_task`], or the token cancelled by the host). Once
+/// the run has ended the task is never left `running`.
+///
+/// Every run has a timeout: `timeout_seconds`, or the [default](TaskTimeouts),
+/// never above the maximum. A runner that is cancelled (timeout, cancel,
+/// abandoned call) gets a grace period of 5 seconds to return before it is
+/// aborted.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use asynctask_manager::AsyncTaskManager;
+/// use asynctask_model::{AsyncTaskStatus, OutputObject, TerminateReason};
+/// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool};
+/// use tokio_util::sync::CancellationToken;
+///
+/// # struct Echo;
+/// # #[async_trait::async_trait]
+/// # impl SubagentRunner for Echo {
+/// #     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken)
+/// #         -> Result<OutputObject, SubagentError> {
+/// #         Ok(OutputObject::new(TerminateReason::Goal).with_var("goal", request.goal_prompt))
+/// #     }
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime").block_on(async {
+/// let manager = AsyncTaskManager::default();
+/// let tool = TaskTool::new(manager.clone(), Arc::new(Echo));
+///
+/// // Synchronous: the result is the completion JSON.
+/// let params = serde_json::json!({"subagent_name": "echo", "goal_prompt": "say hi"});
+/// let result = tool.execute(params, CancellationToken::new()).await;
+/// assert!(result.llm_content.contains("\"terminate_reason\": \"GOAL\""));
+/// assert!(manager.tasks().is_empty(), "a synchronous run is not registered");
+///
+/// // Asynchronous: the call returns at once; the result lands in the manager.
+/// let params = serde_json::json!({"subagent_name": "echo", "goal_prompt": "say hi", "async": true});
+/// let result = tool.execute(params, CancellationToken::new()).await;
+/// assert!(result.llm_content.starts_with("Async task launched: subagent 'echo' (ID: "));
+/// tool.tracker().close();
+/// tool.tracker().wait().await;
+/// assert_eq!(manager.tasks()[0].status, AsyncTaskStatus::Completed);
+/// # });
+/// ```
+///
+/// # Panics
+///
+/// `execute` must run inside a tokio runtime (it spawns the runner on it).
+///
+/// # Cancel safety
+///
+/// Dropping a synchronous `execute` future cancels the runner's token; the runner
+/// is given its grace period on the tracker, then aborted. A background task
+/// already launched is not affected by the call: it is stopped only by
+/// [`AsyncTaskManager::cancel_task`], by cancelling its token, or by its timeout.
+/// If the runtime drops a background run before it ends (shutdown), its task is
+/// failed rather than left `running`.
+pub struct TaskTool {
+    manager: AsyncTaskManager,
+    runner: Arc<dyn SubagentRunner>,
+    timeouts: TaskTimeouts,
+    tracker: TaskTracker,
+}
+
+impl TaskTool {
+    /// The tool's name.
+    pub const NAME: &'static str = "task";
+
+    /// A `task` tool registering into `manager` and running subagents with `runner`.
+    #[must_use]
+    pub fn new(manager: AsyncTaskManager, runner: Arc<dyn SubagentRunner>) -> Self {
+        TaskTool {
+            manager,
+            runner,
+            timeouts: TaskTimeouts::default(),
+            tracker: TaskTracker::new(),
+        }
+    }
+
+    /// Replaces the default and maximum timeouts.
+    #[must_use]
+    pub fn with_timeouts(mut self, timeouts: TaskTimeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Spawns background runs on `tracker`, so a host (or the runtime) can wait for
+    /// them at shutdown.
+    #[must_use]
+    pub fn with_tracker(mut self, tracker: TaskTracker) -> Self {
+        self.tracker = tracker;
+        self
+    }
+
+    /// The tracker background runs are spawned on.
+    #[must_use]
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
+    /// The timeouts in force.
+    #[must_use]
+    pub fn timeouts(&self) -> TaskTimeouts {
+        self.timeouts
+    }
+}
+
+/// How long a cancelled runner (timed out, cancelled by the user, or abandoned by
+/// its caller) may take to return on its own before its task is aborted.
+const RUNNER_GRACE: Duration = Duration::from_secs(5);
+
+impl TaskTool {
+    /// The request for the runner: defaults filled in, the timeout resolved and
+    /// capped, and a fresh id whose first 8 characters no held task shares.
+    fn request(&self, params: TaskParams) -> SubagentRequest {
+        let timeout = params
+            .timeout_seconds
+            .map_or(self.timeouts.default, |t| t.resolve(self.timeouts))
+            .min(self.timeouts.max);
+        SubagentRequest {
+            task_id: new_task_id(&self.manager),
+            subagent_name: params.subagent_name,
+            goal_prompt: params.goal_prompt,
+            behaviour_prompts: params.behaviour_prompts.unwrap_or_default(),
+            tool_whitelist: params.tool_whitelist,
+            output_spec: params.output_spec.unwrap_or_default(),
+            context: params.context.unwrap_or_default(),
+            timeout,
+            run_async: params.run_async.unwrap_or(false),
+        }
+    }
+
+    /// The model-facing timeout text: it names the timeout and the setting that
+    /// changes it — or, when the timeout already was the maximum, what is left to do.
+    fn timeout_message(&self, subagent: &str, timeout: Duration) -> String {
+        let (seconds, max) = (timeout.as_secs(), self.timeouts.max.as_secs());
+        if timeout >= self.timeouts.max {
+            format!(
+                "Subagent '{subagent}' timed out after {seconds} seconds, the longest \
+                 timeout_seconds allows. Split the goal into smaller tasks, or ask the user to \
+                 raise the host's maximum timeout."
+            )
+        } else {
+            format!(
+                "Subagent '{subagent}' timed out after {seconds} seconds. Pass a larger \
+                 timeout_seconds (at most {max} seconds) to give it longer."
+            )
+        }
+    }
+
+    /// Runs the subagent while the caller waits. Nothing is registered.
+    async fn run_sync(&self, request: SubagentRequest, cancel: &CancellationToken) -> ToolResult {
+        let id = request.task_id.clone();
+        let name = request.subagent_name.clone();
+        let timeout = request.timeout;
+        let mut task = AsyncTaskInfo::new(
+            id.clone(),
+            name.clone(),
+            request.goal_prompt.clone(),
+            self.now(),
+        );
+        let token = cancel.child_token();
+        let mut run = Run::start(
+            Arc::clone(&self.runner),
+            request,
+            token,
+            self.tracker.clone(),
+        );
+        let outcome = run.outcome(timeout, cancel).await;
+        // A runner still going (timed out, or the call was cancelled) is stopped
+        // in the background: the caller gets its answer now, the runner its grace.
+        run.stop_in_background();
+        let now = self.now();
+        let failed = |task: &mut AsyncTaskInfo, kind, message: String, display: String| {
+            task.fail(message.clone(), now);
+            tracing::debug!(task_id = %id, subagent = %name, error = %message, "subagent failed");
+            ToolResult::failure(kind, message, completion_notification(task), display)
+                .with_metadata(json!({ "agentId": id, "status": "failed" }))
+        };
+        match outcome {
+            Outcome::Finished(Ok(output)) => {
+                let display = format!(
+                    "Subagent **{name}** finished (`{}`)",
+                    output.terminate_reason
+                );
+                let metadata = json!({
+                    "agentId": id,
+                    "terminateReason": output.terminate_reason,
+                    "emittedVars": output.emitted_vars,
+                });
+                task.complete(output, now);
+                tracing::debug!(task_id = %id, subagent = %name, "subagent finished");
+                ToolResult::success(completion_notification(&task), display, metadata)
+            }
+            Outcome::Finished(Err(err)) => {
+                let display = format!("Subagent **{name}** failed: {}", err.message());
+                failed(
+                    &mut task,
+                    ToolErrorType::ExecutionFailed,
+                    err.message().to_owned(),
+                    display,
+                )
+            }
+            Outcome::Panicked(message) => {
+                let display = format!("Subagent **{name}** failed: {message}");
+                failed(
+                    &mut task,
+                    ToolErrorType::UnhandledException,
+                    message,
+                    display,
+                )
+            }
+            Outcome::Aborted(message) => {
+                let display = format!("Subagent **{name}** failed: {message}");
+                failed(&mut task, ToolErrorType::ExecutionFailed, message, display)
+            }
+            Outcome::TimedOut => {
+                let message = self.timeout_message(&name, timeout);
+                let display = format!(
+                    "Subagent **{name}** timed out after {} seconds",
+                    timeout.as_secs()
+                );
+                failed(&mut task, ToolErrorType::Timeout, message, display)
+            }
+            Outcome::Cancelled => {
+                task.cancel(now);
+                tracing::debug!(task_id = %id, subagent = %name, "subagent call cancelled");
+                ToolResult::failure(
+                    ToolErrorType::ExecutionFailed,
+                    "cancelled",
+                    completion_notification(&task),
+                    format!("Subagent **{name}** was cancelled"),
+                )
+                .with_metadata(json!({ "agentId": id, "status": "cancelled" }))
+            }
+        }
+    }
+
+    /// Registers the task under the limit and starts it in the background.
+    fn launch(&self, request: SubagentRequest) -> ToolResult {
+        let id = request.task_id.clone();
+        let name = request.subagent_name.clone();
+        // A fresh token, not a child of the call's: a background task outlives the
+        // request that launched it.
+        let token = CancellationToken::new();
+        let input = RegisterTaskInput::new(id.clone(), name.clone(), request.goal_prompt.clone())
+            .with_cancellation(token.clone());
+        match self.manager.register_task(input) {
+            Ok(_) => {}
+            Err(RegisterError::LimitReached(limit)) => {
+                let text = format!(
+                    "{limit}. Wait for a running task to finish and check progress with \
+                     'check_async_tasks', run this subagent synchronously (without async: true), \
+                     or try again later."
+                );
+                return ToolResult::failure(
+                    ToolErrorType::ExecutionFailed,
+                    limit.to_string(),
+                    text.clone(),
+                    text,
+                );
+            }
+            Err(err) => {
+                let message = err.to_string();
+                return ToolResult::failure(
+                    ToolErrorType::ExecutionFailed,
+                    message.clone(),
+                    message.clone(),
+                    message,
+                );
+            }
+        }
+        let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
+        let background = Background {
+            ended: EndGuard {
+                manager: self.manager.clone(),
+                id: id.clone(),
+                armed: true,
+            },
+            manager: self.manager.clone(),
+            runner: Arc::clone(&self.runner),
+            tracker: self.tracker.clone(),
+            message: self.timeout_message(&name, request.timeout),
+            request,
+            token,
+        };
+        self.tracker.spawn(background.run().instrument(span));
+        ToolResult::success(
+            format!(
+                "Async task launched: subagent '{name}' (ID: {id}). Task is running in \
+                 background. Use 'check_async_tasks' to monitor progress."
+            ),
+            format!("Async task started: **{name}** (`{id}`)"),
+            json!({ "agentId": id, "async": true, "status": "running" }),
+        )
+    }
+
+    fn now(&self) -> u64 {
+        self.manager.clock().now_ms()
+    }
+}
+
+/// One background run: everything it needs after `execute` has returned.
+struct Background {
+    manager: AsyncTaskManager,
+    runner: Arc<dyn SubagentRunner>,
+    tracker: TaskTracker,
+    request: SubagentRequest,
+    token: CancellationToken,
+    /// The timeout text, made while the tool's settings were at hand.
+    message: String,
+    /// Fails the task if the run is dropped (even before its first poll).
+    ended: EndGuard,
+}
+
+impl Background {
+    /// Runs the subagent to an end and records that end in the manager.
+    ///
+    /// Whatever happens — a result, an error, a panic, the timeout, a cancel —
+    /// the task is terminal when this returns. If this future is dropped first
+    /// (the runtime shut down), the task is failed on the way out.
+    async fn run(self) {
+        let Background {
+            manager,
+            runner,
+            tracker,
+            request,
+            token,
+            message,
+            ended,
+        } = self;
+        let id = request.task_id.clone();
+        let timeout = request.timeout;
+        let mut run = Run::start(runner, request, token.clone(), tracker);
+        match run.outcome(timeout, &token).await {
+            Outcome::Finished(Ok(output)) => {
+                tracing::debug!(terminate_reason = %output.terminate_reason, "async task completed");
+                manager.complete_task(&id, output);
+            }
+            Outcome::Finished(Err(err)) => {
+                tracing::debug!(error = %err, "async task failed");
+                manager.fail_task(&id, err.message());
+            }
+            Outcome::Panicked(message) | Outcome::Aborted(message) => {
+                tracing::warn!(error = %message, "async task failed");
+                manager.fail_task(&id, message);
+            }
+            Outcome::TimedOut => {
+                tracing::warn!(timeout_secs = timeout.as_secs(), "async task timed out");
+                // Fail first: the runner may answer the cancel with a result, and
+                // the timeout must be what the model reads.
+                manager.fail_task(&id, message);
+                run.stop().await;
+            }
+            Outcome::Cancelled => {
+                tracing::debug!("async task cancelled");
+                // `false` when `cancel_task` got here first; either way it is
+                // cancelled now.
+                manager.cancel_task(&id);
+                run.stop().await;
+            }
+        }
+        ended.disarm();
+    }
+}
+
+/// Fails the task if a background run is dropped before it recorded an end, so
+/// no task is left `running` after its run is gone.
+struct EndGuard {
+    manager: AsyncTaskManager,
+    id: String,
+    armed: bool,
+}
+
+impl EndGuard {
+    /// The run recorded its end: nothing to do on drop.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        if self.armed
+            && self.manager.fail_task(
+                &self.id,
+                "the subagent's run was stopped before it finished (the host shut down)",
+            )
+        {
+            tracing::warn!(task_id = %self.id, "async task dropped before it finished");
+        }
+    }
+}
+
+/// How a run ended, as far as the caller is concerned.
+enum Outcome {
+    /// The runner returned.
+    Finished(Result<OutputObject, SubagentError>),
+    /// The runner panicked: `subagent panicked: <payload>`.
+    Panicked(String),
+    /// The runner's task was aborted from outside (the runtime shut down).
+    Aborted(String),
+    /// The timeout passed first.
+    TimedOut,
+    /// The watched token was cancelled first.
+    Cancelled,
+}
+
+/// A runner started on its own tokio task, so that a panic becomes a `JoinError`
+/// and an overrun can be aborted.
+///
+/// Dropping a `Run` whose runner has not returned cancels its token and stops it
+/// in the background (grace, then abort), so abandoning a call never leaks a
+/// runner.
+struct Run {
+    handle: Option<JoinHandle<Result<OutputObject, SubagentError>>>,
+    token: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Run {
+    fn start(
+        runner: Arc<dyn SubagentRunner>,
+        request: SubagentRequest,
+        token: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        let runner_token = token.clone();
+        let handle =
+            tokio::spawn(async move { runner.run(request, runner_token).await }.in_current_span());
+        Run {
+            handle: Some(handle),
+            token,
+            tracker,
+        }
+    }
+
+    /// Waits for the runner, the timeout or `cancel`, whichever comes first. A
+    /// runner that has returned wins a tie.
+    async fn outcome(&mut self, timeout: Duration, cancel: &CancellationToken) -> Outcome {
+        let Some(handle) = self.handle.as_mut() else {
+            return Outcome::Aborted("the subagent was already stopped".to_owned());
+        };
+        let joined = tokio::select! {
+            biased;
+            joined = handle => joined,
+            () = tokio::time::sleep(timeout) => return Outcome::TimedOut,
+            () = cancel.cancelled() => return Outcome::Cancelled,
+        };
+        self.handle = None;
+        match joined {
+            Ok(result) => Outcome::Finished(result),
+            Err(err) if err.is_panic() => Outcome::Panicked(format!(
+                "subagent panicked: {}",
+                panic_message(err.into_panic().as_ref())
+            )),
+            Err(_) => {
+                Outcome::Aborted("the subagent's run was aborted before it finished".to_owned())
+            }
+        }
+    }
+
+    /// Cancels the runner's token, gives it [`RUNNER_GRACE`] to return, then
+    /// aborts it; returns once the runner is gone.
+    async fn stop(mut self) {
+        if let Some(handle) = self.handle.take() {
+            self.token.cancel();
+            stop_runner(handle).await;
+        }
+    }
+
+    /// Like [`stop`](Self::stop), on the tracker, without waiting.
+    fn stop_in_background(mut self) {
+        if let Some(handle) = self.handle.take() {
+            self.token.cancel();
+            self.tracker.spawn(stop_runner(handle).in_current_span());
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        self.token.cancel();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                self.tracker.spawn_on(stop_runner(handle), &runtime);
+            }
+            // No runtime to wait on: the runner gets no grace.
+            Err(_) => handle.abort(),
+        }
+    }
+}
+
+/// Gives a cancelled runner [`RUNNER_GRACE`] to return, then aborts it and waits
+/// until it is gone.
+async fn stop_runner(mut handle: JoinHandle<Result<OutputObject, SubagentError>>) {
+    if tokio::time::timeout(RUNNER_GRACE, &mut handle)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_secs = RUNNER_GRACE.as_secs(),
+            "subagent ignored cancellation; aborting it"
+        );
+        handle.abort();
+        // The abort lands at the runner's next await; its result no longer matters.
+        let _ = handle.await;
+    }
+}
+
+/// The text of a panic payload (`panic!` gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        text
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text
+    } else {
+        "<non-string panic payload>"
+    }
+}
+
+impl fmt::Debug for TaskTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskTool")
+            .field("manager", &self.manager)
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Tool for TaskTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: Self::NAME.to_owned(),
+            display_name: "Task".to_owned(),
+            description: "Run a subagent that works on its own toward a goal. By default the \
+                call waits for the subagent and returns its result as JSON (agent_id, \
+                terminate_reason, emitted_vars, final_message). With async: true the call \
+                returns at once with the task ID while the subagent runs in the background; \
+                its result is delivered to you when it finishes. Use check_async_tasks to \
+                monitor background tasks."
+                .to_owned(),
+            parameters: schema::canonical::<TaskParams>(),
+            annotations: ToolAnnotations {
+                read_only: false,
+                destructive: true,
+                idempotent: false,
+                open_world: true,
+            },
+        }
+    }
+
+    async fn execute(&self, params: Value, cancel: CancellationToken) -> ToolResult {
+        let params = match params::parse::<TaskParams>(params) {
+            Ok(params) => params,
+            Err(err) => return params::invalid_params(Self::NAME, &err),
+        };
+        let request = self.request(params);
+        if request.run_async {
+            self.launch(request)
+        } else {
+            self.run_sync(request, &cancel).await
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! `check_async_tasks`: list and peek texts (snapshots), errors, bounds, bad params.
+
+use std::sync::Arc;
+
+use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_tools::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, Tool, ToolErrorType, ToolResult};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// 2026-09-21T14:13:20.000Z
+pub(crate) const T0: u64 = 1_790_000_000_000;
+
+/// A manager holding one task of each status, with the clock 2m 30s after launch.
+pub(crate) fn fixture() -> (AsyncTaskManager, ManualClock) {
+    let clock = ManualClock::new(T0);
+    let manager = AsyncTaskManager::with_clock(MaxAsyncTasks::default(), Arc::new(clock.clone()));
+    let register = |id: &str, agent: &str, goal: &str| {
+        manager
+            .register_task(RegisterTaskInput::new(id, agent, goal))
+            .expect("fixture tasks fit the limit");
+    };
+    register(
+        "0f3a9c21-5b7e-4c1d-9a2f-6e8d0b4c7a11",
+        "researcher",
+        "Find every caller of the retry helper in the io module and explain which of them can loop forever when the server keeps answering 503",
+    );
+    register(
+        "7b2e0d44-1c9a-4f3e-8d6b-2a5c9e7f0b33",
+        "tester",
+        "Run the integration suite",
+    );
+    register(
+        "c91d5e8f-3a7b-4e2c-b1d9-8f6a4c2e0d55",
+        "reviewer",
+        "Review the diff",
+    );
+    register(
+        "e4a8b7c2-9d1f-4a6e-8c3b-5f2d7e9a1b77",
+        "writer",
+        "Draft release notes",
+    );
+    clock.advance(15_000);
+    manager.complete_task(
+        "7b2e0d44-1c9a-4f3e-8d6b-2a5c9e7f0b33",
+        OutputObject::new(TerminateReason::Goal)
+            .with_var("failures", "0")
+            .with_var(
+                "log",
+                "all 412 tests passed in 3 minutes and 12 seconds on the second attempt",
+            )
+            .with_final_message("The suite is green."),
+    );
+    clock.advance(30_000);
+    manager.fail_task(
+        "c91d5e8f-3a7b-4e2c-b1d9-8f6a4c2e0d55",
+        "model returned an empty response",
+    );
+    manager.cancel_task("e4a8b7c2-9d1f-4a6e-8c3b-5f2d7e9a1b77");
+    clock.advance(105_000);
+    (manager, clock)
+}
+
+pub(crate) async fn call(tool: &dyn Tool, params: Value) -> ToolResult {
+    tool.execute(params, CancellationToken::new()).await
+}
+
+#[tokio::test]
+async fn list_mode_texts() {
+    let (manager, _) = fixture();
+    let tool = CheckAsyncTasksTool::new(manager);
+    let result = call(&tool, json!({})).await;
+    assert_eq!(result.error, None);
+    insta::assert_snapshot!("list_llm_content", result.llm_content);
+    insta::assert_snapshot!("list_return_display", result.return_display);
+    assert_eq!(
+        result.metadata,
+        json!({"count": 4, "running": 1, "completed": 1, "failed": 1, "cancelled": 1})
+    );
+    // No params, null params and an empty task_id are all list mode.
+    for params in [
+        Value::Null,
+        json!({"task_id": null}),
+        json!({"task_id": ""}),
+    ] {
+        assert_eq!(call(&tool, params).await, result);
+    }
+}
+
+#[tokio::test]
+async fn list_mode_with_no_tasks() {
+    let tool = CheckAsyncTasksTool::new(AsyncTaskManager::default());
+    let result = call(&tool, json!({})).await;
+    assert_eq!(
+        result,
+        ToolResult::success(
+            "No async tasks.",
+            "No async tasks are currently running or completed.",
+            json!({"count": 0})
+        )
+    );
+}
+
+#[tokio::test]
+async fn peek_texts_for_every_status() {
+    let (manager, _) = fixture();
+    let tool = CheckAsyncTasksTool::new(manager);
+    for (name, prefix) in [
+        ("running", "0f3a"),
+        ("completed", "7b2e0d44"),
+        ("failed", "c91d5e8f-3a7b-4e2c-b1d9-8f6a4c2e0d55"),
+        ("cancelled", "e4"),
+    ] {
+        let result = call(&tool, json!({ "task_id": prefix })).await;
+        assert_eq!(result.error, None, "{name}");
+        insta::assert_snapshot!(format!("peek_{name}_llm_content"), result.llm_content);
+        insta::assert_snapshot!(format!("peek_{name}_return_display"), result.return_display);
+        let metadata: Value = serde_json::from_str(&result.llm_content).unwrap();
+        assert_eq!(result.metadata, metadata, "metadata is the same details");
+    }
+}
+
+#[tokio::test]
+async fn exact_match_wins_over_a_longer_id_with_the_same_prefix() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("abc", "short", "g"))
+        .unwrap();
+    manager
+        .register_task(RegisterTaskInput::new("abcdef", "long", "g"))
+        .unwrap();
+    let tool = CheckAsyncTasksTool::new(manager);
+    let result = call(&tool, json!({"task_id": "abc"})).await;
+    assert_eq!(result.metadata["subagentName"], "short");
+}
+
+#[tokio::test]
+async fn ambiguous_and_unknown_ids_are_parameter_errors() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("0f3a9c21-x", "researcher", "g"))
+        .unwrap();
+    manager
+        .register_task(RegisterTaskInput::new("0f3b1111-y", "tester", "g"))
+        .unwrap();
+    let tool = CheckAsyncTasksTool::new(manager);
+
+    let ambiguous = call(&tool, json!({"task_id": "0f3"})).await;
+    assert_eq!(
+        ambiguous.error.as_ref().map(|e| e.kind),
+        Some(ToolErrorType::InvalidToolParams)
+    );
+    assert_eq!(
+        ambiguous.error.as_ref().map(|e| e.message.as_str()),
+        Some("Ambiguous task ID")
+    );
+    insta::assert_snapshot!("ambiguous_llm_content", ambiguous.llm_content);
+    insta::assert_snapshot!("ambiguous_return_display", ambiguous.return_display);
+
+    let missing = call(&tool, json!({"task_id": "ffff"})).await;
+    assert_eq!(
+        missing.error.as_ref().map(|e| e.kind),
+        Some(ToolErrorType::InvalidToolParams)
+    );
+    assert_eq!(
+        missing.error.as_ref().map(|e| e.message.as_str()),
+        Some("Task not found")
+    );
+    assert_eq!(
+        missing.llm_content,
+        "No async task found with ID or prefix 'ffff'."
+    );
+    assert_eq!(missing.return_display, "Task not found: ffff");
+}
+
+#[tokio::test]
+async fn multi_byte_ids_are_listed_and_found_without_panics() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new(
+            "日本語テキストの識別子",
+            "翻訳者",
+            "訳す",
+        ))
+        .unwrap();
+    manager
+        .register_task(RegisterTaskInput::new("🦀", "crab", "g"))
+        .unwrap();
+    let tool = CheckAsyncTasksTool::new(manager);
+    let list = call(&tool, json!({})).await;
+    assert!(
+        list.llm_content
+            .contains("[日本語テキストの] 翻訳者 - running"),
+        "{}",
+        list.llm_content
+    );
+    assert!(list.llm_content.contains("[🦀] crab - running"));
+    let peek = call(&tool, json!({"task_id": "日本"})).await;
+    assert_eq!(peek.metadata["id"], "日本語テキストの識別子");
+}
+
+#[tokio::test]
+async fn a_huge_output_is_cut_with_a_note() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("big", "dumper", "dump"))
+        .unwrap();
+    let huge = "x".repeat(1_000_000);
+    manager.complete_task(
+        "big",
+        OutputObject::new(TerminateReason::Goal)
+            .with_var("blob", huge.clone())
+            .with_final_message(huge),
+    );
+    let tool = CheckAsyncTasksTool::new(manager);
+    let result = call(&tool, json!({"task_id": "big"})).await;
+    let length = result.llm_content.chars().count();
+    assert!(length <= PEEK_BUDGET_CHARS, "{length} characters");
+    let details: Value = serde_json::from_str(&result.llm_content).expect("still valid JSON");
+    let message = details["output"]["final_message"].as_str().unwrap();
+    assert!(
+        message.ends_with(" more characters cut]"),
+        "{}",
+        &message[message.len() - 40..]
+    );
+    let blob = details["output"]["emitted_vars"]["blob"].as_str().unwrap();
+    assert!(blob.ends_with(" more characters cut]"));
+    // The display shows 50 characters of each variable.
+    assert!(
+        result
+            .return_display
+            .contains(&format!("  - blob: {}...", "x".repeat(50)))
+    );
+}
+
+#[tokio::test]
+async fn thousands_of_variables_still_fit_the_budget() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("many", "dumper", "dump"))
+        .unwrap();
+    let mut output = OutputObject::new(TerminateReason::Goal);
+    for i in 0..100 {
+        output = output.with_var(format!("v{i:03}"), "y".repeat(5_000));
+    }
+    manager.complete_task("many", output);
+    let tool = CheckAsyncTasksTool::new(manager);
+    let result = call(&tool, json!({"task_id": "many"})).await;
+    assert!(result.llm_content.chars().count() <= PEEK_BUDGET_CHARS);
+    assert!(serde_json::from_str::<Value>(&result.llm_content).is_ok());
+}
+
+#[tokio::test]
+async fn bad_parameters_name_the_field_and_never_panic() {
+    let tool = CheckAsyncTasksTool::new(AsyncTaskManager::default());
+    let cases = [
+        (
+            json!({"task_id": 7}),
+            "Invalid parameters for check_async_tasks: task_id: invalid type: integer `7`, expected a string",
+        ),
+        (
+            json!({"task_id": ["a"]}),
+            "Invalid parameters for check_async_tasks: task_id: invalid type: sequence, expected a string",
+        ),
+        (
+            json!({"taskId": "a"}),
+            "Invalid parameters for check_async_tasks: taskId: unknown field `taskId`, expected `task_id`",
+        ),
+        (
+            json!("list"),
+            "Invalid parameters for check_async_tasks: parameters must be a JSON object, got a string",
+        ),
+        (
+            json!(42),
+            "Invalid parameters for check_async_tasks: parameters must be a JSON object, got a number",
+        ),
+    ];
+    for (params, expected) in cases {
+        let result = call(&tool, params.clone()).await;
+        let error = result.error.expect("an error");
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (ToolErrorType::InvalidToolParams, expected),
+            "{params}"
+        );
+        assert_eq!(result.llm_content, expected);
+    }
+}

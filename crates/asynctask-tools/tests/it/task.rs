@@ -1,0 +1,857 @@
+//! `task`: sync and async runs, timeouts, cancellation, panics, the limit refusal,
+//! timeout resolution and bad parameters, with fake subagent runners.
+//!
+//! Everything involving time runs under paused tokio time, so the timeouts (900 s
+//! by default) and the 5 s grace period pass instantly and exactly.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use asynctask_manager::{AsyncTaskManager, CancellationToken};
+use asynctask_model::{
+    AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
+};
+use asynctask_tools::{
+    ContextVar, OutputVarSpec, SubagentError, SubagentRequest, SubagentRunner, TaskTimeouts,
+    TaskTool, Tool, ToolErrorType, ToolResult, completion_notification,
+};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::check_async_tasks::T0;
+
+/// How long a cancelled runner may take before it is aborted (the tool's const).
+const GRACE: Duration = Duration::from_secs(5);
+
+/// What a fake runner does.
+#[derive(Clone)]
+enum Behaviour {
+    /// Returns this output at once.
+    Return(OutputObject),
+    /// Returns this error at once.
+    Fail(&'static str),
+    /// Panics with a `&'static str` payload.
+    PanicStr(&'static str),
+    /// Panics with a `String` payload.
+    PanicString(String),
+    /// Waits for its token, then returns a GOAL output (so a test can tell that a
+    /// late result never overrides a timeout or a cancel).
+    WaitForCancel,
+    /// Never returns, whatever its token says.
+    IgnoreCancel,
+}
+
+/// A fake runner that records what it was given and whether it was dropped
+/// before it finished (aborted).
+struct FakeRunner {
+    behaviour: Behaviour,
+    requests: Mutex<Vec<SubagentRequest>>,
+    tokens: Mutex<Vec<CancellationToken>>,
+    aborted: Arc<AtomicUsize>,
+}
+
+impl FakeRunner {
+    fn new(behaviour: Behaviour) -> Arc<Self> {
+        Arc::new(FakeRunner {
+            behaviour,
+            requests: Mutex::new(Vec::new()),
+            tokens: Mutex::new(Vec::new()),
+            aborted: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    fn requests(&self) -> Vec<SubagentRequest> {
+        self.requests
+            .lock()
+            .expect("a runner never panics holding its lock")
+            .clone()
+    }
+
+    fn started(&self) -> usize {
+        self.tokens
+            .lock()
+            .expect("a runner never panics holding its lock")
+            .len()
+    }
+
+    fn token(&self, i: usize) -> CancellationToken {
+        self.tokens
+            .lock()
+            .expect("a runner never panics holding its lock")[i]
+            .clone()
+    }
+
+    fn aborted(&self) -> usize {
+        self.aborted.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts one abort when dropped while still armed.
+struct AbortProbe {
+    aborted: Arc<AtomicUsize>,
+    armed: bool,
+}
+
+impl Drop for AbortProbe {
+    fn drop(&mut self) {
+        if self.armed {
+            self.aborted.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[async_trait]
+impl SubagentRunner for FakeRunner {
+    async fn run(
+        &self,
+        request: SubagentRequest,
+        cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        self.requests
+            .lock()
+            .expect("a runner never panics holding its lock")
+            .push(request);
+        self.tokens
+            .lock()
+            .expect("a runner never panics holding its lock")
+            .push(cancel.clone());
+        let mut probe = AbortProbe {
+            aborted: Arc::clone(&self.aborted),
+            armed: true,
+        };
+        let result = match self.behaviour.clone() {
+            Behaviour::Return(output) => Ok(output),
+            Behaviour::Fail(message) => Err(SubagentError::new(message)),
+            Behaviour::PanicStr(message) => std::panic::panic_any(message),
+            Behaviour::PanicString(message) => std::panic::panic_any(message),
+            Behaviour::WaitForCancel => {
+                cancel.cancelled().await;
+                Ok(OutputObject::new(TerminateReason::Goal).with_final_message("stopped early"))
+            }
+            Behaviour::IgnoreCancel => std::future::pending().await,
+        };
+        probe.armed = false;
+        result
+    }
+}
+
+fn output() -> OutputObject {
+    OutputObject::new(TerminateReason::Goal)
+        .with_var("answer", "42")
+        .with_var("files", "src/io.rs, src/retry.rs")
+        .with_final_message("Found two callers that can loop forever.")
+}
+
+/// A manager whose clock stands at [`T0`], and a tool over it.
+fn setup(runner: &Arc<FakeRunner>, max: i64) -> (AsyncTaskManager, TaskTool) {
+    let manager = AsyncTaskManager::with_clock(
+        MaxAsyncTasks::new(max).expect("a valid limit"),
+        Arc::new(ManualClock::new(T0)),
+    );
+    let tool = TaskTool::new(
+        manager.clone(),
+        Arc::clone(runner) as Arc<dyn SubagentRunner>,
+    );
+    (manager, tool)
+}
+
+async fn call(tool: &TaskTool, params: Value) -> ToolResult {
+    tool.execute(params, CancellationToken::new()).await
+}
+
+fn async_params(name: &str, extra: Value) -> Value {
+    let mut params =
+        json!({"subagent_name": name, "goal_prompt": "Find the callers", "async": true});
+    if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+        params.extend(extra);
+    }
+    params
+}
+
+fn sync_params(name: &str, extra: Value) -> Value {
+    let mut params = async_params(name, extra);
+    params
+        .as_object_mut()
+        .expect("params are an object")
+        .remove("async");
+    params
+}
+
+/// The id a launch reported.
+fn agent_id(result: &ToolResult) -> String {
+    result.metadata["agentId"]
+        .as_str()
+        .expect("the result names its agent")
+        .to_owned()
+}
+
+/// Waits until every background run (and every runner being stopped) is over.
+async fn settle(tool: &TaskTool) {
+    tool.tracker().close();
+    tool.tracker().wait().await;
+    tool.tracker().reopen();
+}
+
+/// Lets spawned tasks run until `condition` holds (no time passes).
+async fn until(condition: impl Fn() -> bool) {
+    for _ in 0..1_000 {
+        if condition() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("condition not reached");
+}
+
+fn timeout_text(name: &str, seconds: u64) -> String {
+    format!(
+        "Subagent '{name}' timed out after {seconds} seconds. Pass a larger timeout_seconds \
+         (at most 1800 seconds) to give it longer."
+    )
+}
+
+/// A task record as the manager should hold it, launched and ended at [`T0`].
+fn record(id: &str, name: &str, status: AsyncTaskStatus) -> AsyncTaskInfo {
+    AsyncTaskInfo {
+        status,
+        completed_at: status.is_terminal().then_some(T0),
+        ..AsyncTaskInfo::new(id, name, "Find the callers", T0)
+    }
+}
+
+// ---------------------------------------------------------------- async
+
+#[tokio::test(start_paused = true)]
+async fn async_launch_texts_and_metadata() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let (manager, tool) = setup(&runner, 5);
+    let result = call(&tool, async_params("researcher", json!({}))).await;
+    let id = agent_id(&result);
+    assert_eq!(id.len(), 36);
+
+    let redacted: Value = serde_json::from_str(
+        &serde_json::to_string(&result)
+            .unwrap()
+            .replace(&id, "<task-id>"),
+    )
+    .unwrap();
+    insta::assert_json_snapshot!("async_launch_result", redacted);
+    assert_eq!(
+        result,
+        ToolResult::success(
+            format!(
+                "Async task launched: subagent 'researcher' (ID: {id}). Task is running in \
+                 background. Use 'check_async_tasks' to monitor progress."
+            ),
+            format!("Async task started: **researcher** (`{id}`)"),
+            json!({"agentId": id, "async": true, "status": "running"}),
+        )
+    );
+
+    assert_eq!(
+        manager.tasks(),
+        vec![record(&id, "researcher", AsyncTaskStatus::Running)]
+    );
+    until(|| runner.started() == 1).await;
+    assert_eq!(
+        runner.requests(),
+        vec![SubagentRequest {
+            task_id: id.clone(),
+            subagent_name: "researcher".into(),
+            goal_prompt: "Find the callers".into(),
+            behaviour_prompts: vec![],
+            tool_whitelist: None,
+            output_spec: vec![],
+            context: vec![],
+            timeout: Duration::from_secs(900),
+            run_async: true,
+        }]
+    );
+    assert!(manager.cancel_task(&id));
+    settle(&tool).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_request_carries_every_parameter() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (_manager, tool) = setup(&runner, 5);
+    let params = async_params(
+        "researcher",
+        json!({
+            "behaviour_prompts": ["be brief"],
+            "tool_whitelist": ["grep", "read_file"],
+            "output_spec": [{"name": "answer", "description": "the answer"}],
+            "context": [{"name": "repo", "value": "/src"}],
+            "timeout_seconds": 120,
+        }),
+    );
+    let id = agent_id(&call(&tool, params).await);
+    settle(&tool).await;
+    assert_eq!(
+        runner.requests(),
+        vec![SubagentRequest {
+            task_id: id,
+            subagent_name: "researcher".into(),
+            goal_prompt: "Find the callers".into(),
+            behaviour_prompts: vec!["be brief".into()],
+            tool_whitelist: Some(vec!["grep".into(), "read_file".into()]),
+            output_spec: vec![OutputVarSpec {
+                name: "answer".into(),
+                description: "the answer".into()
+            }],
+            context: vec![ContextVar {
+                name: "repo".into(),
+                value: "/src".into()
+            }],
+            timeout: Duration::from_secs(120),
+            run_async: true,
+        }]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_task_completes_with_the_runner_output() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (manager, tool) = setup(&runner, 5);
+    let id = agent_id(&call(&tool, async_params("researcher", json!({}))).await);
+    settle(&tool).await;
+    assert_eq!(
+        manager.tasks(),
+        vec![AsyncTaskInfo {
+            output: Some(output()),
+            ..record(&id, "researcher", AsyncTaskStatus::Completed)
+        }]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_task_fails_with_the_runner_error() {
+    let runner = FakeRunner::new(Behaviour::Fail("exit status 2"));
+    let (manager, tool) = setup(&runner, 5);
+    let id = agent_id(&call(&tool, async_params("tester", json!({}))).await);
+    settle(&tool).await;
+    assert_eq!(
+        manager.tasks(),
+        vec![AsyncTaskInfo {
+            error: Some("exit status 2".into()),
+            ..record(&id, "tester", AsyncTaskStatus::Failed)
+        }]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_panics_fail_the_task_with_the_payload() {
+    for (behaviour, payload) in [
+        (
+            Behaviour::PanicStr("index out of bounds"),
+            "index out of bounds",
+        ),
+        (
+            Behaviour::PanicString("model said: 42".to_owned()),
+            "model said: 42",
+        ),
+    ] {
+        let runner = FakeRunner::new(behaviour);
+        let (manager, tool) = setup(&runner, 5);
+        let id = agent_id(&call(&tool, async_params("crasher", json!({}))).await);
+        settle(&tool).await;
+        assert_eq!(
+            manager.tasks(),
+            vec![AsyncTaskInfo {
+                error: Some(format!("subagent panicked: {payload}")),
+                ..record(&id, "crasher", AsyncTaskStatus::Failed)
+            }]
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_timeout_fails_the_task_and_cancels_the_runner() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let (manager, tool) = setup(&runner, 5);
+    let start = Instant::now();
+    let id = agent_id(&call(&tool, async_params("slow", json!({"timeout_seconds": 60}))).await);
+    settle(&tool).await;
+
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(60),
+        "a cooperative runner gets no grace"
+    );
+    assert!(runner.token(0).is_cancelled());
+    assert_eq!(runner.aborted(), 0);
+    insta::assert_snapshot!("timeout_error", manager.task(&id).unwrap().error.unwrap());
+    // The runner answered the cancel with a GOAL output; the timeout still stands.
+    assert_eq!(
+        manager.tasks(),
+        vec![AsyncTaskInfo {
+            error: Some(timeout_text("slow", 60)),
+            ..record(&id, "slow", AsyncTaskStatus::Failed)
+        }]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_task_cancels_the_runner_and_the_task_stays_cancelled() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let (manager, tool) = setup(&runner, 5);
+    let id = agent_id(&call(&tool, async_params("researcher", json!({}))).await);
+    until(|| runner.started() == 1).await;
+    assert!(!runner.token(0).is_cancelled());
+
+    assert!(manager.cancel_task(&id));
+    assert!(runner.token(0).is_cancelled());
+    settle(&tool).await;
+    // The runner returned an output after the cancel: it is not recorded.
+    assert_eq!(
+        manager.tasks(),
+        vec![record(&id, "researcher", AsyncTaskStatus::Cancelled)]
+    );
+    assert_eq!(runner.aborted(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_cancelling_the_token_cancels_the_task() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let (manager, tool) = setup(&runner, 5);
+    let id = agent_id(&call(&tool, async_params("researcher", json!({}))).await);
+    until(|| runner.started() == 1).await;
+
+    manager.cancellation_token(&id).unwrap().cancel();
+    settle(&tool).await;
+    assert_eq!(
+        manager.tasks(),
+        vec![record(&id, "researcher", AsyncTaskStatus::Cancelled)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_tasks_do_not_depend_on_the_launching_call() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let (manager, tool) = setup(&runner, 5);
+    let call_token = CancellationToken::new();
+    let result = tool
+        .execute(async_params("researcher", json!({})), call_token.clone())
+        .await;
+    let id = agent_id(&result);
+    until(|| runner.started() == 1).await;
+
+    call_token.cancel();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!runner.token(0).is_cancelled());
+    assert_eq!(
+        manager.tasks(),
+        vec![record(&id, "researcher", AsyncTaskStatus::Running)]
+    );
+
+    assert!(manager.cancel_task(&id));
+    settle(&tool).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runner_ignoring_a_timeout_is_aborted_after_the_grace_period() {
+    let runner = FakeRunner::new(Behaviour::IgnoreCancel);
+    let (manager, tool) = setup(&runner, 5);
+    let start = Instant::now();
+    let id = agent_id(
+        &call(
+            &tool,
+            async_params("stubborn", json!({"timeout_seconds": 10})),
+        )
+        .await,
+    );
+    let failed = AsyncTaskInfo {
+        error: Some(timeout_text("stubborn", 10)),
+        ..record(&id, "stubborn", AsyncTaskStatus::Failed)
+    };
+
+    // Just after the timeout: the task has failed, the runner is in its grace.
+    tokio::time::sleep(Duration::from_millis(10_001)).await;
+    assert_eq!(manager.tasks(), vec![failed.clone()]);
+    assert!(runner.token(0).is_cancelled());
+    assert_eq!(runner.aborted(), 0);
+
+    settle(&tool).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(10) + GRACE);
+    assert_eq!(runner.aborted(), 1);
+    assert_eq!(manager.tasks(), vec![failed]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runner_ignoring_cancel_task_is_aborted_and_the_task_stays_cancelled() {
+    let runner = FakeRunner::new(Behaviour::IgnoreCancel);
+    let (manager, tool) = setup(&runner, 5);
+    let id = agent_id(&call(&tool, async_params("stubborn", json!({}))).await);
+    until(|| runner.started() == 1).await;
+
+    let start = Instant::now();
+    assert!(manager.cancel_task(&id));
+    settle(&tool).await;
+    assert_eq!(start.elapsed(), GRACE);
+    assert_eq!(runner.aborted(), 1);
+    assert_eq!(
+        manager.tasks(),
+        vec![record(&id, "stubborn", AsyncTaskStatus::Cancelled)]
+    );
+    assert_eq!(manager.counts().running, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_refusal_says_what_to_do_next() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let (manager, tool) = setup(&runner, 1);
+    let first = agent_id(&call(&tool, async_params("researcher", json!({}))).await);
+
+    let refused = call(&tool, async_params("tester", json!({}))).await;
+    insta::assert_snapshot!("limit_refusal_llm_content", refused.llm_content);
+    let text = "Max async tasks (1) reached. Wait for a running task to finish and check \
+                progress with 'check_async_tasks', run this subagent synchronously (without \
+                async: true), or try again later.";
+    assert_eq!(
+        refused,
+        ToolResult::failure(
+            ToolErrorType::ExecutionFailed,
+            "Max async tasks (1) reached",
+            text,
+            text
+        )
+    );
+    assert_eq!(
+        manager.tasks(),
+        vec![record(&first, "researcher", AsyncTaskStatus::Running)]
+    );
+    until(|| runner.started() == 1).await;
+    tokio::task::yield_now().await;
+    assert_eq!(runner.started(), 1, "the refused subagent never ran");
+
+    assert!(manager.cancel_task(&first));
+    settle(&tool).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_launches_of_one_subagent_differ_in_their_first_8_characters() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (_manager, tool) = setup(&runner, 5);
+    let a = agent_id(&call(&tool, async_params("researcher", json!({}))).await);
+    let b = agent_id(&call(&tool, async_params("researcher", json!({}))).await);
+    assert_ne!(a[..8], b[..8]);
+    settle(&tool).await;
+}
+
+// ---------------------------------------------------------------- sync
+
+#[tokio::test(start_paused = true)]
+async fn sync_result_is_the_completion_json() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (manager, tool) = setup(&runner, 5);
+    for run_async in [json!({}), json!({"async": false}), json!({"async": null})] {
+        let result = call(&tool, sync_params("researcher", run_async)).await;
+        let id = agent_id(&result);
+        insta::assert_snapshot!(
+            "sync_llm_content",
+            result.llm_content.replace(&id, "<task-id>")
+        );
+
+        let mut task = AsyncTaskInfo::new(id.clone(), "researcher", "Find the callers", T0);
+        task.complete(output(), T0);
+        assert_eq!(
+            result,
+            ToolResult::success(
+                completion_notification(&task),
+                "Subagent **researcher** finished (`GOAL`)",
+                json!({
+                    "agentId": id,
+                    "terminateReason": "GOAL",
+                    "emittedVars": {"answer": "42", "files": "src/io.rs, src/retry.rs"},
+                }),
+            )
+        );
+    }
+    assert_eq!(
+        manager.tasks(),
+        vec![],
+        "synchronous runs are not registered"
+    );
+    assert!(runner.requests().iter().all(|r| !r.run_async));
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_runner_error_is_an_execution_failure() {
+    let runner = FakeRunner::new(Behaviour::Fail("exit status 2"));
+    let (manager, tool) = setup(&runner, 5);
+    let result = call(&tool, sync_params("tester", json!({}))).await;
+    let id = agent_id(&result);
+    assert_eq!(
+        result,
+        ToolResult::failure(
+            ToolErrorType::ExecutionFailed,
+            "exit status 2",
+            format!("{{\n  \"agent_id\": \"{id}\",\n  \"status\": \"failed\",\n  \"error\": \"exit status 2\"\n}}"),
+            "Subagent **tester** failed: exit status 2",
+        )
+        .with_metadata(json!({"agentId": id, "status": "failed"}))
+    );
+    assert_eq!(manager.tasks(), vec![]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_panic_is_an_unhandled_exception() {
+    let runner = FakeRunner::new(Behaviour::PanicStr("boom"));
+    let (_manager, tool) = setup(&runner, 5);
+    let result = call(&tool, sync_params("crasher", json!({}))).await;
+    let id = agent_id(&result);
+    assert_eq!(
+        result,
+        ToolResult::failure(
+            ToolErrorType::UnhandledException,
+            "subagent panicked: boom",
+            format!("{{\n  \"agent_id\": \"{id}\",\n  \"status\": \"failed\",\n  \"error\": \"subagent panicked: boom\"\n}}"),
+            "Subagent **crasher** failed: subagent panicked: boom",
+        )
+        .with_metadata(json!({"agentId": id, "status": "failed"}))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_timeout_names_the_timeout_and_the_setting() {
+    let runner = FakeRunner::new(Behaviour::IgnoreCancel);
+    let (_manager, tool) = setup(&runner, 5);
+    let start = Instant::now();
+    let result = call(
+        &tool,
+        sync_params("stubborn", json!({"timeout_seconds": 30})),
+    )
+    .await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(30),
+        "the caller does not wait for the grace"
+    );
+    let id = agent_id(&result);
+    let text = timeout_text("stubborn", 30);
+    assert_eq!(
+        result,
+        ToolResult::failure(
+            ToolErrorType::Timeout,
+            text.clone(),
+            format!("{{\n  \"agent_id\": \"{id}\",\n  \"status\": \"failed\",\n  \"error\": \"{text}\"\n}}"),
+            "Subagent **stubborn** timed out after 30 seconds",
+        )
+        .with_metadata(json!({"agentId": id, "status": "failed"}))
+    );
+    assert!(runner.token(0).is_cancelled());
+
+    // The runner ignores its token: it is aborted after the grace period.
+    assert_eq!(runner.aborted(), 0);
+    settle(&tool).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(30) + GRACE);
+    assert_eq!(runner.aborted(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_at_the_cap_does_not_ask_for_a_larger_one() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let (_manager, tool) = setup(&runner, 5);
+    let start = Instant::now();
+    let result = call(
+        &tool,
+        sync_params("slowest", json!({"timeout_seconds": -1})),
+    )
+    .await;
+    assert_eq!(start.elapsed(), Duration::from_secs(1800));
+    let error = result.error.expect("timed out");
+    assert_eq!(
+        (error.kind, error.message.as_str()),
+        (
+            ToolErrorType::Timeout,
+            "Subagent 'slowest' timed out after 1800 seconds, the longest timeout_seconds \
+             allows. Split the goal into smaller tasks, or ask the user to raise the host's \
+             maximum timeout."
+        )
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_call_cancelled_cancels_the_runner() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let (_manager, tool) = setup(&runner, 5);
+    let cancel = CancellationToken::new();
+    let (result, ()) = tokio::join!(
+        tool.execute(sync_params("researcher", json!({})), cancel.clone()),
+        async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            cancel.cancel();
+        }
+    );
+    let id = agent_id(&result);
+    assert_eq!(
+        result,
+        ToolResult::failure(
+            ToolErrorType::ExecutionFailed,
+            "cancelled",
+            format!("{{\n  \"agent_id\": \"{id}\",\n  \"status\": \"cancelled\"\n}}"),
+            "Subagent **researcher** was cancelled",
+        )
+        .with_metadata(json!({"agentId": id, "status": "cancelled"}))
+    );
+    assert!(runner.token(0).is_cancelled());
+    settle(&tool).await;
+    assert_eq!(runner.aborted(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_sync_call_stops_its_runner() {
+    let runner = FakeRunner::new(Behaviour::IgnoreCancel);
+    let (_manager, tool) = setup(&runner, 5);
+    let start = Instant::now();
+    let abandoned = tokio::time::timeout(
+        Duration::from_secs(1),
+        call(&tool, sync_params("stubborn", json!({}))),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the call was still running");
+    assert!(runner.token(0).is_cancelled());
+    settle(&tool).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(1) + GRACE);
+    assert_eq!(runner.aborted(), 1);
+}
+
+// ---------------------------------------------------------------- timeouts
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_resolve_to_the_default_and_are_capped() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (_manager, tool) = setup(&runner, 5);
+    let cases = [
+        (json!({}), 900),
+        (json!({"timeout_seconds": null}), 900),
+        (json!({"timeout_seconds": 60}), 60),
+        (json!({"timeout_seconds": 1800}), 1800),
+        (json!({"timeout_seconds": 1801}), 1800),
+        (json!({"timeout_seconds": 99_999}), 1800),
+        (json!({"timeout_seconds": -1}), 1800),
+        (json!({"timeout_seconds": 0}), 1800),
+    ];
+    for (extra, _) in &cases {
+        assert_eq!(
+            call(&tool, sync_params("r", extra.clone())).await.error,
+            None
+        );
+    }
+    let got: Vec<u64> = runner
+        .requests()
+        .iter()
+        .map(|r| r.timeout.as_secs())
+        .collect();
+    let expected: Vec<u64> = cases.iter().map(|(_, seconds)| *seconds).collect();
+    assert_eq!(got, expected);
+    assert_eq!(tool.timeouts(), TaskTimeouts::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn configured_timeouts_apply_and_the_default_never_exceeds_the_max() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let manager = AsyncTaskManager::default();
+    let timeouts = TaskTimeouts {
+        default: Duration::from_secs(600),
+        max: Duration::from_secs(120),
+    };
+    let tool = TaskTool::new(manager, Arc::clone(&runner) as Arc<dyn SubagentRunner>)
+        .with_timeouts(timeouts);
+    assert_eq!(tool.timeouts(), timeouts);
+    let start = Instant::now();
+    let result = call(&tool, sync_params("slow", json!({}))).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(120));
+    assert_eq!(
+        result.error.unwrap().message,
+        "Subagent 'slow' timed out after 120 seconds, the longest timeout_seconds allows. \
+         Split the goal into smaller tasks, or ask the user to raise the host's maximum timeout."
+    );
+}
+
+// ---------------------------------------------------------------- bad params
+
+#[tokio::test]
+async fn bad_parameters_name_the_field() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (manager, tool) = setup(&runner, 5);
+    let base = |extra: Value| async_params("researcher", extra);
+    let corpus = [
+        (
+            json!({"subagent_name": 5, "goal_prompt": "g"}),
+            "subagent_name: invalid type: integer `5`, expected a string",
+        ),
+        (
+            json!({"subagent_name": "   ", "goal_prompt": "g", "async": true}),
+            "subagent_name: must not be blank",
+        ),
+        (
+            json!({"subagent_name": "a", "goal_prompt": ""}),
+            "goal_prompt: must not be blank",
+        ),
+        (json!({"goal_prompt": "g"}), "missing field `subagent_name`"),
+        (Value::Null, "missing field `subagent_name`"),
+        (
+            base(json!({"async": "yes"})),
+            "async: invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            base(json!({"timeout_seconds": "60"})),
+            "timeout_seconds: invalid type: string \"60\", expected a JSON number",
+        ),
+        (
+            base(json!({"timeout_seconds": -5})),
+            "timeout_seconds: expected -1 or a non-negative integer number of seconds, got -5",
+        ),
+        (
+            base(json!({"behaviour_prompts": "be brief"})),
+            "behaviour_prompts: invalid type: string \"be brief\", expected a sequence",
+        ),
+        (
+            base(json!({"context": [{"name": "repo"}]})),
+            "context[0]: missing field `value`",
+        ),
+        (
+            base(json!({"extra": 1})),
+            "extra: unknown field `extra`, expected one of `subagent_name`, `goal_prompt`, \
+             `behaviour_prompts`, `tool_whitelist`, `output_spec`, `context`, \
+             `timeout_seconds`, `async`",
+        ),
+        (json!([1]), "parameters must be a JSON object, got an array"),
+        (
+            json!("run it"),
+            "parameters must be a JSON object, got a string",
+        ),
+        (json!(7), "parameters must be a JSON object, got a number"),
+    ];
+    for (params, problem) in corpus {
+        let message = format!("Invalid parameters for task: {problem}");
+        assert_eq!(
+            call(&tool, params.clone()).await,
+            ToolResult::failure(
+                ToolErrorType::InvalidToolParams,
+                message.clone(),
+                message.clone(),
+                message
+            ),
+            "params: {params}"
+        );
+    }
+    assert_eq!(runner.started(), 0, "no runner was started");
+    assert_eq!(manager.tasks(), vec![]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn spec_is_the_task_tool() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (_manager, tool) = setup(&runner, 5);
+    let spec = tool.spec();
+    assert_eq!(
+        (spec.name.as_str(), spec.display_name.as_str()),
+        ("task", "Task")
+    );
+    assert_eq!(spec.parameters["additionalProperties"], json!(false));
+}
