@@ -1,7 +1,53 @@
-//! The asynctask runtime: reminders, auto-trigger and todo continuation (work in progress).
+//! The asynctask runtime: delivering background results to the model.
 //!
-//! This layer sits on `asynctask-tools`. It will hold the reminder service, the
-//! auto-trigger that wakes an idle agent when a background task finishes,
-//! next-turn reminders, the todo continuation service and the `AsyncTaskRuntime`
-//! facade a host builds once. Until then it only fixes the crate's place in the
-//! layers.
+//! This is the top library layer, on `asynctask-tools`. A background task is only
+//! useful once the model hears how it ended; this crate makes sure it does —
+//! exactly once, and never lost:
+//!
+//! - [`AsyncTaskReminderService`] renders the status summary and the
+//!   `System Note` reminders the model reads, returning the ids each carries;
+//! - the auto-trigger (inside [`AsyncTaskRuntime`]) wakes an idle agent through
+//!   the host's [`AgentHost`] when a task completes or fails, coalesces bursts,
+//!   marks only what was delivered, checks again after each delivery and retries a
+//!   failed one with backoff — never in a hot loop; a cancel alone wakes nobody;
+//! - [`AsyncTaskRuntime::next_turn_reminder`] / [`AsyncTaskRuntime::ack_delivered`]
+//!   serve hosts that inject reminders into their own requests, sharing one guard
+//!   with the auto-trigger so no task is delivered twice;
+//! - [`TodoContinuationService`] is the seed's todo continuation, to the letter;
+//! - [`AsyncTaskRuntime`] wires it all: registry, tools, delivery, settings and
+//!   shutdown.
+//!
+//! What it does not do: talk to a model or run subagents. The host brings an
+//! [`AgentHost`] (optional) and a [`SubagentRunner`](asynctask_tools::SubagentRunner).
+//!
+//! # Example
+//!
+//! ```
+//! use asynctask_runtime::AsyncTaskRuntime;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let runtime = AsyncTaskRuntime::builder().build(); // no host, no runner
+//! assert_eq!(runtime.tools().len(), 2, "check_async_tasks and todo_pause");
+//! runtime.set_setting("task-max-async", serde_json::json!(3)).unwrap();
+//! assert_eq!(runtime.manager().max_async_tasks().get(), 3);
+//! assert_eq!(runtime.status_summary(), "");
+//! runtime.shutdown().await;
+//! # });
+//! ```
+
+mod continuation;
+mod delivery;
+mod host;
+mod reminder;
+mod runtime;
+
+pub use crate::continuation::{
+    CONTINUATION_TIMEOUT_MS, ContinuationConditions, ContinuationContext, ContinuationEvaluation,
+    ContinuationPromptConfig, ContinuationState, MAX_CONTINUATION_ATTEMPTS,
+    MAX_TASK_DESCRIPTION_LENGTH, MIN_CONTINUATION_INTERVAL_MS, TodoContinuationService,
+};
+pub use crate::host::{AgentHost, TriggerError};
+pub use crate::reminder::{AsyncTaskReminderService, Reminder};
+pub use crate::runtime::{
+    AsyncTaskRuntime, AsyncTaskRuntimeBuilder, BuildError, SHUTDOWN_TIMEOUT, SettingError,
+};

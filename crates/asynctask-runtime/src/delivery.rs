@@ -1,0 +1,237 @@
+//! Delivery: the auto-trigger that wakes an idle agent, and next-turn reminders,
+//! sharing one guard so that no task is ever delivered twice.
+//!
+//! Every pending task is in at most one delivery at a time: the auto-trigger's
+//! in-flight turn claims the ids it carries, and `next_turn_reminder` claims the
+//! ids it hands the host until they are acknowledged (or the host's turn ends
+//! without an acknowledgement). Each path renders only unclaimed tasks, and
+//! rendering and claiming happen under one lock. Host callbacks are never called
+//! with a lock held: they run on a spawned tokio task.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use asynctask_model::AsyncTaskStatus;
+use tokio::runtime::Handle;
+use tracing::Instrument;
+
+use crate::host::AgentHost;
+use crate::reminder::{AsyncTaskReminderService, Reminder, render};
+
+/// The first delay before a failed delivery is retried; it doubles per failure.
+const RETRY_BASE: Duration = Duration::from_secs(1);
+/// Delayed retries after this many failures in a row stop; the next completion
+/// or `agent_idle` tries again.
+const MAX_DELAYED_RETRIES: u32 = 4;
+
+#[derive(Debug, Default)]
+struct State {
+    /// An auto-trigger delivery task is running.
+    in_flight: bool,
+    /// Something happened while it ran: check again before stopping.
+    again: bool,
+    /// Ids carried by the auto-trigger's turn in flight.
+    auto_claimed: Vec<String>,
+    /// Ids handed out by `next_turn_reminder` and not yet acknowledged.
+    next_turn_claimed: Vec<String>,
+    /// Failed deliveries in a row.
+    failures: u32,
+    /// A delayed retry is scheduled.
+    retry_scheduled: bool,
+    stopped: bool,
+}
+
+/// The delivery engine; shared by the runtime and the manager's event handlers.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    reminders: AsyncTaskReminderService,
+    host: Option<Arc<dyn AgentHost>>,
+    handle: Handle,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for dyn AgentHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AgentHost")
+    }
+}
+
+impl Delivery {
+    pub(crate) fn new(
+        reminders: AsyncTaskReminderService,
+        host: Option<Arc<dyn AgentHost>>,
+        handle: Handle,
+    ) -> Self {
+        Delivery {
+            reminders,
+            host,
+            handle,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is a few flags and id lists, consistent after every statement.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Something may be deliverable (an event, or the agent went idle): start a
+    /// delivery unless one is running, in which case it checks again when done.
+    pub(crate) fn poke(self: &Arc<Self>) {
+        if self.host.is_none() {
+            return;
+        }
+        {
+            let mut state = self.lock();
+            if state.stopped {
+                return;
+            }
+            if state.in_flight {
+                state.again = true;
+                return;
+            }
+            state.in_flight = true;
+            state.again = false;
+        }
+        let this = Arc::clone(self);
+        self.handle.spawn(async move { this.run().await });
+    }
+
+    /// The host's turn ended: what it took with `next_turn_reminder` and did not
+    /// acknowledge was not delivered; then deliver what is pending.
+    pub(crate) fn agent_idle(self: &Arc<Self>) {
+        self.lock().next_turn_claimed.clear();
+        self.poke();
+    }
+
+    /// The reminder for the host's next model request, claiming its tasks until
+    /// [`ack`](Self::ack) (or the next call, or `agent_idle`).
+    pub(crate) fn next_turn_reminder(&self) -> Option<Reminder> {
+        let mut state = self.lock();
+        state.next_turn_claimed.clear();
+        let reminder = self.reminders.reminder_excluding(&state.auto_claimed)?;
+        state.next_turn_claimed = reminder.task_ids.clone();
+        Some(reminder)
+    }
+
+    /// The host delivered these tasks: mark them and release their claim.
+    pub(crate) fn ack(&self, task_ids: &[String]) {
+        self.reminders.mark_notified(task_ids);
+        let mut state = self.lock();
+        state.next_turn_claimed.retain(|id| !task_ids.contains(id));
+        let span =
+            tracing::debug_span!("async_task_delivery", path = "next_turn", task_ids = ?task_ids);
+        span.in_scope(|| tracing::debug!("reminder acknowledged by the host"));
+    }
+
+    pub(crate) fn stop(&self) {
+        self.lock().stopped = true;
+    }
+
+    /// The auto-trigger loop: deliver while something deliverable is pending and
+    /// the agent is idle.
+    async fn run(self: Arc<Self>) {
+        let Some(host) = self.host.clone() else {
+            self.lock().in_flight = false;
+            return;
+        };
+        loop {
+            // Let a burst of completions land, so they share one turn.
+            tokio::task::yield_now().await;
+            let Some(reminder) = self.claim_for_auto_trigger(host.as_ref()) else {
+                if self.finish() {
+                    continue;
+                }
+                return;
+            };
+            let ids = reminder.task_ids.clone();
+            let span =
+                tracing::info_span!("async_task_delivery", path = "auto_trigger", task_ids = ?ids);
+            let outcome = host
+                .trigger_agent_turn(reminder.text)
+                .instrument(span.clone())
+                .await;
+            match outcome {
+                Ok(()) => {
+                    self.reminders.mark_notified(&ids);
+                    let mut state = self.lock();
+                    state.auto_claimed.clear();
+                    state.failures = 0;
+                    span.in_scope(|| tracing::debug!("delivered; checking again"));
+                    // Loop: check again after a successful delivery.
+                }
+                Err(error) => {
+                    span.in_scope(|| {
+                        tracing::warn!(%error, "async task delivery failed; the tasks stay pending");
+                    });
+                    let retry = {
+                        let mut state = self.lock();
+                        state.auto_claimed.clear();
+                        state.failures += 1;
+                        state.in_flight = false;
+                        state.again = false;
+                        let retry = !state.retry_scheduled
+                            && !state.stopped
+                            && state.failures <= MAX_DELAYED_RETRIES;
+                        if retry {
+                            state.retry_scheduled = true;
+                        }
+                        retry.then(|| RETRY_BASE * 2u32.pow(state.failures - 1))
+                    };
+                    if let Some(delay) = retry {
+                        let this = Arc::clone(&self);
+                        self.handle.spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            this.lock().retry_scheduled = false;
+                            this.poke();
+                        });
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Renders and claims a reminder for the auto-trigger, or `None` when the agent
+    /// is busy or nothing that warrants waking it is pending (a cancel alone does
+    /// not: the user did it and is there).
+    fn claim_for_auto_trigger(&self, host: &dyn AgentHost) -> Option<Reminder> {
+        // Host callback first, without any lock held.
+        if host.is_agent_busy() {
+            return None;
+        }
+        let mut state = self.lock();
+        if state.stopped {
+            return None;
+        }
+        let excluded: Vec<String> = state.next_turn_claimed.clone();
+        let pending: Vec<_> = self
+            .reminders
+            .pending_excluding(&excluded)
+            .into_iter()
+            .collect();
+        let wakes = pending.iter().any(|task| {
+            matches!(
+                task.status,
+                AsyncTaskStatus::Completed | AsyncTaskStatus::Failed
+            )
+        });
+        if !wakes {
+            return None;
+        }
+        let reminder = render(&pending, self.reminders.running_count())?;
+        state.auto_claimed = reminder.task_ids.clone();
+        Some(reminder)
+    }
+
+    /// Ends the loop unless something happened meanwhile; `true` means go on.
+    fn finish(&self) -> bool {
+        let mut state = self.lock();
+        if state.again && !state.stopped {
+            state.again = false;
+            return true;
+        }
+        state.in_flight = false;
+        false
+    }
+}

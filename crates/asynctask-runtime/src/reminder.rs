@@ -1,0 +1,145 @@
+//! The reminder service: the status summary and the `System Note` reminders the
+//! model reads, rendered from the registry.
+
+use asynctask_manager::AsyncTaskManager;
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+use asynctask_tools::{completion_notification, id_prefix};
+
+/// A reminder ready to deliver: its text, and the ids of the finished tasks it
+/// reports (the ones to mark notified once the delivery succeeded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reminder {
+    /// The text, in the seed's `System Note` format.
+    pub text: String,
+    /// The finished tasks the text reports, in registration order.
+    pub task_ids: Vec<String>,
+}
+
+/// Renders what the model should know about background tasks.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_runtime::AsyncTaskReminderService;
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "researcher", "g"))?;
+/// let reminders = AsyncTaskReminderService::new(manager.clone());
+/// assert_eq!(reminders.status_summary(), "[ASYNC TASKS: 1 total]\n[1] researcher - [RUNNING] (0f3a9c21...)");
+///
+/// manager.cancel_task("0f3a9c21-1");
+/// let reminder = reminders.reminder().unwrap();
+/// assert_eq!(reminder.task_ids, ["0f3a9c21-1"]);
+/// assert!(reminder.text.starts_with("---\nSystem Note: Async Task Status\n\n1 async task(s) completed:"));
+/// reminders.mark_notified(&reminder.task_ids);
+/// assert!(!reminders.has_pending_notifications());
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct AsyncTaskReminderService {
+    manager: AsyncTaskManager,
+}
+
+impl AsyncTaskReminderService {
+    /// A service reading `manager`.
+    #[must_use]
+    pub fn new(manager: AsyncTaskManager) -> Self {
+        AsyncTaskReminderService { manager }
+    }
+
+    /// The status block for the system instruction: `[ASYNC TASKS: N total]`, then
+    /// one `[i] <subagent> - [RUNNING|DONE|FAILED|CANCELLED] (<8 chars of id>...)`
+    /// line per task; the empty string when there are no tasks.
+    #[must_use]
+    pub fn status_summary(&self) -> String {
+        let tasks = self.manager.tasks();
+        if tasks.is_empty() {
+            return String::new();
+        }
+        let mut lines = Vec::with_capacity(tasks.len() + 1);
+        lines.push(format!("[ASYNC TASKS: {} total]", tasks.len()));
+        for (i, task) in tasks.iter().enumerate() {
+            let icon = match task.status {
+                AsyncTaskStatus::Running => "[RUNNING]",
+                AsyncTaskStatus::Completed => "[DONE]",
+                AsyncTaskStatus::Failed => "[FAILED]",
+                AsyncTaskStatus::Cancelled => "[CANCELLED]",
+            };
+            lines.push(format!(
+                "[{}] {} - {icon} ({}...)",
+                i + 1,
+                task.subagent_name,
+                id_prefix(&task.id)
+            ));
+        }
+        lines.join("\n")
+    }
+
+    /// The reminder for every finished task not yet delivered, plus how many still
+    /// run; `None` when nothing is pending and nothing runs.
+    #[must_use]
+    pub fn reminder(&self) -> Option<Reminder> {
+        self.reminder_excluding(&[])
+    }
+
+    /// [`reminder`](Self::reminder), leaving out tasks another delivery holds.
+    pub(crate) fn reminder_excluding(&self, claimed: &[String]) -> Option<Reminder> {
+        render(&self.pending_excluding(claimed), self.running_count())
+    }
+
+    /// Pending tasks that no other delivery holds.
+    pub(crate) fn pending_excluding(&self, claimed: &[String]) -> Vec<AsyncTaskInfo> {
+        self.manager
+            .pending_notifications()
+            .into_iter()
+            .filter(|task| !claimed.contains(&task.id))
+            .collect()
+    }
+
+    pub(crate) fn running_count(&self) -> usize {
+        self.manager.counts().running
+    }
+
+    /// How a finished task is reported (pretty JSON; the same text the synchronous
+    /// `task` tool returns). The empty string for a running task.
+    #[must_use]
+    pub fn format_completion_notification(&self, task: &AsyncTaskInfo) -> String {
+        completion_notification(task)
+    }
+
+    /// Whether any finished task awaits delivery.
+    #[must_use]
+    pub fn has_pending_notifications(&self) -> bool {
+        self.manager.has_pending_notifications()
+    }
+
+    /// Marks these tasks notified. Call it only after the reminder carrying them
+    /// was delivered.
+    pub fn mark_notified(&self, task_ids: &[String]) {
+        self.manager.mark_all_notified(task_ids);
+    }
+}
+
+/// The seed's reminder: `---\nSystem Note: Async Task Status\n\n` + parts joined by
+/// blank lines + `\n---`.
+pub(crate) fn render(pending: &[AsyncTaskInfo], running: usize) -> Option<Reminder> {
+    if pending.is_empty() && running == 0 {
+        return None;
+    }
+    let mut parts = Vec::with_capacity(pending.len() + 2);
+    if !pending.is_empty() {
+        parts.push(format!("{} async task(s) completed:", pending.len()));
+        parts.extend(pending.iter().map(completion_notification));
+    }
+    if running > 0 {
+        parts.push(format!("{running} async task(s) still running."));
+    }
+    Some(Reminder {
+        text: format!(
+            "---\nSystem Note: Async Task Status\n\n{}\n---",
+            parts.join("\n\n")
+        ),
+        task_ids: pending.iter().map(|task| task.id.clone()).collect(),
+    })
+}

@@ -1,0 +1,417 @@
+//! `AsyncTaskRuntime`: the facade a host builds once, and its builder.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use asynctask_manager::{AsyncTaskManager, Subscription};
+use asynctask_model::{Clock, MaxAsyncTasks, SystemClock, Todo};
+use asynctask_tools::{
+    CheckAsyncTasksTool, PauseSignal, SubagentRunner, TaskTimeouts, TaskTool, TodoPauseTool, Tool,
+};
+use tokio::runtime::Handle;
+use tokio_util::task::TaskTracker;
+
+use crate::continuation::{
+    ContinuationContext, ContinuationEvaluation, ContinuationState, TodoContinuationService,
+};
+use crate::delivery::Delivery;
+use crate::host::AgentHost;
+use crate::reminder::{AsyncTaskReminderService, Reminder};
+
+/// How long [`AsyncTaskRuntime::shutdown`] waits for background runs to end.
+/// Each run gives its runner a grace period after cancelling it and then aborts
+/// it, so this is an outer bound, not the usual wait.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The whole of asynctask for one agent session: the registry, the tools, the
+/// reminders, the auto-trigger and todo continuation, wired together.
+///
+/// Build it once, inside a tokio runtime, with [`AsyncTaskRuntime::builder`]; give
+/// [`tools`](Self::tools) to the model; call [`agent_idle`](Self::agent_idle)
+/// whenever the agent's turn ends; and either let the auto-trigger wake the agent
+/// (with a [`AgentHost`]) or put [`next_turn_reminder`](Self::next_turn_reminder)
+/// into each model request and [`ack_delivered`](Self::ack_delivered) it.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use asynctask_model::{OutputObject, TerminateReason};
+/// use asynctask_runtime::AsyncTaskRuntime;
+/// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, Tool};
+/// use tokio_util::sync::CancellationToken;
+///
+/// struct Echo;
+///
+/// #[async_trait::async_trait]
+/// impl SubagentRunner for Echo {
+///     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken) -> Result<OutputObject, SubagentError> {
+///         Ok(OutputObject::new(TerminateReason::Goal).with_final_message(request.goal_prompt))
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let runtime = AsyncTaskRuntime::builder().runner(Arc::new(Echo)).build();
+/// let task = runtime.tools().into_iter().find(|t| t.spec().name == "task").unwrap();
+/// let launched = task
+///     .execute(serde_json::json!({"subagent_name": "echo", "goal_prompt": "hi", "async": true}), CancellationToken::new())
+///     .await;
+/// assert!(launched.llm_content.starts_with("Async task launched: subagent 'echo'"));
+///
+/// while runtime.manager().counts().running > 0 {
+///     tokio::task::yield_now().await; // the subagent runs in the background
+/// }
+/// let reminder = runtime.next_turn_reminder().unwrap();
+/// assert!(reminder.text.contains("\"final_message\": \"hi\""));
+/// runtime.ack_delivered(&reminder.task_ids);
+/// assert!(runtime.next_turn_reminder().is_none());
+/// runtime.shutdown().await;
+/// # });
+/// ```
+pub struct AsyncTaskRuntime {
+    manager: AsyncTaskManager,
+    reminders: AsyncTaskReminderService,
+    delivery: Arc<Delivery>,
+    task_tool: Option<Arc<TaskTool>>,
+    check_tool: Arc<CheckAsyncTasksTool>,
+    pause_tool: Arc<TodoPauseTool>,
+    tracker: TaskTracker,
+    continuation: TodoContinuationService,
+    continuation_setting: Mutex<Option<bool>>,
+    subscriptions: Mutex<Vec<Subscription>>,
+    shut_down: AtomicBool,
+}
+
+/// Builds an [`AsyncTaskRuntime`].
+#[derive(Default)]
+#[must_use]
+pub struct AsyncTaskRuntimeBuilder {
+    max_async_tasks: MaxAsyncTasks,
+    clock: Option<Arc<dyn Clock>>,
+    host: Option<Arc<dyn AgentHost>>,
+    runner: Option<Arc<dyn SubagentRunner>>,
+    timeouts: TaskTimeouts,
+}
+
+impl AsyncTaskRuntimeBuilder {
+    /// The running limit (default 5).
+    pub fn max_async_tasks(mut self, max: MaxAsyncTasks) -> Self {
+        self.max_async_tasks = max;
+        self
+    }
+
+    /// The clock (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The host to wake when a task finishes while the agent is idle. Without
+    /// one there is no auto-trigger: use next-turn reminders.
+    pub fn host(mut self, host: Arc<dyn AgentHost>) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// The subagent runner. Without one there is no `task` tool.
+    pub fn runner(mut self, runner: Arc<dyn SubagentRunner>) -> Self {
+        self.runner = Some(runner);
+        self
+    }
+
+    /// The default and maximum subagent timeouts (900 s and 1800 s).
+    pub fn timeouts(mut self, timeouts: TaskTimeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Builds the runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (the auto-trigger spawns its deliveries there). Use
+    /// [`try_build`](Self::try_build) to get an error instead.
+    #[must_use]
+    pub fn build(self) -> AsyncTaskRuntime {
+        match self.try_build() {
+            Ok(runtime) => runtime,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// Builds the runtime, or says why it cannot.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::NoTokioRuntime`] when called outside a tokio runtime.
+    pub fn try_build(self) -> Result<AsyncTaskRuntime, BuildError> {
+        let handle = Handle::try_current().map_err(|_| BuildError::NoTokioRuntime)?;
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let manager = AsyncTaskManager::with_clock(self.max_async_tasks, Arc::clone(&clock));
+        let reminders = AsyncTaskReminderService::new(manager.clone());
+        let delivery = Arc::new(Delivery::new(reminders.clone(), self.host, handle));
+        let tracker = TaskTracker::new();
+        let task_tool = self.runner.map(|runner| {
+            Arc::new(
+                TaskTool::new(manager.clone(), runner)
+                    .with_timeouts(self.timeouts)
+                    .with_tracker(tracker.clone()),
+            )
+        });
+        // Completions and failures wake the agent; a cancel alone does not.
+        let on_completed = {
+            let delivery = Arc::clone(&delivery);
+            manager.on_task_completed(move |_| delivery.poke())
+        };
+        let on_failed = {
+            let delivery = Arc::clone(&delivery);
+            manager.on_task_failed(move |_| delivery.poke())
+        };
+        Ok(AsyncTaskRuntime {
+            check_tool: Arc::new(CheckAsyncTasksTool::new(manager.clone())),
+            pause_tool: Arc::new(TodoPauseTool::with_signal(PauseSignal::new())),
+            manager,
+            reminders,
+            delivery,
+            task_tool,
+            tracker,
+            continuation: TodoContinuationService::new(clock),
+            continuation_setting: Mutex::new(None),
+            subscriptions: Mutex::new(vec![on_completed, on_failed]),
+            shut_down: AtomicBool::new(false),
+        })
+    }
+}
+
+impl fmt::Debug for AsyncTaskRuntimeBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncTaskRuntimeBuilder")
+            .field("max_async_tasks", &self.max_async_tasks)
+            .field("host", &self.host.is_some())
+            .field("runner", &self.runner.is_some())
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a runtime could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `build` was called outside a tokio runtime.
+    #[error("AsyncTaskRuntime must be built inside a tokio runtime")]
+    NoTokioRuntime,
+}
+
+/// A setting was refused; the `Display` is the message to show the user.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let runtime = asynctask_runtime::AsyncTaskRuntime::builder().build();
+/// let refused = runtime.set_setting("task-max-async", serde_json::json!(0)).unwrap_err();
+/// assert_eq!(refused.to_string(), "task-max-async must be -1 (unlimited) or an integer between 1 and 100");
+/// # });
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettingError {
+    /// `task-max-async` out of range or not an integer.
+    #[error("task-max-async must be -1 (unlimited) or an integer between 1 and 100")]
+    InvalidMaxAsyncTasks,
+    /// `todo-continuation` not a boolean.
+    #[error("todo-continuation must be true or false")]
+    InvalidTodoContinuation,
+    /// A key this runtime does not know.
+    #[error("unknown setting '{0}': expected task-max-async or todo-continuation")]
+    Unknown(String),
+}
+
+impl AsyncTaskRuntime {
+    /// A builder with the defaults: limit 5, system clock, no host, no runner.
+    pub fn builder() -> AsyncTaskRuntimeBuilder {
+        AsyncTaskRuntimeBuilder::default()
+    }
+
+    /// The registry.
+    #[must_use]
+    pub fn manager(&self) -> &AsyncTaskManager {
+        &self.manager
+    }
+
+    /// The reminder service.
+    #[must_use]
+    pub fn reminders(&self) -> &AsyncTaskReminderService {
+        &self.reminders
+    }
+
+    /// The tools to give the model: `task` (when a runner is set),
+    /// `check_async_tasks`, `todo_pause`.
+    #[must_use]
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(3);
+        if let Some(task) = &self.task_tool {
+            tools.push(Arc::clone(task) as Arc<dyn Tool>);
+        }
+        tools.push(Arc::clone(&self.check_tool) as Arc<dyn Tool>);
+        tools.push(Arc::clone(&self.pause_tool) as Arc<dyn Tool>);
+        tools
+    }
+
+    /// The status block for the system instruction (empty when there are no tasks).
+    #[must_use]
+    pub fn status_summary(&self) -> String {
+        self.reminders.status_summary()
+    }
+
+    /// The host's turn ended: deliver what piled up while the agent was busy (with
+    /// a host), and release next-turn reminders that were not acknowledged.
+    pub fn agent_idle(&self) {
+        self.delivery.agent_idle();
+    }
+
+    /// The reminder to put into the next model request, or `None`. Nothing is
+    /// marked until [`ack_delivered`](Self::ack_delivered); the tasks it carries are
+    /// held back from the auto-trigger meanwhile, so none is delivered twice.
+    #[must_use]
+    pub fn next_turn_reminder(&self) -> Option<Reminder> {
+        self.delivery.next_turn_reminder()
+    }
+
+    /// The host sent a next-turn reminder: mark its tasks notified. Call it as soon
+    /// as the request carrying the reminder was accepted, before `agent_idle`.
+    pub fn ack_delivered(&self, task_ids: &[String]) {
+        self.delivery.ack(task_ids);
+    }
+
+    /// Applies a setting: `task-max-async` (-1 or 1..=100; prunes at once) or
+    /// `todo-continuation` (boolean).
+    ///
+    /// # Errors
+    ///
+    /// [`SettingError`], whose `Display` is the message for the user.
+    pub fn set_setting(&self, key: &str, value: serde_json::Value) -> Result<(), SettingError> {
+        match key {
+            "task-max-async" => {
+                let raw = match &value {
+                    serde_json::Value::Number(n) => n.as_i64(),
+                    serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
+                    _ => None,
+                };
+                let max = raw
+                    .and_then(|v| MaxAsyncTasks::new(v).ok())
+                    .ok_or(SettingError::InvalidMaxAsyncTasks)?;
+                self.manager.set_max_async_tasks(max);
+                Ok(())
+            }
+            "todo-continuation" => {
+                let enabled = value
+                    .as_bool()
+                    .ok_or(SettingError::InvalidTodoContinuation)?;
+                *self.setting_slot() = Some(enabled);
+                Ok(())
+            }
+            other => Err(SettingError::Unknown(other.to_owned())),
+        }
+    }
+
+    fn setting_slot(&self) -> std::sync::MutexGuard<'_, Option<bool>> {
+        self.continuation_setting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The `todo-continuation` setting (`None` when never set: continuation is on).
+    #[must_use]
+    pub fn continuation_setting(&self) -> Option<bool> {
+        *self.setting_slot()
+    }
+
+    /// The todo continuation service, on this runtime's clock.
+    #[must_use]
+    pub fn continuation(&self) -> &TodoContinuationService {
+        &self.continuation
+    }
+
+    /// Where `todo_pause` records pauses.
+    #[must_use]
+    pub fn pause_signal(&self) -> &PauseSignal {
+        self.pause_tool.signal()
+    }
+
+    /// The user sent a message: a `todo_pause` in force is lifted.
+    pub fn user_message(&self) {
+        self.pause_signal().clear();
+    }
+
+    /// The seed's continuation check with this runtime's setting, plus the pause:
+    /// after a successful `todo_pause`, continuation stops (reason `Todo
+    /// continuation paused by todo_pause: <reason>`) until
+    /// [`user_message`](Self::user_message).
+    #[must_use]
+    pub fn check_continuation(
+        &self,
+        todos: &[Todo],
+        had_tool_calls: bool,
+        is_responding: bool,
+        state: &ContinuationState,
+    ) -> ContinuationEvaluation {
+        let mut evaluation =
+            self.continuation
+                .check_continuation_conditions(&ContinuationContext {
+                    todos,
+                    had_tool_calls,
+                    is_responding,
+                    continuation_setting: self.continuation_setting(),
+                    current_state: state,
+                });
+        if let Some(reason) = self.pause_signal().reason() {
+            evaluation.should_continue = false;
+            evaluation.active_todo = None;
+            evaluation.reason = format!("Todo continuation paused by todo_pause: {reason}");
+        }
+        evaluation
+    }
+
+    /// Cancels every running task, waits for the background runs to end (a runner
+    /// that ignores cancellation is aborted after its grace period; its task stays
+    /// cancelled), and stops the auto-trigger. Idempotent.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the tasks are cancelled before the first await; dropping the
+    /// future only stops the waiting.
+    pub async fn shutdown(&self) {
+        if !self.shut_down.swap(true, Ordering::SeqCst) {
+            self.delivery.stop();
+            self.subscriptions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+            for task in self.manager.running_tasks() {
+                self.manager.cancel_task(&task.id);
+            }
+            tracing::debug!("async task runtime shutting down");
+        }
+        self.tracker.close();
+        if tokio::time::timeout(SHUTDOWN_TIMEOUT, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background subagent runs did not end within the shutdown timeout");
+        }
+    }
+}
+
+impl fmt::Debug for AsyncTaskRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncTaskRuntime")
+            .field("manager", &self.manager)
+            .field("task_tool", &self.task_tool.is_some())
+            .field("shut_down", &self.shut_down.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}

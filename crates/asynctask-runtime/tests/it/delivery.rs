@@ -1,0 +1,351 @@
+//! Delivery: auto-trigger and next-turn reminders, never losing or repeating a task.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use asynctask_manager::RegisterTaskInput;
+use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_runtime::AsyncTaskRuntime;
+use pretty_assertions::assert_eq;
+use proptest::prelude::*;
+
+use crate::{FakeHost, reported_ids, settle};
+
+fn runtime_with(host: &Arc<FakeHost>) -> AsyncTaskRuntime {
+    AsyncTaskRuntime::builder()
+        .max_async_tasks(MaxAsyncTasks::UNLIMITED)
+        .clock(Arc::new(ManualClock::new(1_000)))
+        .host(Arc::clone(host) as Arc<dyn asynctask_runtime::AgentHost>)
+        .build()
+}
+
+fn launch(runtime: &AsyncTaskRuntime, id: &str) {
+    runtime
+        .manager()
+        .register_task(RegisterTaskInput::new(id, "researcher", "goal"))
+        .expect("unlimited");
+}
+
+fn goal() -> OutputObject {
+    OutputObject::new(TerminateReason::Goal)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_agent_is_woken_once() {
+    let host = Arc::new(FakeHost::default());
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    launch(&runtime, "b");
+    runtime.manager().complete_task("a", goal());
+    settle().await;
+    let delivered = host.delivered();
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(reported_ids(&delivered[0]), ["a"]);
+    assert!(delivered[0].ends_with("1 async task(s) still running.\n---"));
+    assert!(!runtime.reminders().has_pending_notifications());
+    // Idle again with nothing new: nobody is woken.
+    runtime.agent_idle();
+    settle().await;
+    assert_eq!(host.attempts(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_completions_shares_one_turn() {
+    let host = Arc::new(FakeHost::default());
+    let runtime = runtime_with(&host);
+    for id in ["a", "b", "c"] {
+        launch(&runtime, id);
+    }
+    runtime.manager().complete_task("a", goal());
+    runtime.manager().fail_task("b", "boom");
+    runtime.manager().complete_task("c", goal());
+    settle().await;
+    let delivered = host.delivered();
+    assert_eq!(delivered.len(), 1, "{delivered:#?}");
+    assert_eq!(reported_ids(&delivered[0]), ["a", "b", "c"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_agent_gets_its_results_when_its_turn_ends() {
+    let host = Arc::new(FakeHost::default());
+    host.set_busy(true);
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    runtime.manager().complete_task("a", goal());
+    settle().await;
+    assert_eq!(host.attempts(), 0, "busy agents are not interrupted");
+    assert!(runtime.reminders().has_pending_notifications());
+    host.set_busy(false);
+    runtime.agent_idle();
+    settle().await;
+    assert_eq!(
+        host.delivered()
+            .iter()
+            .map(|m| reported_ids(m))
+            .collect::<Vec<_>>(),
+        [["a"]]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_delivery_stays_pending_and_is_delivered_exactly_once() {
+    let host = Arc::new(FakeHost::default());
+    host.fail_next("model API unavailable");
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    runtime.manager().complete_task("a", goal());
+    settle().await;
+    assert_eq!((host.attempts(), host.delivered().len()), (1, 0));
+    assert!(
+        runtime.reminders().has_pending_notifications(),
+        "nothing marked on failure"
+    );
+    // No hot loop: nothing happens until the backoff delay has passed.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(host.attempts(), 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(host.attempts(), 2, "one delayed retry");
+    assert_eq!(reported_ids(&host.delivered()[0]), ["a"]);
+    runtime.agent_idle();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(host.delivered().len(), 1, "delivered exactly once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeated_failures_back_off_then_wait_for_the_next_event() {
+    let host = Arc::new(FakeHost::default());
+    for _ in 0..10 {
+        host.fail_next("down");
+    }
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    runtime.manager().complete_task("a", goal());
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    // 1 attempt + 4 delayed retries (1 s, 2 s, 4 s, 8 s), then it waits.
+    assert_eq!(host.attempts(), 5);
+    runtime.agent_idle();
+    settle().await;
+    assert_eq!(host.attempts(), 6, "agent_idle tries again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_alone_wakes_nobody_but_is_in_the_next_reminder() {
+    let host = Arc::new(FakeHost::default());
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    launch(&runtime, "b");
+    runtime.manager().cancel_task("a");
+    runtime.agent_idle();
+    settle().await;
+    assert_eq!(host.attempts(), 0);
+    runtime.manager().complete_task("b", goal());
+    settle().await;
+    assert_eq!(reported_ids(&host.delivered()[0]), ["a", "b"]);
+    assert!(host.delivered()[0].contains("\"status\": \"cancelled\""));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completion_during_an_in_flight_delivery_is_delivered_without_a_new_event() {
+    let host = Arc::new(FakeHost::default());
+    let gate = host.gate();
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    launch(&runtime, "b");
+    runtime.manager().complete_task("a", goal());
+    settle().await;
+    assert_eq!(host.attempts(), 1, "delivery of a is in flight");
+    // b completes while a's delivery is held: its event finds a delivery running.
+    runtime.manager().complete_task("b", goal());
+    gate.add_permits(2);
+    settle().await;
+    let delivered: Vec<Vec<String>> = host.delivered().iter().map(|m| reported_ids(m)).collect();
+    assert_eq!(delivered, [vec!["a".to_owned()], vec!["b".to_owned()]]);
+    assert!(!runtime.reminders().has_pending_notifications());
+}
+
+#[tokio::test(start_paused = true)]
+async fn next_turn_reminders_mark_only_after_ack_and_never_double_deliver() {
+    let host = Arc::new(FakeHost::default());
+    host.set_busy(true);
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    launch(&runtime, "b");
+    runtime.manager().complete_task("a", goal());
+    let reminder = runtime.next_turn_reminder().expect("a is pending");
+    assert_eq!(reminder.task_ids, ["a"]);
+    assert!(
+        runtime.reminders().has_pending_notifications(),
+        "not marked before ack"
+    );
+    // While the host holds it, the auto-trigger leaves "a" alone.
+    host.set_busy(false);
+    runtime.manager().complete_task("b", goal());
+    settle().await;
+    assert_eq!(
+        host.delivered()
+            .iter()
+            .map(|m| reported_ids(m))
+            .collect::<Vec<_>>(),
+        [["b"]]
+    );
+    runtime.ack_delivered(&reminder.task_ids);
+    assert!(!runtime.reminders().has_pending_notifications());
+    // Only the running-status part remains... and nothing runs now.
+    assert_eq!(runtime.next_turn_reminder(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unacknowledged_next_turn_reminder_is_delivered_after_the_turn() {
+    let host = Arc::new(FakeHost::default());
+    host.set_busy(true);
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    runtime.manager().complete_task("a", goal());
+    let first = runtime.next_turn_reminder().expect("pending");
+    // The host's request failed: it never acks. Its turn ends.
+    host.set_busy(false);
+    runtime.agent_idle();
+    settle().await;
+    assert_eq!(
+        host.delivered()
+            .iter()
+            .map(|m| reported_ids(m))
+            .collect::<Vec<_>>(),
+        [["a"]]
+    );
+    assert_eq!(first.task_ids, ["a"]);
+    assert_eq!(runtime.next_turn_reminder(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_host_next_turn_reminders_still_work() {
+    let runtime = AsyncTaskRuntime::builder().build();
+    runtime
+        .manager()
+        .register_task(RegisterTaskInput::new("a", "r", "g"))
+        .unwrap();
+    let running_only = runtime.next_turn_reminder().expect("a runs");
+    assert_eq!(running_only.task_ids, Vec::<String>::new());
+    assert_eq!(
+        running_only.text,
+        "---\nSystem Note: Async Task Status\n\n1 async task(s) still running.\n---"
+    );
+    runtime.manager().complete_task("a", goal());
+    runtime.agent_idle(); // no host: nothing to wake, nothing breaks
+    let reminder = runtime.next_turn_reminder().expect("a finished");
+    runtime.ack_delivered(&reminder.task_ids);
+    assert_eq!(runtime.next_turn_reminder(), None);
+}
+
+/// One step of the delivery property test.
+#[derive(Debug, Clone)]
+enum Step {
+    Complete(usize),
+    Fail(usize),
+    Cancel(usize),
+    Busy(bool),
+    HostFailsNext,
+    /// The host's turn ends; a reminder it holds unacknowledged was not sent.
+    AgentIdle,
+    /// The host takes a next-turn reminder and holds it (its request is in flight).
+    NextTurn,
+    /// The host's request with the held reminder was accepted: acknowledge it.
+    Ack,
+    Wait(u64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0..6usize).prop_map(Step::Complete),
+        2 => (0..6usize).prop_map(Step::Fail),
+        2 => (0..6usize).prop_map(Step::Cancel),
+        2 => any::<bool>().prop_map(Step::Busy),
+        1 => Just(Step::HostFailsNext),
+        2 => Just(Step::AgentIdle),
+        2 => Just(Step::NextTurn),
+        2 => Just(Step::Ack),
+        2 => prop_oneof![Just(1u64), Just(50), Just(2_000)].prop_map(Step::Wait),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_finished_task_is_delivered_exactly_once(steps in prop::collection::vec(step(), 1..40)) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let host = Arc::new(FakeHost::default());
+            let runtime = runtime_with(&host);
+            let ids: Vec<String> = (0..6).map(|i| format!("task-{i}")).collect();
+            for id in &ids {
+                launch(&runtime, id);
+            }
+            let mut acked: Vec<String> = Vec::new();
+            let mut held: Option<asynctask_runtime::Reminder> = None;
+            for step in steps {
+                match step {
+                    Step::Complete(i) => { runtime.manager().complete_task(&ids[i], goal()); }
+                    Step::Fail(i) => { runtime.manager().fail_task(&ids[i], "x"); }
+                    Step::Cancel(i) => { runtime.manager().cancel_task(&ids[i]); }
+                    Step::Busy(busy) => host.set_busy(busy),
+                    Step::HostFailsNext => host.fail_next("flaky"),
+                    Step::AgentIdle => {
+                        held = None;
+                        runtime.agent_idle();
+                    }
+                    // Taking a new one means the previous request was not sent.
+                    Step::NextTurn => held = runtime.next_turn_reminder(),
+                    Step::Ack => {
+                        if let Some(reminder) = held.take() {
+                            runtime.ack_delivered(&reminder.task_ids);
+                            acked.extend(reminder.task_ids);
+                        }
+                    }
+                    Step::Wait(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                }
+            }
+            // Drain: finish everything, let the host work, then take what is left
+            // (cancel-only leftovers never wake the agent) through a next turn.
+            for id in &ids {
+                runtime.manager().cancel_task(id);
+            }
+            if let Some(reminder) = held.take() {
+                runtime.ack_delivered(&reminder.task_ids);
+                acked.extend(reminder.task_ids);
+            }
+            host.set_busy(false);
+            runtime.agent_idle();
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            if let Some(reminder) = runtime.next_turn_reminder() {
+                runtime.ack_delivered(&reminder.task_ids);
+                acked.extend(reminder.task_ids);
+            }
+            let mut seen: Vec<String> = host.delivered().iter().flat_map(|m| reported_ids(m)).collect();
+            seen.extend(acked);
+            seen.sort();
+            assert_eq!(seen, ids, "each task delivered exactly once");
+            assert!(runtime.manager().pending_notifications().is_empty());
+        });
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_with_nothing_running_is_quick_and_idempotent() {
+    let host = Arc::new(FakeHost::default());
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    runtime.shutdown().await;
+    runtime.shutdown().await;
+    assert_eq!(
+        runtime.manager().task("a").map(|t| t.status),
+        Some(asynctask_model::AsyncTaskStatus::Cancelled)
+    );
+    // A stopped runtime wakes nobody.
+    settle().await;
+    assert_eq!(host.attempts(), 0);
+}

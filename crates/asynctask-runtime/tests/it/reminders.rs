@@ -1,0 +1,141 @@
+//! Reminder texts and settings.
+
+use asynctask_manager::RegisterTaskInput;
+use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_runtime::{AsyncTaskReminderService, AsyncTaskRuntime, SettingError};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+fn service() -> AsyncTaskReminderService {
+    let manager = asynctask_manager::AsyncTaskManager::new(MaxAsyncTasks::default());
+    for (id, agent) in [
+        ("0f3a9c21-5b7e", "researcher"),
+        ("7b2e0d44-1c9a", "tester"),
+        ("c91d5e8f-3a7b", "reviewer"),
+        ("e4a8b7c2-9d1f", "writer"),
+    ] {
+        manager
+            .register_task(RegisterTaskInput::new(id, agent, "goal"))
+            .expect("fixture tasks fit");
+    }
+    manager.complete_task(
+        "7b2e0d44-1c9a",
+        OutputObject::new(TerminateReason::Goal)
+            .with_var("failures", "0")
+            .with_final_message("The suite is green."),
+    );
+    manager.fail_task("c91d5e8f-3a7b", "model returned an empty response");
+    manager.cancel_task("e4a8b7c2-9d1f");
+    AsyncTaskReminderService::new(manager)
+}
+
+#[test]
+fn status_summary_text() {
+    insta::assert_snapshot!("status_summary", service().status_summary());
+}
+
+#[test]
+fn reminder_text_and_ids() {
+    let reminder = service().reminder().unwrap();
+    assert_eq!(
+        reminder.task_ids,
+        ["7b2e0d44-1c9a", "c91d5e8f-3a7b", "e4a8b7c2-9d1f"]
+    );
+    insta::assert_snapshot!("reminder", reminder.text);
+}
+
+#[test]
+fn no_tasks_means_no_summary_and_no_reminder() {
+    let service = AsyncTaskReminderService::new(asynctask_manager::AsyncTaskManager::default());
+    assert_eq!(service.status_summary(), "");
+    assert_eq!(service.reminder(), None);
+    assert!(!service.has_pending_notifications());
+}
+
+#[test]
+fn marking_leaves_only_the_running_part() {
+    let service = service();
+    let reminder = service.reminder().unwrap();
+    service.mark_notified(&reminder.task_ids);
+    assert_eq!(
+        service.reminder().unwrap().text,
+        "---\nSystem Note: Async Task Status\n\n1 async task(s) still running.\n---"
+    );
+}
+
+#[tokio::test]
+async fn settings_apply_or_are_refused_with_the_user_message() {
+    let runtime = AsyncTaskRuntime::builder().build();
+    runtime.set_setting("task-max-async", json!(-1)).unwrap();
+    assert_eq!(
+        runtime.manager().max_async_tasks(),
+        MaxAsyncTasks::UNLIMITED
+    );
+    runtime.set_setting("task-max-async", json!("7")).unwrap();
+    assert_eq!(runtime.manager().max_async_tasks().get(), 7);
+    for bad in [
+        json!(0),
+        json!(101),
+        json!(2.5),
+        json!(null),
+        json!("five"),
+        json!(true),
+    ] {
+        assert_eq!(
+            runtime
+                .set_setting("task-max-async", bad.clone())
+                .unwrap_err()
+                .to_string(),
+            "task-max-async must be -1 (unlimited) or an integer between 1 and 100",
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        runtime.manager().max_async_tasks().get(),
+        7,
+        "a refusal changes nothing"
+    );
+    assert_eq!(runtime.continuation_setting(), None);
+    runtime
+        .set_setting("todo-continuation", json!(false))
+        .unwrap();
+    assert_eq!(runtime.continuation_setting(), Some(false));
+    assert_eq!(
+        runtime.set_setting("todo-continuation", json!("no")),
+        Err(SettingError::InvalidTodoContinuation)
+    );
+    assert_eq!(
+        runtime
+            .set_setting("max", json!(1))
+            .unwrap_err()
+            .to_string(),
+        "unknown setting 'max': expected task-max-async or todo-continuation"
+    );
+}
+
+#[tokio::test]
+async fn lowering_the_limit_prunes_delivered_history_at_once() {
+    let runtime = AsyncTaskRuntime::builder().build();
+    let manager = runtime.manager();
+    for i in 0..5 {
+        let id = format!("t{i}");
+        manager
+            .register_task(RegisterTaskInput::new(id.clone(), "r", "g"))
+            .unwrap();
+        manager.complete_task(&id, OutputObject::new(TerminateReason::Goal));
+        manager.mark_notified(&id);
+    }
+    runtime.set_setting("task-max-async", json!(1)).unwrap();
+    assert_eq!(manager.tasks().len(), 2);
+}
+
+#[test]
+fn building_outside_tokio_is_an_error_not_a_panic() {
+    assert_eq!(
+        AsyncTaskRuntime::builder()
+            .try_build()
+            .unwrap_err()
+            .to_string(),
+        "AsyncTaskRuntime must be built inside a tokio runtime"
+    );
+}
