@@ -1,6 +1,8 @@
 //! End-to-end: a fake agent host and a fake subagent runner driving the layers
 //! together through their public APIs — the session the CLI demo shows.
 
+mod demo;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

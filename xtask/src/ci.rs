@@ -56,6 +56,7 @@ const STEPS: &[(&str, Step)] = &[
         ),
     ),
     ("test", Step::Builtin(run_tests)),
+    ("examples", Step::Builtin(run_examples)),
     (
         "doc tests",
         Step::Command(
@@ -93,6 +94,68 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
         STEPS.len(),
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Runs every example of every workspace member (found with `cargo metadata`), so
+/// the code users copy first always works.
+fn run_examples(root: &Path) -> Result<(), String> {
+    let output = Command::new("cargo")
+        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
+        .current_dir(root)
+        .output()
+        .map_err(|err| format!("cannot run cargo metadata: {err}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).map_err(|err| format!("cargo metadata: {err}"))?;
+    let mut examples = Vec::new();
+    for package in metadata["packages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let name = package["name"].as_str().unwrap_or_default();
+        for target in package["targets"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let is_example = target["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|kind| kind == "example"));
+            if is_example {
+                let example = target["name"].as_str().unwrap_or_default();
+                examples.push((name.to_owned(), example.to_owned()));
+            }
+        }
+    }
+    if examples.is_empty() {
+        return Err("no examples found".to_owned());
+    }
+    for (package, example) in &examples {
+        println!("--> example {package}/{example}");
+        run_command(
+            root,
+            &[
+                "cargo",
+                "run",
+                "--quiet",
+                "--locked",
+                "--all-features",
+                "-p",
+                package,
+                "--example",
+                example,
+            ],
+            &[],
+        )?;
+    }
+    println!("{} examples ran", examples.len());
     Ok(())
 }
 

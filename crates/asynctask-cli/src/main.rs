@@ -1,40 +1,132 @@
 //! The `asynctask` binary: background subagents from the command line.
-//!
-//! Today it answers `--help` and `--version`; the `demo`, `schemas`, `run` and
-//! `mcp` subcommands arrive with the issues that build them.
 
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-const USAGE: &str = "\
-asynctask — background subagent tasks for AI agent hosts
+use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
+use asynctask_cli::{CliError, DEMO_CONFIG, run_once, schemas};
+use asynctask_runtime::{ProcessRunner, ProcessRunnerConfig};
+use asynctask_tools::PROVIDERS;
+use clap::{Parser, Subcommand};
 
-Usage: asynctask [OPTIONS]
+/// Background subagent tasks for AI agent hosts.
+#[derive(Debug, Parser)]
+#[command(name = "asynctask", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-Options:
-  -h, --help       Print this help
-  -V, --version    Print the version
-
-The demo, schemas, run and mcp subcommands are not built yet.
-The crates are usable today: see README.md.";
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a scripted agent session with real background subagents (no API key).
+    Demo {
+        /// Use these subagents instead of the bundled ones (TOML, see docs/guide.md).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Print the tool definitions for an LLM provider as JSON.
+    Schemas {
+        /// The provider format.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(PROVIDERS))]
+        provider: String,
+        /// Print only this tool (task, check_async_tasks, todo_pause).
+        #[arg(long)]
+        tool: Option<String>,
+    },
+    /// Run one subagent synchronously through the task tool and print its result.
+    Run {
+        /// The subagents config (TOML).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The subagent to run.
+        subagent: String,
+        /// Its goal.
+        goal: String,
+    },
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        None | Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            println!(
-                "\nDefault limit: task-max-async = {}",
-                asynctask_model::MaxAsyncTasks::default()
-            );
-            ExitCode::SUCCESS
-        }
-        Some("-V" | "--version") => {
-            println!("asynctask {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Some(other) => {
-            eprintln!("asynctask: unknown argument '{other}' (try --help)");
-            ExitCode::from(2)
+    let cli = Cli::parse();
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError(format!("cannot start the async runtime: {err}")))
+        .and_then(|runtime| runtime.block_on(run(cli.command)));
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("asynctask: {error}");
+            ExitCode::FAILURE
         }
     }
+}
+
+async fn run(command: Command) -> Result<ExitCode, CliError> {
+    match command {
+        Command::Demo { config } => {
+            let (runner, subagents) = match &config {
+                Some(path) => {
+                    let runner = load_runner(path)?;
+                    let subagents = pick_subagents(&runner.subagent_names())?;
+                    (runner, subagents)
+                }
+                None => {
+                    let config = ProcessRunnerConfig::from_toml_str(DEMO_CONFIG, Path::new("."))
+                        .map_err(|err| CliError(err.to_string()))?;
+                    (ProcessRunner::new(config), bundled_subagents())
+                }
+            };
+            let mut options = DemoOptions::new(subagents);
+            options.live_status = std::io::stdout().is_terminal();
+            let mut stdout = std::io::stdout();
+            run_demo(Arc::new(runner), options, &mut stdout).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Schemas { provider, tool } => {
+            let value = schemas(&provider, tool.as_deref())?;
+            println!("{}", pretty(&value));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run {
+            config,
+            subagent,
+            goal,
+        } => {
+            let runner = load_runner(&config)?;
+            let names = runner.subagent_names();
+            if !names.contains(&subagent) {
+                return Err(CliError(format!(
+                    "unknown subagent '{subagent}' in {}; configured: {}",
+                    config.display(),
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                )));
+            }
+            let result = run_once(Arc::new(runner), &subagent, &goal).await;
+            println!("{}", result.llm_content);
+            match result.error {
+                None => Ok(ExitCode::SUCCESS),
+                Some(error) => {
+                    eprintln!("asynctask: {}", error.message);
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    }
+}
+
+fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
+    ProcessRunnerConfig::load(path)
+        .map(ProcessRunner::new)
+        .map_err(|err| CliError(err.to_string()))
+}
+
+fn pretty(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|err| format!("{{\"error\": \"{err}\"}}"))
 }

@@ -38,6 +38,8 @@
 mod continuation;
 mod delivery;
 mod host;
+#[cfg(all(feature = "process", unix))]
+mod process;
 mod reminder;
 mod runtime;
 
@@ -47,6 +49,8 @@ pub use crate::continuation::{
     MAX_TASK_DESCRIPTION_LENGTH, MIN_CONTINUATION_INTERVAL_MS, TodoContinuationService,
 };
 pub use crate::host::{AgentHost, TriggerError};
+#[cfg(all(feature = "process", unix))]
+pub use crate::process::{ConfigError, ProcessRunner, ProcessRunnerConfig, SubagentCommand};
 pub use crate::reminder::{AsyncTaskReminderService, Reminder};
 pub use crate::runtime::{
     AsyncTaskRuntime, AsyncTaskRuntimeBuilder, BuildError, SHUTDOWN_TIMEOUT, SettingError,

@@ -3,6 +3,7 @@
 
 mod continuation;
 mod delivery;
+mod process;
 mod reminders;
 mod shutdown;
 

@@ -1,0 +1,133 @@
+//! The `asynctask` command line, as a library so its sessions can be tested.
+//!
+//! The binary (`src/main.rs`) parses arguments and calls into this crate:
+//!
+//! - [`demo`] — a scripted agent session: a model (no network, no API key)
+//!   launches background subagents, keeps working, is woken by the auto-trigger,
+//!   gets results held while it was busy, sees a failure, and the user cancels a
+//!   task — printed as a transcript with elapsed times;
+//! - [`schemas`] — the tool definitions for an LLM provider;
+//! - [`run_once`] — one subagent, synchronously, through the `task` tool.
+//!
+//! Subagents are [`ProcessRunner`](asynctask_runtime::ProcessRunner) commands from
+//! a TOML config; [`DEMO_CONFIG`] is the bundled one.
+
+pub mod demo;
+
+use std::sync::Arc;
+
+use asynctask_manager::AsyncTaskManager;
+use asynctask_model::OutputObject;
+use asynctask_tools::{
+    CheckAsyncTasksTool, PROVIDERS, SubagentError, SubagentRequest, SubagentRunner, TaskTool,
+    TodoPauseTool, Tool, ToolResult,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// The bundled subagents of `asynctask demo` (small commands that sleep and print).
+pub const DEMO_CONFIG: &str = include_str!("demo.toml");
+
+/// A failure the CLI reports as one line on stderr.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CliError(pub String);
+
+/// A runner for commands that only need tool specs: it runs nothing.
+struct SpecOnly;
+
+#[async_trait::async_trait]
+impl SubagentRunner for SpecOnly {
+    async fn run(
+        &self,
+        _request: SubagentRequest,
+        _cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        Err(SubagentError::new("no subagent runner is configured"))
+    }
+}
+
+/// Every tool, in the order hosts list them.
+#[must_use]
+pub fn all_tools() -> Vec<Arc<dyn Tool>> {
+    let manager = AsyncTaskManager::default();
+    vec![
+        Arc::new(TaskTool::new(manager.clone(), Arc::new(SpecOnly))),
+        Arc::new(CheckAsyncTasksTool::new(manager)),
+        Arc::new(TodoPauseTool::new()),
+    ]
+}
+
+/// The tool definitions for `provider` (one of [`PROVIDERS`]): a JSON array of all
+/// tools, or the one object for `tool`.
+///
+/// # Errors
+///
+/// [`CliError`] naming the valid providers or tools.
+///
+/// # Examples
+///
+/// ```
+/// let all = asynctask_cli::schemas("anthropic", None).unwrap();
+/// assert_eq!(all.as_array().unwrap().len(), 3);
+/// let one = asynctask_cli::schemas("mcp", Some("check_async_tasks")).unwrap();
+/// assert_eq!(one["annotations"]["readOnlyHint"], true);
+/// assert!(asynctask_cli::schemas("cohere", None).is_err());
+/// ```
+pub fn schemas(provider: &str, tool: Option<&str>) -> Result<Value, CliError> {
+    let tools = all_tools();
+    let render = |tool: &Arc<dyn Tool>| {
+        tool.spec().for_provider(provider).ok_or_else(|| {
+            CliError(format!(
+                "unknown provider '{provider}'; expected one of: {}",
+                PROVIDERS.join(", ")
+            ))
+        })
+    };
+    match tool {
+        None => tools
+            .iter()
+            .map(render)
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        Some(name) => match tools.iter().find(|t| t.spec().name == name) {
+            Some(tool) => render(tool),
+            None => Err(CliError(format!(
+                "unknown tool '{name}'; expected one of: {}",
+                tools
+                    .iter()
+                    .map(|t| t.spec().name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        },
+    }
+}
+
+/// Runs one subagent synchronously through the `task` tool, as a model would,
+/// and returns the tool's result (the completion JSON in `llm_content`).
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use std::sync::Arc;
+/// use asynctask_runtime::{ProcessRunner, ProcessRunnerConfig};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let config = ProcessRunnerConfig::from_toml_str(
+///     "[subagents.greeter]\ncommand = [\"echo\", \"hello\"]\n",
+///     Path::new("."),
+/// ).unwrap();
+/// let result = asynctask_cli::run_once(Arc::new(ProcessRunner::new(config)), "greeter", "say hello").await;
+/// assert!(result.llm_content.contains("\"final_message\": \"hello\""), "{}", result.llm_content);
+/// # });
+/// ```
+pub async fn run_once(runner: Arc<dyn SubagentRunner>, subagent: &str, goal: &str) -> ToolResult {
+    let tool = TaskTool::new(AsyncTaskManager::default(), runner);
+    tool.execute(
+        json!({ "subagent_name": subagent, "goal_prompt": goal }),
+        CancellationToken::new(),
+    )
+    .await
+}

@@ -1,0 +1,141 @@
+//! The `asynctask` binary as a user runs it: output, exit codes, one-line errors.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use pretty_assertions::assert_eq;
+
+fn asynctask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A config file in a fresh temporary directory.
+fn config(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("asynctask-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("subagents.toml");
+    std::fs::write(&path, text).expect("config written");
+    path
+}
+
+#[test]
+fn schemas_print_every_tool_or_one() {
+    let all = asynctask(&["schemas", "--provider", "openai-chat"]);
+    assert!(all.status.success(), "{}", stderr(&all));
+    let tools: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["task", "check_async_tasks", "todo_pause"]);
+
+    let one = asynctask(&["schemas", "--provider", "mcp", "--tool", "task"]);
+    let tool: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
+    assert_eq!(tool["annotations"]["destructiveHint"], true);
+}
+
+#[test]
+fn bad_input_is_one_clear_line_and_a_failure() {
+    let unknown_tool = asynctask(&["schemas", "--provider", "mcp", "--tool", "nope"]);
+    assert_eq!(unknown_tool.status.code(), Some(1));
+    assert_eq!(
+        stderr(&unknown_tool),
+        "asynctask: unknown tool 'nope'; expected one of: task, check_async_tasks, todo_pause\n"
+    );
+
+    let unknown_provider = asynctask(&["schemas", "--provider", "bogus"]);
+    assert_eq!(unknown_provider.status.code(), Some(2));
+    assert!(
+        stderr(&unknown_provider)
+            .starts_with("error: invalid value 'bogus' for '--provider <PROVIDER>'")
+    );
+
+    let missing = asynctask(&["run", "--config", "/nonexistent/asynctask.toml", "a", "b"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(stderr(&missing).lines().count(), 1, "{}", stderr(&missing));
+    assert!(stderr(&missing).starts_with("asynctask: cannot read /nonexistent/asynctask.toml"));
+
+    let broken = config("broken", "[subagents.x]\ncomand = [\"echo\"]\n");
+    let output = asynctask(&["run", "--config", broken.to_str().unwrap(), "x", "goal"]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains("unknown field `comand`") && message.contains("line 2"),
+        "{message}"
+    );
+    assert!(!message.contains("panicked"));
+}
+
+#[test]
+fn run_prints_the_completion_json_and_reports_failures() {
+    let path = config(
+        "run",
+        "[subagents.echoer]\ncommand = [\"cat\"]\n[subagents.fails]\ncommand = [\"sh\", \"-c\", \"echo oops >&2; exit 3\"]\n",
+    );
+    let path = path.to_str().unwrap();
+
+    let ok = asynctask(&["run", "--config", path, "echoer", "hello $(whoami)"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let result: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(result["terminate_reason"], "GOAL");
+    assert_eq!(
+        result["final_message"], "hello $(whoami)",
+        "the goal arrives literally on stdin"
+    );
+
+    let failed = asynctask(&["run", "--config", path, "fails", "x"]);
+    assert_eq!(failed.status.code(), Some(1));
+    let result: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
+    assert_eq!(result["status"], "failed");
+    assert_eq!(
+        stderr(&failed),
+        "asynctask: subagent 'fails' exited with status 3: oops\n"
+    );
+
+    let unknown = asynctask(&["run", "--config", path, "nobody", "x"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        stderr(&unknown).ends_with("configured: echoer, fails\n"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[test]
+fn the_demo_runs_with_a_users_config() {
+    // Fast stand-ins for the bundled subagents' roles, so the session is quick.
+    let path = config(
+        "demo",
+        "[subagents.a]\ncommand = [\"sh\", \"-c\", \"sleep 0.2; echo found it\"]\n\
+         [subagents.b]\ncommand = [\"sh\", \"-c\", \"sleep 0.4; echo passed\"]\n\
+         [subagents.c]\ncommand = [\"sh\", \"-c\", \"sleep 0.6; echo broken >&2; exit 1\"]\n\
+         [subagents.d]\ncommand = [\"sleep\", \"30\"]\n",
+    );
+    let output = asynctask(&["demo", "--config", path.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let transcript = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        transcript.contains("\"final_message\": \"found it\""),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("exited with status 1: broken"),
+        "{transcript}"
+    );
+    assert!(transcript.contains("Cancelled task: "), "{transcript}");
+    assert!(
+        transcript.contains("(d) cancelled — a cancel alone wakes nobody"),
+        "{transcript}"
+    );
+    assert!(!transcript.contains("unexpected wake-up"), "{transcript}");
+}

@@ -1,0 +1,737 @@
+//! `ProcessRunner` with real child processes: output, environment, working
+//! directory, failures, cancellation of the whole process group, bounded output,
+//! and config errors.
+//!
+//! These tests run real programs (`sh`, `sleep`, `env`, `yes`, `head`, ...), so
+//! they use real time; every wait polls with a short interval up to a deadline.
+
+#![cfg(all(feature = "process", unix))]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use asynctask_model::{OutputObject, TerminateReason};
+use asynctask_runtime::{ConfigError, ProcessRunner, ProcessRunnerConfig};
+use asynctask_tools::{ContextVar, SubagentError, SubagentRequest, SubagentRunner};
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use pretty_assertions::assert_eq;
+use tokio_util::sync::CancellationToken;
+
+/// The most any single run in these tests may take before the test fails.
+const RUN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long killed processes may take to disappear.
+const GONE_DEADLINE: Duration = Duration::from_secs(3);
+
+/// A fresh directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "asynctask-process-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path.canonicalize().expect("canonical temp dir"))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn runner(toml: &str, base_dir: &Path) -> ProcessRunner {
+    ProcessRunner::new(ProcessRunnerConfig::from_toml_str(toml, base_dir).expect("valid config"))
+}
+
+/// One subagent `name` running `command` (a TOML array) in `dir`.
+fn runner_in(dir: &Path, name: &str, command: &str) -> ProcessRunner {
+    runner(
+        &format!("[subagents.{name}]\ncommand = {command}\ncwd = \".\"\n"),
+        dir,
+    )
+}
+
+fn request(name: &str, goal: &str) -> SubagentRequest {
+    SubagentRequest {
+        task_id: "task-0001".to_owned(),
+        subagent_name: name.to_owned(),
+        goal_prompt: goal.to_owned(),
+        behaviour_prompts: vec![],
+        tool_whitelist: None,
+        output_spec: vec![],
+        context: vec![],
+        timeout: Duration::from_secs(60),
+        run_async: true,
+    }
+}
+
+fn output(final_message: Option<&str>) -> OutputObject {
+    let mut output = OutputObject::new(TerminateReason::Goal);
+    output.final_message = final_message.map(str::to_owned);
+    output
+}
+
+/// Runs to the end (or fails the test after [`RUN_DEADLINE`]).
+async fn run(
+    runner: &ProcessRunner,
+    request: SubagentRequest,
+) -> Result<OutputObject, SubagentError> {
+    within(RUN_DEADLINE, runner.run(request, CancellationToken::new())).await
+}
+
+async fn within<T>(deadline: Duration, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(deadline, future)
+        .await
+        .expect("finished in time")
+}
+
+/// The pids written to `file`, one per line, once there are `count` of them.
+async fn wait_for_pids(file: &Path, count: usize) -> Vec<Pid> {
+    let deadline = Instant::now() + RUN_DEADLINE;
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        // Only whole lines: the writer may be mid-line.
+        let pids: Vec<Pid> = text
+            .split_inclusive('\n')
+            .filter(|line| line.ends_with('\n'))
+            .filter_map(|line| line.trim().parse().ok())
+            .map(Pid::from_raw)
+            .collect();
+        if pids.len() >= count {
+            return pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the child wrote its pids: {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether `pid` is gone: no such process, or a zombie (dead, waiting to be
+/// reaped by a parent that is not us).
+fn is_gone(pid: Pid) -> bool {
+    match kill(pid, None) {
+        Err(Errno::ESRCH) => true,
+        _ => std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        }),
+    }
+}
+
+async fn assert_all_gone(pids: &[Pid]) {
+    let deadline = Instant::now() + GONE_DEADLINE;
+    loop {
+        let alive: Vec<Pid> = pids.iter().copied().filter(|&pid| !is_gone(pid)).collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after {GONE_DEADLINE:?}: {alive:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn error(message: &str) -> Result<OutputObject, SubagentError> {
+    Err(SubagentError::new(message))
+}
+
+// ---- running ---------------------------------------------------------------
+
+#[tokio::test]
+async fn stdout_becomes_the_final_message_and_the_goal_arrives_on_stdin_and_in_env() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "echo",
+        r#"["sh", "-c", "printf 'stdin=%s\n' \"$(cat)\"; printf 'env=%s\n\n' \"$ASYNCTASK_GOAL\""]"#,
+    );
+    let result = run(&runner, request("echo", "find the bug")).await;
+    assert_eq!(
+        result,
+        Ok(output(Some("stdin=find the bug\nenv=find the bug")))
+    );
+}
+
+#[tokio::test]
+async fn empty_stdout_is_no_final_message() {
+    let dir = TempDir::new();
+    let runner = runner_in(dir.path(), "quiet", r#"["sh", "-c", "echo; echo '  '"]"#);
+    assert_eq!(run(&runner, request("quiet", "x")).await, Ok(output(None)));
+}
+
+#[tokio::test]
+async fn the_goal_is_passed_literally_and_never_run_by_a_shell() {
+    let dir = TempDir::new();
+    let goal = "$(touch pwned-1); echo hi `touch pwned-2` && touch pwned-3 \"'\n";
+    let runner = runner_in(
+        dir.path(),
+        "literal",
+        r#"["sh", "-c", "cat; printf '|%s' \"$ASYNCTASK_GOAL\""]"#,
+    );
+    let result = run(&runner, request("literal", goal)).await;
+    assert_eq!(
+        result,
+        Ok(output(Some(format!("{goal}|{goal}").trim_end())))
+    );
+    let created: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read dir")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert_eq!(created, Vec::<std::ffi::OsString>::new(), "nothing was run");
+}
+
+#[tokio::test]
+async fn the_environment_is_an_allowlist() {
+    // Two variables of the test process that are not always passed: one is
+    // inherited by name, the other must not be visible.
+    let always = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"];
+    let mut others = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .map(|(name, _)| name)
+        .filter(|name| !always.contains(&name.as_str()) && !name.starts_with("ASYNCTASK_"));
+    let inherited = others.next().expect("the test process has some variable");
+    let hidden = others.next().expect("the test process has two variables");
+
+    let dir = TempDir::new();
+    let toml = format!(
+        "[subagents.env]\ncommand = [\"env\", \"-0\"]\n\
+         env = {{ GREETING = \"hello world\", HOME = \"/nowhere\" }}\n\
+         inherit_env = [\"{inherited}\", \"ASYNCTASK_NOT_SET_ANYWHERE\"]\n"
+    );
+    let runner = runner(&toml, dir.path());
+    let mut request = request("env", "list the environment");
+    request.context = vec![
+        ContextVar {
+            name: "file".to_owned(),
+            value: "src/main.rs".to_owned(),
+        },
+        ContextVar {
+            name: "line".to_owned(),
+            value: "42".to_owned(),
+        },
+    ];
+    request.behaviour_prompts = vec!["be brief".to_owned(), "be kind".to_owned()];
+    let result = run(&runner, request).await.expect("env runs");
+    let seen: BTreeMap<String, String> = result
+        .final_message
+        .expect("env printed")
+        .split('\0')
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let (name, value) = entry.split_once('=').expect("NAME=value");
+            (name.to_owned(), value.to_owned())
+        })
+        .collect();
+
+    let mut expected: BTreeMap<String, String> = always
+        .iter()
+        .chain([&inherited.as_str()])
+        .filter_map(|&name| Some((name.to_owned(), std::env::var(name).ok()?)))
+        .collect();
+    for (name, value) in [
+        ("GREETING", "hello world"),
+        ("HOME", "/nowhere"),
+        ("ASYNCTASK_TASK_ID", "task-0001"),
+        ("ASYNCTASK_SUBAGENT", "env"),
+        ("ASYNCTASK_GOAL", "list the environment"),
+        ("ASYNCTASK_CONTEXT", r#"{"file":"src/main.rs","line":"42"}"#),
+        ("ASYNCTASK_BEHAVIOUR", "be brief\nbe kind"),
+    ] {
+        expected.insert(name.to_owned(), value.to_owned());
+    }
+    assert_eq!(seen, expected);
+    assert!(!seen.contains_key(&hidden));
+}
+
+#[tokio::test]
+async fn a_relative_cwd_is_relative_to_the_config_directory() {
+    let dir = TempDir::new();
+    std::fs::create_dir(dir.path().join("work")).expect("mkdir");
+    let toml = "[subagents.where]\ncommand = [\"pwd\", \"-P\"]\ncwd = \"work\"\n";
+
+    let from_str = runner(toml, dir.path());
+    let expected = dir.path().join("work");
+    assert_eq!(
+        from_str.config().subagents["where"].cwd.as_deref(),
+        Some(expected.as_path())
+    );
+    let result = run(&from_str, request("where", "x")).await;
+    assert_eq!(result, Ok(output(expected.to_str())));
+
+    let file = dir.path().join("subagents.toml");
+    std::fs::write(&file, toml).expect("write config");
+    let loaded = ProcessRunner::new(ProcessRunnerConfig::load(&file).expect("loads"));
+    assert_eq!(loaded.config(), from_str.config());
+}
+
+#[tokio::test]
+async fn a_missing_cwd_is_a_clear_error() {
+    let dir = TempDir::new();
+    let runner = runner(
+        "[subagents.lost]\ncommand = [\"true\"]\ncwd = \"nowhere\"\n",
+        dir.path(),
+    );
+    let result = run(&runner, request("lost", "x")).await;
+    let message = format!(
+        "subagent 'lost': working directory {} is not a directory",
+        dir.path().join("nowhere").display()
+    );
+    assert_eq!(result, error(&message));
+}
+
+#[tokio::test]
+async fn a_large_goal_reaches_stdin_even_when_too_large_for_the_environment() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "big",
+        r#"["sh", "-c", "echo \"${ASYNCTASK_GOAL-unset}\"; wc -c"]"#,
+    );
+    let goal = "g".repeat(1_000_000);
+    let result = run(&runner, request("big", &goal)).await;
+    assert_eq!(result, Ok(output(Some("unset\n1000000"))));
+}
+
+#[tokio::test]
+async fn a_child_that_never_reads_stdin_does_not_block_the_run() {
+    let dir = TempDir::new();
+    let runner = runner_in(dir.path(), "deaf", r#"["echo", "done"]"#);
+    let goal = "g".repeat(1_000_000);
+    assert_eq!(
+        run(&runner, request("deaf", &goal)).await,
+        Ok(output(Some("done")))
+    );
+}
+
+// ---- failures --------------------------------------------------------------
+
+#[tokio::test]
+async fn a_non_zero_exit_fails_with_the_status_and_the_end_of_stderr() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "tester",
+        r#"["sh", "-c", "echo progress; echo 'first line' >&2; echo 'it broke' >&2; exit 3"]"#,
+    );
+    assert_eq!(
+        run(&runner, request("tester", "x")).await,
+        error("subagent 'tester' exited with status 3: first line\nit broke")
+    );
+
+    let silent = runner_in(dir.path(), "silent", r#"["sh", "-c", "exit 1"]"#);
+    assert_eq!(
+        run(&silent, request("silent", "x")).await,
+        error("subagent 'silent' exited with status 1")
+    );
+}
+
+#[tokio::test]
+async fn a_long_stderr_keeps_only_its_end() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "noisy",
+        r#"["sh", "-c", "yes 'noise' | head -c 100000 >&2; echo 'the real reason' >&2; exit 2"]"#,
+    );
+    let message = run(&runner, request("noisy", "x"))
+        .await
+        .expect_err("fails")
+        .message()
+        .to_owned();
+    let tail_len = ProcessRunner::STDERR_TAIL - "the real reason\n".len();
+    let noise: String = "noise\n".repeat(100_000 / 6 + 1);
+    let noise = &noise[..100_000];
+    let expected = format!(
+        "subagent 'noisy' exited with status 2: ...{}the real reason",
+        &noise[noise.len() - tail_len..]
+    );
+    assert_eq!(message, expected);
+}
+
+#[tokio::test]
+async fn a_child_killed_by_a_signal_says_which() {
+    let dir = TempDir::new();
+    let runner = runner_in(dir.path(), "victim", r#"["sh", "-c", "kill -9 $$"]"#);
+    assert_eq!(
+        run(&runner, request("victim", "x")).await,
+        error("subagent 'victim' was killed by signal 9 (SIGKILL)")
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_subagent_lists_the_configured_ones() {
+    let dir = TempDir::new();
+    let runner = runner(
+        "[subagents.tester]\ncommand = [\"true\"]\n[subagents.researcher]\ncommand = [\"true\"]\n",
+        dir.path(),
+    );
+    assert_eq!(runner.subagent_names(), ["researcher", "tester"]);
+    assert_eq!(
+        run(&runner, request("foo", "x")).await,
+        error("unknown subagent 'foo'; configured subagents: researcher, tester")
+    );
+
+    let empty = ProcessRunner::new(ProcessRunnerConfig::default());
+    assert_eq!(
+        run(&empty, request("foo", "x")).await,
+        error("unknown subagent 'foo'; no subagents are configured")
+    );
+}
+
+#[tokio::test]
+async fn a_program_that_does_not_exist_is_named_in_the_error() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "ghost",
+        r#"["asynctask-no-such-program", "--flag"]"#,
+    );
+    assert_eq!(
+        run(&runner, request("ghost", "x")).await,
+        error(
+            "subagent 'ghost': cannot start 'asynctask-no-such-program': \
+             No such file or directory (os error 2)"
+        )
+    );
+}
+
+// ---- ending the process group -----------------------------------------------
+
+/// A child whose group holds three processes: itself and two sleepers, all
+/// writing their pids to `pids`.
+const SLEEPERS: &str = r#"["sh", "-c", "sleep 300 & echo $! >> pids; sleep 300 & echo $! >> pids; echo $$ >> pids; wait"]"#;
+
+#[tokio::test]
+async fn cancel_ends_the_whole_process_group() {
+    let dir = TempDir::new();
+    let runner = runner_in(dir.path(), "sleeper", SLEEPERS);
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { runner.run(request("sleeper", "sleep"), cancel).await }
+    });
+    let pids = wait_for_pids(&dir.path().join("pids"), 3).await;
+
+    let started = Instant::now();
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(result, error("subagent 'sleeper' was cancelled"));
+    assert!(
+        started.elapsed() < ProcessRunner::DEFAULT_GRACE,
+        "SIGTERM was enough: {:?}",
+        started.elapsed()
+    );
+    assert_all_gone(&pids).await;
+}
+
+#[tokio::test]
+async fn a_child_that_ignores_sigterm_is_killed_after_the_grace() {
+    let dir = TempDir::new();
+    let grace = Duration::from_millis(300);
+    let runner = runner_in(
+        dir.path(),
+        "stubborn",
+        r#"["sh", "-c", "trap '' TERM; sleep 300 & echo $! >> pids; echo $$ >> pids; wait; wait"]"#,
+    )
+    .with_grace(grace);
+    assert_eq!(runner.grace(), grace);
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { runner.run(request("stubborn", "x"), cancel).await }
+    });
+    let pids = wait_for_pids(&dir.path().join("pids"), 2).await;
+
+    let started = Instant::now();
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    let waited = started.elapsed();
+    assert_eq!(result, error("subagent 'stubborn' was cancelled"));
+    assert!(
+        waited >= grace,
+        "SIGTERM was ignored for the grace: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(3), "then SIGKILL: {waited:?}");
+    assert_all_gone(&pids).await;
+}
+
+#[tokio::test]
+async fn the_default_grace_ends_before_the_task_tool_aborts_a_runner() {
+    let runner = ProcessRunner::new(ProcessRunnerConfig::default());
+    assert_eq!(runner.grace(), ProcessRunner::DEFAULT_GRACE);
+    assert!(ProcessRunner::DEFAULT_GRACE + Duration::from_secs(1) < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn dropping_the_run_kills_the_process_group() {
+    let dir = TempDir::new();
+    let runner = runner_in(dir.path(), "sleeper", SLEEPERS);
+    let mut run = Box::pin(runner.run(request("sleeper", "sleep"), CancellationToken::new()));
+    let pid_file = dir.path().join("pids");
+    let pids = tokio::select! {
+        result = &mut run => panic!("the sleepers ended on their own: {result:?}"),
+        pids = wait_for_pids(&pid_file, 3) => pids,
+    };
+    drop(run);
+    assert_all_gone(&pids).await;
+}
+
+#[tokio::test]
+async fn processes_left_behind_by_a_finished_child_are_killed() {
+    let dir = TempDir::new();
+    // The sleeper keeps stdout open: the run must not wait for it.
+    let runner = runner_in(
+        dir.path(),
+        "leaver",
+        r#"["sh", "-c", "sleep 300 & echo $! >> pids; echo done"]"#,
+    );
+    let result = run(&runner, request("leaver", "x")).await;
+    assert_eq!(result, Ok(output(Some("done"))));
+    let pids = wait_for_pids(&dir.path().join("pids"), 1).await;
+    assert_all_gone(&pids).await;
+}
+
+#[tokio::test]
+async fn a_cancelled_token_starts_nothing() {
+    let dir = TempDir::new();
+    let runner = runner_in(dir.path(), "never", r#"["sh", "-c", "echo $$ >> pids"]"#);
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, runner.run(request("never", "x"), cancel)).await;
+    assert_eq!(result, error("subagent 'never' was cancelled"));
+    assert!(!dir.path().join("pids").exists());
+}
+
+// ---- bounded output ----------------------------------------------------------
+
+/// The peak resident memory of this process, in KiB (Linux).
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::test]
+async fn huge_stdout_keeps_its_head_and_tail_within_the_limit() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "chatty",
+        r#"["sh", "-c", "yes | head -c 50000000"]"#,
+    );
+    assert_eq!(runner.output_limit(), 64 * 1024);
+    let before = peak_rss_kib();
+    let result = run(&runner, request("chatty", "x")).await;
+    let half = ProcessRunner::OUTPUT_LIMIT / 2;
+    let expected = format!(
+        "{}[... {} bytes omitted ...]\n{}",
+        "y\n".repeat(half / 2),
+        50_000_000 - ProcessRunner::OUTPUT_LIMIT,
+        "y\n".repeat(half / 2).trim_end()
+    );
+    assert_eq!(result, Ok(output(Some(&expected))));
+    if let (Some(before), Some(after)) = (before, peak_rss_kib()) {
+        // 50 MB went through; far less than that was ever held.
+        assert!(
+            after.saturating_sub(before) < 16 * 1024,
+            "peak memory grew by {} KiB",
+            after - before
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_output_limit_is_configurable_and_cuts_on_characters() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "letters",
+        r#"["printf", "abcdefghijklmnopqrstuvwxyz"]"#,
+    )
+    .with_output_limit(10);
+    assert_eq!(
+        run(&runner, request("letters", "x")).await,
+        Ok(output(Some("abcde\n[... 16 bytes omitted ...]\nvwxyz")))
+    );
+
+    // "é" is two bytes: a cut inside one moves to the character's edge.
+    let runner =
+        runner_in(dir.path(), "accents", r#"["printf", "aaaééééébbb"]"#).with_output_limit(8);
+    assert_eq!(
+        run(&runner, request("accents", "x")).await,
+        Ok(output(Some("aaa\n[... 10 bytes omitted ...]\nbbb")))
+    );
+    let runner = runner_in(dir.path(), "accents", r#"["printf", "aaééébb"]"#).with_output_limit(8);
+    assert_eq!(
+        run(&runner, request("accents", "x")).await,
+        Ok(output(Some("aaé\n[... 2 bytes omitted ...]\nébb")))
+    );
+}
+
+#[tokio::test]
+async fn a_chatty_stderr_does_not_deadlock() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "chatty",
+        r#"["sh", "-c", "yes | head -c 5000000 >&2; echo finished"]"#,
+    );
+    assert_eq!(
+        run(&runner, request("chatty", "x")).await,
+        Ok(output(Some("finished")))
+    );
+}
+
+// ---- config ------------------------------------------------------------------
+
+fn parse_error(toml: &str) -> String {
+    ProcessRunnerConfig::from_toml_str(toml, Path::new("/base"))
+        .expect_err("invalid")
+        .to_string()
+}
+
+#[test]
+fn a_full_config_parses() {
+    let toml = r#"
+[subagents.researcher]
+command = ["my-agent", "--mode", "research"]
+description = "Reads the code"
+cwd = "/abs/dir"
+env = { MODEL = "small" }
+inherit_env = ["API_KEY"]
+
+[subagents.tester]
+command = ["make", "test"]
+"#;
+    let config = ProcessRunnerConfig::from_toml_str(toml, Path::new("/base")).expect("valid");
+    let researcher = asynctask_runtime::SubagentCommand {
+        command: vec!["my-agent".into(), "--mode".into(), "research".into()],
+        description: Some("Reads the code".into()),
+        cwd: Some(PathBuf::from("/abs/dir")),
+        env: BTreeMap::from([("MODEL".into(), "small".into())]),
+        inherit_env: vec!["API_KEY".into()],
+    };
+    let tester = asynctask_runtime::SubagentCommand {
+        command: vec!["make".into(), "test".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        config,
+        ProcessRunnerConfig {
+            subagents: BTreeMap::from([
+                ("researcher".into(), researcher),
+                ("tester".into(), tester)
+            ]),
+        }
+    );
+    assert_eq!(
+        ProcessRunnerConfig::from_toml_str("", Path::new("/base")),
+        Ok(ProcessRunnerConfig::default())
+    );
+}
+
+#[test]
+fn config_errors_are_one_line_with_the_location() {
+    let cases = [
+        (
+            "[subagents.a\ncommand = [\"x\"]\n",
+            "invalid config <string>: unclosed table, expected `]` at line 1, column 13",
+        ),
+        (
+            "[subagents.a]\ncomand = [\"x\"]\n",
+            "invalid config <string>: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env` at line 2, column 1",
+        ),
+        (
+            "[subagent.a]\ncommand = [\"x\"]\n",
+            "invalid config <string>: unknown field `subagent`, expected `subagents` at line 1, column 2",
+        ),
+        (
+            "[subagents.a]\ncommand = []\n",
+            "invalid config <string>: `command` must not be empty: give the program and its arguments at line 2, column 11",
+        ),
+        (
+            "[subagents.a]\ncommand = [\"\", \"x\"]\n",
+            "invalid config <string>: the program (`command[0]`) must not be blank at line 2, column 11",
+        ),
+        (
+            "[subagents.a]\ncommand = \"make test\"\n",
+            "invalid config <string>: invalid type: string \"make test\", expected a sequence at line 2, column 11",
+        ),
+        (
+            "[subagents.a]\ndescription = \"no command\"\n",
+            "invalid config <string>: missing field `command` at line 1, column 1",
+        ),
+        (
+            "[subagents.\" \"]\ncommand = [\"x\"]\n",
+            "invalid config <string>: a subagent name must not be blank at line 1, column 12",
+        ),
+        (
+            "[subagents.\"a \"]\ncommand = [\"x\"]\n",
+            "invalid config <string>: subagent name \"a \" must not start or end with whitespace at line 1, column 12",
+        ),
+        (
+            "[subagents.a]\ncommand = [\"x\"]\nenv = { \"A=B\" = \"c\" }\n",
+            "invalid config <string>: environment variable name \"A=B\" must not contain `=` or NUL at line 3, column 7",
+        ),
+        (
+            "[subagents.a]\ncommand = [\"x\"]\ninherit_env = [\"\"]\n",
+            "invalid config <string>: an environment variable name must not be empty at line 3, column 15",
+        ),
+    ];
+    let seen: Vec<(&str, String)> = cases
+        .iter()
+        .map(|&(toml, _)| (toml, parse_error(toml)))
+        .collect();
+    let expected: Vec<(&str, String)> = cases
+        .iter()
+        .map(|&(toml, message)| (toml, message.to_owned()))
+        .collect();
+    assert_eq!(seen, expected);
+}
+
+#[test]
+fn load_names_the_file_in_its_errors() {
+    let dir = TempDir::new();
+    let missing = dir.path().join("missing.toml");
+    let err = ProcessRunnerConfig::load(&missing).expect_err("no file");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot read {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+    assert!(matches!(err, ConfigError::Read { .. }));
+
+    let file = dir.path().join("subagents.toml");
+    std::fs::write(&file, "[subagents.a]\ncommand = [\"x\"]\nbogus = 1\n").expect("write");
+    let err = ProcessRunnerConfig::load(&file).expect_err("invalid");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid config {}: unknown field `bogus`, expected one of `command`, \
+             `description`, `cwd`, `env`, `inherit_env` at line 3, column 1",
+            file.display()
+        )
+    );
+}
