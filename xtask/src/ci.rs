@@ -100,19 +100,7 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
 /// Runs every example of every workspace member (found with `cargo metadata`), so
 /// the code users copy first always works.
 fn run_examples(root: &Path) -> Result<(), String> {
-    let output = Command::new("cargo")
-        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
-        .current_dir(root)
-        .output()
-        .map_err(|err| format!("cannot run cargo metadata: {err}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&output.stdout).map_err(|err| format!("cargo metadata: {err}"))?;
+    let metadata = tidy::cargo_metadata_with(root, &["--no-deps", "--locked"])?;
     let mut examples = Vec::new();
     for package in metadata["packages"]
         .as_array()

@@ -43,7 +43,7 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
                 .map(|p| format!("{shown}: {p}")),
         );
     }
-    let metadata = cargo_metadata(root)?;
+    let metadata = cargo_metadata_with(root, &["--all-features"])?;
     for manifest in member_manifests(&metadata) {
         let text = std::fs::read_to_string(&manifest)
             .map_err(|err| format!("cannot read {}: {err}", manifest.display()))?;
@@ -254,9 +254,11 @@ fn str_field(value: &Value, field: &str) -> String {
     value[field].as_str().unwrap_or_default().to_owned()
 }
 
-fn cargo_metadata(root: &Path) -> Result<Value, String> {
+/// `cargo metadata --format-version 1` with `extra` arguments, parsed.
+pub(crate) fn cargo_metadata_with(root: &Path, extra: &[&str]) -> Result<Value, String> {
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
-        .args(["metadata", "--format-version", "1", "--all-features"])
+        .args(["metadata", "--format-version", "1"])
+        .args(extra)
         .current_dir(root)
         .output()
         .map_err(|err| format!("cannot run cargo metadata: {err}"))?;

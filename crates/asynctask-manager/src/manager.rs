@@ -92,7 +92,11 @@ impl Shared {
             .filter(|subscriber| subscriber.id != id)
             .cloned()
             .collect();
-        state.subscribers = kept;
+        let old = std::mem::replace(&mut state.subscribers, kept);
+        drop(state);
+        // The removed handler may be destroyed here, running user `Drop` code
+        // (which may itself unsubscribe): never under the lock.
+        drop(old);
     }
 }
 
@@ -214,26 +218,26 @@ impl AsyncTaskManager {
     /// Cancels a running task and its cancellation token. Returns `false`,
     /// changing nothing, when the task is unknown or already terminal.
     pub fn cancel_task(&self, id: &str) -> bool {
-        match self.finish(id, Terminal::Cancelled) {
-            Some(token) => {
-                // Outside the lock: cancelling wakes the runner's tasks.
-                token.cancel();
-                true
-            }
-            None => false,
-        }
+        self.finish(id, Terminal::Cancelled).is_some()
     }
 
-    /// Applies a terminal transition, then (outside the lock) delivers its event.
-    /// Returns the task's token when the transition happened.
+    /// Applies a terminal transition; then, outside the lock, cancels the task's
+    /// token (for a cancel: before any handler runs, so the runner hears of it at
+    /// once) and delivers the event. Returns the task's token when the transition
+    /// happened.
     fn finish(&self, id: &str, terminal: Terminal) -> Option<CancellationToken> {
         let now = self.now();
+        let cancel = matches!(terminal, Terminal::Cancelled);
         let dispatch = {
             let mut state = self.lock();
             let snapshot = !state.subscribers.is_empty();
             let Finished { task, token } = state.registry.finish(id, terminal, now, snapshot)?;
             tracing::debug!(task_id = %id, "async task finished");
             let Some(event) = task.and_then(TaskEvent::from_task) else {
+                drop(state);
+                if cancel {
+                    token.cancel();
+                }
                 return Some(token);
             };
             let subscribers = Arc::clone(&state.subscribers);
@@ -243,6 +247,9 @@ impl AsyncTaskManager {
             (dispatch, token)
         };
         let (dispatch, token) = dispatch;
+        if cancel {
+            token.cancel();
+        }
         if dispatch {
             self.dispatch();
         }
@@ -398,7 +405,9 @@ impl AsyncTaskManager {
             .cloned()
             .chain(std::iter::once(Subscriber { id, handler }))
             .collect();
-        state.subscribers = subscribers;
+        let old = std::mem::replace(&mut state.subscribers, subscribers);
+        drop(state);
+        drop(old);
         Subscription::new(Arc::downgrade(&self.shared), id)
     }
 

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use asynctask_model::AsyncTaskStatus;
 use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::host::AgentHost;
@@ -48,6 +50,10 @@ pub(crate) struct Delivery {
     host: Option<Arc<dyn AgentHost>>,
     handle: Handle,
     state: Mutex<State>,
+    /// Every delivery and retry timer, so shutdown can wait for them.
+    tracker: TaskTracker,
+    /// Cancelled at shutdown: stops retry timers at once.
+    stopping: CancellationToken,
 }
 
 impl std::fmt::Debug for dyn AgentHost {
@@ -67,6 +73,8 @@ impl Delivery {
             host,
             handle,
             state: Mutex::new(State::default()),
+            tracker: TaskTracker::new(),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -94,7 +102,8 @@ impl Delivery {
             state.again = false;
         }
         let this = Arc::clone(self);
-        self.handle.spawn(async move { this.run().await });
+        self.tracker
+            .spawn_on(async move { this.run().await }, &self.handle);
     }
 
     /// The host's turn ended: what it took with `next_turn_reminder` and did not
@@ -124,8 +133,16 @@ impl Delivery {
         span.in_scope(|| tracing::debug!("reminder acknowledged by the host"));
     }
 
+    /// Stops delivering: no new delivery starts, retry timers end.
     pub(crate) fn stop(&self) {
         self.lock().stopped = true;
+        self.stopping.cancel();
+        self.tracker.close();
+    }
+
+    /// Waits until every delivery and retry timer has ended (after [`stop`](Self::stop)).
+    pub(crate) async fn wait(&self) {
+        self.tracker.wait().await;
     }
 
     /// The auto-trigger loop: deliver while something deliverable is pending and
@@ -135,6 +152,9 @@ impl Delivery {
             self.lock().in_flight = false;
             return;
         };
+        // If a host callback panics, the delivery unwinds: release what it held so
+        // the tasks stay deliverable by the next event or `agent_idle`.
+        let _unwind = ReleaseOnPanic(&self);
         loop {
             // Let a burst of completions land, so they share one turn.
             tokio::task::yield_now().await;
@@ -180,11 +200,17 @@ impl Delivery {
                     };
                     if let Some(delay) = retry {
                         let this = Arc::clone(&self);
-                        self.handle.spawn(async move {
-                            tokio::time::sleep(delay).await;
-                            this.lock().retry_scheduled = false;
-                            this.poke();
-                        });
+                        self.tracker.spawn_on(
+                            async move {
+                                tokio::select! {
+                                    () = tokio::time::sleep(delay) => {}
+                                    () = this.stopping.cancelled() => return,
+                                }
+                                this.lock().retry_scheduled = false;
+                                this.poke();
+                            },
+                            &self.handle,
+                        );
                     }
                     return;
                 }
@@ -233,5 +259,23 @@ impl Delivery {
         }
         state.in_flight = false;
         false
+    }
+}
+
+/// Resets the in-flight state when a delivery unwinds from a panicking host
+/// callback; does nothing on a normal return (the loop keeps the state right).
+struct ReleaseOnPanic<'a>(&'a Delivery);
+
+impl Drop for ReleaseOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut state = self.0.lock();
+            state.in_flight = false;
+            state.again = false;
+            state.auto_claimed.clear();
+            state.failures += 1;
+            drop(state);
+            tracing::error!("the agent host panicked during a delivery; the tasks stay pending");
+        }
     }
 }

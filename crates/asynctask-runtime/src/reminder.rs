@@ -7,7 +7,7 @@ use asynctask_tools::{completion_notification, id_prefix};
 
 /// A reminder ready to deliver: its text, and the ids of the finished tasks it
 /// reports (the ones to mark notified once the delivery succeeded).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Reminder {
     /// The text, in the seed's `System Note` format.
     pub text: String,

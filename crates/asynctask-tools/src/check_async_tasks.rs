@@ -196,45 +196,67 @@ fn details(task: &AsyncTaskInfo, now: u64) -> TaskDetails {
 
 /// The details, with long text fields cut so the JSON fits `budget` characters.
 ///
-/// Each long field gets an equal share of the budget; if the JSON is still too
-/// long (thousands of emitted variables, say) the shares shrink until it fits or
-/// every field is down to a 64-character floor.
+/// Each long field (the goal, the error, the final message, every emitted name and
+/// value) gets an equal share of the budget; while the JSON is still too long the
+/// shares halve, down to a 64-character floor. If that is not enough (thousands of
+/// variables), the variables after the first ones that fit are dropped and an
+/// entry `"…"` says how many were cut.
 fn bounded_details(task: &AsyncTaskInfo, now: u64, budget: usize) -> TaskDetails {
     let full = details(task, now);
-    if to_pretty(&full).chars().count() <= budget {
+    let fits = |d: &TaskDetails| to_pretty(d).chars().count() <= budget;
+    if fits(&full) {
         return full;
     }
-    let fields = 3 + task.output.as_ref().map_or(0, |o| o.emitted_vars.len());
-    let mut share = (budget / (fields + 1)).max(64);
-    loop {
-        let mut cut = full.clone();
-        let bound = |text: &mut String| {
-            if let std::borrow::Cow::Owned(short) = bound_text(text, share) {
-                *text = short;
-            }
-        };
-        bound(&mut cut.goal_prompt);
-        if let Some(error) = cut.error.as_mut() {
-            bound(error);
-        }
-        if let Some(output) = cut.output.as_mut() {
-            if let Some(message) = output.final_message.as_mut() {
-                bound(message);
-            }
-            let vars: BTreeMap<String, String> = std::mem::take(&mut output.emitted_vars)
-                .into_iter()
-                .map(|(name, mut value)| {
-                    bound(&mut value);
-                    (name, value)
-                })
-                .collect();
-            output.emitted_vars = vars;
-        }
-        if to_pretty(&cut).chars().count() <= budget || share == 64 {
-            return cut;
+    let variables = task.output.as_ref().map_or(0, |o| o.emitted_vars.len());
+    let mut share = (budget / (3 + 2 * variables + 1)).max(64);
+    let cut = loop {
+        let cut = cut_fields(&full, share, usize::MAX);
+        if fits(&cut) || share == 64 {
+            break cut;
         }
         share = (share / 2).max(64);
+    };
+    if fits(&cut) {
+        return cut;
     }
+    // Keep as many variables as fit (binary search on the count).
+    let (mut low, mut high) = (0, variables);
+    while low < high {
+        let middle = (low + high).div_ceil(2);
+        if fits(&cut_fields(&full, share, middle)) {
+            low = middle;
+        } else {
+            high = middle - 1;
+        }
+    }
+    cut_fields(&full, share, low)
+}
+
+/// `details` with every long text cut to `share` characters and only the first
+/// `keep` emitted variables (plus a note of how many were dropped).
+fn cut_fields(full: &TaskDetails, share: usize, keep: usize) -> TaskDetails {
+    let bound = |text: &str| bound_text(text, share).into_owned();
+    let mut cut = full.clone();
+    cut.goal_prompt = bound(&cut.goal_prompt);
+    cut.error = cut.error.as_deref().map(bound);
+    if let Some(output) = cut.output.as_mut() {
+        output.final_message = output.final_message.as_deref().map(bound);
+        let total = output.emitted_vars.len();
+        let mut vars: BTreeMap<String, String> = output
+            .emitted_vars
+            .iter()
+            .take(keep)
+            .map(|(name, value)| (bound(name), bound(value)))
+            .collect();
+        if total > keep {
+            vars.insert(
+                "…".to_owned(),
+                format!("{} more emitted variables cut", total - keep),
+            );
+        }
+        output.emitted_vars = vars;
+    }
+    cut
 }
 
 /// The seed's `formatTaskDisplay`, with `...` only after a cut.

@@ -39,8 +39,13 @@ fn random_u64() -> u64 {
 /// ```
 #[must_use]
 pub fn new_task_id(manager: &AsyncTaskManager) -> String {
+    new_task_id_from(manager, random_u64)
+}
+
+/// [`new_task_id`] with its random source given (tests drive the re-draw path).
+fn new_task_id_from(manager: &AsyncTaskManager, mut random: impl FnMut() -> u64) -> String {
     loop {
-        let (high, low) = (random_u64(), random_u64());
+        let (high, low) = (random(), random());
         let id = format!(
             "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
             high >> 32,
@@ -74,6 +79,29 @@ mod tests {
                 .register_task(RegisterTaskInput::new(id, "same-agent", "g"))
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn a_head_held_by_another_task_is_drawn_again() {
+        let manager = AsyncTaskManager::new(MaxAsyncTasks::UNLIMITED);
+        // The first draw repeats the head of a held task; the second does not.
+        let draws = [
+            0xdead_beef_0000_0001u64,
+            1,
+            0xdead_beef_0000_0002,
+            2,
+            0x0123_4567_0000_0003,
+            3,
+        ];
+        let mut source = draws.iter().copied();
+        let mut next = || source.next().expect("enough draws");
+        let held = new_task_id_from(&manager, &mut next);
+        assert_eq!(&held[..8], "deadbeef");
+        manager
+            .register_task(RegisterTaskInput::new(held, "agent", "g"))
+            .unwrap();
+        let fresh = new_task_id_from(&manager, &mut next);
+        assert_eq!(&fresh[..8], "01234567", "the clashing draw was skipped");
     }
 
     #[test]

@@ -524,3 +524,30 @@ fn the_handle_is_cheap_and_shared() {
         "{debug}"
     );
 }
+
+#[test]
+fn a_handler_dropped_by_unsubscribing_may_unsubscribe_another_without_deadlock() {
+    // The handler owns another subscription: dropping the handler (when its own
+    // subscription is dropped) drops that one too, re-entering the manager.
+    let (manager, _) = manager(5);
+    let inner = manager.subscribe(|_| {});
+    let outer = manager.subscribe(move |_| {
+        let _keep = &inner;
+    });
+    drop(outer); // must not deadlock
+    manager.register_task(input("a")).unwrap();
+    assert!(manager.cancel_task("a"));
+}
+
+#[test]
+fn the_runner_hears_of_a_cancel_before_any_handler_runs() {
+    let (manager, _) = manager(5);
+    let task = input("a");
+    let token = task.cancellation.clone();
+    let seen_cancelled = Arc::new(Mutex::new(None));
+    let slot = Arc::clone(&seen_cancelled);
+    let _s = manager.subscribe(move |_| *slot.lock().unwrap() = Some(token.is_cancelled()));
+    manager.register_task(task).unwrap();
+    manager.cancel_task("a");
+    assert_eq!(*seen_cancelled.lock().unwrap(), Some(true));
+}

@@ -349,3 +349,80 @@ async fn shutdown_with_nothing_running_is_quick_and_idempotent() {
     settle().await;
     assert_eq!(host.attempts(), 0);
 }
+
+/// A host whose `trigger_agent_turn` panics the first time.
+#[derive(Default)]
+struct PanickyHost {
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl asynctask_runtime::AgentHost for PanickyHost {
+    fn is_agent_busy(&self) -> bool {
+        false
+    }
+
+    async fn trigger_agent_turn(
+        &self,
+        message: String,
+    ) -> Result<(), asynctask_runtime::TriggerError> {
+        let first = {
+            let mut calls = self.calls.lock().expect("calls lock");
+            calls.push(message);
+            calls.len() == 1
+        };
+        if first {
+            panic!("host bug");
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_host_strands_nothing() {
+    let host = Arc::new(PanickyHost::default());
+    let runtime = AsyncTaskRuntime::builder()
+        .host(Arc::clone(&host) as Arc<dyn asynctask_runtime::AgentHost>)
+        .build();
+    launch(&runtime, "a");
+    launch(&runtime, "b");
+    runtime.manager().complete_task("a", goal());
+    settle().await;
+    assert_eq!(
+        host.calls.lock().unwrap().len(),
+        1,
+        "the first delivery panicked"
+    );
+    assert!(
+        runtime.reminders().has_pending_notifications(),
+        "nothing was marked"
+    );
+    // The next event delivers both, once.
+    runtime.manager().complete_task("b", goal());
+    settle().await;
+    let calls = host.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(reported_ids(&calls[1]), ["a", "b"]);
+    assert!(!runtime.reminders().has_pending_notifications());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_a_delivery_in_flight_and_stops_retries() {
+    let host = Arc::new(FakeHost::default());
+    let gate = host.gate();
+    host.fail_next("down");
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    runtime.manager().complete_task("a", goal());
+    settle().await;
+    assert_eq!(host.attempts(), 1, "held in flight by the gate");
+    gate.add_permits(1); // the delivery fails; a retry timer is set
+    let started = tokio::time::Instant::now();
+    runtime.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the retry timer does not hold shutdown"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(host.attempts(), 1, "no delivery after shutdown");
+}

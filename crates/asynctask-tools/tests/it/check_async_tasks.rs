@@ -252,6 +252,34 @@ async fn thousands_of_variables_still_fit_the_budget() {
 }
 
 #[tokio::test]
+async fn any_number_of_variables_and_huge_names_fit_the_budget() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("vast", "dumper", "dump"))
+        .unwrap();
+    let mut output = OutputObject::new(TerminateReason::Goal);
+    for i in 0..5_000 {
+        output = output.with_var(format!("variable_{i:05}"), "z".repeat(100));
+    }
+    output = output.with_var("k".repeat(100_000), "v");
+    manager.complete_task("vast", output);
+    let tool = CheckAsyncTasksTool::new(manager);
+    let result = call(&tool, json!({"task_id": "vast"})).await;
+    let length = result.llm_content.chars().count();
+    assert!(length <= PEEK_BUDGET_CHARS, "{length} characters");
+    let details: Value = serde_json::from_str(&result.llm_content).expect("still valid JSON");
+    let vars = details["output"]["emitted_vars"].as_object().unwrap();
+    let note = vars["…"].as_str().unwrap();
+    assert!(note.ends_with(" more emitted variables cut"), "{note}");
+    let dropped: usize = note.split(' ').next().unwrap().parse().unwrap();
+    assert_eq!(
+        vars.len() - 1 + dropped,
+        5_001,
+        "every variable is either shown or counted"
+    );
+}
+
+#[tokio::test]
 async fn bad_parameters_name_the_field_and_never_panic() {
     let tool = CheckAsyncTasksTool::new(AsyncTaskManager::default());
     let cases = [
