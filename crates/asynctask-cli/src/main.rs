@@ -4,9 +4,12 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
 use asynctask_cli::{CliError, DEMO_CONFIG, run_once, schemas};
+use asynctask_mcp::{McpServerOptions, serve_stdio};
+use asynctask_model::MaxAsyncTasks;
 use asynctask_runtime::{ProcessRunner, ProcessRunnerConfig};
 use asynctask_tools::PROVIDERS;
 use clap::{Parser, Subcommand};
@@ -45,6 +48,20 @@ enum Command {
         subagent: String,
         /// Its goal.
         goal: String,
+    },
+    /// Serve the tools to an MCP client over stdio (task, check_async_tasks,
+    /// wait_async_tasks, end_async_task).
+    Mcp {
+        /// The subagents config (TOML).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Turn a synchronous task call still running after this many seconds into
+        /// a background task.
+        #[arg(long, value_name = "SECS", default_value_t = 50)]
+        sync_detach_after: u64,
+        /// The most background tasks running at once: -1 (unlimited) or 1..=100.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        max_async_tasks: Option<i64>,
     },
 }
 
@@ -117,6 +134,34 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                     Ok(ExitCode::FAILURE)
                 }
             }
+        }
+        // stdout is the protocol channel from here on: nothing else is printed.
+        Command::Mcp {
+            config,
+            sync_detach_after,
+            max_async_tasks,
+        } => {
+            let runner = load_runner(&config)?;
+            let mut options = McpServerOptions {
+                sync_detach_after: Duration::from_secs(sync_detach_after),
+                ..McpServerOptions::default()
+            };
+            if let Some(max) = max_async_tasks {
+                options.max_async_tasks = MaxAsyncTasks::new(max).map_err(|_| {
+                    CliError(
+                        "--max-async-tasks must be -1 (unlimited) or an integer between 1 and 100"
+                            .to_owned(),
+                    )
+                })?;
+            }
+            eprintln!(
+                "asynctask: MCP server on stdio; subagents: {}",
+                runner.subagent_names().join(", ")
+            );
+            serve_stdio(Arc::new(runner), options)
+                .await
+                .map_err(|err| CliError(err.to_string()))?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -38,12 +38,17 @@
 //! would reach it — process ids are handed out in sequence, so this is not a
 //! practical risk.
 //!
+//! **Where.** Every subagent works in a directory under one of the config's
+//! `roots` (by default the config file's own directory), checked when the config
+//! is loaded, after symlinks are resolved; a subagent without a `cwd` works in
+//! the config file's directory.
+//!
 //! What it does not do: emit variables (`emitted_vars` is always empty), enforce
 //! the task's timeout (the `task` tool does, by cancelling the run), sandbox the
 //! child, or run anywhere but on Unix.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -59,9 +64,11 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio_util::sync::CancellationToken;
 
 /// The subagents a [`ProcessRunner`] can run: the `[subagents.<name>]` tables of a
-/// TOML file.
+/// TOML file, and the `roots` their working directories must lie under.
 ///
 /// ```toml
+/// roots = ["..", "/srv/checkouts"]  # default: this file's directory; before any table
+///
 /// [subagents.researcher]
 /// command = ["my-agent", "--mode", "research"]
 /// description = "Reads the code base and answers questions about it"
@@ -81,6 +88,13 @@ pub struct ProcessRunnerConfig {
     /// whitespace.
     #[serde(default, deserialize_with = "subagent_table")]
     pub subagents: BTreeMap<String, SubagentCommand>,
+    /// The directories subagents may work in: every subagent's working
+    /// directory must lie under one of them. In the file, paths are relative to
+    /// its directory, and absent or empty means the file's directory; once
+    /// loaded they are absolute with symlinks resolved. Empty in a config built
+    /// in code: no restriction.
+    #[serde(default)]
+    pub roots: Vec<PathBuf>,
 }
 
 /// How to run one subagent.
@@ -98,8 +112,10 @@ pub struct SubagentCommand {
     pub description: Option<String>,
     /// The working directory. [`ProcessRunnerConfig::from_toml_str`] and
     /// [`ProcessRunnerConfig::load`] make a relative path relative to the config
-    /// file's directory (`~` is not expanded). `None`: the host's own working
-    /// directory.
+    /// file's directory (`~` is not expanded), fill in that directory when it is
+    /// absent, and refuse one that is not under the config's
+    /// [`roots`](ProcessRunnerConfig::roots). `None` (only in a config built in
+    /// code): the host's own working directory.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     /// Extra environment variables. They override inherited ones; the
@@ -136,8 +152,9 @@ pub enum ConfigError {
 }
 
 impl ProcessRunnerConfig {
-    /// Parses a config from TOML text; relative `cwd`s are made relative to
-    /// `base_dir` (pass the directory the text came from).
+    /// Parses a config from TOML text; relative `cwd`s and `roots` are made
+    /// relative to `base_dir` (pass the directory the text came from), which is
+    /// also the default root and the default `cwd`.
     ///
     /// # Examples
     ///
@@ -164,8 +181,9 @@ impl ProcessRunnerConfig {
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] (with path `<string>`) for bad TOML, unknown
-    /// keys, a missing or empty `command`, a blank subagent name, or an
-    /// environment variable name that is empty or holds `=`.
+    /// keys, a missing or empty `command`, a blank subagent name, an
+    /// environment variable name that is empty or holds `=`, or a working
+    /// directory outside the `roots` (the message names the subagent).
     pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
         Self::parse(text, base_dir, Path::new("<string>"))
     }
@@ -202,15 +220,85 @@ impl ProcessRunnerConfig {
             path: origin.to_owned(),
             message: one_line_toml_error(&err, text),
         })?;
-        for command in config.subagents.values_mut() {
-            if let Some(cwd) = command.cwd.as_mut()
-                && cwd.is_relative()
-            {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: origin.to_owned(),
+            message,
+        };
+        let roots = if config.roots.is_empty() {
+            vec![base_dir.to_owned()]
+        } else {
+            config
+                .roots
+                .iter()
+                .map(|root| base_dir.join(root))
+                .collect()
+        };
+        config.roots = roots
+            .iter()
+            .map(|root| {
+                resolve(root).map_err(|err| {
+                    invalid(format!("root {} cannot be resolved: {err}", root.display()))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        for (name, command) in &mut config.subagents {
+            let cwd = command.cwd.get_or_insert_with(|| base_dir.to_owned());
+            if cwd.is_relative() {
                 *cwd = base_dir.join(&*cwd);
+            }
+            let resolved = resolve(cwd).map_err(|err| {
+                invalid(format!(
+                    "subagent '{name}': working directory {} cannot be resolved: {err}",
+                    cwd.display()
+                ))
+            })?;
+            if !config.roots.iter().any(|root| resolved.starts_with(root)) {
+                let roots: Vec<String> = config
+                    .roots
+                    .iter()
+                    .map(|root| root.display().to_string())
+                    .collect();
+                return Err(invalid(format!(
+                    "subagent '{name}': working directory {} is not under any of the roots ({}); \
+                     add a `roots` entry that holds it",
+                    resolved.display(),
+                    roots.join(", ")
+                )));
             }
         }
         Ok(config)
     }
+}
+
+/// `path` made absolute, with symlinks resolved as far as it exists and the rest
+/// (which does not exist yet) normalized lexically, so a working directory that
+/// is created later is still checked against the roots, and `..` cannot climb
+/// out of them.
+fn resolve(path: &Path) -> std::io::Result<PathBuf> {
+    let absolute = std::path::absolute(path)?;
+    let mut resolved = PathBuf::new();
+    let mut exists = true;
+    for component in absolute.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => resolved.push(component),
+            Component::CurDir => {}
+            // After a resolved prefix this is the physical parent, as the kernel
+            // would take it.
+            Component::ParentDir => {
+                resolved.pop();
+            }
+            Component::Normal(part) => {
+                resolved.push(part);
+                if exists {
+                    match resolved.canonicalize() {
+                        Ok(canonical) => resolved = canonical,
+                        Err(_) => exists = false,
+                    }
+                }
+            }
+        }
+    }
+    Ok(resolved)
 }
 
 /// A TOML error as one line: its message, then where it is

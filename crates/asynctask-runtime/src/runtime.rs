@@ -11,6 +11,7 @@ use asynctask_tools::{
     CheckAsyncTasksTool, PauseSignal, SubagentRunner, TaskTimeouts, TaskTool, TodoPauseTool, Tool,
 };
 use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::continuation::{
@@ -82,6 +83,9 @@ pub struct AsyncTaskRuntime {
     continuation_setting: Mutex<Option<bool>>,
     subscriptions: Mutex<Vec<Subscription>>,
     shut_down: AtomicBool,
+    /// Cancelled by `shutdown`: the `task` tool refuses new runs and cancels
+    /// synchronous ones in progress.
+    stopping: CancellationToken,
 }
 
 /// Builds an [`AsyncTaskRuntime`].
@@ -93,6 +97,7 @@ pub struct AsyncTaskRuntimeBuilder {
     host: Option<Arc<dyn AgentHost>>,
     runner: Option<Arc<dyn SubagentRunner>>,
     timeouts: TaskTimeouts,
+    sync_detach: Option<Duration>,
 }
 
 impl AsyncTaskRuntimeBuilder {
@@ -127,6 +132,13 @@ impl AsyncTaskRuntimeBuilder {
         self
     }
 
+    /// Turns a synchronous `task` call still running after `after` into a
+    /// background task (see [`TaskTool::with_sync_detach`]). Off by default.
+    pub fn sync_detach_after(mut self, after: Duration) -> Self {
+        self.sync_detach = Some(after);
+        self
+    }
+
     /// Builds the runtime.
     ///
     /// # Panics
@@ -153,12 +165,17 @@ impl AsyncTaskRuntimeBuilder {
         let reminders = AsyncTaskReminderService::new(manager.clone());
         let delivery = Arc::new(Delivery::new(reminders.clone(), self.host, handle));
         let tracker = TaskTracker::new();
+        let stopping = CancellationToken::new();
+        let sync_detach = self.sync_detach;
         let task_tool = self.runner.map(|runner| {
-            Arc::new(
-                TaskTool::new(manager.clone(), runner)
-                    .with_timeouts(self.timeouts)
-                    .with_tracker(tracker.clone()),
-            )
+            let tool = TaskTool::new(manager.clone(), runner)
+                .with_timeouts(self.timeouts)
+                .with_tracker(tracker.clone())
+                .with_shutdown(stopping.clone());
+            Arc::new(match sync_detach {
+                Some(after) => tool.with_sync_detach(after),
+                None => tool,
+            })
         });
         // Completions and failures wake the agent; a cancel alone does not.
         let on_completed = {
@@ -181,6 +198,7 @@ impl AsyncTaskRuntimeBuilder {
             continuation_setting: Mutex::new(None),
             subscriptions: Mutex::new(vec![on_completed, on_failed]),
             shut_down: AtomicBool::new(false),
+            stopping,
         })
     }
 }
@@ -192,6 +210,7 @@ impl fmt::Debug for AsyncTaskRuntimeBuilder {
             .field("host", &self.host.is_some())
             .field("runner", &self.runner.is_some())
             .field("timeouts", &self.timeouts)
+            .field("sync_detach", &self.sync_detach)
             .finish_non_exhaustive()
     }
 }
@@ -297,7 +316,12 @@ impl AsyncTaskRuntime {
         match key {
             "task-max-async" => {
                 let raw = match &value {
-                    serde_json::Value::Number(n) => n.as_i64(),
+                    // Integral floats too (`5.0`): JavaScript hosts send numbers so.
+                    serde_json::Value::Number(n) => n.as_i64().or_else(|| {
+                        n.as_f64()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                            .map(|f| f as i64)
+                    }),
                     serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
                     _ => None,
                 };
@@ -386,6 +410,7 @@ impl AsyncTaskRuntime {
     /// future only stops the waiting.
     pub async fn shutdown(&self) {
         if !self.shut_down.swap(true, Ordering::SeqCst) {
+            self.stopping.cancel();
             self.delivery.stop();
             self.subscriptions
                 .lock()
@@ -397,11 +422,17 @@ impl AsyncTaskRuntime {
             tracing::debug!("async task runtime shutting down");
         }
         self.tracker.close();
-        if tokio::time::timeout(SHUTDOWN_TIMEOUT, self.tracker.wait())
+        let everything = async {
+            self.tracker.wait().await;
+            // Deliveries in flight (and retry timers) end too: nothing is marked
+            // or delivered after shutdown returns.
+            self.delivery.wait().await;
+        };
+        if tokio::time::timeout(SHUTDOWN_TIMEOUT, everything)
             .await
             .is_err()
         {
-            tracing::warn!("background subagent runs did not end within the shutdown timeout");
+            tracing::warn!("background work did not end within the shutdown timeout");
         }
     }
 }

@@ -57,10 +57,12 @@ pub use crate::format::{
 pub use crate::ids::new_task_id;
 pub use crate::params::{
     CheckAsyncTasksParams, ContextVar, InvalidParams, OutputVarSpec, TaskParams, TaskTimeouts,
-    TimeoutSeconds, TodoPauseParams, ToolParams, Validate,
+    TimeoutSeconds, TodoPauseParams, ToolParams, Validate, is_blank,
 };
 pub use crate::result::{ToolError, ToolErrorType, ToolResult};
-pub use crate::slash::{CommandOutput, CommandOutputKind, complete_task_ids, run_slash_command};
+pub use crate::slash::{
+    CommandOutput, CommandOutputKind, complete_task_ids, end_task, run_slash_command,
+};
 pub use crate::task::{SubagentError, SubagentRequest, SubagentRunner, TaskTool};
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
 pub use crate::tool::{PROVIDERS, Tool, ToolAnnotations, ToolSpec};

@@ -254,13 +254,22 @@ pub trait Validate {
 }
 
 /// Whether a string has no non-whitespace character (the schema's `pattern: "\S"`).
+/// [`Validate`] implementations use it for fields whose schema says `pattern: "\S"`.
 ///
 /// Whitespace is what ECMA-262 `\s` matches, because JSON Schema patterns are
 /// ECMA-262 regular expressions and the parser must agree with the schema.
 /// Rust's `char::is_whitespace` (Unicode `White_Space`) differs on two
 /// characters: it counts U+0085 (NEL), which `\s` does not, and not U+FEFF
 /// (BOM), which `\s` does.
-pub(crate) fn is_blank(text: &str) -> bool {
+///
+/// # Examples
+///
+/// ```
+/// assert!(asynctask_tools::is_blank(" \n\u{3000}"));
+/// assert!(!asynctask_tools::is_blank(" a "));
+/// ```
+#[must_use]
+pub fn is_blank(text: &str) -> bool {
     text.chars().all(is_ecma_whitespace)
 }
 
@@ -321,6 +330,25 @@ impl Validate for TaskParams {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct InvalidParams(pub String);
+
+impl InvalidParams {
+    /// The error result a tool answers bad parameters with:
+    /// `Invalid parameters for <tool>: <error>` (kind `InvalidToolParams`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_tools::{CheckAsyncTasksParams, ToolParams};
+    ///
+    /// let err = CheckAsyncTasksParams::parse(serde_json::json!({"id": "x"})).unwrap_err();
+    /// let result = err.to_tool_result("check_async_tasks");
+    /// assert_eq!(result.llm_content, "Invalid parameters for check_async_tasks: id: unknown field `id`, expected `task_id`");
+    /// ```
+    #[must_use]
+    pub fn to_tool_result(&self, tool: &str) -> ToolResult {
+        invalid_params(tool, self)
+    }
+}
 
 /// A tool's parameter type: its canonical schema and its parser, which accept
 /// exactly the same JSON values.

@@ -10,7 +10,7 @@ use crate::format::{id_prefix, truncate_chars};
 const GOAL_PREVIEW_CHARS: usize = 40;
 
 /// What a slash command answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CommandOutput {
     /// Whether it is information or an error.
     pub kind: CommandOutputKind,
@@ -34,8 +34,9 @@ impl CommandOutput {
     }
 }
 
-/// The kind of a [`CommandOutput`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The kind of a [`CommandOutput`]. Serialized as `"info"` / `"error"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CommandOutputKind {
     /// The command worked.
     Info,
@@ -77,7 +78,7 @@ pub fn run_slash_command(manager: &AsyncTaskManager, line: &str) -> Option<Comma
     Some(match (command, words.next()) {
         ("/tasks", None) | (_, Some("list")) => list(manager),
         (_, Some("end")) => match words.next() {
-            Some(arg) => end(manager, arg),
+            Some(arg) => end_task(manager, arg),
             None => CommandOutput::error("Usage: /task end <task_id>"),
         },
         _ => CommandOutput::error("Usage: /tasks list | /task end <task_id>"),
@@ -117,7 +118,30 @@ fn list_icon(status: AsyncTaskStatus) -> &'static str {
     }
 }
 
-fn end(manager: &AsyncTaskManager, arg: &str) -> CommandOutput {
+/// Cancels the running task `task_id` (an id or a unique prefix; an exact match
+/// first): the logic and texts of `/task end <id>`, for any caller that ends tasks
+/// (the MCP server's `end_async_task` uses it).
+///
+/// Answers `Cancelled task: <id>` (info), or an error: `Task not found: <arg>`,
+/// `Task <id> is already <status>.`, or `Ambiguous task ID. Did you mean:` with
+/// one `  - <id> (<subagent>, <status>)` line per candidate.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_tools::{CommandOutputKind, end_task};
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("0f3a9c21-aa", "researcher", "map the code"))?;
+/// assert_eq!(end_task(&manager, "0f3a").text, "Cancelled task: 0f3a9c21-aa");
+/// let again = end_task(&manager, "0f3a9c21-aa");
+/// assert_eq!((again.kind, again.text.as_str()), (CommandOutputKind::Error, "Task 0f3a9c21-aa is already cancelled."));
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[must_use]
+pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
+    let arg = task_id;
     let task = match manager.task(arg) {
         Some(task) => task,
         None => match manager.find_by_prefix(arg) {

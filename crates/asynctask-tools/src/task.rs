@@ -10,8 +10,9 @@ use asynctask_manager::{AsyncTaskManager, RegisterError, RegisterTaskInput};
 use asynctask_model::{AsyncTaskInfo, OutputObject};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
 use crate::format::completion_notification;
@@ -44,8 +45,9 @@ pub trait SubagentRunner: Send + Sync {
     ) -> Result<OutputObject, SubagentError>;
 }
 
-/// Everything the model asked of a subagent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Everything the model asked of a subagent. Serializable, for runners that hand
+/// the request to another process (`timeout` as `{secs, nanos}`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SubagentRequest {
     /// The task's id (also the subagent's agent id).
     pub task_id: String,
@@ -116,6 +118,11 @@ impl SubagentError {
 /// ([`AsyncTaskManager::cancel_task`], or the token cancelled by the host). Once
 /// the run has ended the task is never left `running`.
 ///
+/// **Sync-detach** ([`with_sync_detach`](Self::with_sync_detach)): a synchronous
+/// run still going after a set time is turned into a background task, so a
+/// client with a request timeout (an MCP client's is usually 60 s) is never left
+/// waiting on a long subagent.
+///
 /// Every run has a timeout: `timeout_seconds`, or the [default](TaskTimeouts),
 /// never above the maximum. A runner that is cancelled (timeout, cancel,
 /// abandoned call) gets a grace period of 5 seconds to return before it is
@@ -175,6 +182,10 @@ pub struct TaskTool {
     runner: Arc<dyn SubagentRunner>,
     timeouts: TaskTimeouts,
     tracker: TaskTracker,
+    sync_detach: Option<Duration>,
+    /// Cancelled when the host shuts down: no new runs start, synchronous runs
+    /// in progress are cancelled.
+    shutdown: CancellationToken,
 }
 
 impl TaskTool {
@@ -189,7 +200,73 @@ impl TaskTool {
             runner,
             timeouts: TaskTimeouts::default(),
             tracker: TaskTracker::new(),
+            sync_detach: None,
+            shutdown: CancellationToken::new(),
         }
+    }
+
+    /// Turns a synchronous run that is still going after `after` into a
+    /// background task.
+    ///
+    /// When the timer fires before the runner returns, the task is registered in
+    /// the manager (atomically, under the running limit, with the runner's own
+    /// token, so `cancel_task` and `/task end` reach it), the running runner is
+    /// handed to the same background machinery `async: true` launches use — its
+    /// timeout still counted from the original start — and the call returns at
+    /// once:
+    ///
+    /// `Subagent '<name>' is still running after <N> seconds; it continues in the
+    /// background as async task <id>. Its result will be reported when it
+    /// finishes; use 'wait_async_tasks' or 'check_async_tasks' to follow it.`
+    ///
+    /// with metadata `{agentId, async: true, status: "running", detached: true}`.
+    /// Its end is then delivered like any background task's. (The text names
+    /// `wait_async_tasks`, which the MCP server serves: that server is where
+    /// sync-detach is meant to be used.)
+    ///
+    /// **If the limit is reached** when the timer fires, the call keeps waiting
+    /// synchronously, and tries to detach again every `after`. A cancelled call
+    /// still cancels its subagent until the moment it is detached; from then on
+    /// only the task's own token (cancel, timeout, shutdown) stops it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use asynctask_manager::AsyncTaskManager;
+    /// use asynctask_model::{OutputObject, TerminateReason};
+    /// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool};
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// # struct Slow;
+    /// # #[async_trait::async_trait]
+    /// # impl SubagentRunner for Slow {
+    /// #     async fn run(&self, _request: SubagentRequest, _cancel: CancellationToken)
+    /// #         -> Result<OutputObject, SubagentError> {
+    /// #         tokio::time::sleep(Duration::from_secs(120)).await;
+    /// #         Ok(OutputObject::new(TerminateReason::Goal))
+    /// #     }
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("runtime").block_on(async {
+    /// let manager = AsyncTaskManager::default();
+    /// let tool = TaskTool::new(manager.clone(), Arc::new(Slow)).with_sync_detach(Duration::from_secs(50));
+    /// let params = serde_json::json!({"subagent_name": "slow", "goal_prompt": "take your time"});
+    /// let result = tool.execute(params, CancellationToken::new()).await;
+    /// assert!(result.llm_content.starts_with("Subagent 'slow' is still running after 50 seconds"));
+    /// assert_eq!(manager.counts().running, 1);
+    /// # });
+    /// ```
+    #[must_use]
+    pub fn with_sync_detach(mut self, after: Duration) -> Self {
+        self.sync_detach = Some(after);
+        self
+    }
+
+    /// After how long a synchronous run is detached, if ever.
+    #[must_use]
+    pub fn sync_detach(&self) -> Option<Duration> {
+        self.sync_detach
     }
 
     /// Replaces the default and maximum timeouts.
@@ -207,10 +284,36 @@ impl TaskTool {
         self
     }
 
+    /// Watches `shutdown`: once it is cancelled the tool refuses new runs, and a
+    /// synchronous run in progress is cancelled like an abandoned call. (Background
+    /// tasks are cancelled through the manager; `AsyncTaskRuntime::shutdown` does
+    /// both.)
+    #[must_use]
+    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
     /// The tracker background runs are spawned on.
     #[must_use]
     pub fn tracker(&self) -> &TaskTracker {
         &self.tracker
+    }
+
+    /// The canonical schema, with the `timeout_seconds` description stating the
+    /// timeouts this tool was configured with (the model must not be told 900 and
+    /// 1800 when the host chose otherwise).
+    fn parameters(&self) -> Value {
+        let mut parameters = schema::canonical::<TaskParams>();
+        let (default, max) = (self.timeouts.default.as_secs(), self.timeouts.max.as_secs());
+        if let Some(description) = parameters.pointer_mut("/properties/timeout_seconds/description")
+        {
+            *description = Value::String(format!(
+                "Seconds before the subagent is stopped and the task fails: default {default}, \
+                 larger values are capped at {max}; -1 or 0 mean the maximum."
+            ));
+        }
+        parameters
     }
 
     /// The timeouts in force.
@@ -263,25 +366,61 @@ impl TaskTool {
         }
     }
 
-    /// Runs the subagent while the caller waits. Nothing is registered.
+    /// Runs the subagent while the caller waits. Nothing is registered — unless
+    /// sync-detach turns the run into a background task.
     async fn run_sync(&self, request: SubagentRequest, cancel: &CancellationToken) -> ToolResult {
         let id = request.task_id.clone();
         let name = request.subagent_name.clone();
+        let goal = request.goal_prompt.clone();
         let timeout = request.timeout;
+        let started = Instant::now();
+        let deadline = started + timeout;
         let mut task = AsyncTaskInfo::new(
             id.clone(),
             name.clone(),
             request.goal_prompt.clone(),
             self.now(),
         );
-        let token = cancel.child_token();
+        // A run that may be detached gets a token of its own, not a child of the
+        // call's: once detached it must outlive the call. Until then `outcome`
+        // watches the call's token, and a cancelled or dropped call cancels the
+        // runner's token on the way out (`stop_in_background`, `Run`'s drop).
+        let token = match self.sync_detach {
+            Some(_) => CancellationToken::new(),
+            None => cancel.child_token(),
+        };
         let mut run = Run::start(
             Arc::clone(&self.runner),
             request,
             token,
             self.tracker.clone(),
         );
-        let outcome = run.outcome(timeout, cancel).await;
+        let mut detach_at = self.sync_detach.map(|after| started + after);
+        let outcome = loop {
+            let Some(at) = detach_at else {
+                break run.outcome(deadline, cancel).await;
+            };
+            let waited = tokio::time::timeout_at(at, run.outcome(deadline, cancel)).await;
+            match waited {
+                Ok(outcome) => break outcome,
+                Err(_) => {
+                    let detach = Detach {
+                        id: id.clone(),
+                        name: name.clone(),
+                        goal: goal.clone(),
+                        started,
+                        deadline,
+                    };
+                    match self.detach(run, detach) {
+                        Ok(result) => return result,
+                        Err(back) => {
+                            run = back;
+                            detach_at = self.sync_detach.map(|after| Instant::now() + after);
+                        }
+                    }
+                }
+            }
+        };
         // A runner still going (timed out, or the call was cancelled) is stopped
         // in the background: the caller gets its answer now, the runner its grace.
         run.stop_in_background();
@@ -351,6 +490,52 @@ impl TaskTool {
         }
     }
 
+    /// Registers a synchronous run that overstayed the sync-detach time and hands
+    /// it to the background. `Err` gives the run back when it cannot be
+    /// registered (the limit is reached): the caller keeps waiting.
+    fn detach(&self, run: Run, detach: Detach) -> Result<ToolResult, Run> {
+        let Detach {
+            id,
+            name,
+            goal,
+            started,
+            deadline,
+        } = detach;
+        let input = RegisterTaskInput::new(id.clone(), name.clone(), goal)
+            .with_cancellation(run.token.clone());
+        if let Err(err) = self.manager.register_task(input) {
+            tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
+            return Err(run);
+        }
+        let seconds = started.elapsed().as_secs();
+        tracing::debug!(task_id = %id, subagent = %name, seconds, "synchronous run detached to the background");
+        let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
+        let timeout = deadline.saturating_duration_since(started);
+        let background = Background {
+            ended: EndGuard {
+                manager: self.manager.clone(),
+                id: id.clone(),
+                armed: true,
+            },
+            manager: self.manager.clone(),
+            message: self.timeout_message(&name, timeout),
+            id: id.clone(),
+            timeout,
+            deadline,
+            run,
+        };
+        self.tracker.spawn(background.run().instrument(span));
+        Ok(ToolResult::success(
+            format!(
+                "Subagent '{name}' is still running after {seconds} seconds; it continues in the \
+                 background as async task {id}. Its result will be reported when it finishes; \
+                 use 'wait_async_tasks' or 'check_async_tasks' to follow it."
+            ),
+            format!("Subagent **{name}** continues in the background (`{id}`)"),
+            json!({ "agentId": id, "async": true, "status": "running", "detached": true }),
+        ))
+    }
+
     /// Registers the task under the limit and starts it in the background.
     fn launch(&self, request: SubagentRequest) -> ToolResult {
         let id = request.task_id.clone();
@@ -386,6 +571,17 @@ impl TaskTool {
             }
         }
         let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
+        let timeout = request.timeout;
+        let message = self.timeout_message(&name, timeout);
+        let deadline = Instant::now() + timeout;
+        let run = span.in_scope(|| {
+            Run::start(
+                Arc::clone(&self.runner),
+                request,
+                token,
+                self.tracker.clone(),
+            )
+        });
         let background = Background {
             ended: EndGuard {
                 manager: self.manager.clone(),
@@ -393,11 +589,11 @@ impl TaskTool {
                 armed: true,
             },
             manager: self.manager.clone(),
-            runner: Arc::clone(&self.runner),
-            tracker: self.tracker.clone(),
-            message: self.timeout_message(&name, request.timeout),
-            request,
-            token,
+            message,
+            id: id.clone(),
+            timeout,
+            deadline,
+            run,
         };
         self.tracker.spawn(background.run().instrument(span));
         ToolResult::success(
@@ -415,13 +611,27 @@ impl TaskTool {
     }
 }
 
+/// What [`TaskTool::detach`] needs to know about the synchronous run.
+struct Detach {
+    id: String,
+    name: String,
+    goal: String,
+    started: Instant,
+    deadline: Instant,
+}
+
 /// One background run: everything it needs after `execute` has returned.
 struct Background {
     manager: AsyncTaskManager,
-    runner: Arc<dyn SubagentRunner>,
-    tracker: TaskTracker,
-    request: SubagentRequest,
-    token: CancellationToken,
+    /// The task's id.
+    id: String,
+    /// The runner, already started (by `launch`, or by a synchronous call that
+    /// was detached).
+    run: Run,
+    /// The timeout in force, for the log.
+    timeout: Duration,
+    /// When the timeout passes, counted from the run's start.
+    deadline: Instant,
     /// The timeout text, made while the tool's settings were at hand.
     message: String,
     /// Fails the task if the run is dropped (even before its first poll).
@@ -429,7 +639,7 @@ struct Background {
 }
 
 impl Background {
-    /// Runs the subagent to an end and records that end in the manager.
+    /// Waits for the subagent's end and records it in the manager.
     ///
     /// Whatever happens — a result, an error, a panic, the timeout, a cancel —
     /// the task is terminal when this returns. If this future is dropped first
@@ -437,17 +647,21 @@ impl Background {
     async fn run(self) {
         let Background {
             manager,
-            runner,
-            tracker,
-            request,
-            token,
+            id,
+            mut run,
+            timeout,
+            deadline,
             message,
             ended,
         } = self;
-        let id = request.task_id.clone();
-        let timeout = request.timeout;
-        let mut run = Run::start(runner, request, token.clone(), tracker);
-        match run.outcome(timeout, &token).await {
+        let token = run.token.clone();
+        let mut outcome = run.outcome(deadline, &token).await;
+        if matches!(outcome, Outcome::Finished(_)) && token.is_cancelled() {
+            // The runner answered a cancel (the host cancelled the task's token)
+            // before this run saw it: the task was cancelled, whatever it returned.
+            outcome = Outcome::Cancelled;
+        }
+        match outcome {
             Outcome::Finished(Ok(output)) => {
                 tracing::debug!(terminate_reason = %output.terminate_reason, "async task completed");
                 manager.complete_task(&id, output);
@@ -550,16 +764,19 @@ impl Run {
         }
     }
 
-    /// Waits for the runner, the timeout or `cancel`, whichever comes first. A
+    /// Waits for the runner, the `deadline` or `cancel`, whichever comes first. A
     /// runner that has returned wins a tie.
-    async fn outcome(&mut self, timeout: Duration, cancel: &CancellationToken) -> Outcome {
+    ///
+    /// Cancel-safe: dropping the future leaves the runner running and the `Run`
+    /// as it was, so the wait can be taken up again (or handed over).
+    async fn outcome(&mut self, deadline: Instant, cancel: &CancellationToken) -> Outcome {
         let Some(handle) = self.handle.as_mut() else {
             return Outcome::Aborted("the subagent was already stopped".to_owned());
         };
         let joined = tokio::select! {
             biased;
             joined = handle => joined,
-            () = tokio::time::sleep(timeout) => return Outcome::TimedOut,
+            () = tokio::time::sleep_until(deadline) => return Outcome::TimedOut,
             () = cancel.cancelled() => return Outcome::Cancelled,
         };
         self.handle = None;
@@ -642,6 +859,7 @@ impl fmt::Debug for TaskTool {
         f.debug_struct("TaskTool")
             .field("manager", &self.manager)
             .field("timeouts", &self.timeouts)
+            .field("sync_detach", &self.sync_detach)
             .finish_non_exhaustive()
     }
 }
@@ -659,7 +877,7 @@ impl Tool for TaskTool {
                 its result is delivered to you when it finishes. Use check_async_tasks to \
                 monitor background tasks."
                 .to_owned(),
-            parameters: schema::canonical::<TaskParams>(),
+            parameters: self.parameters(),
             annotations: ToolAnnotations {
                 read_only: false,
                 destructive: true,
@@ -674,11 +892,25 @@ impl Tool for TaskTool {
             Ok(params) => params,
             Err(err) => return params::invalid_params(Self::NAME, &err),
         };
+        if self.shutdown.is_cancelled() {
+            let text = "The host is shutting down: no new subagent can be started.";
+            return ToolResult::failure(ToolErrorType::ExecutionFailed, text, text, text);
+        }
         let request = self.request(params);
         if request.run_async {
             self.launch(request)
         } else {
-            self.run_sync(request, &cancel).await
+            // The run ends when the call is cancelled (a child token: at once) or
+            // the host shuts down (forwarded while the call runs).
+            let either = cancel.child_token();
+            let _forward = AbortOnDropHandle::new(tokio::spawn({
+                let (shutdown, either) = (self.shutdown.clone(), either.clone());
+                async move {
+                    shutdown.cancelled().await;
+                    either.cancel();
+                }
+            }));
+            self.run_sync(request, &either).await
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The `asynctask` binary as a user runs it: output, exit codes, one-line errors.
 
+mod mcp;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -97,3 +97,54 @@ async fn shutdown_cancels_running_tasks_and_waits_for_their_runs() {
     runtime.shutdown().await;
     assert_eq!(again.elapsed(), Duration::ZERO);
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_cancels_a_synchronous_run_and_refuses_new_ones() {
+    let runner = Arc::new(Forever {
+        stopped: AtomicUsize::new(0),
+    });
+    let runtime = Arc::new(
+        AsyncTaskRuntime::builder()
+            .runner(Arc::clone(&runner) as Arc<dyn SubagentRunner>)
+            .build(),
+    );
+    let task = runtime
+        .tools()
+        .into_iter()
+        .find(|t| t.spec().name == "task")
+        .expect("a runner is set");
+    let sync_call = tokio::spawn({
+        let task = Arc::clone(&task);
+        async move {
+            task.execute(
+                json!({"subagent_name": "polite", "goal_prompt": "work"}),
+                CancellationToken::new(),
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    runtime.shutdown().await;
+    let answered = sync_call.await.expect("no panic");
+    assert_eq!(
+        answered.error.map(|e| e.message),
+        Some("cancelled".to_owned())
+    );
+    assert_eq!(
+        runner.stopped.load(Ordering::SeqCst),
+        1,
+        "the runner saw its cancel"
+    );
+
+    let refused = task
+        .execute(
+            json!({"subagent_name": "polite", "goal_prompt": "more", "async": true}),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(
+        refused.llm_content,
+        "The host is shutting down: no new subagent can be started."
+    );
+    assert!(runtime.manager().tasks().is_empty());
+}

@@ -14,8 +14,8 @@ use asynctask_model::{
     AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
 };
 use asynctask_tools::{
-    ContextVar, OutputVarSpec, SubagentError, SubagentRequest, SubagentRunner, TaskTimeouts,
-    TaskTool, Tool, ToolErrorType, ToolResult, completion_notification,
+    ContextVar, OutputVarSpec, SubagentError, SubagentRequest, SubagentRunner, TaskParams,
+    TaskTimeouts, TaskTool, Tool, ToolErrorType, ToolParams, ToolResult, completion_notification,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -42,6 +42,8 @@ enum Behaviour {
     WaitForCancel,
     /// Never returns, whatever its token says.
     IgnoreCancel,
+    /// Returns [`output`] after this many seconds, or an error when cancelled first.
+    Sleep(u64),
 }
 
 /// A fake runner that records what it was given and whether it was dropped
@@ -132,6 +134,10 @@ impl SubagentRunner for FakeRunner {
                 Ok(OutputObject::new(TerminateReason::Goal).with_final_message("stopped early"))
             }
             Behaviour::IgnoreCancel => std::future::pending().await,
+            Behaviour::Sleep(seconds) => tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(seconds)) => Ok(output()),
+                () = cancel.cancelled() => Err(SubagentError::new("cancelled while sleeping")),
+            },
         };
         probe.armed = false;
         result
@@ -854,4 +860,148 @@ async fn spec_is_the_task_tool() {
         ("task", "Task")
     );
     assert_eq!(spec.parameters["additionalProperties"], json!(false));
+}
+
+// ---------------------------------------------------------------- sync-detach
+
+const DETACH: Duration = Duration::from_secs(50);
+
+fn detached_result(name: &str, id: &str, seconds: u64) -> ToolResult {
+    ToolResult::success(
+        format!(
+            "Subagent '{name}' is still running after {seconds} seconds; it continues in the \
+             background as async task {id}. Its result will be reported when it finishes; use \
+             'wait_async_tasks' or 'check_async_tasks' to follow it."
+        ),
+        format!("Subagent **{name}** continues in the background (`{id}`)"),
+        json!({"agentId": id, "async": true, "status": "running", "detached": true}),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_detach_turns_a_long_sync_call_into_a_background_task() {
+    let runner = FakeRunner::new(Behaviour::Sleep(120));
+    let (manager, tool) = setup(&runner, 5);
+    let tool = tool.with_sync_detach(DETACH);
+    let start = Instant::now();
+    let call_token = CancellationToken::new();
+    let result = tool
+        .execute(sync_params("researcher", json!({})), call_token.clone())
+        .await;
+    assert_eq!(start.elapsed(), DETACH);
+    let id = agent_id(&result);
+    assert_eq!(result, detached_result("researcher", &id, 50));
+    assert_eq!(
+        manager.tasks(),
+        vec![record(&id, "researcher", AsyncTaskStatus::Running)]
+    );
+
+    // The call is over: cancelling its token no longer reaches the subagent.
+    call_token.cancel();
+    settle(&tool).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(120));
+    let done = manager.task(&id).expect("held until delivered");
+    assert_eq!(done.status, AsyncTaskStatus::Completed);
+    assert_eq!(done.output, Some(output()));
+    assert_eq!(manager.pending_notifications().len(), 1);
+    assert_eq!(runner.started(), 1, "the same run went on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_detach_leaves_short_calls_synchronous() {
+    let runner = FakeRunner::new(Behaviour::Sleep(10));
+    let (manager, tool) = setup(&runner, 5);
+    let tool = tool.with_sync_detach(DETACH);
+    let result = call(&tool, sync_params("researcher", json!({}))).await;
+    assert!(!result.is_error());
+    assert!(
+        result
+            .llm_content
+            .contains("\"terminate_reason\": \"GOAL\"")
+    );
+    assert!(manager.tasks().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_detach_keeps_waiting_while_the_limit_is_reached() {
+    let runner = FakeRunner::new(Behaviour::Sleep(120));
+    let (manager, tool) = setup(&runner, 1);
+    let tool = tool.with_sync_detach(DETACH);
+    let launched = call(&tool, async_params("researcher", json!({}))).await;
+    let start = Instant::now();
+    let result = call(&tool, sync_params("tester", json!({}))).await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(120),
+        "waited to the end"
+    );
+    assert!(
+        result
+            .llm_content
+            .contains("\"terminate_reason\": \"GOAL\"")
+    );
+    assert_eq!(manager.tasks().len(), 1);
+    assert_eq!(manager.tasks()[0].id, agent_id(&launched));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_detached_run_keeps_its_timeout_from_the_original_start() {
+    let runner = FakeRunner::new(Behaviour::Sleep(120));
+    let (manager, tool) = setup(&runner, 5);
+    let tool = tool.with_sync_detach(DETACH);
+    let start = Instant::now();
+    let result = call(
+        &tool,
+        sync_params("researcher", json!({"timeout_seconds": 60})),
+    )
+    .await;
+    let id = agent_id(&result);
+    settle(&tool).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(60), "not 50 + 60");
+    let failed = manager.task(&id).expect("held until delivered");
+    assert_eq!(failed.status, AsyncTaskStatus::Failed);
+    assert_eq!(failed.error, Some(timeout_text("researcher", 60)));
+    assert!(runner.token(0).is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_detached_task_cancels_its_runner() {
+    let runner = FakeRunner::new(Behaviour::Sleep(120));
+    let (manager, tool) = setup(&runner, 5);
+    let tool = tool.with_sync_detach(DETACH);
+    let id = agent_id(&call(&tool, sync_params("researcher", json!({}))).await);
+    assert!(manager.cancel_task(&id));
+    assert!(runner.token(0).is_cancelled());
+    settle(&tool).await;
+    assert_eq!(
+        manager.task(&id).map(|task| task.status),
+        Some(AsyncTaskStatus::Cancelled)
+    );
+}
+
+#[test]
+fn the_timeout_description_states_the_configured_timeouts() {
+    let runner = FakeRunner::new(Behaviour::WaitForCancel);
+    let tool = TaskTool::new(
+        AsyncTaskManager::default(),
+        Arc::clone(&runner) as Arc<dyn SubagentRunner>,
+    )
+    .with_timeouts(TaskTimeouts {
+        default: Duration::from_secs(60),
+        max: Duration::from_secs(300),
+    });
+    assert_eq!(
+        tool.spec().parameters["properties"]["timeout_seconds"]["description"],
+        "Seconds before the subagent is stopped and the task fails: default 60, larger values \
+         are capped at 300; -1 or 0 mean the maximum."
+    );
+    let default = TaskTool::new(
+        AsyncTaskManager::default(),
+        runner as Arc<dyn SubagentRunner>,
+    );
+    assert_eq!(
+        default.spec().parameters["properties"]["timeout_seconds"]["description"],
+        TaskParams::schema()["properties"]["timeout_seconds"]["description"],
+        "the default configuration keeps the canonical text"
+    );
 }

@@ -1,0 +1,58 @@
+//! An MCP server that gives any MCP client background subagents.
+//!
+//! This crate sits on `asynctask-runtime`: it serves the runtime's tools over the
+//! Model Context Protocol (the official Rust SDK, rmcp, on stdio), so a
+//! coding-agent CLI or IDE that speaks MCP — Claude Code, Codex CLI, Gemini CLI,
+//! Cursor — can launch subagents in the background without a line of Rust.
+//!
+//! - [`AsyncTaskMcpServer`] — a hand-written `ServerHandler`: the tool list is
+//!   each tool's [`ToolSpec::to_mcp`](asynctask_tools::ToolSpec::to_mcp), so no
+//!   schema or text exists twice;
+//! - the tools `task` (with sync-detach: a synchronous call that runs too long
+//!   becomes a background task), `check_async_tasks`, and this crate's own
+//!   `wait_async_tasks` ([`WaitAsyncTasksParams`]) and `end_async_task`
+//!   ([`EndAsyncTaskParams`]);
+//! - [`serve_stdio`] — the whole server, as `asynctask mcp` runs it.
+//!
+//! An MCP server cannot start a turn in its client, and clients show the model
+//! neither notifications nor MCP Tasks, so results **ride on tool results**:
+//! after every call that was not cancelled, the pending `System Note` reminder
+//! is appended as the last text block and marked delivered, under one lock, so
+//! each result reaches the model exactly once. A reminder that would only say
+//! how many tasks still run is not appended: results stay short.
+//!
+//! What it does not do: run subagents (a [`SubagentRunner`](asynctask_tools::SubagentRunner),
+//! usually the `ProcessRunner`, does), serve `todo_pause` (no continuation loop
+//! runs on this side), or write anything to stdout but the protocol.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use asynctask_mcp::AsyncTaskMcpServer;
+//! use asynctask_runtime::AsyncTaskRuntime;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+//! let server = AsyncTaskMcpServer::new(Arc::clone(&runtime)).expect("valid tools");
+//! let args = serde_json::json!({"timeout_seconds": 1});
+//! let waited = server.call("wait_async_tasks", args, CancellationToken::new()).await.unwrap();
+//! let text = serde_json::to_value(&waited.content).unwrap()[0]["text"].clone();
+//! assert_eq!(text, "No async tasks are running.");
+//! runtime.shutdown().await;
+//! # });
+//! ```
+
+mod end;
+mod gate;
+mod params;
+mod server;
+mod wait;
+
+pub use crate::params::{
+    DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
+};
+pub use crate::server::{
+    AsyncTaskMcpServer, INSTRUCTIONS, McpError, McpServerOptions, serve_stdio,
+};

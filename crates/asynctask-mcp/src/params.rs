@@ -1,0 +1,157 @@
+//! The parameters of the server's own tools, `wait_async_tasks` and `end_async_task`.
+
+use asynctask_tools::{Validate, is_blank};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The longest `wait_async_tasks` may block, in seconds: under the usual 60 s
+/// request timeout of MCP clients.
+pub const MAX_WAIT_SECONDS: u64 = 50;
+
+/// How long `wait_async_tasks` blocks when `timeout_seconds` is not given.
+pub const DEFAULT_WAIT_SECONDS: u64 = 30;
+
+/// Parameters of `wait_async_tasks`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitAsyncTasksParams {
+    /// IDs or unique ID prefixes of the tasks to wait for; any task when absent
+    /// or empty.
+    #[serde(default)]
+    #[schemars(extend("items" = {"type": "string", "pattern": "\\S"}))]
+    pub task_id_prefixes: Option<Vec<String>>,
+    /// How long to wait at most, in seconds (1 to 50, default 30).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 50), extend("default" = 30))]
+    pub timeout_seconds: Option<u64>,
+}
+
+impl Validate for WaitAsyncTasksParams {
+    fn validate(&self) -> Result<(), String> {
+        for (i, prefix) in self.task_id_prefixes.iter().flatten().enumerate() {
+            if is_blank(prefix) {
+                return Err(format!("task_id_prefixes[{i}]: must not be blank"));
+            }
+        }
+        match self.timeout_seconds {
+            Some(seconds) if !(1..=MAX_WAIT_SECONDS).contains(&seconds) => Err(format!(
+                "timeout_seconds: must be between 1 and {MAX_WAIT_SECONDS} (got {seconds})"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Parameters of `end_async_task`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EndAsyncTaskParams {
+    /// The ID of the task to end, or a unique prefix of it.
+    #[schemars(extend("pattern" = "\\S"))]
+    pub task_id: String,
+}
+
+impl Validate for EndAsyncTaskParams {
+    fn validate(&self) -> Result<(), String> {
+        if is_blank(&self.task_id) {
+            Err("task_id: must not be blank".to_owned())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_tools::ToolParams;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn wait(value: serde_json::Value) -> Result<WaitAsyncTasksParams, String> {
+        WaitAsyncTasksParams::parse(value).map_err(|err| err.0)
+    }
+
+    #[test]
+    fn wait_params_name_the_field_at_fault() {
+        assert_eq!(wait(json!(null)), Ok(WaitAsyncTasksParams::default()));
+        assert_eq!(
+            wait(json!({"task_id_prefixes": ["ab"], "timeout_seconds": 5})),
+            Ok(WaitAsyncTasksParams {
+                task_id_prefixes: Some(vec!["ab".to_owned()]),
+                timeout_seconds: Some(5),
+            })
+        );
+        assert_eq!(
+            wait(json!({"timeout_seconds": 0})),
+            Err("timeout_seconds: must be between 1 and 50 (got 0)".to_owned())
+        );
+        assert_eq!(
+            wait(json!({"timeout_seconds": 51})),
+            Err("timeout_seconds: must be between 1 and 50 (got 51)".to_owned())
+        );
+        assert_eq!(
+            wait(json!({"timeout_seconds": "5"})),
+            Err("timeout_seconds: invalid type: string \"5\", expected u64".to_owned())
+        );
+        assert_eq!(
+            wait(json!({"task_id_prefixes": ["a", " "]})),
+            Err("task_id_prefixes[1]: must not be blank".to_owned())
+        );
+        assert_eq!(
+            wait(json!({"prefixes": []})),
+            Err("prefixes: unknown field `prefixes`, expected `task_id_prefixes` or `timeout_seconds`".to_owned())
+        );
+    }
+
+    #[test]
+    fn end_params_need_a_task_id() {
+        let end = |value| EndAsyncTaskParams::parse(value).map_err(|err| err.0);
+        assert_eq!(end(json!({})), Err("missing field `task_id`".to_owned()));
+        assert_eq!(
+            end(json!({"task_id": "\t"})),
+            Err("task_id: must not be blank".to_owned())
+        );
+    }
+
+    #[test]
+    fn schemas_are_closed_and_state_the_limits() {
+        assert_eq!(
+            WaitAsyncTasksParams::schema(),
+            json!({
+                "type": "object",
+                "properties": {
+                    "task_id_prefixes": {
+                        "description": "IDs or unique ID prefixes of the tasks to wait for; any task when absent or empty.",
+                        "type": ["array", "null"],
+                        "items": {"type": "string", "pattern": "\\S"},
+                    },
+                    "timeout_seconds": {
+                        "description": "How long to wait at most, in seconds (1 to 50, default 30).",
+                        "type": ["integer", "null"],
+                        "format": "uint64",
+                        "minimum": 1,
+                        "maximum": 50,
+                        "default": 30,
+                    },
+                },
+                "additionalProperties": false,
+            })
+        );
+        assert_eq!(
+            EndAsyncTaskParams::schema(),
+            json!({
+                "type": "object",
+                "properties": {
+                    "task_id": {
+                        "description": "The ID of the task to end, or a unique prefix of it.",
+                        "type": "string",
+                        "pattern": "\\S",
+                    },
+                },
+                "required": ["task_id"],
+                "additionalProperties": false,
+            })
+        );
+    }
+}

@@ -1,0 +1,391 @@
+//! The MCP server: a hand-written rmcp `ServerHandler` over our tools, and the
+//! stdio entry point.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use asynctask_manager::{Subscription, TaskEvent};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
+use asynctask_runtime::AsyncTaskRuntime;
+use asynctask_tools::{SubagentRunner, TodoPauseTool, Tool, ToolResult, id_prefix};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::end::EndAsyncTaskTool;
+use crate::gate::ReminderGate;
+use crate::wait::WaitAsyncTasksTool;
+
+/// The server's `instructions`: how results reach the model, in two sentences.
+pub const INSTRUCTIONS: &str = "Results of background tasks (a task launched with async: true, \
+    or a synchronous task that ran long) arrive in the results of this server's tools, as a \
+    System Note after the tool's own output. When you have nothing else to do, call \
+    wait_async_tasks instead of polling.";
+
+/// How the server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct McpServerOptions {
+    /// A synchronous `task` call still running after this long becomes a
+    /// background task (default 50 s, under the usual 60 s client timeout).
+    pub sync_detach_after: Duration,
+    /// The running limit (default 5).
+    pub max_async_tasks: MaxAsyncTasks,
+    /// How often a long tool call reports progress to a client that asked for it
+    /// (default 5 s).
+    pub progress_interval: Duration,
+}
+
+impl Default for McpServerOptions {
+    fn default() -> Self {
+        McpServerOptions {
+            sync_detach_after: Duration::from_secs(50),
+            max_async_tasks: MaxAsyncTasks::default(),
+            progress_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// A tool's definition is not a valid MCP tool (a bug in its spec).
+    #[error("tool '{tool}' has no valid MCP definition: {message}")]
+    ToolDefinition {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The runtime could not be built (no tokio runtime).
+    #[error("cannot start the task runtime: {0}")]
+    Runtime(#[from] asynctask_runtime::BuildError),
+    /// The MCP session could not start (the client did not initialize it).
+    #[error("the MCP session did not start: {0}")]
+    Session(String),
+    /// Listening for termination signals failed.
+    #[error("cannot listen for signals: {0}")]
+    Signals(String),
+}
+
+/// The MCP server: serves `task`, `check_async_tasks`, `wait_async_tasks` and
+/// `end_async_task` from one [`AsyncTaskRuntime`].
+///
+/// Every tool call runs the tool (with the request's cancellation token, so a
+/// `notifications/cancelled` reaches the subagent of a synchronous `task`),
+/// reports progress every [`progress_interval`](McpServerOptions::progress_interval)
+/// while it runs if the request carries a progress token, and then — unless the
+/// call was cancelled — appends the pending reminder as the last text block and
+/// marks it delivered. Results never carry `structuredContent`; `isError` is set
+/// when the tool's result has an error.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use asynctask_mcp::AsyncTaskMcpServer;
+/// use asynctask_runtime::AsyncTaskRuntime;
+/// use tokio_util::sync::CancellationToken;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let runtime = Arc::new(AsyncTaskRuntime::builder().build()); // no runner: no `task`
+/// let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?;
+/// let names: Vec<_> = server.tools().iter().map(|tool| tool.spec().name).collect();
+/// assert_eq!(names, ["check_async_tasks", "wait_async_tasks", "end_async_task"]);
+///
+/// let result = server
+///     .call("check_async_tasks", serde_json::json!({}), CancellationToken::new())
+///     .await
+///     .expect("a tool of this server");
+/// assert_eq!(result.is_error, Some(false));
+/// assert!(result.structured_content.is_none());
+/// runtime.shutdown().await;
+/// # Ok::<(), asynctask_mcp::McpError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct AsyncTaskMcpServer {
+    runtime: Arc<AsyncTaskRuntime>,
+    tools: Vec<Arc<dyn Tool>>,
+    definitions: Vec<rmcp::model::Tool>,
+    gate: ReminderGate,
+    progress_interval: Duration,
+}
+
+impl AsyncTaskMcpServer {
+    /// A server over `runtime`'s tools (without `todo_pause`: no continuation
+    /// loop runs on this side) plus `wait_async_tasks` and `end_async_task`.
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::ToolDefinition`] if a tool's [`ToolSpec::to_mcp`](asynctask_tools::ToolSpec::to_mcp)
+    /// is not a valid MCP tool (never, for these tools).
+    pub fn new(runtime: Arc<AsyncTaskRuntime>) -> Result<Self, McpError> {
+        let gate = ReminderGate::new(Arc::clone(&runtime));
+        let manager = runtime.manager().clone();
+        let mut tools: Vec<Arc<dyn Tool>> = runtime
+            .tools()
+            .into_iter()
+            .filter(|tool| tool.spec().name != TodoPauseTool::NAME)
+            .collect();
+        tools.push(Arc::new(WaitAsyncTasksTool::new(
+            manager.clone(),
+            gate.clone(),
+        )));
+        tools.push(Arc::new(EndAsyncTaskTool::new(manager)));
+        let definitions = tools
+            .iter()
+            .map(|tool| {
+                let spec = tool.spec();
+                serde_json::from_value(spec.to_mcp()).map_err(|err| McpError::ToolDefinition {
+                    tool: spec.name.clone(),
+                    message: err.to_string(),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(AsyncTaskMcpServer {
+            runtime,
+            tools,
+            definitions,
+            gate,
+            progress_interval: McpServerOptions::default().progress_interval,
+        })
+    }
+
+    /// Reports progress every `interval` during a long call (default 5 s).
+    #[must_use]
+    pub fn with_progress_interval(mut self, interval: Duration) -> Self {
+        self.progress_interval = interval;
+        self
+    }
+
+    /// The tools served, in `tools/list` order.
+    #[must_use]
+    pub fn tools(&self) -> &[Arc<dyn Tool>] {
+        &self.tools
+    }
+
+    /// The runtime the tools work on.
+    #[must_use]
+    pub fn runtime(&self) -> &Arc<AsyncTaskRuntime> {
+        &self.runtime
+    }
+
+    /// Runs tool `name` as a `tools/call` would, without progress: the tool's
+    /// result, then the pending reminder unless `cancel` was cancelled. `None` for
+    /// a tool this server does not serve.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the call like a cancel; nothing is marked
+    /// delivered unless the future completed.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Option<CallToolResult> {
+        let tool = self.tool(name)?;
+        let result = tool.execute(arguments, cancel.clone()).await;
+        Some(self.finish(result, &cancel))
+    }
+
+    fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.iter().find(|tool| tool.spec().name == name)
+    }
+
+    /// The MCP result: the tool's text, then the reminder as the last block.
+    fn finish(&self, result: ToolResult, cancel: &CancellationToken) -> CallToolResult {
+        let mut content = vec![ContentBlock::text(result.llm_content)];
+        if let Some(reminder) = self.gate.take(cancel) {
+            content.push(ContentBlock::text(reminder.text));
+        }
+        if result.error.is_some() {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        }
+    }
+}
+
+/// Drives `work` to its end, sending `notifications/progress` (elapsed seconds,
+/// `still running (15s)`) every `interval` meanwhile.
+async fn with_progress<F: Future>(
+    work: F,
+    peer: &Peer<RoleServer>,
+    token: ProgressToken,
+    interval: Duration,
+) -> F::Output {
+    let start = Instant::now();
+    let mut ticks = tokio::time::interval_at(start + interval, interval);
+    let mut work = std::pin::pin!(work);
+    loop {
+        tokio::select! {
+            biased;
+            output = &mut work => return output,
+            _ = ticks.tick() => {
+                let seconds = start.elapsed().as_secs();
+                let progress = ProgressNotificationParam::new(token.clone(), seconds as f64)
+                    .with_message(format!("still running ({seconds}s)"));
+                if let Err(err) = peer.notify_progress(progress).await {
+                    tracing::debug!(error = %err, "cannot send progress");
+                }
+            }
+        }
+    }
+}
+
+impl ServerHandler for AsyncTaskMcpServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions(INSTRUCTIONS);
+        info.server_info = Implementation::new("asynctask", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.definitions.clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = self.tool(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool '{}'", request.name),
+                None,
+            ));
+        };
+        let arguments = request.arguments.map_or(Value::Null, Value::Object);
+        // rmcp cancels `ct` on `notifications/cancelled` for this request (and
+        // when the response goes out, so background work never hangs on it).
+        let cancel = context.ct.clone();
+        let work = tool.execute(arguments, cancel.child_token());
+        let result = match context.meta.get_progress_token() {
+            Some(token) => with_progress(work, &context.peer, token, self.progress_interval).await,
+            None => work.await,
+        };
+        Ok(self.finish(result, &cancel).into())
+    }
+}
+
+impl fmt::Debug for AsyncTaskMcpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncTaskMcpServer")
+            .field("runtime", &self.runtime)
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
+            )
+            .field("progress_interval", &self.progress_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One line on stderr for the human each time a task ends. stdout is the
+/// protocol channel and is never written to.
+fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
+    let manager = runtime.manager().clone();
+    runtime.manager().subscribe(move |event: &TaskEvent| {
+        let task = event.task();
+        let took = asynctask_tools::format_duration(
+            task.launched_at,
+            task.completed_at
+                .unwrap_or_else(|| manager.clock().now_ms()),
+        );
+        let how = match task.status {
+            AsyncTaskStatus::Completed => "completed".to_owned(),
+            AsyncTaskStatus::Failed => format!(
+                "failed: {}",
+                task.error
+                    .as_deref()
+                    .and_then(|error| error.lines().next())
+                    .unwrap_or_default()
+            ),
+            AsyncTaskStatus::Cancelled => "cancelled".to_owned(),
+            AsyncTaskStatus::Running => "running".to_owned(),
+        };
+        eprintln!(
+            "asynctask: task {} ({}) {how} after {took}",
+            id_prefix(&task.id),
+            task.subagent_name
+        );
+    })
+}
+
+/// Serves the tools over stdio until the client disconnects, then shuts down.
+///
+/// Builds the runtime (no agent host: results ride on tool results; `runner`
+/// runs the subagents), serves it on stdin/stdout, logs each task's end to
+/// stderr, and when stdin reaches its end (or on `SIGTERM`/`SIGINT`) cancels
+/// every task, waits for the subagents to end
+/// ([`AsyncTaskRuntime::shutdown`]) and returns.
+///
+/// # Errors
+///
+/// [`McpError`] when the session cannot start (the client never initialized it)
+/// or the runtime cannot be built.
+///
+/// # Cancel safety
+///
+/// Not cancel-safe: drop it and the subagents are still cancelled by the
+/// runtime's drop paths, but not awaited.
+pub async fn serve_stdio(
+    runner: Arc<dyn SubagentRunner>,
+    options: McpServerOptions,
+) -> Result<(), McpError> {
+    let runtime = Arc::new(
+        AsyncTaskRuntime::builder()
+            .runner(runner)
+            .max_async_tasks(options.max_async_tasks)
+            .sync_detach_after(options.sync_detach_after)
+            .try_build()?,
+    );
+    let _log = log_task_ends(&runtime);
+    let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
+        .with_progress_interval(options.progress_interval);
+    let served = serve(server).await;
+    runtime.shutdown().await;
+    served
+}
+
+async fn serve(server: AsyncTaskMcpServer) -> Result<(), McpError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let signals = |kind| signal(kind).map_err(|err| McpError::Signals(err.to_string()));
+    let (mut terminate, mut interrupt) = (
+        signals(SignalKind::terminate())?,
+        signals(SignalKind::interrupt())?,
+    );
+    let service = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|err| McpError::Session(err.to_string()))?;
+    let stop = service.cancellation_token();
+    let waiting = service.waiting();
+    tokio::pin!(waiting);
+    let finished = tokio::select! {
+        _ = &mut waiting => true,
+        _ = terminate.recv() => false,
+        _ = interrupt.recv() => false,
+    };
+    if !finished {
+        stop.cancel();
+        let _ = waiting.await;
+    }
+    Ok(())
+}

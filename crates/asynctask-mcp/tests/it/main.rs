@@ -1,0 +1,3 @@
+//! Integration tests of the MCP server's tool calls, in process.
+
+mod server;
