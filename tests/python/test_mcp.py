@@ -20,7 +20,7 @@ Reminders ("---\\nSystem Note: Async Task Status ... ---") ride as the last text
 whichever tool result comes next, so the tests collect every text block of every result
 (``Transcript``) and count them across calls, never assuming which call carries one.
 
-The binary is ``$ASYNCTASK_BIN`` (``.ci/run`` sets it) or ``target/debug/asynctask``.
+The binary is ``$ASYNCTASK_BIN`` (``cargo xtask ci`` sets it) or ``target/debug/asynctask``.
 """
 
 from __future__ import annotations

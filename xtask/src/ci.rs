@@ -71,6 +71,7 @@ const STEPS: &[(&str, Step)] = &[
             &[],
         ),
     ),
+    ("python (MCP client)", Step::Builtin(run_python_tests)),
 ];
 
 /// Runs every step; the error names the step that failed.
@@ -145,6 +146,65 @@ fn run_examples(root: &Path) -> Result<(), String> {
     }
     println!("{} examples ran", examples.len());
     Ok(())
+}
+
+/// The MCP server's tests with the official Python `mcp` client (`tests/python`):
+/// builds the binary, creates a venv under the target directory (once), installs
+/// the pinned requirements, runs pytest. Python 3 is required: a missing
+/// interpreter fails the step rather than skipping it.
+fn run_python_tests(root: &Path) -> Result<(), String> {
+    run_command(
+        root,
+        &[
+            "cargo",
+            "build",
+            "--quiet",
+            "--locked",
+            "-p",
+            "asynctask-cli",
+        ],
+        &[],
+    )?;
+    let metadata = tidy::cargo_metadata_with(root, &["--no-deps", "--locked"])?;
+    let target = metadata["target_directory"]
+        .as_str()
+        .ok_or("cargo metadata has no target_directory")?;
+    let binary = format!("{target}/debug/asynctask");
+    let venv = format!("{target}/python-venv");
+    let python = format!("{venv}/bin/python");
+    if !Path::new(&python).exists() {
+        run_command(root, &["python3", "-m", "venv", &venv], &[])?;
+    }
+    run_command(
+        root,
+        &[
+            &python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--quiet",
+            "-r",
+            "tests/python/requirements.txt",
+        ],
+        &[],
+    )?;
+    run_command(
+        root,
+        &[
+            &python,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-v",
+            "tests/python",
+        ],
+        &[
+            ("ASYNCTASK_BIN", binary.as_str()),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+        ],
+    )
 }
 
 /// The tests: cargo-nextest when installed, else `cargo test`.
