@@ -226,6 +226,10 @@ impl AsyncTaskManager {
     /// once) and delivers the event. Returns the task's token when the transition
     /// happened.
     fn finish(&self, id: &str, terminal: Terminal) -> Option<CancellationToken> {
+        // The span covers the event handlers too: what they log carries the id.
+        let _span =
+            tracing::debug_span!("async_task_transition", task_id = %id, to = terminal.name())
+                .entered();
         let now = self.now();
         let cancel = matches!(terminal, Terminal::Cancelled);
         let dispatch = {

@@ -494,6 +494,17 @@ pub(crate) enum Terminal {
     Cancelled,
 }
 
+impl Terminal {
+    /// The status name it leads to, for logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Terminal::Completed(_) => "completed",
+            Terminal::Failed(_) => "failed",
+            Terminal::Cancelled => "cancelled",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
