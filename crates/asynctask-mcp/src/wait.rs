@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use asynctask_manager::{AsyncTaskManager, PrefixMatch};
+use asynctask_manager::AsyncTaskManager;
 use asynctask_tools::{
-    Tool, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec, id_prefix,
+    Tool, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec, find_task,
 };
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -56,33 +56,7 @@ impl WaitAsyncTasksTool {
     fn resolve(&self, prefixes: &[String]) -> Result<BTreeSet<String>, Box<ToolResult>> {
         let mut ids = BTreeSet::new();
         for prefix in prefixes {
-            let task = match self.manager.task(prefix) {
-                Some(task) => task,
-                None => match self.manager.find_by_prefix(prefix) {
-                    PrefixMatch::One(task) => task,
-                    PrefixMatch::None => {
-                        return Err(Box::new(ToolResult::failure(
-                            ToolErrorType::InvalidToolParams,
-                            "Task not found",
-                            format!("No async task found with ID or prefix '{prefix}'."),
-                            format!("Task not found: {prefix}"),
-                        )));
-                    }
-                    PrefixMatch::Ambiguous(candidates) => {
-                        let list = candidates
-                            .iter()
-                            .map(|c| format!("- {}... ({})", id_prefix(&c.id), c.subagent_name))
-                            .collect::<Vec<_>>()
-                            .join("\n");
-                        return Err(Box::new(ToolResult::failure(
-                            ToolErrorType::InvalidToolParams,
-                            "Ambiguous task ID",
-                            format!("Ambiguous task ID prefix '{prefix}'. Candidates:\n{list}"),
-                            format!("Ambiguous prefix. Did you mean:\n{list}"),
-                        )));
-                    }
-                },
-            };
+            let task = find_task(&self.manager, prefix)?;
             ids.insert(task.id);
         }
         Ok(ids)

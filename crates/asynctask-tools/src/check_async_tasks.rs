@@ -126,39 +126,69 @@ impl CheckAsyncTasksTool {
     }
 
     fn peek(&self, task_id: &str) -> ToolResult {
-        // Exact match first: a full id never costs a prefix search.
-        let task = match self.manager.task(task_id) {
-            Some(task) => task,
-            None => match self.manager.find_by_prefix(task_id) {
-                PrefixMatch::One(task) => task,
-                PrefixMatch::Ambiguous(candidates) => {
-                    let list = candidates
-                        .iter()
-                        .map(|c| format!("- {}... ({})", id_prefix(&c.id), c.subagent_name))
-                        .collect::<Vec<_>>()
-                        .join("\n");
-                    return ToolResult::failure(
-                        ToolErrorType::InvalidToolParams,
-                        "Ambiguous task ID",
-                        format!("Ambiguous task ID prefix '{task_id}'. Candidates:\n{list}"),
-                        format!("Ambiguous prefix. Did you mean:\n{list}"),
-                    );
-                }
-                PrefixMatch::None => {
-                    return ToolResult::failure(
-                        ToolErrorType::InvalidToolParams,
-                        "Task not found",
-                        format!("No async task found with ID or prefix '{task_id}'."),
-                        format!("Task not found: {task_id}"),
-                    );
-                }
-            },
+        let task = match find_task(&self.manager, task_id) {
+            Ok(task) => task,
+            Err(refusal) => return *refusal,
         };
         let now = self.now();
         let details = bounded_details(&task, now, PEEK_BUDGET_CHARS);
         let llm_content = to_pretty(&details);
         let metadata = serde_json::to_value(&details).unwrap_or(Value::Null);
         ToolResult::success(llm_content, task_display(&task, now), metadata)
+    }
+}
+
+/// The task a model named by id or prefix — exact match first — or the seed's
+/// error result for a prefix that matches no task (`Task not found`) or several
+/// (`Ambiguous task ID`, with the candidates). Every tool that takes a task id
+/// answers with these texts.
+///
+/// # Errors
+///
+/// The [`ToolResult`] to return to the model, with `InvalidToolParams`.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_tools::find_task;
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "researcher", "g"))?;
+/// assert_eq!(find_task(&manager, "0f3a").map(|t| t.id), Ok("0f3a9c21-1".to_owned()));
+/// let missing = find_task(&manager, "ffff").unwrap_err();
+/// assert_eq!(missing.llm_content, "No async task found with ID or prefix 'ffff'.");
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+pub fn find_task(
+    manager: &AsyncTaskManager,
+    task_id: &str,
+) -> Result<AsyncTaskInfo, Box<ToolResult>> {
+    // Exact match first: a full id never costs a prefix search.
+    if let Some(task) = manager.task(task_id) {
+        return Ok(task);
+    }
+    match manager.find_by_prefix(task_id) {
+        PrefixMatch::One(task) => Ok(task),
+        PrefixMatch::Ambiguous(candidates) => {
+            let list = candidates
+                .iter()
+                .map(|c| format!("- {}... ({})", id_prefix(&c.id), c.subagent_name))
+                .collect::<Vec<_>>()
+                .join("\n");
+            Err(Box::new(ToolResult::failure(
+                ToolErrorType::InvalidToolParams,
+                "Ambiguous task ID",
+                format!("Ambiguous task ID prefix '{task_id}'. Candidates:\n{list}"),
+                format!("Ambiguous prefix. Did you mean:\n{list}"),
+            )))
+        }
+        PrefixMatch::None => Err(Box::new(ToolResult::failure(
+            ToolErrorType::InvalidToolParams,
+            "Task not found",
+            format!("No async task found with ID or prefix '{task_id}'."),
+            format!("Task not found: {task_id}"),
+        ))),
     }
 }
 

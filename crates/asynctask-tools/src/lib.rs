@@ -49,7 +49,7 @@ mod task;
 mod todo_pause;
 mod tool;
 
-pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS};
+pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, find_task};
 pub use crate::format::{
     ID_PREFIX_CHARS, bound_text, completion_notification, format_duration, id_prefix, iso_time,
     truncate_chars,

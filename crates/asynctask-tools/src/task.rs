@@ -511,19 +511,8 @@ impl TaskTool {
         tracing::debug!(task_id = %id, subagent = %name, seconds, "synchronous run detached to the background");
         let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
         let timeout = deadline.saturating_duration_since(started);
-        let background = Background {
-            ended: EndGuard {
-                manager: self.manager.clone(),
-                id: id.clone(),
-                armed: true,
-            },
-            manager: self.manager.clone(),
-            message: self.timeout_message(&name, timeout),
-            id: id.clone(),
-            timeout,
-            deadline,
-            run,
-        };
+        let message = self.timeout_message(&name, timeout);
+        let background = Background::new(&self.manager, &id, run, timeout, deadline, message);
         self.tracker.spawn(background.run().instrument(span));
         Ok(ToolResult::success(
             format!(
@@ -582,19 +571,7 @@ impl TaskTool {
                 self.tracker.clone(),
             )
         });
-        let background = Background {
-            ended: EndGuard {
-                manager: self.manager.clone(),
-                id: id.clone(),
-                armed: true,
-            },
-            manager: self.manager.clone(),
-            message,
-            id: id.clone(),
-            timeout,
-            deadline,
-            run,
-        };
+        let background = Background::new(&self.manager, &id, run, timeout, deadline, message);
         self.tracker.spawn(background.run().instrument(span));
         ToolResult::success(
             format!(
@@ -639,6 +616,31 @@ struct Background {
 }
 
 impl Background {
+    /// A background run of the registered task `id`, armed so that the task is
+    /// failed if the run is dropped before it records an end.
+    fn new(
+        manager: &AsyncTaskManager,
+        id: &str,
+        run: Run,
+        timeout: Duration,
+        deadline: Instant,
+        message: String,
+    ) -> Self {
+        Background {
+            ended: EndGuard {
+                manager: manager.clone(),
+                id: id.to_owned(),
+                armed: true,
+            },
+            manager: manager.clone(),
+            message,
+            id: id.to_owned(),
+            timeout,
+            deadline,
+            run,
+        }
+    }
+
     /// Waits for the subagent's end and records it in the manager.
     ///
     /// Whatever happens — a result, an error, a panic, the timeout, a cancel —
