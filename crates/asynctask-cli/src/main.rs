@@ -57,7 +57,12 @@ enum Command {
         config: PathBuf,
         /// Turn a synchronous task call still running after this many seconds into
         /// a background task.
-        #[arg(long, value_name = "SECS", default_value_t = 50)]
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value_t = 50,
+            value_parser = clap::value_parser!(u64).range(1..=3600)
+        )]
         sync_detach_after: u64,
         /// The most background tasks running at once: -1 (unlimited) or 1..=100.
         #[arg(long, value_name = "N", allow_negative_numbers = true)]

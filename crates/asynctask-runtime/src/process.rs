@@ -53,7 +53,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use asynctask_model::{OutputObject, TerminateReason};
-use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
+use asynctask_tools::{ECHO_CHARS, SubagentError, SubagentRequest, SubagentRunner, truncate_chars};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -581,6 +581,8 @@ impl ProcessRunner {
     }
 
     fn unknown_subagent(&self, name: &str) -> SubagentError {
+        // The name comes from the model: echo a bounded part of it.
+        let name = truncate_chars(name, ECHO_CHARS);
         if self.config.subagents.is_empty() {
             SubagentError::new(format!(
                 "unknown subagent '{name}'; no subagents are configured"

@@ -9,7 +9,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::format::{bound_text, format_duration, id_prefix, iso_time, to_pretty, truncate_chars};
+use crate::format::{
+    ECHO_CHARS, bound_text, format_duration, id_prefix, iso_time, to_pretty, truncate_chars,
+};
 use crate::params::{self, CheckAsyncTasksParams};
 use crate::result::{ToolErrorType, ToolResult};
 use crate::schema;
@@ -168,6 +170,8 @@ pub fn find_task(
     if let Some(task) = manager.task(task_id) {
         return Ok(task);
     }
+    // The id comes from the model: the answer echoes a bounded part of it.
+    let shown = truncate_chars(task_id, ECHO_CHARS);
     match manager.find_by_prefix(task_id) {
         PrefixMatch::One(task) => Ok(task),
         PrefixMatch::Ambiguous(candidates) => {
@@ -179,15 +183,15 @@ pub fn find_task(
             Err(Box::new(ToolResult::failure(
                 ToolErrorType::InvalidToolParams,
                 "Ambiguous task ID",
-                format!("Ambiguous task ID prefix '{task_id}'. Candidates:\n{list}"),
+                format!("Ambiguous task ID prefix '{shown}'. Candidates:\n{list}"),
                 format!("Ambiguous prefix. Did you mean:\n{list}"),
             )))
         }
         PrefixMatch::None => Err(Box::new(ToolResult::failure(
             ToolErrorType::InvalidToolParams,
             "Task not found",
-            format!("No async task found with ID or prefix '{task_id}'."),
-            format!("Task not found: {task_id}"),
+            format!("No async task found with ID or prefix '{shown}'."),
+            format!("Task not found: {shown}"),
         ))),
     }
 }

@@ -10,6 +10,11 @@ use serde::Serialize;
 /// How many characters of an id listings show.
 pub const ID_PREFIX_CHARS: usize = 8;
 
+/// How many characters of a model-supplied id or name an answer echoes back
+/// (`Task not found: <id>`, `unknown subagent '<name>'`): enough for any real
+/// id, and a 200,000-character "id" costs the model nothing.
+pub const ECHO_CHARS: usize = 200;
+
 /// The seed's duration format: `15s`, `2m 30s`, `1h 15m`. A negative span (a clock
 /// moved backwards) reads `0s`.
 ///

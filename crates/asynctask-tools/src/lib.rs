@@ -51,8 +51,8 @@ mod tool;
 
 pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, find_task};
 pub use crate::format::{
-    ID_PREFIX_CHARS, bound_text, completion_notification, format_duration, id_prefix, iso_time,
-    truncate_chars,
+    ECHO_CHARS, ID_PREFIX_CHARS, bound_text, completion_notification, format_duration, id_prefix,
+    iso_time, truncate_chars,
 };
 pub use crate::ids::new_task_id;
 pub use crate::params::{

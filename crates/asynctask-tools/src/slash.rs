@@ -4,7 +4,7 @@ use asynctask_manager::{AsyncTaskManager, PrefixMatch};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 
 use crate::check_async_tasks::task_duration;
-use crate::format::{id_prefix, truncate_chars};
+use crate::format::{ECHO_CHARS, id_prefix, truncate_chars};
 
 /// How many characters of a goal `/tasks list` shows.
 const GOAL_PREVIEW_CHARS: usize = 40;
@@ -146,7 +146,10 @@ pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
         Some(task) => task,
         None => match manager.find_by_prefix(arg) {
             PrefixMatch::One(task) => task,
-            PrefixMatch::None => return CommandOutput::error(format!("Task not found: {arg}")),
+            PrefixMatch::None => {
+                let shown = truncate_chars(arg, ECHO_CHARS);
+                return CommandOutput::error(format!("Task not found: {shown}"));
+            }
             PrefixMatch::Ambiguous(candidates) => {
                 let mut lines = vec!["Ambiguous task ID. Did you mean:".to_owned()];
                 lines.extend(candidates.iter().map(candidate_line));

@@ -374,7 +374,8 @@ impl TaskTool {
         let goal = request.goal_prompt.clone();
         let timeout = request.timeout;
         let started = Instant::now();
-        let deadline = started + timeout;
+        // Saturating: a timeout beyond the clock's range never fires.
+        let deadline = started.checked_add(timeout).unwrap_or_else(far_future);
         let mut task = AsyncTaskInfo::new(
             id.clone(),
             name.clone(),
@@ -395,7 +396,9 @@ impl TaskTool {
             token,
             self.tracker.clone(),
         );
-        let mut detach_at = self.sync_detach.map(|after| started + after);
+        let mut detach_at = self
+            .sync_detach
+            .and_then(|after| started.checked_add(after));
         let outcome = loop {
             let Some(at) = detach_at else {
                 break run.outcome(deadline, cancel).await;
@@ -415,7 +418,9 @@ impl TaskTool {
                         Ok(result) => return result,
                         Err(back) => {
                             run = back;
-                            detach_at = self.sync_detach.map(|after| Instant::now() + after);
+                            detach_at = self
+                                .sync_detach
+                                .and_then(|after| Instant::now().checked_add(after));
                         }
                     }
                 }
@@ -507,6 +512,7 @@ impl TaskTool {
             tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
             return Err(run);
         }
+        self.cancel_if_shutting_down(&id);
         let seconds = started.elapsed().as_secs();
         tracing::debug!(task_id = %id, subagent = %name, seconds, "synchronous run detached to the background");
         let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
@@ -559,10 +565,13 @@ impl TaskTool {
                 );
             }
         }
+        self.cancel_if_shutting_down(&id);
         let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
         let timeout = request.timeout;
         let message = self.timeout_message(&name, timeout);
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(far_future);
         let run = span.in_scope(|| {
             Run::start(
                 Arc::clone(&self.runner),
@@ -585,6 +594,15 @@ impl TaskTool {
 
     fn now(&self) -> u64 {
         self.manager.clock().now_ms()
+    }
+
+    /// A task registered while the host was shutting down may have missed its
+    /// cancel (the shutdown's sweep of running tasks can run between our check
+    /// and our registration): cancel it now, so shutdown never waits for it.
+    fn cancel_if_shutting_down(&self, id: &str) {
+        if self.shutdown.is_cancelled() {
+            self.manager.cancel_task(id);
+        }
     }
 }
 
@@ -843,6 +861,11 @@ async fn stop_runner(mut handle: JoinHandle<Result<OutputObject, SubagentError>>
         // The abort lands at the runner's next await; its result no longer matters.
         let _ = handle.await;
     }
+}
+
+/// An instant no timer in this process will reach (about 30 years ahead).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
 /// The text of a panic payload (`panic!` gives a `&str` or a `String`).

@@ -280,6 +280,20 @@ async fn any_number_of_variables_and_huge_names_fit_the_budget() {
 }
 
 #[tokio::test]
+async fn a_huge_unknown_id_is_echoed_bounded() {
+    let tool = CheckAsyncTasksTool::new(AsyncTaskManager::default());
+    let huge = "é".repeat(200_000);
+    let result = call(&tool, json!({ "task_id": huge })).await;
+    assert_eq!(
+        result.llm_content,
+        format!(
+            "No async task found with ID or prefix '{}...'.",
+            "é".repeat(asynctask_tools::ECHO_CHARS)
+        )
+    );
+}
+
+#[tokio::test]
 async fn bad_parameters_name_the_field_and_never_panic() {
     let tool = CheckAsyncTasksTool::new(AsyncTaskManager::default());
     let cases = [
