@@ -271,9 +271,11 @@ async def test_async_task_then_wait_delivers_the_reminder_once(mode: str, tmp_pa
         elapsed = time.monotonic() - started
         assert not waited.is_error
         assert elapsed < WAIT_SECONDS - 1, f"wait_async_tasks ran out its timeout ({elapsed:.1f} s) instead of returning"
+        # The wait ends before the first progress interval, so `progress` is
+        # usually empty here: the callback only shows that a request carrying a
+        # progress token is served. test_wait_reports_progress_and_times_out
+        # checks the notifications themselves.
         print(f"progress notifications: {progress}")
-        values = [value for value, _, _ in progress]
-        assert values == sorted(set(values)), f"progress must increase: {values}"
 
         # One more call: a reminder may ride on any later result, and none may repeat.
         await transcript.call("check_async_tasks", {})

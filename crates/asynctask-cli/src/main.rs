@@ -76,7 +76,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .map_err(|err| CliError(format!("cannot start the async runtime: {err}")))
-        .and_then(|runtime| runtime.block_on(run(cli.command)));
+        .and_then(|runtime| {
+            let result = runtime.block_on(run(cli.command));
+            // Everything we started has ended by now; a blocking stdin read (the
+            // MCP server when stdin is a file or a terminal) must not hold the exit.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            result
+        });
     match result {
         Ok(code) => code,
         Err(error) => {

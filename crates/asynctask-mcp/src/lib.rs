@@ -17,9 +17,12 @@
 //! An MCP server cannot start a turn in its client, and clients show the model
 //! neither notifications nor MCP Tasks, so results **ride on tool results**:
 //! after every call that was not cancelled, the pending `System Note` reminder
-//! is appended as the last text block and marked delivered, under one lock, so
-//! each result reaches the model exactly once. A reminder that would only say
-//! how many tasks still run is not appended: results stay short.
+//! is appended as the last text block. Each finished task is claimed by one
+//! call (under one lock, so parallel calls never share it) and marked delivered
+//! only once the transport wrote the response carrying it; a call the client
+//! cancels before that releases it for the next call. So each result reaches
+//! the client exactly once. A reminder that would only say how many tasks still
+//! run is not appended: results stay short.
 //!
 //! What it does not do: run subagents (a [`SubagentRunner`](asynctask_tools::SubagentRunner),
 //! usually the `ProcessRunner`, does), serve `todo_pause` (no continuation loop
@@ -48,11 +51,13 @@ mod end;
 mod gate;
 mod params;
 mod server;
+mod transport;
 mod wait;
 
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
 };
 pub use crate::server::{
-    AsyncTaskMcpServer, INSTRUCTIONS, McpError, McpServerOptions, serve_stdio,
+    AsyncTaskMcpServer, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, McpError, McpServerOptions,
+    serve_stdio,
 };

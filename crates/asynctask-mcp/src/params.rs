@@ -21,7 +21,7 @@ pub struct WaitAsyncTasksParams {
     #[schemars(extend("items" = {"type": "string", "pattern": "\\S"}))]
     pub task_id_prefixes: Option<Vec<String>>,
     /// How long to wait at most, in seconds (1 to 50, default 30).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole_seconds")]
     #[schemars(range(min = 1, max = 50), extend("default" = 30))]
     pub timeout_seconds: Option<u64>,
 }
@@ -40,6 +40,64 @@ impl Validate for WaitAsyncTasksParams {
             _ => Ok(()),
         }
     }
+}
+
+/// A whole number of seconds: an integer, or a float without a fraction (`5.0`;
+/// JSON Schema's `integer` accepts it, and some clients send numbers so).
+fn whole_seconds<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    struct WholeSeconds;
+
+    impl serde::de::Visitor<'_> for WholeSeconds {
+        type Value = Option<u64>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a whole number of seconds")
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Self::Value, E> {
+            Ok(Some(value))
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Self::Value, E> {
+            u64::try_from(value).map(Some).map_err(|_| {
+                E::custom(format!(
+                    "must be between 1 and {MAX_WAIT_SECONDS} (got {value})"
+                ))
+            })
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Self::Value, E> {
+            if value.fract() != 0.0 || !value.is_finite() {
+                return Err(E::custom(format!(
+                    "must be a whole number of seconds (got {value})"
+                )));
+            }
+            if !(0.0..=MAX_WAIT_SECONDS as f64).contains(&value) {
+                return Err(E::custom(format!(
+                    "must be between 1 and {MAX_WAIT_SECONDS} (got {value})"
+                )));
+            }
+            // Whole and within 0..=50: the conversion is exact.
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "checked above"
+            )]
+            Ok(Some(value as u64))
+        }
+    }
+
+    deserializer.deserialize_any(WholeSeconds)
 }
 
 /// Parameters of `end_async_task`.
@@ -92,7 +150,30 @@ mod tests {
         );
         assert_eq!(
             wait(json!({"timeout_seconds": "5"})),
-            Err("timeout_seconds: invalid type: string \"5\", expected u64".to_owned())
+            Err(
+                "timeout_seconds: invalid type: string \"5\", expected a whole number of seconds"
+                    .to_owned()
+            )
+        );
+        let seconds = |value| wait(json!({ "timeout_seconds": value })).map(|p| p.timeout_seconds);
+        assert_eq!(seconds(json!(5.0)), Ok(Some(5)));
+        assert_eq!(seconds(json!(50.0)), Ok(Some(50)));
+        assert_eq!(seconds(json!(null)), Ok(None));
+        assert_eq!(
+            seconds(json!(5.5)),
+            Err("timeout_seconds: must be a whole number of seconds (got 5.5)".to_owned())
+        );
+        assert_eq!(
+            seconds(json!(0.0)),
+            Err("timeout_seconds: must be between 1 and 50 (got 0)".to_owned())
+        );
+        assert_eq!(
+            seconds(json!(51.0)),
+            Err("timeout_seconds: must be between 1 and 50 (got 51)".to_owned())
+        );
+        assert_eq!(
+            seconds(json!(-1)),
+            Err("timeout_seconds: must be between 1 and 50 (got -1)".to_owned())
         );
         assert_eq!(
             wait(json!({"task_id_prefixes": ["a", " "]})),

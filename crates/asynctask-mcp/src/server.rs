@@ -16,13 +16,15 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::end::EndAsyncTaskTool;
-use crate::gate::ReminderGate;
+use crate::gate::{REQUEST, ReminderGate};
+use crate::transport::AckingTransport;
 use crate::wait::WaitAsyncTasksTool;
 
 /// The server's `instructions`: how results reach the model, in two sentences.
@@ -30,6 +32,9 @@ pub const INSTRUCTIONS: &str = "Results of background tasks (a task launched wit
     or a synchronous task that ran long) arrive in the results of this server's tools, as a \
     System Note after the tool's own output. When you have nothing else to do, call \
     wait_async_tasks instead of polling.";
+
+/// The shortest progress interval: a shorter one (zero included) is raised to it.
+pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
 
 /// How the server runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +45,7 @@ pub struct McpServerOptions {
     /// The running limit (default 5).
     pub max_async_tasks: MaxAsyncTasks,
     /// How often a long tool call reports progress to a client that asked for it
-    /// (default 5 s).
+    /// (default 5 s; anything under [`MIN_PROGRESS_INTERVAL`] is raised to it).
     pub progress_interval: Duration,
 }
 
@@ -84,9 +89,11 @@ pub enum McpError {
 /// `notifications/cancelled` reaches the subagent of a synchronous `task`),
 /// reports progress every [`progress_interval`](McpServerOptions::progress_interval)
 /// while it runs if the request carries a progress token, and then — unless the
-/// call was cancelled — appends the pending reminder as the last text block and
-/// marks it delivered. Results never carry `structuredContent`; `isError` is set
-/// when the tool's result has an error.
+/// call was cancelled — appends the pending reminder as the last text block.
+/// Served by [`serve_stdio`], the reminder is marked delivered only once the
+/// response carrying it was written; a call the client cancels before that
+/// leaves it pending for the next call. Results never carry `structuredContent`;
+/// `isError` is set when the tool's result has an error.
 ///
 /// # Examples
 ///
@@ -119,6 +126,9 @@ pub struct AsyncTaskMcpServer {
     definitions: Vec<rmcp::model::Tool>,
     gate: ReminderGate,
     progress_interval: Duration,
+    /// The parent of every call's cancellation token: cancelled when the client
+    /// goes away (end of input) or a termination signal arrives.
+    calls: CancellationToken,
 }
 
 impl AsyncTaskMcpServer {
@@ -158,13 +168,15 @@ impl AsyncTaskMcpServer {
             definitions,
             gate,
             progress_interval: McpServerOptions::default().progress_interval,
+            calls: CancellationToken::new(),
         })
     }
 
-    /// Reports progress every `interval` during a long call (default 5 s).
+    /// Reports progress every `interval` during a long call (default 5 s). An
+    /// interval under [`MIN_PROGRESS_INTERVAL`] (zero included) is raised to it.
     #[must_use]
     pub fn with_progress_interval(mut self, interval: Duration) -> Self {
-        self.progress_interval = interval;
+        self.progress_interval = interval.max(MIN_PROGRESS_INTERVAL);
         self
     }
 
@@ -184,6 +196,9 @@ impl AsyncTaskMcpServer {
     /// result, then the pending reminder unless `cancel` was cancelled. `None` for
     /// a tool this server does not serve.
     ///
+    /// No transport stands behind this call, so the reminder it returns is marked
+    /// delivered at once: the caller owns the delivery.
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future abandons the call like a cancel; nothing is marked
@@ -196,25 +211,44 @@ impl AsyncTaskMcpServer {
     ) -> Option<CallToolResult> {
         let tool = self.tool(name)?;
         let result = tool.execute(arguments, cancel.clone()).await;
-        Some(self.finish(result, &cancel))
+        let reminder = if carries_reminder(&result) {
+            None
+        } else {
+            self.gate.take(&cancel)
+        };
+        Some(finish(result, reminder))
     }
 
     fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.iter().find(|tool| tool.spec().name == name)
     }
 
-    /// The MCP result: the tool's text, then the reminder as the last block.
-    fn finish(&self, result: ToolResult, cancel: &CancellationToken) -> CallToolResult {
-        let mut content = vec![ContentBlock::text(result.llm_content)];
-        if let Some(reminder) = self.gate.take(cancel) {
-            content.push(ContentBlock::text(reminder.text));
-        }
-        if result.error.is_some() {
-            CallToolResult::error(content)
-        } else {
-            CallToolResult::success(content)
-        }
+    /// A transport around `inner` that acknowledges this server's reminders once
+    /// written (see [`AckingTransport`]).
+    pub(crate) fn transport<T>(&self, inner: T) -> AckingTransport<T> {
+        AckingTransport::new(inner, self.gate.clone(), self.calls.clone())
     }
+}
+
+/// The MCP result: the tool's text, then the reminder as the last block.
+fn finish(result: ToolResult, reminder: Option<asynctask_runtime::Reminder>) -> CallToolResult {
+    let mut content = vec![ContentBlock::text(result.llm_content)];
+    if let Some(reminder) = reminder {
+        content.push(ContentBlock::text(reminder.text));
+    }
+    if result.error.is_some() {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    }
+}
+
+/// Whether a result is itself a reminder (`wait_async_tasks` answering with
+/// one): nothing is appended after it.
+fn carries_reminder(result: &ToolResult) -> bool {
+    result
+        .llm_content
+        .starts_with("---\nSystem Note: Async Task Status\n")
 }
 
 /// Drives `work` to its end, sending `notifications/progress` (elapsed seconds,
@@ -233,9 +267,11 @@ async fn with_progress<F: Future>(
             biased;
             output = &mut work => return output,
             _ = ticks.tick() => {
-                let seconds = start.elapsed().as_secs();
-                let progress = ProgressNotificationParam::new(token.clone(), seconds as f64)
-                    .with_message(format!("still running ({seconds}s)"));
+                // Fractional seconds: progress must increase, also when the
+                // interval is under a second.
+                let elapsed = start.elapsed();
+                let progress = ProgressNotificationParam::new(token.clone(), elapsed.as_secs_f64())
+                    .with_message(format!("still running ({}s)", elapsed.as_secs()));
                 if let Err(err) = peer.notify_progress(progress).await {
                     tracing::debug!(error = %err, "cannot send progress");
                 }
@@ -272,15 +308,33 @@ impl ServerHandler for AsyncTaskMcpServer {
             ));
         };
         let arguments = request.arguments.map_or(Value::Null, Value::Object);
-        // rmcp cancels `ct` on `notifications/cancelled` for this request (and
-        // when the response goes out, so background work never hangs on it).
-        let cancel = context.ct.clone();
-        let work = tool.execute(arguments, cancel.child_token());
+        // `cancel` fires when rmcp cancels `ct` (on `notifications/cancelled` for
+        // this request) or when the client goes away (`calls`, cancelled by the
+        // transport at end of input: rmcp itself would wait 5 s first).
+        let cancel = self.calls.child_token();
+        let work = REQUEST.scope(context.id.clone(), tool.execute(arguments, cancel.clone()));
+        let work = async {
+            let mut work = std::pin::pin!(work);
+            tokio::select! {
+                biased;
+                result = &mut work => result,
+                () = context.ct.cancelled() => {
+                    cancel.cancel();
+                    work.await
+                }
+            }
+        };
         let result = match context.meta.get_progress_token() {
             Some(token) => with_progress(work, &context.peer, token, self.progress_interval).await,
             None => work.await,
         };
-        Ok(self.finish(result, &cancel).into())
+        // Claimed for this request; acknowledged by the transport once written.
+        let reminder = if carries_reminder(&result) {
+            None
+        } else {
+            self.gate.claim(&context.id, &cancel)
+        };
+        Ok(finish(result, reminder).into())
     }
 }
 
@@ -364,26 +418,60 @@ pub async fn serve_stdio(
     served
 }
 
+/// `SIGTERM`, `SIGINT` and `SIGHUP` (the terminal closed), as one stream.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self, McpError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind| signal(kind).map_err(|err| McpError::Signals(err.to_string()));
+        Ok(Signals {
+            terminate: listen(SignalKind::terminate())?,
+            interrupt: listen(SignalKind::interrupt())?,
+            hangup: listen(SignalKind::hangup())?,
+        })
+    }
+
+    /// Resolves when one of the signals arrives.
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+            _ = self.hangup.recv() => {}
+        }
+    }
+}
+
 async fn serve(server: AsyncTaskMcpServer) -> Result<(), McpError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let signals = |kind| signal(kind).map_err(|err| McpError::Signals(err.to_string()));
-    let (mut terminate, mut interrupt) = (
-        signals(SignalKind::terminate())?,
-        signals(SignalKind::interrupt())?,
-    );
-    let service = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|err| McpError::Session(err.to_string()))?;
+    let mut signals = Signals::new()?;
+    let calls = server.calls.clone();
+    // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
+    // servers): a blocking stdin read would hold the process past its shutdown.
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    let transport = server.transport(AsyncRwTransport::new_server(stdin, stdout));
+    // A signal also ends a session the client has not initialized yet.
+    let service = tokio::select! {
+        service = server.serve(transport) => {
+            service.map_err(|err| McpError::Session(err.to_string()))?
+        }
+        () = signals.recv() => {
+            calls.cancel();
+            return Ok(());
+        }
+    };
     let stop = service.cancellation_token();
     let waiting = service.waiting();
     tokio::pin!(waiting);
     let finished = tokio::select! {
         _ = &mut waiting => true,
-        _ = terminate.recv() => false,
-        _ = interrupt.recv() => false,
+        () = signals.recv() => false,
     };
     if !finished {
+        calls.cancel();
         stop.cancel();
         let _ = waiting.await;
     }

@@ -20,9 +20,9 @@ use crate::params::{DEFAULT_WAIT_SECONDS, WaitAsyncTasksParams};
 /// The `wait_async_tasks` tool.
 ///
 /// Blocks until one of the named tasks (or any task, when none are named) has
-/// finished and its result is pending, then takes the reminder — the seed's
-/// `System Note` with every pending result — marks it delivered and answers with
-/// it. It wakes on the manager's events (a [`Notify`] fed by a subscription), never
+/// finished and its result is pending, then claims the reminder — the seed's
+/// `System Note` with every pending result no other call holds — and answers
+/// with it (marked delivered once the response is written, see the gate). It wakes on the manager's events (a [`Notify`] fed by a subscription), never
 /// by polling. Answers at once when a named task's result was already delivered,
 /// or when nothing runs and nothing is pending. Cancelling the call (the client's
 /// `notifications/cancelled`) only ends the wait: no task is touched.
@@ -133,22 +133,26 @@ impl Tool for WaitAsyncTasksTool {
             if cancel.is_cancelled() {
                 break;
             }
+            // Enabled before the look: a claim that ends between the look and the
+            // wait (another call's result written, or its cancel released it) is
+            // never missed.
+            let released = self.gate.changed();
+            tokio::pin!(released);
+            released.as_mut().enable();
             let running = match self.watch(&named) {
-                Watch::Pending => {
-                    match self.gate.take(&cancel) {
-                        Some(reminder) => {
-                            let count = reminder.task_ids.len();
-                            return ToolResult::success(
-                                reminder.text,
-                                format!("{count} async task(s) finished"),
-                                json!({ "taskIds": reminder.task_ids }),
-                            );
-                        }
-                        // A parallel call delivered it first (or this one was
-                        // cancelled): look again.
-                        None => continue,
+                Watch::Pending => match self.gate.take(&cancel) {
+                    Some(reminder) => {
+                        let count = reminder.task_ids.len();
+                        return ToolResult::success(
+                            reminder.text,
+                            format!("{count} async task(s) finished"),
+                            json!({ "taskIds": reminder.task_ids }),
+                        );
                     }
-                }
+                    // A parallel call holds it (until its response is written or
+                    // cancelled), or this one was cancelled: wait and look again.
+                    None => self.manager.counts().running,
+                },
                 Watch::Delivered(id) => {
                     let text = format!(
                         "Async task {id} already finished and its result was delivered earlier; \
@@ -169,6 +173,7 @@ impl Tool for WaitAsyncTasksTool {
                 biased;
                 () = cancel.cancelled() => break,
                 () = wake.notified() => {}
+                () = &mut released => {}
                 () = tokio::time::sleep_until(deadline) => {
                     let text = format!(
                         "No async task finished within {seconds} seconds; {running} still running."

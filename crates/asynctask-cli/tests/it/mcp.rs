@@ -27,6 +27,9 @@ command = ["sh", "-c", "sleep 3; echo slow done"]
 [subagents.long]
 command = ["sh", "-c", "sleep 30; echo never"]
 
+[subagents.instant]
+command = ["sh", "-c", "cat > /dev/null; echo instant done"]
+
 # Writes its own pid, then a grandchild's, to the file named by its goal.
 [subagents.pids]
 command = ["sh", "-c", "echo $$ > \"$ASYNCTASK_GOAL.tmp\"; sleep 60 & echo $! >> \"$ASYNCTASK_GOAL.tmp\"; mv \"$ASYNCTASK_GOAL.tmp\" \"$ASYNCTASK_GOAL\"; wait"]
@@ -447,5 +450,277 @@ async fn closing_the_client_ends_the_server_and_its_subagents() {
             .all(|&pid| process_ended(pid)))
         .await,
         "no subagent process outlives the server"
+    );
+}
+
+#[tokio::test]
+async fn closing_the_client_during_a_synchronous_call_ends_it_at_once() {
+    let dir = config_dir("eof-sync");
+    let mut server = server_command(&dir, &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the server starts");
+    let stdout = server.stdout.take().expect("piped");
+    let stdin = server.stdin.take().expect("piped");
+    let client = ().serve((stdout, stdin)).await.expect("the session starts");
+    let file = dir.join("pids");
+    let goal = file.to_str().expect("a UTF-8 path");
+    // A synchronous call, in flight when the client goes away.
+    let _in_flight = client
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(request(
+                "task",
+                json!({"subagent_name": "pids", "goal_prompt": goal}),
+            ))),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .expect("sent");
+    let pids = read_pids(&file).await;
+    assert!(pids.iter().all(|&pid| !process_ended(pid)));
+
+    let start = Instant::now();
+    client.cancel().await.expect("closed"); // stdin reaches its end
+    let status = tokio::time::timeout(Duration::from_secs(8), server.wait())
+        .await
+        .expect("the server exits by itself")
+        .expect("its status");
+    let took = start.elapsed();
+    assert!(status.success(), "{status}");
+    // rmcp alone would let the call run for its 5 s drain first.
+    assert!(
+        took < Duration::from_secs(3),
+        "the server took {took:?} to exit"
+    );
+    assert!(
+        pids.iter().all(|&pid| process_ended(pid)),
+        "no subagent process outlives the server"
+    );
+}
+
+#[tokio::test]
+async fn a_termination_signal_ends_a_server_never_initialized() {
+    for signal in ["TERM", "INT", "HUP"] {
+        let dir = config_dir(&format!("signal-{signal}"));
+        let mut server = server_command(&dir, &[])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the server starts");
+        let pid = server.id().expect("running").to_string();
+        // Held open: `wait()` would close it, and the server would see the end
+        // of its input instead of the signal.
+        let _stdin = server.stdin.take();
+        // Time to install the handlers; the client never sends `initialize`.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let status = tokio::time::timeout(Duration::from_secs(3), server.wait())
+            .await
+            .unwrap_or_else(|_| panic!("SIG{signal} ends the server"))
+            .expect("its status");
+        assert!(status.success(), "SIG{signal}: {status}");
+    }
+}
+
+/// A client speaking raw JSON-RPC lines, so it sees every response the server
+/// writes, also those to requests it cancelled (rmcp's client drops those).
+struct RawClient {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<Value>,
+    received: Vec<Value>,
+    next_id: u64,
+}
+
+impl RawClient {
+    fn start(dir: &Path) -> RawClient {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+            .arg("mcp")
+            .arg("--config")
+            .arg(dir.join("subagents.toml"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the server starts");
+        let stdout = child.stdout.take().expect("piped");
+        let stdin = child.stdin.take();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let value: Value = serde_json::from_str(&line).expect("a JSON-RPC line");
+                if sender.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut client = RawClient {
+            child,
+            stdin,
+            lines,
+            received: Vec::new(),
+            next_id: 0,
+        };
+        let id = client.send_request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            }),
+        );
+        client.response(id);
+        client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        client
+    }
+
+    fn send(&mut self, message: &Value) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("open");
+        writeln!(stdin, "{message}").expect("written");
+        stdin.flush().expect("flushed");
+    }
+
+    fn send_request(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    fn call(&mut self, name: &str, arguments: Value) -> u64 {
+        self.send_request("tools/call", json!({"name": name, "arguments": arguments}))
+    }
+
+    fn cancel(&mut self, id: u64) {
+        self.send(&json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "race"},
+        }));
+    }
+
+    /// Waits for the response to `id`, keeping everything received meanwhile.
+    fn response(&mut self, id: u64) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(found) = self.received.iter().find(|m| m["id"] == json!(id)) {
+                return found.clone();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let message = self.lines.recv_timeout(left).expect("the response arrives");
+            self.received.push(message);
+        }
+    }
+
+    /// Closes stdin and collects every line until the server exits.
+    fn finish(mut self) -> Vec<Value> {
+        drop(self.stdin.take());
+        while let Ok(message) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            self.received.push(message);
+        }
+        let status = self.child.wait().expect("the server exits");
+        assert!(status.success(), "{status}");
+        self.received
+    }
+}
+
+/// The text blocks of a raw `tools/call` response (none for an error).
+fn raw_texts(response: &Value) -> Vec<String> {
+    response["result"]["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|block| block["text"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The race of issue 7 rule 3: a call cancelled right after it was sent. Its
+/// response may have been written before the cancel arrived (the client got it:
+/// delivered) or be dropped (its results are still pending). On the wire, every
+/// finished task's result must reach the client exactly once.
+#[test]
+fn a_cancelled_call_never_loses_or_repeats_a_result() {
+    const ROUNDS: u64 = 100;
+    let dir = config_dir("race");
+    let mut client = RawClient::start(&dir);
+    let mut task_ids = Vec::new();
+    let mut cancelled = Vec::new();
+    for round in 0..ROUNDS {
+        let launch = client.call(
+            "task",
+            json!({"subagent_name": "instant", "goal_prompt": "g", "async": true}),
+        );
+        let launched = client.response(launch);
+        task_ids.push(launched_id(&raw_texts(&launched)[0]));
+        // Let it finish, so the next call carries its result.
+        std::thread::sleep(Duration::from_millis(40));
+        let id = client.call("check_async_tasks", json!({}));
+        // 0 to 2 ms later, spread over the rounds.
+        std::thread::sleep(Duration::from_micros(round * 20 % 2_001));
+        client.cancel(id);
+        cancelled.push(id);
+    }
+    // Everything finished; one call nobody cancels, then one more to be sure.
+    std::thread::sleep(Duration::from_millis(300));
+    let last = client.call("check_async_tasks", json!({}));
+    client.response(last);
+    let after = client.call("check_async_tasks", json!({}));
+    assert_eq!(
+        raw_texts(&client.response(after)).len(),
+        1,
+        "nothing left over"
+    );
+    let received = client.finish();
+
+    let responses: Vec<&Value> = received.iter().filter(|m| m.get("id").is_some()).collect();
+    let answered_cancelled = responses
+        .iter()
+        .filter(|m| m["id"].as_u64().is_some_and(|id| cancelled.contains(&id)))
+        .count();
+    let mut carried_by_cancelled = 0;
+    for id in &task_ids {
+        let needle = format!("\"agent_id\": \"{id}\"");
+        let carriers: Vec<&Value> = responses
+            .iter()
+            .copied()
+            .filter(|m| {
+                raw_texts(m)
+                    .iter()
+                    .any(|text| is_reminder(text) && text.contains(&needle))
+            })
+            .collect();
+        let times: usize = carriers
+            .iter()
+            .flat_map(|m| raw_texts(m))
+            .map(|text| text.matches(&needle).count())
+            .sum();
+        assert_eq!(times, 1, "task {id} reached the client {times} times");
+        if carriers[0]["id"]
+            .as_u64()
+            .is_some_and(|id| cancelled.contains(&id))
+        {
+            carried_by_cancelled += 1;
+        }
+    }
+    eprintln!(
+        "{ROUNDS} rounds: {answered_cancelled} cancelled calls answered anyway ({carried_by_cancelled} \
+         results rode on them), {} dropped; every one of {} results delivered exactly once",
+        cancelled.len() - answered_cancelled,
+        task_ids.len()
     );
 }

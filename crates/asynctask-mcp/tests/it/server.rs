@@ -95,27 +95,66 @@ async fn a_cancelled_call_leaves_the_result_for_the_next_one() {
     runtime.shutdown().await;
 }
 
-#[tokio::test(start_paused = true)]
+/// Real threads racing for the same results, many times: every finished task
+/// rides on exactly one of the parallel results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn parallel_calls_deliver_each_result_once() {
+    const ROUNDS: usize = 50;
+    const TASKS: usize = 3;
+    const CALLERS: usize = 4;
     let (runtime, server) = server();
-    for _ in 0..3 {
-        call(&server, "task", launch(1)).await;
+    for round in 0..ROUNDS {
+        let (mut ids, mut all) = (Vec::new(), Vec::new());
+        for _ in 0..TASKS {
+            // A launch may carry the results of the tasks launched before it.
+            let launched = texts(&call(&server, "task", launch(0)).await);
+            let id = launched[0]
+                .split("(ID: ")
+                .nth(1)
+                .and_then(|rest| rest.split(')').next())
+                .expect("the launch names its id")
+                .to_owned();
+            ids.push(id);
+            all.extend(launched);
+        }
+        // All finished before the race starts.
+        while ids.iter().any(|id| {
+            runtime
+                .manager()
+                .task(id)
+                .is_some_and(|task| !task.status.is_terminal())
+        }) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let barrier = Arc::new(tokio::sync::Barrier::new(CALLERS));
+        let callers: Vec<_> = (0..CALLERS)
+            .map(|caller| {
+                let (server, barrier) = (server.clone(), Arc::clone(&barrier));
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let (name, arguments) = if caller % 2 == 0 {
+                        ("wait_async_tasks", json!({"timeout_seconds": 1}))
+                    } else {
+                        ("check_async_tasks", json!({}))
+                    };
+                    texts(&call(&server, name, arguments).await)
+                })
+            })
+            .collect();
+        for caller in callers {
+            all.extend(caller.await.expect("the caller ran"));
+        }
+        for id in &ids {
+            let times: usize = all
+                .iter()
+                .map(|text| text.matches(&format!("\"agent_id\": \"{id}\"")).count())
+                .sum();
+            assert_eq!(
+                times, 1,
+                "round {round}: task {id} delivered {times} times: {all:#?}"
+            );
+        }
     }
-    // Two waits and a listing race for the three results.
-    let (a, b, c) = tokio::join!(
-        call(&server, "wait_async_tasks", json!({"timeout_seconds": 5})),
-        call(&server, "wait_async_tasks", json!({"timeout_seconds": 5})),
-        async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            call(&server, "check_async_tasks", json!({})).await
-        },
-    );
-    let delivered: usize = [a, b, c]
-        .iter()
-        .flat_map(texts)
-        .map(|text| text.matches("\"final_message\": \"slept 1\"").count())
-        .sum();
-    assert_eq!(delivered, 3);
     runtime.shutdown().await;
 }
 
