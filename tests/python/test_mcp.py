@@ -209,6 +209,16 @@ def test_binary_exists() -> None:
     assert binary().is_file()
 
 
+
+def progress_recorder():
+    """A list of progress notifications, and the callback that fills it."""
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    return progress, on_progress
+
 async def test_protocol_era(mode: str, tmp_path: Path) -> None:
     """"legacy" speaks the initialize handshake; "auto" reaches the modern era (server/discover)."""
     async with connect(mode, tmp_path) as client:
@@ -259,10 +269,7 @@ async def test_async_task_then_wait_delivers_the_reminder_once(mode: str, tmp_pa
         assert texts(launch)[0].startswith(LAUNCH_PREFIX), texts(launch)
         task_id = launched_id(launch)
 
-        progress: list[tuple[float, float | None, str | None]] = []
-
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            progress.append((value, total, message))
+        progress, on_progress = progress_recorder()
 
         started = time.monotonic()
         waited = await transcript.call(
@@ -411,10 +418,7 @@ async def test_wait_reports_progress_and_times_out(mode: str, tmp_path: Path) ->
         launch = await transcript.call("task", {"subagent_name": "slow", "goal_prompt": "x", "async": True})
         task_id = launched_id(launch)
 
-        progress: list[tuple[float, float | None, str | None]] = []
-
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            progress.append((value, total, message))
+        progress, on_progress = progress_recorder()
 
         started = time.monotonic()
         waited = await transcript.call(

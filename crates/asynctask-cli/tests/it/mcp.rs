@@ -56,6 +56,26 @@ fn server_command(dir: &Path, extra: &[&str]) -> tokio::process::Command {
 
 type Client = RunningService<RoleClient, ()>;
 
+/// The server as a child process whose stdin and stdout are ours to drive.
+fn spawn_piped(dir: &Path) -> tokio::process::Child {
+    server_command(dir, &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the server starts")
+}
+
+/// Starts the server and connects a client, keeping the child to watch it exit.
+async fn connect_owned(dir: &Path) -> (tokio::process::Child, Client) {
+    let mut server = spawn_piped(dir);
+    let stdout = server.stdout.take().expect("piped");
+    let stdin = server.stdin.take().expect("piped");
+    let client = ().serve((stdout, stdin)).await.expect("the session starts");
+    (server, client)
+}
+
 /// Starts the server with `extra` arguments and connects a client.
 async fn connect(dir: &Path, extra: &[&str]) -> Client {
     let (transport, _stderr) = TokioChildProcess::builder(server_command(dir, extra))
@@ -418,16 +438,7 @@ async fn cancelling_a_synchronous_call_ends_its_process_group() {
 #[tokio::test]
 async fn closing_the_client_ends_the_server_and_its_subagents() {
     let dir = config_dir("eof");
-    let mut server = server_command(&dir, &[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the server starts");
-    let stdout = server.stdout.take().expect("piped");
-    let stdin = server.stdin.take().expect("piped");
-    let client = ().serve((stdout, stdin)).await.expect("the session starts");
+    let (mut server, client) = connect_owned(&dir).await;
     let file = dir.join("pids");
     let goal = file.to_str().expect("a UTF-8 path");
     call(
@@ -456,16 +467,7 @@ async fn closing_the_client_ends_the_server_and_its_subagents() {
 #[tokio::test]
 async fn closing_the_client_during_a_synchronous_call_ends_it_at_once() {
     let dir = config_dir("eof-sync");
-    let mut server = server_command(&dir, &[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the server starts");
-    let stdout = server.stdout.take().expect("piped");
-    let stdin = server.stdin.take().expect("piped");
-    let client = ().serve((stdout, stdin)).await.expect("the session starts");
+    let (mut server, client) = connect_owned(&dir).await;
     let file = dir.join("pids");
     let goal = file.to_str().expect("a UTF-8 path");
     // A synchronous call, in flight when the client goes away.
@@ -505,13 +507,7 @@ async fn closing_the_client_during_a_synchronous_call_ends_it_at_once() {
 async fn a_termination_signal_ends_a_server_never_initialized() {
     for signal in ["TERM", "INT", "HUP"] {
         let dir = config_dir(&format!("signal-{signal}"));
-        let mut server = server_command(&dir, &[])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the server starts");
+        let mut server = spawn_piped(&dir);
         let pid = server.id().expect("running").to_string();
         // Held open: `wait()` would close it, and the server would see the end
         // of its input instead of the signal.

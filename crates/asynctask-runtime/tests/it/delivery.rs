@@ -78,13 +78,7 @@ async fn a_busy_agent_gets_its_results_when_its_turn_ends() {
     host.set_busy(false);
     runtime.agent_idle();
     settle().await;
-    assert_eq!(
-        host.delivered()
-            .iter()
-            .map(|m| reported_ids(m))
-            .collect::<Vec<_>>(),
-        [["a"]]
-    );
+    assert_eq!(host.delivered_ids(), [["a"]]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -158,7 +152,7 @@ async fn a_completion_during_an_in_flight_delivery_is_delivered_without_a_new_ev
     runtime.manager().complete_task("b", goal());
     gate.add_permits(2);
     settle().await;
-    let delivered: Vec<Vec<String>> = host.delivered().iter().map(|m| reported_ids(m)).collect();
+    let delivered = host.delivered_ids();
     assert_eq!(delivered, [vec!["a".to_owned()], vec!["b".to_owned()]]);
     assert!(!runtime.reminders().has_pending_notifications());
 }
@@ -181,13 +175,7 @@ async fn next_turn_reminders_mark_only_after_ack_and_never_double_deliver() {
     host.set_busy(false);
     runtime.manager().complete_task("b", goal());
     settle().await;
-    assert_eq!(
-        host.delivered()
-            .iter()
-            .map(|m| reported_ids(m))
-            .collect::<Vec<_>>(),
-        [["b"]]
-    );
+    assert_eq!(host.delivered_ids(), [["b"]]);
     runtime.ack_delivered(&reminder.task_ids);
     assert!(!runtime.reminders().has_pending_notifications());
     // Only the running-status part remains... and nothing runs now.
@@ -206,13 +194,7 @@ async fn an_unacknowledged_next_turn_reminder_is_delivered_after_the_turn() {
     host.set_busy(false);
     runtime.agent_idle();
     settle().await;
-    assert_eq!(
-        host.delivered()
-            .iter()
-            .map(|m| reported_ids(m))
-            .collect::<Vec<_>>(),
-        [["a"]]
-    );
+    assert_eq!(host.delivered_ids(), [["a"]]);
     assert_eq!(first.task_ids, ["a"]);
     assert_eq!(runtime.next_turn_reminder(), None);
 }

@@ -42,6 +42,11 @@ impl FakeHost {
         self.delivered.lock().expect("delivered lock").clone()
     }
 
+    /// The task ids each accepted message reported, message by message.
+    pub(crate) fn delivered_ids(&self) -> Vec<Vec<String>> {
+        self.delivered().iter().map(|m| reported_ids(m)).collect()
+    }
+
     pub(crate) fn attempts(&self) -> usize {
         *self.attempts.lock().expect("attempts lock")
     }
