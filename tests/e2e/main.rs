@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_runtime::{AgentHost, AsyncTaskRuntime, TriggerError};
+use asynctask_runtime::{AgentHost, AsyncTaskRuntime, Reminder, TriggerError};
 use asynctask_tools::{
     CommandOutputKind, SubagentError, SubagentRequest, SubagentRunner, Tool, run_slash_command,
 };
@@ -63,7 +63,7 @@ impl SubagentRunner for ScriptedRunner {
 #[derive(Default)]
 struct Agent {
     busy: AtomicBool,
-    turns: Mutex<Vec<String>>,
+    turns: Mutex<Vec<Reminder>>,
 }
 
 #[async_trait::async_trait]
@@ -72,14 +72,14 @@ impl AgentHost for Agent {
         self.busy.load(Ordering::SeqCst)
     }
 
-    async fn trigger_agent_turn(&self, message: String) -> Result<(), TriggerError> {
-        self.turns.lock().expect("turns lock").push(message);
+    async fn trigger_agent_turn(&self, reminder: Reminder) -> Result<(), TriggerError> {
+        self.turns.lock().expect("turns lock").push(reminder);
         Ok(())
     }
 }
 
 impl Agent {
-    fn turns(&self) -> Vec<String> {
+    fn turns(&self) -> Vec<Reminder> {
         self.turns.lock().expect("turns lock").clone()
     }
 }
@@ -87,7 +87,7 @@ impl Agent {
 async fn call(tools: &[Arc<dyn Tool>], name: &str, params: Value) -> asynctask_tools::ToolResult {
     let tool = tools
         .iter()
-        .find(|t| t.spec().name == name)
+        .find(|t| t.name() == name)
         .expect("tool exists");
     tool.execute(params, CancellationToken::new()).await
 }
@@ -100,7 +100,7 @@ async fn a_whole_session() {
         .runner(Arc::new(ScriptedRunner))
         .build();
     let tools = runtime.tools();
-    let names: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
+    let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
     assert_eq!(names, ["task", "check_async_tasks", "todo_pause"]);
 
     // The model launches three background tasks and keeps working (busy).
@@ -144,12 +144,22 @@ async fn a_whole_session() {
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     let turns = agent.turns();
     assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].task_ids, [ids[0].clone()]);
     assert!(
         turns[0]
+            .text
             .starts_with("---\nSystem Note: Async Task Status\n\n1 async task(s) completed:\n\n{")
     );
-    assert!(turns[0].contains("\"final_message\": \"done: quick job\""));
-    assert!(turns[0].ends_with("2 async task(s) still running.\n---"));
+    assert!(
+        turns[0]
+            .text
+            .contains("\"final_message\": \"done: quick job\"")
+    );
+    assert!(
+        turns[0]
+            .text
+            .ends_with("2 async task(s) still running.\n---")
+    );
 
     // The agent is busy with that turn when `flaky` fails at 3 s: not woken...
     agent.busy.store(true, Ordering::SeqCst);
@@ -161,10 +171,13 @@ async fn a_whole_session() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     let turns = agent.turns();
     assert_eq!(turns.len(), 2);
+    assert_eq!(turns[1].task_ids, [ids[1].clone()]);
     assert!(
-        turns[1].contains("\"error\": \"exit status 1: connection refused\""),
-        "{}",
         turns[1]
+            .text
+            .contains("\"error\": \"exit status 1: connection refused\""),
+        "{}",
+        turns[1].text
     );
 
     // The user cancels the slow one by prefix: nobody is woken for that.

@@ -56,6 +56,16 @@ const STEPS: &[(&str, Step)] = &[
         ),
     ),
     ("test", Step::Builtin(run_tests)),
+    (
+        // The runtime alone, as a host that does not want process spawning takes
+        // it: built and tested without asynctask-process (and so without nix,
+        // toml, or tokio's process driver).
+        "test (runtime alone)",
+        Step::Command(
+            &["cargo", "test", "--locked", "-p", "asynctask-runtime"],
+            &[],
+        ),
+    ),
     ("examples", Step::Builtin(run_examples)),
     (
         "doc tests",

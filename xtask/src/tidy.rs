@@ -4,8 +4,9 @@
 //! - no test is skipped or expected to panic (assert on the `Err` instead);
 //! - every member inherits the workspace lints and takes every dependency from
 //!   `[workspace.dependencies]`;
-//! - the layers point one way: each crate depends only on crates below it, and the
-//!   model crate does not depend on tokio, even indirectly.
+//! - the layers point one way: each crate depends only on crates below it; the
+//!   model crate does not depend on tokio, nor the runtime on process spawning,
+//!   even indirectly.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -13,15 +14,18 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// The layers, bottom first. A crate may depend only on crates before it.
-const LAYERS: &[&str] = &[
-    "asynctask-model",
-    "asynctask-manager",
-    "asynctask-tools",
-    "asynctask-runtime",
-    "asynctask-mcp",
-    "asynctask-cli",
-    "asynctask-e2e",
+/// The layers, bottom first. A crate may depend only on crates of the layers
+/// before its own: crates that share a layer never depend on each other (a host
+/// takes the runtime without process spawning, or process spawning without the
+/// runtime).
+const LAYERS: &[&[&str]] = &[
+    &["asynctask-model"],
+    &["asynctask-manager"],
+    &["asynctask-tools"],
+    &["asynctask-runtime", "asynctask-process"],
+    &["asynctask-mcp"],
+    &["asynctask-cli"],
+    &["asynctask-e2e"],
 ];
 
 /// Members outside the layering that must depend on no member at all.
@@ -139,7 +143,9 @@ fn check_layers(metadata: &Value) -> Vec<String> {
     let member_names: BTreeSet<&str> = members.values().map(String::as_str).collect();
     for pkg in workspace_packages(metadata) {
         let name = str_field(pkg, "name");
-        let layer = LAYERS.iter().position(|layer| *layer == name);
+        let layer = LAYERS
+            .iter()
+            .position(|layer| layer.contains(&name.as_str()));
         if layer.is_none() && !STANDALONE.contains(&name.as_str()) {
             problems.push(format!(
                 "{name} is not in the layering table of xtask/src/tidy.rs"
@@ -155,12 +161,31 @@ fn check_layers(metadata: &Value) -> Vec<String> {
                 continue;
             }
             let allowed = match layer {
-                Some(layer) => LAYERS[..layer].contains(&dep_name.as_str()),
+                Some(layer) => LAYERS[..layer]
+                    .iter()
+                    .any(|below| below.contains(&dep_name.as_str())),
                 None => false,
             };
             if !allowed {
                 problems.push(format!(
                     "{name} depends on {dep_name}: a crate may depend only on the layers below it"
+                ));
+            }
+        }
+    }
+    if let Some(runtime_id) = members
+        .iter()
+        .find(|(_, name)| *name == "asynctask-runtime")
+        .map(|(id, _)| id)
+    {
+        for banned in ["asynctask-process", "nix", "toml"] {
+            if normal_closure(metadata, runtime_id)
+                .iter()
+                .any(|id| package_name(metadata, id) == banned)
+            {
+                problems.push(format!(
+                    "asynctask-runtime must not depend on {banned}, even indirectly: \
+                     process spawning lives in asynctask-process"
                 ));
             }
         }

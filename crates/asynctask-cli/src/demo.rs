@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use asynctask_manager::TaskEvent;
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
-use asynctask_runtime::{AgentHost, AsyncTaskRuntime, TriggerError};
+use asynctask_runtime::{AgentHost, AsyncTaskRuntime, Reminder, TriggerError};
 use asynctask_tools::{SubagentRunner, Tool, ToolResult, id_prefix, run_slash_command};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -83,7 +83,7 @@ pub fn pick_subagents(names: &[String]) -> Result<[String; 4], CliError> {
 /// is queued to the session loop.
 struct DemoAgent {
     busy: AtomicBool,
-    wakes: mpsc::UnboundedSender<String>,
+    wakes: mpsc::UnboundedSender<Reminder>,
 }
 
 #[async_trait::async_trait]
@@ -92,10 +92,10 @@ impl AgentHost for DemoAgent {
         self.busy.load(Ordering::SeqCst)
     }
 
-    async fn trigger_agent_turn(&self, message: String) -> Result<(), TriggerError> {
+    async fn trigger_agent_turn(&self, reminder: Reminder) -> Result<(), TriggerError> {
         self.busy.store(true, Ordering::SeqCst);
         self.wakes
-            .send(message)
+            .send(reminder)
             .map_err(|_| TriggerError::new("the demo session has ended"))
     }
 }
@@ -147,7 +147,7 @@ impl Transcript<'_> {
 }
 
 async fn call(tools: &[Arc<dyn Tool>], name: &str, params: Value) -> ToolResult {
-    match tools.iter().find(|tool| tool.spec().name == name) {
+    match tools.iter().find(|tool| tool.name() == name) {
         Some(tool) => tool.execute(params, CancellationToken::new()).await,
         None => ToolResult::failure(
             asynctask_tools::ToolErrorType::ExecutionFailed,
@@ -243,20 +243,18 @@ pub async fn run_demo(
             // Events first: a task's end is shown before the wake-up it causes.
             biased;
             Some((event, busy)) = events.recv() => print_event(&event, busy, &mut t)?,
-            Some(message) = wakes.recv() => {
+            Some(reminder) = wakes.recv() => {
                 turns += 1;
-                heard.extend(reported_ids(&message));
                 t.line("system", "the auto-trigger wakes the agent with:")?;
-                t.line("", &message)?;
-                if message.contains("\"status\": \"failed\"") {
-                    if let Some(failed) = failed_id(&runtime, working) {
-                        let params = json!({ "task_id": id_prefix(&failed) });
-                        t.line("model", &format!("A subagent failed. calls check_async_tasks({params})"))?;
-                        t.line("tool", &call(&tools, "check_async_tasks", params).await.return_display)?;
-                    }
+                t.line("", &reminder.text)?;
+                if let Some(failed) = failed_id(&runtime, &reminder.task_ids) {
+                    let params = json!({ "task_id": id_prefix(&failed) });
+                    t.line("model", &format!("A subagent failed. calls check_async_tasks({params})"))?;
+                    t.line("tool", &call(&tools, "check_async_tasks", params).await.return_display)?;
                 } else {
                     t.line("model", "Got it. Working on that result now.")?;
                 }
+                heard.extend(reminder.task_ids);
                 let turn = if turns == 1 { options.first_turn } else { options.later_turn };
                 work(turn, &runtime, &mut events, &mut t).await?;
                 end_turn(&agent, &runtime, &mut t)?;
@@ -283,8 +281,8 @@ pub async fn run_demo(
     while let Ok((event, busy)) = events.try_recv() {
         print_event(&event, busy, &mut t)?;
     }
-    if let Ok(message) = wakes.try_recv() {
-        t.line("system", &format!("unexpected wake-up:\n{message}"))?;
+    if let Ok(reminder) = wakes.try_recv() {
+        t.line("system", &format!("unexpected wake-up:\n{}", reminder.text))?;
     }
 
     // The user's next message: the host puts the pending reminder in the request.
@@ -315,16 +313,6 @@ fn end_turn(
     t.line("agent", "(turn ends; the agent is idle)")?;
     runtime.agent_idle();
     Ok(())
-}
-
-/// The task ids a reminder reports (each completion carries its `agent_id`).
-fn reported_ids(reminder: &str) -> Vec<String> {
-    reminder
-        .split("\"agent_id\": \"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .map(str::to_owned)
-        .collect()
 }
 
 fn failed_id(runtime: &AsyncTaskRuntime, ids: &[String]) -> Option<String> {

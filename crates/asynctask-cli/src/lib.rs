@@ -9,7 +9,7 @@
 //! - [`schemas`] — the tool definitions for an LLM provider;
 //! - [`run_once`] — one subagent, synchronously, through the `task` tool.
 //!
-//! Subagents are [`ProcessRunner`](asynctask_runtime::ProcessRunner) commands from
+//! Subagents are [`ProcessRunner`](asynctask_process::ProcessRunner) commands from
 //! a TOML config; [`DEMO_CONFIG`] is the bundled one.
 
 pub mod demo;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
 use asynctask_tools::{
-    CheckAsyncTasksTool, PROVIDERS, SubagentError, SubagentRequest, SubagentRunner, TaskTool,
+    CheckAsyncTasksTool, Provider, SubagentError, SubagentRequest, SubagentRunner, TaskTool,
     TodoPauseTool, Tool, ToolResult,
 };
 use serde_json::{Value, json};
@@ -58,45 +58,40 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
-/// The tool definitions for `provider` (one of [`PROVIDERS`]): a JSON array of all
-/// tools, or the one object for `tool`.
+/// The tool definitions for `provider`: a JSON array of all tools, or the one
+/// object for `tool`.
 ///
 /// # Errors
 ///
-/// [`CliError`] naming the valid providers or tools.
+/// [`CliError`] naming the valid tools.
 ///
 /// # Examples
 ///
 /// ```
-/// let all = asynctask_cli::schemas("anthropic", None).unwrap();
+/// use asynctask_tools::Provider;
+///
+/// let all = asynctask_cli::schemas(Provider::Anthropic, None).unwrap();
 /// assert_eq!(all.as_array().unwrap().len(), 3);
-/// let one = asynctask_cli::schemas("mcp", Some("check_async_tasks")).unwrap();
+/// let one = asynctask_cli::schemas(Provider::Mcp, Some("check_async_tasks")).unwrap();
 /// assert_eq!(one["annotations"]["readOnlyHint"], true);
-/// assert!(asynctask_cli::schemas("cohere", None).is_err());
+/// assert!(asynctask_cli::schemas(Provider::Mcp, Some("nope")).is_err());
 /// ```
-pub fn schemas(provider: &str, tool: Option<&str>) -> Result<Value, CliError> {
+pub fn schemas(provider: Provider, tool: Option<&str>) -> Result<Value, CliError> {
     let tools = all_tools();
-    let render = |tool: &Arc<dyn Tool>| {
-        tool.spec().for_provider(provider).ok_or_else(|| {
-            CliError(format!(
-                "unknown provider '{provider}'; expected one of: {}",
-                PROVIDERS.join(", ")
-            ))
-        })
-    };
     match tool {
-        None => tools
-            .iter()
-            .map(render)
-            .collect::<Result<Vec<_>, _>>()
-            .map(Value::Array),
-        Some(name) => match tools.iter().find(|t| t.spec().name == name) {
-            Some(tool) => render(tool),
+        None => Ok(Value::Array(
+            tools
+                .iter()
+                .map(|tool| tool.spec().for_provider(provider))
+                .collect(),
+        )),
+        Some(name) => match tools.iter().find(|t| t.name() == name) {
+            Some(tool) => Ok(tool.spec().for_provider(provider)),
             None => Err(CliError(format!(
                 "unknown tool '{name}'; expected one of: {}",
                 tools
                     .iter()
-                    .map(|t| t.spec().name)
+                    .map(|t| t.name())
                     .collect::<Vec<_>>()
                     .join(", ")
             ))),
@@ -112,7 +107,7 @@ pub fn schemas(provider: &str, tool: Option<&str>) -> Result<Value, CliError> {
 /// ```
 /// use std::path::Path;
 /// use std::sync::Arc;
-/// use asynctask_runtime::{ProcessRunner, ProcessRunnerConfig};
+/// use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let config = ProcessRunnerConfig::from_toml_str(

@@ -10,9 +10,10 @@ use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_de
 use asynctask_cli::{CliError, DEMO_CONFIG, run_once, schemas};
 use asynctask_mcp::{McpServerOptions, serve_stdio};
 use asynctask_model::MaxAsyncTasks;
-use asynctask_runtime::{ProcessRunner, ProcessRunnerConfig};
-use asynctask_tools::PROVIDERS;
-use clap::{Parser, Subcommand};
+use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+use asynctask_tools::Provider;
+use clap::builder::PossibleValue;
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Background subagent tasks for AI agent hosts.
 #[derive(Debug, Parser)]
@@ -33,8 +34,8 @@ enum Command {
     /// Print the tool definitions for an LLM provider as JSON.
     Schemas {
         /// The provider format.
-        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(PROVIDERS))]
-        provider: String,
+        #[arg(long)]
+        provider: ProviderArg,
         /// Print only this tool (task, check_async_tasks, todo_pause).
         #[arg(long)]
         tool: Option<String>,
@@ -66,8 +67,31 @@ enum Command {
         sync_detach_after: u64,
         /// The most background tasks running at once: -1 (unlimited) or 1..=100.
         #[arg(long, value_name = "N", allow_negative_numbers = true)]
-        max_async_tasks: Option<i64>,
+        max_async_tasks: Option<MaxAsyncTasks>,
     },
+}
+
+/// A [`Provider`] as a command-line value: its name, with clap's completion
+/// and "possible values" help.
+#[derive(Debug, Clone, Copy)]
+struct ProviderArg(Provider);
+
+impl ValueEnum for ProviderArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [ProviderArg; 6] = [
+            ProviderArg(Provider::ALL[0]),
+            ProviderArg(Provider::ALL[1]),
+            ProviderArg(Provider::ALL[2]),
+            ProviderArg(Provider::ALL[3]),
+            ProviderArg(Provider::ALL[4]),
+            ProviderArg(Provider::ALL[5]),
+        ];
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.name()))
+    }
 }
 
 fn main() -> ExitCode {
@@ -114,7 +138,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Schemas { provider, tool } => {
-            let value = schemas(&provider, tool.as_deref())?;
+            let value = schemas(provider.0, tool.as_deref())?;
             println!("{}", pretty(&value));
             Ok(ExitCode::SUCCESS)
         }
@@ -153,17 +177,10 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             max_async_tasks,
         } => {
             let runner = load_runner(&config)?;
-            let mut options = McpServerOptions {
-                sync_detach_after: Duration::from_secs(sync_detach_after),
-                ..McpServerOptions::default()
-            };
+            let mut options = McpServerOptions::default()
+                .with_sync_detach_after(Duration::from_secs(sync_detach_after));
             if let Some(max) = max_async_tasks {
-                options.max_async_tasks = MaxAsyncTasks::new(max).map_err(|_| {
-                    CliError(
-                        "--max-async-tasks must be -1 (unlimited) or an integer between 1 and 100"
-                            .to_owned(),
-                    )
-                })?;
+                options = options.with_max_async_tasks(max);
             }
             eprintln!(
                 "asynctask: MCP server on stdio; subagents: {}",

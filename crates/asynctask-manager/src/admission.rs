@@ -1,16 +1,11 @@
-//! Admission: what a registration carries, the errors it can meet, and reservations.
-
-use std::fmt;
+//! Admission: what a registration carries, and the errors it can meet.
 
 use tokio_util::sync::CancellationToken;
-
-use crate::AsyncTaskInfo;
-use crate::manager::AsyncTaskManager;
 
 /// What a host supplies to register a task.
 ///
 /// The `cancellation` token is the one handed to the subagent runner;
-/// [`AsyncTaskManager::cancel_task`] cancels it. Give each task its own token (a
+/// [`AsyncTaskManager::cancel_task`](crate::AsyncTaskManager::cancel_task) cancels it. Give each task its own token (a
 /// [`child_token`](CancellationToken::child_token) of a parent is fine): cancelling
 /// one task must not cancel another.
 ///
@@ -107,72 +102,4 @@ pub enum RegisterError {
     /// The id is empty (an empty id would match every prefix).
     #[error("a task id must not be empty")]
     EmptyId,
-}
-
-/// A slot under the running limit, held before the task's id is known.
-///
-/// It counts toward the limit from [`AsyncTaskManager::reserve`] until it is spent
-/// by [`register`](Self::register) or dropped, which frees the slot. Use it when
-/// a host must know it may launch before it can name the task (for example before
-/// it starts the subagent that will report its own id).
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-/// use asynctask_model::MaxAsyncTasks;
-///
-/// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
-/// let slot = manager.reserve()?;
-/// assert!(manager.can_launch_async().is_err(), "the reservation holds the only slot");
-/// drop(slot);
-/// assert!(manager.can_launch_async().is_ok(), "dropping it freed the slot");
-///
-/// let slot = manager.reserve()?;
-/// let task = slot.register(RegisterTaskInput::new("7f3a09c1", "researcher", "look"))?;
-/// assert_eq!(manager.running_tasks(), vec![task]);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[must_use = "a reservation frees its slot as soon as it is dropped"]
-pub struct Reservation {
-    manager: Option<AsyncTaskManager>,
-}
-
-impl Reservation {
-    pub(crate) fn new(manager: AsyncTaskManager) -> Self {
-        Reservation {
-            manager: Some(manager),
-        }
-    }
-
-    /// Registers a task in this reservation's slot, without checking the limit
-    /// again.
-    ///
-    /// # Errors
-    ///
-    /// [`RegisterError::DuplicateId`] or [`RegisterError::EmptyId`]; the slot is
-    /// freed either way, since the reservation is spent.
-    pub fn register(mut self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
-        match self.manager.take() {
-            Some(manager) => manager.register_reserved(input),
-            // Unreachable: `manager` is only taken here, and `self` is consumed.
-            None => Err(RegisterError::EmptyId),
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if let Some(manager) = self.manager.take() {
-            manager.release_reservation();
-        }
-    }
-}
-
-impl fmt::Debug for Reservation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reservation")
-            .field("held", &self.manager.is_some())
-            .finish()
-    }
 }

@@ -1,13 +1,11 @@
-//! Transition events, subscriptions, and the dispatcher that runs handlers in order
-//! without holding the registry lock.
+//! Transition events, and the dispatcher that delivers them to handlers in
+//! transition order without holding the registry lock.
 
-use std::fmt;
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
-
-use crate::manager::Shared;
 
 /// A task reached a terminal state. Carries the task as it was right after the
 /// transition.
@@ -69,74 +67,119 @@ pub(crate) type Handler = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
 
 /// One registered handler.
 #[derive(Clone)]
-pub(crate) struct Subscriber {
-    pub(crate) id: u64,
-    pub(crate) handler: Handler,
-}
-
-/// Keeps an event handler registered; dropping it unsubscribes.
-///
-/// A handler may still run once after the drop if its event was already being
-/// delivered on another thread. [`detach`](Self::detach) keeps the handler for the
-/// manager's whole life.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
-/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-///
-/// let manager = AsyncTaskManager::default();
-/// let seen = Arc::new(AtomicUsize::new(0));
-/// let counter = Arc::clone(&seen);
-/// let subscription = manager.subscribe(move |_event| {
-///     counter.fetch_add(1, Ordering::SeqCst);
-/// });
-/// manager.register_task(RegisterTaskInput::new("a", "agent", "goal"))?;
-/// manager.cancel_task("a");
-/// drop(subscription);
-/// manager.register_task(RegisterTaskInput::new("b", "agent", "goal"))?;
-/// manager.cancel_task("b");
-/// assert_eq!(seen.load(Ordering::SeqCst), 1);
-/// # Ok::<(), asynctask_manager::RegisterError>(())
-/// ```
-#[must_use = "dropping a Subscription unsubscribes its handler at once"]
-pub struct Subscription {
-    shared: Weak<Shared>,
+struct Subscriber {
     id: u64,
+    handler: Handler,
 }
 
-impl Subscription {
-    pub(crate) fn new(shared: Weak<Shared>, id: u64) -> Self {
-        Subscription { shared, id }
-    }
-
-    /// Keeps the handler subscribed for as long as the manager lives.
-    pub fn detach(mut self) {
-        self.shared = Weak::new();
-    }
+/// The subscribers, and the events not yet delivered to them.
+///
+/// It lives behind the registry's lock, so an event is queued in the same
+/// critical section as the transition that caused it: that gives one global
+/// transition order. Handlers never run under the lock: whichever thread finds
+/// nobody draining becomes the drainer ([`push`](Self::push) returns `true`),
+/// and takes events one at a time with [`next`](Self::next), running each with
+/// the lock released (see [`run_handlers`]). A handler may make transitions of
+/// its own; their events queue behind the current one.
+///
+/// Each event keeps the subscriber list current at its transition: the list is
+/// replaced, never mutated, on (un)subscribe.
+pub(crate) struct Dispatcher {
+    subscribers: Arc<[Subscriber]>,
+    next_id: u64,
+    queue: VecDeque<(TaskEvent, Arc<[Subscriber]>)>,
+    draining: bool,
 }
 
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.unsubscribe(self.id);
+/// A subscriber list that a change replaced. Dropping it may destroy a
+/// handler, running user `Drop` code (which may itself unsubscribe), so the
+/// caller drops it after releasing the registry lock.
+#[must_use = "drop it after releasing the lock"]
+pub(crate) struct Replaced(
+    #[expect(dead_code, reason = "held only to be dropped")] Arc<[Subscriber]>,
+);
+
+/// An event taken from the queue, with the handlers it goes to.
+pub(crate) struct Delivery {
+    event: TaskEvent,
+    subscribers: Arc<[Subscriber]>,
+}
+
+impl Dispatcher {
+    pub(crate) fn new() -> Self {
+        Dispatcher {
+            subscribers: Arc::new([]),
+            next_id: 0,
+            queue: VecDeque::new(),
+            draining: false,
         }
     }
-}
 
-impl fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription")
-            .field("id", &self.id)
-            .field("active", &(self.shared.strong_count() > 0))
-            .finish()
+    /// Whether anyone listens (so a transition need not build its event).
+    pub(crate) fn has_subscribers(&self) -> bool {
+        !self.subscribers.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    /// Adds a handler; returns its id and the list it replaced.
+    pub(crate) fn subscribe(&mut self, handler: Handler) -> (u64, Replaced) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let subscribers: Arc<[Subscriber]> = self
+            .subscribers
+            .iter()
+            .cloned()
+            .chain(std::iter::once(Subscriber { id, handler }))
+            .collect();
+        (
+            id,
+            Replaced(std::mem::replace(&mut self.subscribers, subscribers)),
+        )
+    }
+
+    /// Removes a handler; returns the list it replaced.
+    pub(crate) fn unsubscribe(&mut self, id: u64) -> Replaced {
+        let kept: Arc<[Subscriber]> = self
+            .subscribers
+            .iter()
+            .filter(|subscriber| subscriber.id != id)
+            .cloned()
+            .collect();
+        Replaced(std::mem::replace(&mut self.subscribers, kept))
+    }
+
+    /// Queues `event` for the current subscribers. `true`: nobody is draining,
+    /// so the caller must drain (with [`next`](Self::next)) once it has released
+    /// the lock.
+    #[must_use]
+    pub(crate) fn push(&mut self, event: TaskEvent) -> bool {
+        self.queue.push_back((event, Arc::clone(&self.subscribers)));
+        !std::mem::replace(&mut self.draining, true)
+    }
+
+    /// The next event for the drainer; `None` (and the drainer's job is done)
+    /// when the queue is empty.
+    pub(crate) fn next(&mut self) -> Option<Delivery> {
+        let next = self.queue.pop_front();
+        if next.is_none() {
+            self.draining = false;
+        }
+        next.map(|(event, subscribers)| Delivery { event, subscribers })
     }
 }
 
-/// Runs every handler of a list on one event. A handler that panics is logged and
-/// does not stop the others.
-pub(crate) fn run_handlers(event: &TaskEvent, subscribers: &[Subscriber]) {
+impl Delivery {
+    /// Runs every handler on the event, with no lock held. A handler that
+    /// panics is logged and does not stop the others.
+    pub(crate) fn run(self) {
+        run_handlers(&self.event, &self.subscribers);
+    }
+}
+
+fn run_handlers(event: &TaskEvent, subscribers: &[Subscriber]) {
     for subscriber in subscribers {
         let outcome = catch_unwind(AssertUnwindSafe(|| (subscriber.handler)(event)));
         if let Err(panic) = outcome {

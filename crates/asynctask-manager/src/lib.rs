@@ -48,9 +48,9 @@ mod events;
 mod manager;
 mod registry;
 
-pub use crate::admission::{LimitReached, RegisterError, RegisterTaskInput, Reservation};
-pub use crate::events::{Subscription, TaskEvent};
-pub use crate::manager::AsyncTaskManager;
+pub use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
+pub use crate::events::TaskEvent;
+pub use crate::manager::{AsyncTaskManager, Reservation, Subscription};
 pub use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks};
 pub use tokio_util::sync::CancellationToken;
 

@@ -1,14 +1,13 @@
 //! `AsyncTaskManager`: the shared, thread-safe handle on the registry.
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use asynctask_model::{AsyncTaskInfo, Clock, MaxAsyncTasks, OutputObject, SystemClock};
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{LimitReached, RegisterError, RegisterTaskInput, Reservation};
-use crate::events::{Handler, Subscriber, Subscription, TaskEvent, run_handlers};
+use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
+use crate::events::{Dispatcher, Handler, TaskEvent};
 use crate::registry::{Finished, Registry, Terminal};
 use crate::{PrefixMatch, TaskCounts};
 
@@ -58,7 +57,7 @@ pub struct AsyncTaskManager {
 }
 
 /// What every clone of a manager shares.
-pub(crate) struct Shared {
+struct Shared {
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
 }
@@ -66,14 +65,7 @@ pub(crate) struct Shared {
 /// Everything behind the one lock.
 struct State {
     registry: Registry,
-    /// The current handlers; replaced (never mutated) on (un)subscribe, so an event
-    /// keeps the list that was current at its transition.
-    subscribers: Arc<[Subscriber]>,
-    next_subscriber: u64,
-    /// Events not yet delivered, in transition order.
-    queue: VecDeque<(TaskEvent, Arc<[Subscriber]>)>,
-    /// Whether some thread is draining `queue`.
-    dispatching: bool,
+    events: Dispatcher,
 }
 
 impl Shared {
@@ -84,16 +76,8 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn unsubscribe(&self, id: u64) {
-        let mut state = self.lock();
-        let kept: Arc<[Subscriber]> = state
-            .subscribers
-            .iter()
-            .filter(|subscriber| subscriber.id != id)
-            .cloned()
-            .collect();
-        let old = std::mem::replace(&mut state.subscribers, kept);
-        drop(state);
+    fn unsubscribe(&self, id: u64) {
+        let old = self.lock().events.unsubscribe(id);
         // The removed handler may be destroyed here, running user `Drop` code
         // (which may itself unsubscribe): never under the lock.
         drop(old);
@@ -115,10 +99,7 @@ impl AsyncTaskManager {
                 clock,
                 state: Mutex::new(State {
                     registry: Registry::new(max),
-                    subscribers: Arc::new([]),
-                    next_subscriber: 0,
-                    queue: VecDeque::new(),
-                    dispatching: false,
+                    events: Dispatcher::new(),
                 }),
             }),
         }
@@ -171,10 +152,13 @@ impl AsyncTaskManager {
     /// [`LimitReached`] when running tasks plus reservations fill the limit.
     pub fn reserve(&self) -> Result<Reservation, LimitReached> {
         self.lock().registry.reserve()?;
-        Ok(Reservation::new(self.clone()))
+        Ok(Reservation {
+            manager: self.clone(),
+            spent: false,
+        })
     }
 
-    pub(crate) fn release_reservation(&self) {
+    fn release_reservation(&self) {
         self.lock().registry.release_reservation();
     }
 
@@ -193,10 +177,7 @@ impl AsyncTaskManager {
         Ok(task)
     }
 
-    pub(crate) fn register_reserved(
-        &self,
-        input: RegisterTaskInput,
-    ) -> Result<AsyncTaskInfo, RegisterError> {
+    fn register_reserved(&self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
         let now = self.now();
         let task = self.lock().registry.register(input, now, true)?;
         tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, "async task registered (reserved)");
@@ -232,49 +213,36 @@ impl AsyncTaskManager {
                 .entered();
         let now = self.now();
         let cancel = matches!(terminal, Terminal::Cancelled);
-        let dispatch = {
+        let (drain, token) = {
             let mut state = self.lock();
-            let snapshot = !state.subscribers.is_empty();
+            let snapshot = state.events.has_subscribers();
             let Finished { task, token } = state.registry.finish(id, terminal, now, snapshot)?;
             tracing::debug!(task_id = %id, "async task finished");
-            let Some(event) = task.and_then(TaskEvent::from_task) else {
-                drop(state);
-                if cancel {
-                    token.cancel();
-                }
-                return Some(token);
+            let drain = match task.and_then(TaskEvent::from_task) {
+                Some(event) => state.events.push(event),
+                None => false,
             };
-            let subscribers = Arc::clone(&state.subscribers);
-            state.queue.push_back((event, subscribers));
-            let dispatch = !state.dispatching;
-            state.dispatching = true;
-            (dispatch, token)
+            (drain, token)
         };
-        let (dispatch, token) = dispatch;
         if cancel {
             token.cancel();
         }
-        if dispatch {
-            self.dispatch();
+        if drain {
+            self.drain_events();
         }
         Some(token)
     }
 
-    /// Drains the event queue, running handlers with the lock released.
-    fn dispatch(&self) {
+    /// Delivers queued events until the queue is empty, running handlers with
+    /// the lock released.
+    fn drain_events(&self) {
         loop {
-            let next = {
-                let mut state = self.lock();
-                let next = state.queue.pop_front();
-                if next.is_none() {
-                    state.dispatching = false;
-                }
-                next
-            };
-            let Some((event, subscribers)) = next else {
-                return;
-            };
-            run_handlers(&event, &subscribers);
+            // A statement of its own: the guard must be gone before handlers run.
+            let next = self.lock().events.next();
+            match next {
+                Some(delivery) => delivery.run(),
+                None => return,
+            }
         }
     }
 
@@ -400,19 +368,13 @@ impl AsyncTaskManager {
     }
 
     fn add_subscriber(&self, handler: Handler) -> Subscription {
-        let mut state = self.lock();
-        let id = state.next_subscriber;
-        state.next_subscriber += 1;
-        let subscribers: Arc<[Subscriber]> = state
-            .subscribers
-            .iter()
-            .cloned()
-            .chain(std::iter::once(Subscriber { id, handler }))
-            .collect();
-        let old = std::mem::replace(&mut state.subscribers, subscribers);
-        drop(state);
+        let (id, old) = self.lock().events.subscribe(handler);
+        // Dropped outside the lock, like every handler list.
         drop(old);
-        Subscription::new(Arc::downgrade(&self.shared), id)
+        Subscription {
+            shared: Arc::downgrade(&self.shared),
+            id,
+        }
     }
 
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
@@ -433,7 +395,124 @@ impl fmt::Debug for AsyncTaskManager {
         f.debug_struct("AsyncTaskManager")
             .field("max_async_tasks", &state.registry.max().get())
             .field("counts", &state.registry.counts())
-            .field("subscribers", &state.subscribers.len())
+            .field("subscribers", &state.events.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// A slot under the running limit, held before the task's id is known.
+///
+/// It counts toward the limit from [`AsyncTaskManager::reserve`] until it is spent
+/// by [`register`](Self::register) or dropped, which frees the slot. Use it when
+/// a host must know it may launch before it can name the task (for example before
+/// it starts the subagent that will report its own id).
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_model::MaxAsyncTasks;
+///
+/// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
+/// let slot = manager.reserve()?;
+/// assert!(manager.can_launch_async().is_err(), "the reservation holds the only slot");
+/// drop(slot);
+/// assert!(manager.can_launch_async().is_ok(), "dropping it freed the slot");
+///
+/// let slot = manager.reserve()?;
+/// let task = slot.register(RegisterTaskInput::new("7f3a09c1", "researcher", "look"))?;
+/// assert_eq!(manager.running_tasks(), vec![task]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "a reservation frees its slot as soon as it is dropped"]
+pub struct Reservation {
+    manager: AsyncTaskManager,
+    /// Spent by `register`: the registry already accounted for the slot.
+    spent: bool,
+}
+
+impl Reservation {
+    /// Registers a task in this reservation's slot, without checking the limit
+    /// again.
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterError::DuplicateId`] or [`RegisterError::EmptyId`]; the slot is
+    /// freed either way, since the reservation is spent.
+    pub fn register(mut self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
+        self.spent = true;
+        self.manager.register_reserved(input)
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.spent {
+            self.manager.release_reservation();
+        }
+    }
+}
+
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("spent", &self.spent)
+            .finish()
+    }
+}
+
+/// Keeps an event handler registered; dropping it unsubscribes.
+///
+/// A handler may still run once after the drop if its event was already being
+/// delivered on another thread. [`detach`](Self::detach) keeps the handler for the
+/// manager's whole life.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+///
+/// let manager = AsyncTaskManager::default();
+/// let seen = Arc::new(AtomicUsize::new(0));
+/// let counter = Arc::clone(&seen);
+/// let subscription = manager.subscribe(move |_event| {
+///     counter.fetch_add(1, Ordering::SeqCst);
+/// });
+/// manager.register_task(RegisterTaskInput::new("a", "agent", "goal"))?;
+/// manager.cancel_task("a");
+/// drop(subscription);
+/// manager.register_task(RegisterTaskInput::new("b", "agent", "goal"))?;
+/// manager.cancel_task("b");
+/// assert_eq!(seen.load(Ordering::SeqCst), 1);
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[must_use = "dropping a Subscription unsubscribes its handler at once"]
+pub struct Subscription {
+    shared: Weak<Shared>,
+    id: u64,
+}
+
+impl Subscription {
+    /// Keeps the handler subscribed for as long as the manager lives.
+    pub fn detach(mut self) {
+        self.shared = Weak::new();
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.unsubscribe(self.id);
+        }
+    }
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("id", &self.id)
+            .field("active", &(self.shared.strong_count() > 0))
+            .finish()
     }
 }

@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_tools::{
-    CommandOutputKind, Tool, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec,
+    CommandOutputKind, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec, TypedTool,
     end_task,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::params::EndAsyncTaskParams;
@@ -28,30 +28,29 @@ impl EndAsyncTaskTool {
 }
 
 #[async_trait]
-impl Tool for EndAsyncTaskTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: Self::NAME.to_owned(),
-            display_name: "End Async Task".to_owned(),
-            description: "Cancel a running background async task by its ID or a unique prefix \
-                of it. Its subagent is stopped, and the cancellation is reported like any other \
-                result."
-                .to_owned(),
-            parameters: EndAsyncTaskParams::schema(),
-            annotations: ToolAnnotations {
-                read_only: false,
-                destructive: true,
-                idempotent: true,
-                open_world: false,
-            },
-        }
+impl TypedTool for EndAsyncTaskTool {
+    type Params = EndAsyncTaskParams;
+
+    fn name(&self) -> &str {
+        Self::NAME
     }
 
-    async fn execute(&self, params: Value, _cancel: CancellationToken) -> ToolResult {
-        let params = match EndAsyncTaskParams::parse(params) {
-            Ok(params) => params,
-            Err(err) => return err.to_tool_result(Self::NAME),
-        };
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            Self::NAME,
+            "End Async Task",
+            "Cancel a running background async task by its ID or a unique prefix of it. Its \
+             subagent is stopped, and the cancellation is reported like any other result.",
+            EndAsyncTaskParams::schema(),
+        )
+        .with_annotations(
+            ToolAnnotations::DEFAULT
+                .with_idempotent(true)
+                .with_open_world(false),
+        )
+    }
+
+    async fn run(&self, params: EndAsyncTaskParams, _cancel: CancellationToken) -> ToolResult {
         let output = end_task(&self.manager, &params.task_id);
         match output.kind {
             CommandOutputKind::Info => {

@@ -1,14 +1,11 @@
-//! The one place reminders are claimed for a tool result, and acknowledged once
-//! the response carrying them was written.
+//! Which `tools/call` may claim results, and when its claim ends: the MCP side
+//! of the runtime's claim ledger.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_model::AsyncTaskInfo;
-use asynctask_runtime::{AsyncTaskRuntime, Reminder};
-use asynctask_tools::completion_notification;
+use asynctask_runtime::{ClaimLedger, ClaimOwner, Reminder, RequestKey};
 use rmcp::model::RequestId;
-use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 use tokio_util::sync::CancellationToken;
 
@@ -18,97 +15,72 @@ tokio::task_local! {
     pub(crate) static REQUEST: RequestId;
 }
 
-/// One `tools/call` the transport received and has not answered yet.
-#[derive(Debug, Default)]
-struct Call {
-    /// The finished tasks whose results ride on this call's response.
-    claimed: Vec<String>,
-    /// The response is being written: a cancel no longer releases the claim.
-    committed: bool,
+/// Where a `tools/call` the transport received stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// Not answered yet: it may claim results, and a cancel releases them.
+    Open,
+    /// Its response is being written: a cancel no longer releases its claim.
+    Committed,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    calls: HashMap<RequestId, Call>,
-}
-
-impl State {
-    fn is_claimed(&self, id: &str) -> bool {
-        self.calls
-            .values()
-            .any(|call| call.claimed.iter().any(|claimed| claimed == id))
-    }
-}
-
-/// Hands every finished task's result to exactly one response, and marks it
-/// delivered only once that response was written.
+/// The MCP side of delivery: each `tools/call` is a [`ClaimOwner::Request`] in
+/// the runtime's [`ClaimLedger`], and the transport tells this gate what
+/// happened to its response, which ends the claim exactly once:
 ///
-/// MCP clients may run tool calls in parallel, and a client may cancel a call
-/// after its result was built but before rmcp wrote it (rmcp then drops the
-/// response). So a result is first *claimed* by one request id — under one lock,
-/// so parallel calls never claim the same task — and the claim ends exactly once:
 /// - **acknowledged** ([`written`](Self::written) with success) when the
-///   transport wrote the response carrying it: the task is marked notified;
+///   transport wrote the response carrying the results;
 /// - **released** when the transport received `notifications/cancelled` for the
 ///   request before the response was handed to it ([`cancelled`](Self::cancelled)),
-///   or the write failed: the task is pending again and the next call carries it.
+///   or the write failed: the results are pending again and the next call
+///   carries them.
 ///
 /// A call whose cancellation token already fired claims nothing. A response
 /// handed to the transport before the cancel arrived counts as delivered: the
 /// client received it, and ignoring it is the client's choice.
 ///
-/// Calls that do not come through the transport ([`AsyncTaskMcpServer::call`](crate::AsyncTaskMcpServer::call))
-/// take and acknowledge at once: nothing later tells the server about them.
+/// Calls that do not come through the transport
+/// ([`AsyncTaskMcpServer::call`](crate::AsyncTaskMcpServer::call)) claim and
+/// acknowledge at once: nothing later tells the server about them.
 #[derive(Debug, Clone)]
 pub(crate) struct ReminderGate {
-    runtime: Arc<AsyncTaskRuntime>,
-    state: Arc<Mutex<State>>,
-    /// Notified whenever a claim ends, so a waiting call looks again.
-    changed: Arc<Notify>,
+    ledger: Arc<ClaimLedger>,
+    calls: Arc<Mutex<HashMap<RequestId, Call>>>,
+}
+
+/// The ledger's owner for request `id`. The id's JSON text keeps numbers and
+/// strings apart (`1` and `"1"` are different requests).
+fn owner(id: &RequestId) -> ClaimOwner {
+    let key = serde_json::to_string(id).unwrap_or_else(|_| id.to_string());
+    ClaimOwner::Request(RequestKey::new(key))
 }
 
 impl ReminderGate {
-    pub(crate) fn new(runtime: Arc<AsyncTaskRuntime>) -> Self {
+    pub(crate) fn new(ledger: Arc<ClaimLedger>) -> Self {
         ReminderGate {
-            runtime,
-            state: Arc::new(Mutex::new(State::default())),
-            changed: Arc::new(Notify::new()),
+            ledger,
+            calls: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, HashMap<RequestId, Call>> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Resolves the next time a claim ends (acknowledged or released).
+    /// Resolves the next time a claim ends or a task finishes (see
+    /// [`ClaimLedger::changed`]).
     pub(crate) fn changed(&self) -> Notified<'_> {
-        self.changed.notified()
+        self.ledger.changed()
     }
 
     /// The transport received `tools/call` `id`: results may be claimed for it.
     pub(crate) fn open(&self, id: RequestId) {
-        self.lock().calls.entry(id).or_default();
-    }
-
-    /// The reminder for every finished task that is neither delivered nor
-    /// claimed by another call, rendered under the lock.
-    fn unclaimed(&self, state: &State) -> Option<Reminder> {
-        let pending: Vec<AsyncTaskInfo> = self
-            .runtime
-            .manager()
-            .pending_notifications()
-            .into_iter()
-            .filter(|task| !state.is_claimed(&task.id))
-            .collect();
-        if pending.is_empty() {
-            return None;
-        }
-        Some(render(&pending, self.runtime.manager().counts().running))
+        self.lock().entry(id).or_insert(Call::Open);
     }
 
     /// Claims the pending results for the call running this code: for its
     /// request (see [`REQUEST`]) when it came through the transport, otherwise
-    /// taken and acknowledged at once. `None` when nothing is pending, `cancel`
+    /// claimed and acknowledged at once. `None` when nothing is pending, `cancel`
     /// fired, or the request was cancelled already.
     pub(crate) fn take(&self, cancel: &CancellationToken) -> Option<Reminder> {
         match REQUEST.try_with(Clone::clone) {
@@ -122,32 +94,24 @@ impl ReminderGate {
     /// already) or answered, or when it holds a claim already (nothing is
     /// appended after a reminder).
     pub(crate) fn claim(&self, id: &RequestId, cancel: &CancellationToken) -> Option<Reminder> {
-        let mut state = self.lock();
-        if cancel.is_cancelled() {
+        // Held across the claim: a cancel that arrives meanwhile waits, then
+        // releases what was claimed.
+        let calls = self.lock();
+        if cancel.is_cancelled() || calls.get(id) != Some(&Call::Open) {
             return None;
         }
-        let call = state.calls.get(id)?;
-        if call.committed || !call.claimed.is_empty() {
-            return None;
-        }
-        let reminder = self.unclaimed(&state)?;
-        if let Some(call) = state.calls.get_mut(id) {
-            call.claimed.clone_from(&reminder.task_ids);
-        }
-        Some(reminder)
+        self.ledger.claim(&owner(id))
     }
 
-    /// Takes the pending results and marks them delivered at once (a call that
+    /// Claims the pending results and acknowledges them at once (a call that
     /// does not come through the transport).
     fn take_now(&self, cancel: &CancellationToken) -> Option<Reminder> {
-        let state = self.lock();
         if cancel.is_cancelled() {
             return None;
         }
-        let reminder = self.unclaimed(&state)?;
-        self.runtime.reminders().mark_notified(&reminder.task_ids);
-        drop(state);
-        self.changed.notify_waiters();
+        let direct = ClaimOwner::Request(RequestKey::new(format!("direct-{}", next_direct_call())));
+        let reminder = self.ledger.claim(&direct)?;
+        self.ledger.acknowledge(&direct);
         Some(reminder)
     }
 
@@ -155,74 +119,52 @@ impl ReminderGate {
     /// response was handed to the transport already, rmcp will drop it: release
     /// its claim, so the next call carries those results.
     pub(crate) fn cancelled(&self, id: &RequestId) {
-        let mut state = self.lock();
-        if state.calls.get(id).is_some_and(|call| !call.committed) {
-            let released = state.calls.remove(id).map(|call| call.claimed);
-            drop(state);
-            if let Some(released) = released.filter(|ids| !ids.is_empty()) {
-                tracing::debug!(request = %id, task_ids = ?released, "claim released: the call was cancelled");
-                self.changed.notify_waiters();
-            }
+        let mut calls = self.lock();
+        if calls.get(id) == Some(&Call::Open) {
+            calls.remove(id);
+            self.ledger.release(&owner(id));
         }
     }
 
     /// The transport starts writing the response to `id`: from now on a cancel
     /// no longer releases its claim. `false` for a request the gate does not
-    /// track (not a `tools/call`).
+    /// track (not a `tools/call`, or cancelled already).
     pub(crate) fn commit(&self, id: &RequestId) -> bool {
-        match self.lock().calls.get_mut(id) {
+        match self.lock().get_mut(id) {
             Some(call) => {
-                call.committed = true;
+                *call = Call::Committed;
                 true
             }
             None => false,
         }
     }
 
-    /// The response to `id` was written (`delivered`) or could not be: mark its
-    /// results notified, or release them. Either way the claim ends here.
+    /// The response to `id` was written (`delivered`) or could not be: its
+    /// results are acknowledged, or released. Either way the claim ends here.
     pub(crate) fn written(&self, id: &RequestId, delivered: bool) {
-        let mut state = self.lock();
-        let Some(call) = state.calls.remove(id) else {
-            return;
-        };
-        if call.claimed.is_empty() {
+        if self.lock().remove(id).is_none() {
             return;
         }
         if delivered {
-            // Marked while the lock is held: no other call can see these tasks
-            // as neither claimed nor delivered.
-            self.runtime.reminders().mark_notified(&call.claimed);
+            self.ledger.acknowledge(&owner(id));
         } else {
-            tracing::debug!(request = %id, task_ids = ?call.claimed, "claim released: the response was not written");
+            self.ledger.release(&owner(id));
         }
-        drop(state);
-        self.changed.notify_waiters();
     }
 }
 
-/// The seed's reminder: `---\nSystem Note: Async Task Status\n\n` + parts joined
-/// by blank lines + `\n---` (the runtime's format, for the tasks this call holds).
-fn render(pending: &[AsyncTaskInfo], running: usize) -> Reminder {
-    let mut parts = Vec::with_capacity(pending.len() + 2);
-    parts.push(format!("{} async task(s) completed:", pending.len()));
-    parts.extend(pending.iter().map(completion_notification));
-    if running > 0 {
-        parts.push(format!("{running} async task(s) still running."));
-    }
-    Reminder {
-        text: format!(
-            "---\nSystem Note: Async Task Status\n\n{}\n---",
-            parts.join("\n\n")
-        ),
-        task_ids: pending.iter().map(|task| task.id.clone()).collect(),
-    }
+/// A number no other direct call of this process used.
+fn next_direct_call() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use asynctask_manager::RegisterTaskInput;
+    use asynctask_runtime::AsyncTaskRuntime;
     use pretty_assertions::assert_eq;
 
     fn gate_with_finished(ids: &[&str]) -> (Arc<AsyncTaskRuntime>, ReminderGate) {
@@ -234,7 +176,7 @@ mod tests {
                 .expect("registered");
             assert!(runtime.manager().cancel_task(id));
         }
-        let gate = ReminderGate::new(Arc::clone(&runtime));
+        let gate = ReminderGate::new(Arc::clone(runtime.claims()));
         (runtime, gate)
     }
 
@@ -305,6 +247,22 @@ mod tests {
         assert_eq!(gate.claim(&id(1), &CancellationToken::new()), None);
         assert_eq!(gate.claim(&id(9), &CancellationToken::new()), None);
         assert_eq!(pending(&runtime), 1);
+        runtime.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn numeric_and_string_ids_are_different_requests() {
+        let (runtime, gate) = gate_with_finished(&["aaaaaaaa-1"]);
+        let live = CancellationToken::new();
+        gate.open(id(1));
+        gate.open(RequestId::String("1".into()));
+        assert!(gate.claim(&id(1), &live).is_some());
+        gate.cancelled(&RequestId::String("1".into()));
+        assert_eq!(
+            runtime.claims().held_by(&owner(&id(1))),
+            ["aaaaaaaa-1"],
+            "the string id's cancel does not release the number's claim"
+        );
         runtime.shutdown().await;
     }
 }

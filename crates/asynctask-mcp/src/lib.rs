@@ -58,6 +58,6 @@ pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
 };
 pub use crate::server::{
-    AsyncTaskMcpServer, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, McpError, McpServerOptions,
-    serve_stdio,
+    AsyncTaskMcpServer, DETACH_FOLLOW_UP, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, McpError,
+    McpServerOptions, REMINDER_KEY, serve_stdio,
 };

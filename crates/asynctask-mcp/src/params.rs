@@ -1,6 +1,6 @@
 //! The parameters of the server's own tools, `wait_async_tasks` and `end_async_task`.
 
-use asynctask_tools::{Validate, is_blank};
+use asynctask_tools::{InvalidParams, ToolParams, non_blank};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -26,17 +26,17 @@ pub struct WaitAsyncTasksParams {
     pub timeout_seconds: Option<u64>,
 }
 
-impl Validate for WaitAsyncTasksParams {
-    fn validate(&self) -> Result<(), String> {
+impl ToolParams for WaitAsyncTasksParams {
+    fn validate(&self) -> Result<(), InvalidParams> {
         for (i, prefix) in self.task_id_prefixes.iter().flatten().enumerate() {
-            if is_blank(prefix) {
-                return Err(format!("task_id_prefixes[{i}]: must not be blank"));
-            }
+            non_blank(&format!("task_id_prefixes[{i}]"), prefix)?;
         }
         match self.timeout_seconds {
-            Some(seconds) if !(1..=MAX_WAIT_SECONDS).contains(&seconds) => Err(format!(
-                "timeout_seconds: must be between 1 and {MAX_WAIT_SECONDS} (got {seconds})"
-            )),
+            Some(seconds) if !(1..=MAX_WAIT_SECONDS).contains(&seconds) => {
+                Err(InvalidParams(format!(
+                    "timeout_seconds: must be between 1 and {MAX_WAIT_SECONDS} (got {seconds})"
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -109,20 +109,15 @@ pub struct EndAsyncTaskParams {
     pub task_id: String,
 }
 
-impl Validate for EndAsyncTaskParams {
-    fn validate(&self) -> Result<(), String> {
-        if is_blank(&self.task_id) {
-            Err("task_id: must not be blank".to_owned())
-        } else {
-            Ok(())
-        }
+impl ToolParams for EndAsyncTaskParams {
+    fn validate(&self) -> Result<(), InvalidParams> {
+        non_blank("task_id", &self.task_id)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asynctask_tools::ToolParams;
     use pretty_assertions::assert_eq;
     use serde_json::json;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use asynctask_manager::{Subscription, TaskEvent};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
-use asynctask_runtime::AsyncTaskRuntime;
-use asynctask_tools::{SubagentRunner, TodoPauseTool, Tool, ToolResult, id_prefix};
+use asynctask_runtime::{AsyncTaskRuntime, Reminder};
+use asynctask_tools::{SubagentRunner, SyncDetach, TodoPauseTool, Tool, ToolResult, id_prefix};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
@@ -36,8 +36,32 @@ pub const INSTRUCTIONS: &str = "Results of background tasks (a task launched wit
 /// The shortest progress interval: a shorter one (zero included) is raised to it.
 pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
 
+/// The metadata key by which a tool result says that it *is* a reminder
+/// (`wait_async_tasks` answering with the results it waited for): the server
+/// appends no second one after it.
+pub const REMINDER_KEY: &str = "reminder";
+
+/// How a detached synchronous `task` call tells the model to follow its task:
+/// this server adds `wait_async_tasks` to the tools.
+pub const DETACH_FOLLOW_UP: &str = "use 'wait_async_tasks' or 'check_async_tasks' to follow it.";
+
 /// How the server runs.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use asynctask_mcp::McpServerOptions;
+/// use asynctask_model::MaxAsyncTasks;
+///
+/// let options = McpServerOptions::default()
+///     .with_sync_detach_after(Duration::from_secs(30))
+///     .with_max_async_tasks(MaxAsyncTasks::new(3)?);
+/// assert_eq!(options.progress_interval, Duration::from_secs(5));
+/// # Ok::<(), asynctask_model::InvalidMaxAsyncTasks>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct McpServerOptions {
     /// A synchronous `task` call still running after this long becomes a
     /// background task (default 50 s, under the usual 60 s client timeout).
@@ -59,27 +83,51 @@ impl Default for McpServerOptions {
     }
 }
 
+impl McpServerOptions {
+    /// Replaces [`sync_detach_after`](Self::sync_detach_after).
+    #[must_use]
+    pub fn with_sync_detach_after(mut self, after: Duration) -> Self {
+        self.sync_detach_after = after;
+        self
+    }
+
+    /// Replaces [`max_async_tasks`](Self::max_async_tasks).
+    #[must_use]
+    pub fn with_max_async_tasks(mut self, max: MaxAsyncTasks) -> Self {
+        self.max_async_tasks = max;
+        self
+    }
+
+    /// Replaces [`progress_interval`](Self::progress_interval).
+    #[must_use]
+    pub fn with_progress_interval(mut self, interval: Duration) -> Self {
+        self.progress_interval = interval;
+        self
+    }
+}
+
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum McpError {
     /// A tool's definition is not a valid MCP tool (a bug in its spec).
-    #[error("tool '{tool}' has no valid MCP definition: {message}")]
+    #[error("tool '{tool}' has no valid MCP definition")]
     ToolDefinition {
         /// The tool.
         tool: String,
         /// What is wrong.
-        message: String,
+        #[source]
+        source: serde_json::Error,
     },
     /// The runtime could not be built (no tokio runtime).
-    #[error("cannot start the task runtime: {0}")]
+    #[error("cannot start the task runtime")]
     Runtime(#[from] asynctask_runtime::BuildError),
     /// The MCP session could not start (the client did not initialize it).
-    #[error("the MCP session did not start: {0}")]
-    Session(String),
+    #[error("the MCP session did not start")]
+    Session(#[source] Box<rmcp::service::ServerInitializeError>),
     /// Listening for termination signals failed.
-    #[error("cannot listen for signals: {0}")]
-    Signals(String),
+    #[error("cannot listen for signals")]
+    Signals(#[source] std::io::Error),
 }
 
 /// The MCP server: serves `task`, `check_async_tasks`, `wait_async_tasks` and
@@ -106,7 +154,7 @@ pub enum McpError {
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let runtime = Arc::new(AsyncTaskRuntime::builder().build()); // no runner: no `task`
 /// let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?;
-/// let names: Vec<_> = server.tools().iter().map(|tool| tool.spec().name).collect();
+/// let names: Vec<_> = server.tools().iter().map(|tool| tool.name()).collect();
 /// assert_eq!(names, ["check_async_tasks", "wait_async_tasks", "end_async_task"]);
 ///
 /// let result = server
@@ -140,12 +188,12 @@ impl AsyncTaskMcpServer {
     /// [`McpError::ToolDefinition`] if a tool's [`ToolSpec::to_mcp`](asynctask_tools::ToolSpec::to_mcp)
     /// is not a valid MCP tool (never, for these tools).
     pub fn new(runtime: Arc<AsyncTaskRuntime>) -> Result<Self, McpError> {
-        let gate = ReminderGate::new(Arc::clone(&runtime));
+        let gate = ReminderGate::new(Arc::clone(runtime.claims()));
         let manager = runtime.manager().clone();
         let mut tools: Vec<Arc<dyn Tool>> = runtime
             .tools()
             .into_iter()
-            .filter(|tool| tool.spec().name != TodoPauseTool::NAME)
+            .filter(|tool| tool.name() != TodoPauseTool::NAME)
             .collect();
         tools.push(Arc::new(WaitAsyncTasksTool::new(
             manager.clone(),
@@ -156,9 +204,9 @@ impl AsyncTaskMcpServer {
             .iter()
             .map(|tool| {
                 let spec = tool.spec();
-                serde_json::from_value(spec.to_mcp()).map_err(|err| McpError::ToolDefinition {
+                serde_json::from_value(spec.to_mcp()).map_err(|source| McpError::ToolDefinition {
                     tool: spec.name.clone(),
-                    message: err.to_string(),
+                    source,
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -211,7 +259,7 @@ impl AsyncTaskMcpServer {
     ) -> Option<CallToolResult> {
         let tool = self.tool(name)?;
         let result = tool.execute(arguments, cancel.clone()).await;
-        let reminder = if carries_reminder(&result) {
+        let reminder = if is_reminder(&result) {
             None
         } else {
             self.gate.take(&cancel)
@@ -220,7 +268,7 @@ impl AsyncTaskMcpServer {
     }
 
     fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.iter().find(|tool| tool.spec().name == name)
+        self.tools.iter().find(|tool| tool.name() == name)
     }
 
     /// A transport around `inner` that acknowledges this server's reminders once
@@ -231,7 +279,7 @@ impl AsyncTaskMcpServer {
 }
 
 /// The MCP result: the tool's text, then the reminder as the last block.
-fn finish(result: ToolResult, reminder: Option<asynctask_runtime::Reminder>) -> CallToolResult {
+fn finish(result: ToolResult, reminder: Option<Reminder>) -> CallToolResult {
     let mut content = vec![ContentBlock::text(result.llm_content)];
     if let Some(reminder) = reminder {
         content.push(ContentBlock::text(reminder.text));
@@ -243,12 +291,10 @@ fn finish(result: ToolResult, reminder: Option<asynctask_runtime::Reminder>) -> 
     }
 }
 
-/// Whether a result is itself a reminder (`wait_async_tasks` answering with
-/// one): nothing is appended after it.
-fn carries_reminder(result: &ToolResult) -> bool {
-    result
-        .llm_content
-        .starts_with("---\nSystem Note: Async Task Status\n")
+/// Whether a result is itself a reminder (its metadata says so, under
+/// [`REMINDER_KEY`]): nothing is appended after it.
+fn is_reminder(result: &ToolResult) -> bool {
+    result.metadata.get(REMINDER_KEY) == Some(&Value::Bool(true))
 }
 
 /// Drives `work` to its end, sending `notifications/progress` (elapsed seconds,
@@ -329,7 +375,7 @@ impl ServerHandler for AsyncTaskMcpServer {
             None => work.await,
         };
         // Claimed for this request; acknowledged by the transport once written.
-        let reminder = if carries_reminder(&result) {
+        let reminder = if is_reminder(&result) {
             None
         } else {
             self.gate.claim(&context.id, &cancel)
@@ -344,7 +390,7 @@ impl fmt::Debug for AsyncTaskMcpServer {
             .field("runtime", &self.runtime)
             .field(
                 "tools",
-                &self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
+                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
             )
             .field("progress_interval", &self.progress_interval)
             .finish_non_exhaustive()
@@ -407,7 +453,9 @@ pub async fn serve_stdio(
         AsyncTaskRuntime::builder()
             .runner(runner)
             .max_async_tasks(options.max_async_tasks)
-            .sync_detach_after(options.sync_detach_after)
+            .sync_detach(
+                SyncDetach::after(options.sync_detach_after).with_follow_up(DETACH_FOLLOW_UP),
+            )
             .try_build()?,
     );
     let _log = log_task_ends(&runtime);
@@ -428,7 +476,7 @@ struct Signals {
 impl Signals {
     fn new() -> Result<Self, McpError> {
         use tokio::signal::unix::{SignalKind, signal};
-        let listen = |kind| signal(kind).map_err(|err| McpError::Signals(err.to_string()));
+        let listen = |kind| signal(kind).map_err(McpError::Signals);
         Ok(Signals {
             terminate: listen(SignalKind::terminate())?,
             interrupt: listen(SignalKind::interrupt())?,
@@ -456,7 +504,7 @@ async fn serve(server: AsyncTaskMcpServer) -> Result<(), McpError> {
     // A signal also ends a session the client has not initialized yet.
     let service = tokio::select! {
         service = server.serve(transport) => {
-            service.map_err(|err| McpError::Session(err.to_string()))?
+            service.map_err(|err| McpError::Session(Box::new(err)))?
         }
         () = signals.recv() => {
             calls.cancel();

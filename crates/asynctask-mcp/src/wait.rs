@@ -1,29 +1,31 @@
 //! `wait_async_tasks`: block until a background task finishes, instead of polling.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_tools::{
-    Tool, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec, find_task,
+    LookupError, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec, TypedTool,
+    find_task,
 };
-use serde_json::{Value, json};
-use tokio::sync::Notify;
+use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::gate::ReminderGate;
 use crate::params::{DEFAULT_WAIT_SECONDS, WaitAsyncTasksParams};
+use crate::server::REMINDER_KEY;
 
 /// The `wait_async_tasks` tool.
 ///
 /// Blocks until one of the named tasks (or any task, when none are named) has
-/// finished and its result is pending, then claims the reminder — the seed's
+/// finished and its result is pending, then claims the reminder — the
 /// `System Note` with every pending result no other call holds — and answers
-/// with it (marked delivered once the response is written, see the gate). It wakes on the manager's events (a [`Notify`] fed by a subscription), never
-/// by polling. Answers at once when a named task's result was already delivered,
+/// with it (marked delivered once the response is written, see the gate); its
+/// metadata says so (`"reminder": true`), so the server appends no second
+/// reminder. It wakes when a task finishes or a claim ends (the ledger's
+/// change notifier), never by polling. Answers at once when a named task's result was already delivered,
 /// or when nothing runs and nothing is pending. Cancelling the call (the client's
 /// `notifications/cancelled`) only ends the wait: no task is touched.
 #[derive(Debug, Clone)]
@@ -53,11 +55,10 @@ impl WaitAsyncTasksTool {
 
     /// The full ids for `prefixes` (exact match first), or the error result for
     /// the first prefix that matches no task or several.
-    fn resolve(&self, prefixes: &[String]) -> Result<BTreeSet<String>, Box<ToolResult>> {
+    fn resolve(&self, prefixes: &[String]) -> Result<BTreeSet<String>, LookupError> {
         let mut ids = BTreeSet::new();
         for prefix in prefixes {
-            let task = find_task(&self.manager, prefix)?;
-            ids.insert(task.id);
+            ids.insert(find_task(&self.manager, prefix)?.id);
         }
         Ok(ids)
     }
@@ -91,54 +92,43 @@ impl WaitAsyncTasksTool {
 }
 
 #[async_trait]
-impl Tool for WaitAsyncTasksTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: Self::NAME.to_owned(),
-            display_name: "Wait Async Tasks".to_owned(),
-            description: "Wait for background async tasks instead of polling. Blocks until one \
-                of the tasks named by task_id_prefixes (or any task, when none are named) has \
-                finished, or until timeout_seconds pass, and returns the results of the \
-                finished tasks. Cancelling the wait never cancels a task."
-                .to_owned(),
-            parameters: WaitAsyncTasksParams::schema(),
-            annotations: ToolAnnotations {
-                read_only: true,
-                destructive: false,
-                idempotent: false,
-                open_world: false,
-            },
-        }
+impl TypedTool for WaitAsyncTasksTool {
+    type Params = WaitAsyncTasksParams;
+
+    fn name(&self) -> &str {
+        Self::NAME
     }
 
-    async fn execute(&self, params: Value, cancel: CancellationToken) -> ToolResult {
-        let params = match WaitAsyncTasksParams::parse(params) {
-            Ok(params) => params,
-            Err(err) => return err.to_tool_result(Self::NAME),
-        };
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            Self::NAME,
+            "Wait Async Tasks",
+            "Wait for background async tasks instead of polling. Blocks until one of the tasks \
+             named by task_id_prefixes (or any task, when none are named) has finished, or until \
+             timeout_seconds pass, and returns the results of the finished tasks. Cancelling the \
+             wait never cancels a task.",
+            WaitAsyncTasksParams::schema(),
+        )
+        .with_annotations(ToolAnnotations::READ_ONLY.with_idempotent(false))
+    }
+
+    async fn run(&self, params: WaitAsyncTasksParams, cancel: CancellationToken) -> ToolResult {
         let seconds = params.timeout_seconds.unwrap_or(DEFAULT_WAIT_SECONDS);
         let deadline = Instant::now() + Duration::from_secs(seconds);
         let named = match self.resolve(params.task_id_prefixes.as_deref().unwrap_or_default()) {
             Ok(named) => named,
-            Err(result) => return *result,
-        };
-        // Subscribed before the first look: an end between the look and the wait
-        // leaves a permit in the `Notify`, so it is never missed.
-        let wake = Arc::new(Notify::new());
-        let _subscription = {
-            let wake = Arc::clone(&wake);
-            self.manager.subscribe(move |_| wake.notify_one())
+            Err(error) => return error.to_tool_result(),
         };
         loop {
             if cancel.is_cancelled() {
                 break;
             }
-            // Enabled before the look: a claim that ends between the look and the
-            // wait (another call's result written, or its cancel released it) is
-            // never missed.
-            let released = self.gate.changed();
-            tokio::pin!(released);
-            released.as_mut().enable();
+            // Enabled before the look: a task that finishes, or a claim that ends
+            // (another call's result written, or its cancel released it), between
+            // the look and the wait is never missed.
+            let changed = self.gate.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             let running = match self.watch(&named) {
                 Watch::Pending => match self.gate.take(&cancel) {
                     Some(reminder) => {
@@ -146,7 +136,7 @@ impl Tool for WaitAsyncTasksTool {
                         return ToolResult::success(
                             reminder.text,
                             format!("{count} async task(s) finished"),
-                            json!({ "taskIds": reminder.task_ids }),
+                            json!({ "taskIds": reminder.task_ids, REMINDER_KEY: true }),
                         );
                     }
                     // A parallel call holds it (until its response is written or
@@ -172,8 +162,7 @@ impl Tool for WaitAsyncTasksTool {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => break,
-                () = wake.notified() => {}
-                () = &mut released => {}
+                () = &mut changed => {}
                 () = tokio::time::sleep_until(deadline) => {
                     let text = format!(
                         "No async task finished within {seconds} seconds; {running} still running."

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use asynctask_manager::RegisterTaskInput;
 use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_runtime::{AgentHost, AsyncTaskRuntime, TriggerError};
+use asynctask_runtime::{AgentHost, AsyncTaskRuntime, Reminder, TriggerError};
 use tokio::sync::mpsc;
 
 const WARM_UP: usize = 1_000;
@@ -26,7 +26,7 @@ impl AgentHost for TimingHost {
         false
     }
 
-    async fn trigger_agent_turn(&self, _message: String) -> Result<(), TriggerError> {
+    async fn trigger_agent_turn(&self, _reminder: Reminder) -> Result<(), TriggerError> {
         let now = Instant::now();
         let sender = self
             .sender

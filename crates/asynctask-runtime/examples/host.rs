@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use asynctask_model::{OutputObject, TerminateReason};
-use asynctask_runtime::{AgentHost, AsyncTaskRuntime, TriggerError};
+use asynctask_runtime::{AgentHost, AsyncTaskRuntime, Reminder, TriggerError};
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -43,8 +43,12 @@ impl AgentHost for Agent {
         self.busy.load(Ordering::SeqCst)
     }
 
-    async fn trigger_agent_turn(&self, message: String) -> Result<(), TriggerError> {
-        println!("the agent is woken with:\n{message}");
+    async fn trigger_agent_turn(&self, reminder: Reminder) -> Result<(), TriggerError> {
+        println!(
+            "the agent is woken for {} task(s) with:\n{}",
+            reminder.task_ids.len(),
+            reminder.text
+        );
         Ok(())
     }
 }
@@ -57,7 +61,7 @@ async fn main() {
         .runner(Arc::new(Worker))
         .build();
     let tools = runtime.tools();
-    let Some(task) = tools.iter().find(|tool| tool.spec().name == "task") else {
+    let Some(task) = tools.iter().find(|tool| tool.name() == "task") else {
         return;
     };
     agent.busy.store(true, Ordering::SeqCst);

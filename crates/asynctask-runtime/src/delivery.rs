@@ -1,24 +1,22 @@
 //! Delivery: the auto-trigger that wakes an idle agent, and next-turn reminders,
-//! sharing one guard so that no task is ever delivered twice.
+//! both claiming through the one [`ClaimLedger`], so no task is delivered twice.
 //!
-//! Every pending task is in at most one delivery at a time: the auto-trigger's
-//! in-flight turn claims the ids it carries, and `next_turn_reminder` claims the
-//! ids it hands the host until they are acknowledged (or the host's turn ends
-//! without an acknowledgement). Each path renders only unclaimed tasks, and
-//! rendering and claiming happen under one lock. Host callbacks are never called
-//! with a lock held: they run on a spawned tokio task.
+//! The auto-trigger's turn in flight holds its tasks as [`ClaimOwner::AutoTrigger`];
+//! a next-turn reminder holds its tasks as [`ClaimOwner::NextTurn`] until the host
+//! acknowledges it (or its turn ends without an acknowledgement). Host callbacks
+//! are never called with a lock held: they run on a spawned tokio task.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use asynctask_model::AsyncTaskStatus;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::host::AgentHost;
-use crate::reminder::{AsyncTaskReminderService, Reminder, render};
+use crate::ledger::{ClaimLedger, ClaimOwner};
+use crate::reminder::{AsyncTaskReminderService, Reminder};
 
 /// The first delay before a failed delivery is retried; it doubles per failure.
 const RETRY_BASE: Duration = Duration::from_secs(1);
@@ -32,10 +30,6 @@ struct State {
     in_flight: bool,
     /// Something happened while it ran: check again before stopping.
     again: bool,
-    /// Ids carried by the auto-trigger's turn in flight.
-    auto_claimed: Vec<String>,
-    /// Ids handed out by `next_turn_reminder` and not yet acknowledged.
-    next_turn_claimed: Vec<String>,
     /// Failed deliveries in a row.
     failures: u32,
     /// A delayed retry is scheduled.
@@ -46,6 +40,7 @@ struct State {
 /// The delivery engine; shared by the runtime and the manager's event handlers.
 #[derive(Debug)]
 pub(crate) struct Delivery {
+    ledger: Arc<ClaimLedger>,
     reminders: AsyncTaskReminderService,
     host: Option<Arc<dyn AgentHost>>,
     handle: Handle,
@@ -64,11 +59,13 @@ impl std::fmt::Debug for dyn AgentHost {
 
 impl Delivery {
     pub(crate) fn new(
+        ledger: Arc<ClaimLedger>,
         reminders: AsyncTaskReminderService,
         host: Option<Arc<dyn AgentHost>>,
         handle: Handle,
     ) -> Self {
         Delivery {
+            ledger,
             reminders,
             host,
             handle,
@@ -79,7 +76,7 @@ impl Delivery {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is a few flags and id lists, consistent after every statement.
+        // The state is a few flags, consistent after every statement.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -109,28 +106,23 @@ impl Delivery {
     /// The host's turn ended: what it took with `next_turn_reminder` and did not
     /// acknowledge was not delivered; then deliver what is pending.
     pub(crate) fn agent_idle(self: &Arc<Self>) {
-        self.lock().next_turn_claimed.clear();
+        self.ledger.release(&ClaimOwner::NextTurn);
         self.poke();
     }
 
     /// The reminder for the host's next model request, claiming its tasks until
-    /// [`ack`](Self::ack) (or the next call, or `agent_idle`).
+    /// [`ack`](Self::ack) (or the next call, or `agent_idle`). With nothing to
+    /// claim, the reminder only says how many tasks still run (and carries no
+    /// ids); `None` when nothing runs either.
     pub(crate) fn next_turn_reminder(&self) -> Option<Reminder> {
-        let mut state = self.lock();
-        state.next_turn_claimed.clear();
-        let reminder = self.reminders.reminder_excluding(&state.auto_claimed)?;
-        state.next_turn_claimed = reminder.task_ids.clone();
-        Some(reminder)
+        self.ledger
+            .reclaim(&ClaimOwner::NextTurn)
+            .or_else(|| self.reminders.running_only())
     }
 
     /// The host delivered these tasks: mark them and release their claim.
     pub(crate) fn ack(&self, task_ids: &[String]) {
-        self.reminders.mark_notified(task_ids);
-        let mut state = self.lock();
-        state.next_turn_claimed.retain(|id| !task_ids.contains(id));
-        let span =
-            tracing::debug_span!("async_task_delivery", path = "next_turn", task_ids = ?task_ids);
-        span.in_scope(|| tracing::debug!("reminder acknowledged by the host"));
+        self.ledger.acknowledge_ids(&ClaimOwner::NextTurn, task_ids);
     }
 
     /// Stops delivering: no new delivery starts, retry timers end.
@@ -164,19 +156,19 @@ impl Delivery {
                 }
                 return;
             };
-            let ids = reminder.task_ids.clone();
-            let span =
-                tracing::info_span!("async_task_delivery", path = "auto_trigger", task_ids = ?ids);
+            let span = tracing::info_span!(
+                "async_task_delivery",
+                path = "auto_trigger",
+                task_ids = ?reminder.task_ids
+            );
             let outcome = host
-                .trigger_agent_turn(reminder.text)
+                .trigger_agent_turn(reminder)
                 .instrument(span.clone())
                 .await;
             match outcome {
                 Ok(()) => {
-                    self.reminders.mark_notified(&ids);
-                    let mut state = self.lock();
-                    state.auto_claimed.clear();
-                    state.failures = 0;
+                    self.ledger.acknowledge(&ClaimOwner::AutoTrigger);
+                    self.lock().failures = 0;
                     span.in_scope(|| tracing::debug!("delivered; checking again"));
                     // Loop: check again after a successful delivery.
                 }
@@ -184,70 +176,56 @@ impl Delivery {
                     span.in_scope(|| {
                         tracing::warn!(%error, "async task delivery failed; the tasks stay pending");
                     });
-                    let retry = {
-                        let mut state = self.lock();
-                        state.auto_claimed.clear();
-                        state.failures += 1;
-                        state.in_flight = false;
-                        state.again = false;
-                        let retry = !state.retry_scheduled
-                            && !state.stopped
-                            && state.failures <= MAX_DELAYED_RETRIES;
-                        if retry {
-                            state.retry_scheduled = true;
-                        }
-                        retry.then(|| RETRY_BASE * 2u32.pow(state.failures - 1))
-                    };
-                    if let Some(delay) = retry {
-                        let this = Arc::clone(&self);
-                        self.tracker.spawn_on(
-                            async move {
-                                tokio::select! {
-                                    () = tokio::time::sleep(delay) => {}
-                                    () = this.stopping.cancelled() => return,
-                                }
-                                this.lock().retry_scheduled = false;
-                                this.poke();
-                            },
-                            &self.handle,
-                        );
-                    }
+                    self.ledger.release(&ClaimOwner::AutoTrigger);
+                    self.schedule_retry();
                     return;
                 }
             }
         }
     }
 
-    /// Renders and claims a reminder for the auto-trigger, or `None` when the agent
-    /// is busy or nothing that warrants waking it is pending (a cancel alone does
-    /// not: the user did it and is there).
+    /// After a failed delivery: ends this delivery and, unless too many failed in
+    /// a row, schedules a retry with backoff (1, 2, 4, 8 s).
+    fn schedule_retry(self: &Arc<Self>) {
+        let retry = {
+            let mut state = self.lock();
+            state.failures += 1;
+            state.in_flight = false;
+            state.again = false;
+            let retry =
+                !state.retry_scheduled && !state.stopped && state.failures <= MAX_DELAYED_RETRIES;
+            if retry {
+                state.retry_scheduled = true;
+            }
+            retry.then(|| RETRY_BASE * 2u32.pow(state.failures - 1))
+        };
+        if let Some(delay) = retry {
+            let this = Arc::clone(self);
+            self.tracker.spawn_on(
+                async move {
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = this.stopping.cancelled() => return,
+                    }
+                    this.lock().retry_scheduled = false;
+                    this.poke();
+                },
+                &self.handle,
+            );
+        }
+    }
+
+    /// Claims a reminder for the auto-trigger, or `None` when the agent is busy,
+    /// delivery has stopped, or nothing that warrants waking it is pending.
     fn claim_for_auto_trigger(&self, host: &dyn AgentHost) -> Option<Reminder> {
         // Host callback first, without any lock held.
         if host.is_agent_busy() {
             return None;
         }
-        let mut state = self.lock();
-        if state.stopped {
+        if self.lock().stopped {
             return None;
         }
-        let excluded: Vec<String> = state.next_turn_claimed.clone();
-        let pending: Vec<_> = self
-            .reminders
-            .pending_excluding(&excluded)
-            .into_iter()
-            .collect();
-        let wakes = pending.iter().any(|task| {
-            matches!(
-                task.status,
-                AsyncTaskStatus::Completed | AsyncTaskStatus::Failed
-            )
-        });
-        if !wakes {
-            return None;
-        }
-        let reminder = render(&pending, self.reminders.running_count())?;
-        state.auto_claimed = reminder.task_ids.clone();
-        Some(reminder)
+        self.ledger.claim_waking()
     }
 
     /// Ends the loop unless something happened meanwhile; `true` means go on.
@@ -269,10 +247,10 @@ struct ReleaseOnPanic<'a>(&'a Delivery);
 impl Drop for ReleaseOnPanic<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
+            self.0.ledger.release(&ClaimOwner::AutoTrigger);
             let mut state = self.0.lock();
             state.in_flight = false;
             state.again = false;
-            state.auto_claimed.clear();
             state.failures += 1;
             drop(state);
             tracing::error!("the agent host panicked during a delivery; the tasks stay pending");

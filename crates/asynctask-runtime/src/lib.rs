@@ -11,9 +11,13 @@
 //!   marks only what was delivered, checks again after each delivery and retries a
 //!   failed one with backoff — never in a hot loop; a cancel alone wakes nobody;
 //! - [`AsyncTaskRuntime::next_turn_reminder`] / [`AsyncTaskRuntime::ack_delivered`]
-//!   serve hosts that inject reminders into their own requests, sharing one guard
-//!   with the auto-trigger so no task is delivered twice;
-//! - [`TodoContinuationService`] is the seed's todo continuation, to the letter;
+//!   serve hosts that inject reminders into their own requests;
+//! - the [`ClaimLedger`] is the one place a finished task's result is claimed by
+//!   exactly one delivery — the auto-trigger, a next-turn reminder, or a request
+//!   a serving layer names — and then acknowledged or released, so no result is
+//!   delivered twice or lost;
+//! - [`TodoContinuationService`] nudges the model to keep working on active
+//!   todos, with fixed constants, conditions, reasons and prompt texts;
 //! - [`AsyncTaskRuntime`] wires it all: registry, tools, delivery, settings and
 //!   shutdown.
 //!
@@ -38,8 +42,7 @@
 mod continuation;
 mod delivery;
 mod host;
-#[cfg(all(feature = "process", unix))]
-mod process;
+mod ledger;
 mod reminder;
 mod runtime;
 
@@ -49,8 +52,7 @@ pub use crate::continuation::{
     MAX_TASK_DESCRIPTION_LENGTH, MIN_CONTINUATION_INTERVAL_MS, TodoContinuationService,
 };
 pub use crate::host::{AgentHost, TriggerError};
-#[cfg(all(feature = "process", unix))]
-pub use crate::process::{ConfigError, ProcessRunner, ProcessRunnerConfig, SubagentCommand};
+pub use crate::ledger::{ClaimLedger, ClaimOwner, RequestKey};
 pub use crate::reminder::{AsyncTaskReminderService, Reminder};
 pub use crate::runtime::{
     AsyncTaskRuntime, AsyncTaskRuntimeBuilder, BuildError, SHUTDOWN_TIMEOUT, SettingError,

@@ -9,7 +9,7 @@ use asynctask_tools::{completion_notification, id_prefix};
 /// reports (the ones to mark notified once the delivery succeeded).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Reminder {
-    /// The text, in the seed's `System Note` format.
+    /// The text: a `System Note` block (see [`AsyncTaskReminderService::reminder`]).
     pub text: String,
     /// The finished tasks the text reports, in registration order.
     pub task_ids: Vec<String>,
@@ -78,27 +78,29 @@ impl AsyncTaskReminderService {
 
     /// The reminder for every finished task not yet delivered, plus how many still
     /// run; `None` when nothing is pending and nothing runs.
+    ///
+    /// The text is `---\nSystem Note: Async Task Status\n\n`, then these parts
+    /// joined by blank lines, then `\n---`: `N async task(s) completed:` and one
+    /// [completion notification](asynctask_tools::completion_notification) per
+    /// pending task (when any is pending), then `M async task(s) still running.`
+    /// (when any runs).
+    ///
+    /// This renders without claiming: a host that delivers through the runtime
+    /// uses [`next_turn_reminder`](crate::AsyncTaskRuntime::next_turn_reminder) or
+    /// the [`ClaimLedger`](crate::ClaimLedger), which never hand one result to
+    /// two deliveries.
     #[must_use]
     pub fn reminder(&self) -> Option<Reminder> {
-        self.reminder_excluding(&[])
+        render(
+            &self.manager.pending_notifications(),
+            self.manager.counts().running,
+        )
     }
 
-    /// [`reminder`](Self::reminder), leaving out tasks another delivery holds.
-    pub(crate) fn reminder_excluding(&self, claimed: &[String]) -> Option<Reminder> {
-        render(&self.pending_excluding(claimed), self.running_count())
-    }
-
-    /// Pending tasks that no other delivery holds.
-    pub(crate) fn pending_excluding(&self, claimed: &[String]) -> Vec<AsyncTaskInfo> {
-        self.manager
-            .pending_notifications()
-            .into_iter()
-            .filter(|task| !claimed.contains(&task.id))
-            .collect()
-    }
-
-    pub(crate) fn running_count(&self) -> usize {
-        self.manager.counts().running
+    /// The reminder that only says how many tasks still run (no ids); `None`
+    /// when none do.
+    pub(crate) fn running_only(&self) -> Option<Reminder> {
+        render(&[], self.manager.counts().running)
     }
 
     /// How a finished task is reported (pretty JSON; the same text the synchronous
@@ -121,8 +123,9 @@ impl AsyncTaskReminderService {
     }
 }
 
-/// The seed's reminder: `---\nSystem Note: Async Task Status\n\n` + parts joined by
-/// blank lines + `\n---`.
+/// The reminder for `pending` (in order) and `running` tasks: `---\nSystem Note:
+/// Async Task Status\n\n` + parts joined by blank lines + `\n---`; `None` when
+/// there is nothing to say.
 pub(crate) fn render(pending: &[AsyncTaskInfo], running: usize) -> Option<Reminder> {
     if pending.is_empty() && running == 0 {
         return None;

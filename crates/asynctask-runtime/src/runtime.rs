@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use asynctask_manager::{AsyncTaskManager, Subscription};
-use asynctask_model::{Clock, MaxAsyncTasks, SystemClock, Todo};
+use asynctask_model::{Clock, InvalidMaxAsyncTasks, MaxAsyncTasks, SystemClock, Todo};
 use asynctask_tools::{
-    CheckAsyncTasksTool, PauseSignal, SubagentRunner, TaskTimeouts, TaskTool, TodoPauseTool, Tool,
+    CheckAsyncTasksTool, PauseSignal, SubagentRunner, SyncDetach, TaskTimeouts, TaskTool,
+    TodoPauseTool, Tool,
 };
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +20,7 @@ use crate::continuation::{
 };
 use crate::delivery::Delivery;
 use crate::host::AgentHost;
+use crate::ledger::ClaimLedger;
 use crate::reminder::{AsyncTaskReminderService, Reminder};
 
 /// How long [`AsyncTaskRuntime::shutdown`] waits for background runs to end.
@@ -55,7 +57,7 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let runtime = AsyncTaskRuntime::builder().runner(Arc::new(Echo)).build();
-/// let task = runtime.tools().into_iter().find(|t| t.spec().name == "task").unwrap();
+/// let task = runtime.tools().into_iter().find(|t| t.name() == "task").unwrap();
 /// let launched = task
 ///     .execute(serde_json::json!({"subagent_name": "echo", "goal_prompt": "hi", "async": true}), CancellationToken::new())
 ///     .await;
@@ -74,6 +76,7 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct AsyncTaskRuntime {
     manager: AsyncTaskManager,
     reminders: AsyncTaskReminderService,
+    claims: Arc<ClaimLedger>,
     delivery: Arc<Delivery>,
     task_tool: Option<Arc<TaskTool>>,
     check_tool: Arc<CheckAsyncTasksTool>,
@@ -97,7 +100,7 @@ pub struct AsyncTaskRuntimeBuilder {
     host: Option<Arc<dyn AgentHost>>,
     runner: Option<Arc<dyn SubagentRunner>>,
     timeouts: TaskTimeouts,
-    sync_detach: Option<Duration>,
+    sync_detach: Option<SyncDetach>,
 }
 
 impl AsyncTaskRuntimeBuilder {
@@ -134,8 +137,14 @@ impl AsyncTaskRuntimeBuilder {
 
     /// Turns a synchronous `task` call still running after `after` into a
     /// background task (see [`TaskTool::with_sync_detach`]). Off by default.
-    pub fn sync_detach_after(mut self, after: Duration) -> Self {
-        self.sync_detach = Some(after);
+    pub fn sync_detach_after(self, after: Duration) -> Self {
+        self.sync_detach(SyncDetach::after(after))
+    }
+
+    /// [`sync_detach_after`](Self::sync_detach_after), with the wording that
+    /// tells the model how to follow a detached task.
+    pub fn sync_detach(mut self, detach: SyncDetach) -> Self {
+        self.sync_detach = Some(detach);
         self
     }
 
@@ -163,7 +172,13 @@ impl AsyncTaskRuntimeBuilder {
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let manager = AsyncTaskManager::with_clock(self.max_async_tasks, Arc::clone(&clock));
         let reminders = AsyncTaskReminderService::new(manager.clone());
-        let delivery = Arc::new(Delivery::new(reminders.clone(), self.host, handle));
+        let claims = Arc::new(ClaimLedger::new(manager.clone()));
+        let delivery = Arc::new(Delivery::new(
+            Arc::clone(&claims),
+            reminders.clone(),
+            self.host,
+            handle,
+        ));
         let tracker = TaskTracker::new();
         let stopping = CancellationToken::new();
         let sync_detach = self.sync_detach;
@@ -191,6 +206,7 @@ impl AsyncTaskRuntimeBuilder {
             pause_tool: Arc::new(TodoPauseTool::with_signal(PauseSignal::new())),
             manager,
             reminders,
+            claims,
             delivery,
             task_tool,
             tracker,
@@ -239,8 +255,8 @@ pub enum BuildError {
 #[non_exhaustive]
 pub enum SettingError {
     /// `task-max-async` out of range or not an integer.
-    #[error("task-max-async must be -1 (unlimited) or an integer between 1 and 100")]
-    InvalidMaxAsyncTasks,
+    #[error(transparent)]
+    InvalidMaxAsyncTasks(#[from] InvalidMaxAsyncTasks),
     /// `todo-continuation` not a boolean.
     #[error("todo-continuation must be true or false")]
     InvalidTodoContinuation,
@@ -265,6 +281,14 @@ impl AsyncTaskRuntime {
     #[must_use]
     pub fn reminders(&self) -> &AsyncTaskReminderService {
         &self.reminders
+    }
+
+    /// The claim ledger every delivery goes through: the auto-trigger, the
+    /// next-turn reminders, and whatever requests a serving layer (an MCP
+    /// server) claims results for.
+    #[must_use]
+    pub fn claims(&self) -> &Arc<ClaimLedger> {
+        &self.claims
     }
 
     /// The tools to give the model: `task` (when a runner is set),
@@ -325,9 +349,8 @@ impl AsyncTaskRuntime {
                     serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
                     _ => None,
                 };
-                let max = raw
-                    .and_then(|v| MaxAsyncTasks::new(v).ok())
-                    .ok_or(SettingError::InvalidMaxAsyncTasks)?;
+                // Not an integer at all: the model's convention for "no value".
+                let max = MaxAsyncTasks::new(raw.unwrap_or(i64::MIN))?;
                 self.manager.set_max_async_tasks(max);
                 Ok(())
             }
@@ -371,7 +394,7 @@ impl AsyncTaskRuntime {
         self.pause_signal().clear();
     }
 
-    /// The seed's continuation check with this runtime's setting, plus the pause:
+    /// The todo continuation check with this runtime's setting, plus the pause:
     /// after a successful `todo_pause`, continuation stops (reason `Todo
     /// continuation paused by todo_pause: <reason>`) until
     /// [`user_message`](Self::user_message).

@@ -3,19 +3,17 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use asynctask_manager::{AsyncTaskManager, PrefixMatch};
+use asynctask_manager::AsyncTaskManager;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::format::{
-    ECHO_CHARS, bound_text, format_duration, id_prefix, iso_time, to_pretty, truncate_chars,
-};
-use crate::params::{self, CheckAsyncTasksParams};
-use crate::result::{ToolErrorType, ToolResult};
-use crate::schema;
-use crate::tool::{Tool, ToolAnnotations, ToolSpec};
+use crate::format::{bound_text, format_duration, id_prefix, iso_time, to_pretty, truncate_chars};
+use crate::lookup::find_task;
+use crate::params::{CheckAsyncTasksParams, ToolParams};
+use crate::result::ToolResult;
+use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 
 /// How many characters a peek's `llm_content` may hold before long fields (the
 /// goal, the final message, emitted values, the error) are cut, each with a note
@@ -28,8 +26,9 @@ const DISPLAY_ERROR_CHARS: usize = 2_000;
 /// The `check_async_tasks` tool: with no `task_id` (or an empty one) it lists
 /// every task; with an id or a unique prefix it shows one task in detail.
 ///
-/// The texts are the seed's, word for word, with one cosmetic change: a list line
-/// whose status icon is empty has no leading space.
+/// The list and peek texts keep the shapes models are prompted with elsewhere,
+/// with one cosmetic change: a list line whose status icon is empty has no
+/// leading space.
 ///
 /// # Examples
 ///
@@ -130,7 +129,7 @@ impl CheckAsyncTasksTool {
     fn peek(&self, task_id: &str) -> ToolResult {
         let task = match find_task(&self.manager, task_id) {
             Ok(task) => task,
-            Err(refusal) => return *refusal,
+            Err(error) => return error.to_tool_result(),
         };
         let now = self.now();
         let details = bounded_details(&task, now, PEEK_BUDGET_CHARS);
@@ -140,63 +139,7 @@ impl CheckAsyncTasksTool {
     }
 }
 
-/// The task a model named by id or prefix — exact match first — or the seed's
-/// error result for a prefix that matches no task (`Task not found`) or several
-/// (`Ambiguous task ID`, with the candidates). Every tool that takes a task id
-/// answers with these texts.
-///
-/// # Errors
-///
-/// The [`ToolResult`] to return to the model, with `InvalidToolParams`.
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-/// use asynctask_tools::find_task;
-///
-/// let manager = AsyncTaskManager::default();
-/// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "researcher", "g"))?;
-/// assert_eq!(find_task(&manager, "0f3a").map(|t| t.id), Ok("0f3a9c21-1".to_owned()));
-/// let missing = find_task(&manager, "ffff").unwrap_err();
-/// assert_eq!(missing.llm_content, "No async task found with ID or prefix 'ffff'.");
-/// # Ok::<(), asynctask_manager::RegisterError>(())
-/// ```
-pub fn find_task(
-    manager: &AsyncTaskManager,
-    task_id: &str,
-) -> Result<AsyncTaskInfo, Box<ToolResult>> {
-    // Exact match first: a full id never costs a prefix search.
-    if let Some(task) = manager.task(task_id) {
-        return Ok(task);
-    }
-    // The id comes from the model: the answer echoes a bounded part of it.
-    let shown = truncate_chars(task_id, ECHO_CHARS);
-    match manager.find_by_prefix(task_id) {
-        PrefixMatch::One(task) => Ok(task),
-        PrefixMatch::Ambiguous(candidates) => {
-            let list = candidates
-                .iter()
-                .map(|c| format!("- {}... ({})", id_prefix(&c.id), c.subagent_name))
-                .collect::<Vec<_>>()
-                .join("\n");
-            Err(Box::new(ToolResult::failure(
-                ToolErrorType::InvalidToolParams,
-                "Ambiguous task ID",
-                format!("Ambiguous task ID prefix '{shown}'. Candidates:\n{list}"),
-                format!("Ambiguous prefix. Did you mean:\n{list}"),
-            )))
-        }
-        PrefixMatch::None => Err(Box::new(ToolResult::failure(
-            ToolErrorType::InvalidToolParams,
-            "Task not found",
-            format!("No async task found with ID or prefix '{shown}'."),
-            format!("Task not found: {shown}"),
-        ))),
-    }
-}
-
-/// The peek view of a task, in the seed's key order.
+/// The peek view of a task, its keys in this order.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct TaskDetails {
@@ -293,7 +236,7 @@ fn cut_fields(full: &TaskDetails, share: usize, keep: usize) -> TaskDetails {
     cut
 }
 
-/// The seed's `formatTaskDisplay`, with `...` only after a cut.
+/// The user-facing detail of one task, with `...` only after a cut.
 fn task_display(task: &AsyncTaskInfo, now: u64) -> String {
     let mut lines = vec![
         with_icon(
@@ -317,7 +260,7 @@ fn task_display(task: &AsyncTaskInfo, now: u64) -> String {
     lines.join("\n")
 }
 
-/// The seed's list icons: `[OK]`, `[ERROR]`, and none for running or cancelled.
+/// The list icons: `[OK]`, `[ERROR]`, and none for running or cancelled.
 fn status_icon(status: AsyncTaskStatus) -> &'static str {
     match status {
         AsyncTaskStatus::Completed => "[OK]",
@@ -341,30 +284,25 @@ pub(crate) fn task_duration(task: &AsyncTaskInfo, now: u64) -> String {
 }
 
 #[async_trait]
-impl Tool for CheckAsyncTasksTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: Self::NAME.to_owned(),
-            display_name: "Check Async Tasks".to_owned(),
-            description: "Check the status of background async tasks. Call with no arguments \
-                to list all tasks, or provide a task_id (or prefix) to get detailed info \
-                about a specific task."
-                .to_owned(),
-            parameters: schema::canonical::<CheckAsyncTasksParams>(),
-            annotations: ToolAnnotations {
-                read_only: true,
-                destructive: false,
-                idempotent: true,
-                open_world: false,
-            },
-        }
+impl TypedTool for CheckAsyncTasksTool {
+    type Params = CheckAsyncTasksParams;
+
+    fn name(&self) -> &str {
+        Self::NAME
     }
 
-    async fn execute(&self, params: Value, _cancel: CancellationToken) -> ToolResult {
-        let params: CheckAsyncTasksParams = match params::parse(params) {
-            Ok(params) => params,
-            Err(err) => return params::invalid_params(Self::NAME, &err),
-        };
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            Self::NAME,
+            "Check Async Tasks",
+            "Check the status of background async tasks. Call with no arguments to list all \
+             tasks, or provide a task_id (or prefix) to get detailed info about a specific task.",
+            CheckAsyncTasksParams::schema(),
+        )
+        .with_annotations(ToolAnnotations::READ_ONLY)
+    }
+
+    async fn run(&self, params: CheckAsyncTasksParams, _cancel: CancellationToken) -> ToolResult {
         match params.task_id.as_deref() {
             None | Some("") => self.list(),
             Some(task_id) => self.peek(task_id),

@@ -1,10 +1,8 @@
-//! Formatting shared by every model-facing text: durations, truncation, id prefixes,
-//! ISO times, and the completion notification JSON.
+//! Formatting shared by every model-facing text: durations, truncation, id
+//! prefixes, ISO times and pretty JSON.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, TerminateReason};
 use serde::Serialize;
 
 /// How many characters of an id listings show.
@@ -15,7 +13,7 @@ pub const ID_PREFIX_CHARS: usize = 8;
 /// id, and a 200,000-character "id" costs the model nothing.
 pub const ECHO_CHARS: usize = 200;
 
-/// The seed's duration format: `15s`, `2m 30s`, `1h 15m`. A negative span (a clock
+/// A duration as models read it elsewhere: `15s`, `2m 30s`, `1h 15m`. A negative span (a clock
 /// moved backwards) reads `0s`.
 ///
 /// # Examples
@@ -115,75 +113,6 @@ pub fn bound_text(text: &str, budget: usize) -> Cow<'_, str> {
     }
 }
 
-#[derive(Serialize)]
-struct CompletedPayload<'a> {
-    agent_id: &'a str,
-    terminate_reason: TerminateReason,
-    emitted_vars: &'a BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    final_message: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct FailedPayload<'a> {
-    agent_id: &'a str,
-    status: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct CancelledPayload<'a> {
-    agent_id: &'a str,
-    status: &'static str,
-}
-
-/// How a finished task is reported to the model — in reminders, and as the
-/// synchronous `task` result. Pretty JSON in the seed's key order:
-///
-/// - completed: `{agent_id, terminate_reason, emitted_vars, final_message?}`;
-/// - failed: `{agent_id, status: "failed", error}`;
-/// - cancelled: `{agent_id, status: "cancelled"}`;
-/// - running: the empty string (nothing to report yet).
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_model::{AsyncTaskInfo, OutputObject, TerminateReason};
-/// use asynctask_tools::completion_notification;
-///
-/// let mut task = AsyncTaskInfo::new("a1", "researcher", "goal", 0);
-/// task.complete(OutputObject::new(TerminateReason::Goal).with_var("k", "v"), 1);
-/// assert_eq!(
-///     completion_notification(&task),
-///     "{\n  \"agent_id\": \"a1\",\n  \"terminate_reason\": \"GOAL\",\n  \"emitted_vars\": {\n    \"k\": \"v\"\n  }\n}",
-/// );
-/// ```
-#[must_use]
-pub fn completion_notification(task: &AsyncTaskInfo) -> String {
-    match task.status {
-        AsyncTaskStatus::Completed => match &task.output {
-            Some(output) => to_pretty(&CompletedPayload {
-                agent_id: &task.id,
-                terminate_reason: output.terminate_reason,
-                emitted_vars: &output.emitted_vars,
-                final_message: output.final_message.as_deref(),
-            }),
-            None => String::new(),
-        },
-        AsyncTaskStatus::Failed => to_pretty(&FailedPayload {
-            agent_id: &task.id,
-            status: "failed",
-            error: task.error.as_deref(),
-        }),
-        AsyncTaskStatus::Cancelled => to_pretty(&CancelledPayload {
-            agent_id: &task.id,
-            status: "cancelled",
-        }),
-        AsyncTaskStatus::Running => String::new(),
-    }
-}
-
 /// `serde_json::to_string_pretty` (two-space indent, like `JSON.stringify(_, null, 2)`).
 pub(crate) fn to_pretty(value: &impl Serialize) -> String {
     // Serializing plain structs of strings and maps cannot fail; if it ever did,
@@ -195,11 +124,10 @@ pub(crate) fn to_pretty(value: &impl Serialize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asynctask_model::OutputObject;
     use pretty_assertions::assert_eq;
 
     #[test]
-    fn durations_follow_the_seed() {
+    fn durations_use_the_largest_two_units() {
         let cases = [
             (0, "0s"),
             (59_999, "59s"),
@@ -228,35 +156,6 @@ mod tests {
         assert_eq!(
             iso_time(u64::MAX),
             "9223372036854775807 ms since the Unix epoch"
-        );
-    }
-
-    #[test]
-    fn completion_payloads_keep_the_seed_key_order() {
-        let mut task = AsyncTaskInfo::new("id-1", "r", "g", 0);
-        task.complete(
-            OutputObject::new(TerminateReason::MaxTurns).with_final_message("bye"),
-            5,
-        );
-        assert_eq!(
-            completion_notification(&task),
-            "{\n  \"agent_id\": \"id-1\",\n  \"terminate_reason\": \"MAX_TURNS\",\n  \"emitted_vars\": {},\n  \"final_message\": \"bye\"\n}"
-        );
-        let mut failed = AsyncTaskInfo::new("id-2", "r", "g", 0);
-        failed.fail("boom", 5);
-        assert_eq!(
-            completion_notification(&failed),
-            "{\n  \"agent_id\": \"id-2\",\n  \"status\": \"failed\",\n  \"error\": \"boom\"\n}"
-        );
-        let mut cancelled = AsyncTaskInfo::new("id-3", "r", "g", 0);
-        cancelled.cancel(5);
-        assert_eq!(
-            completion_notification(&cancelled),
-            "{\n  \"agent_id\": \"id-3\",\n  \"status\": \"cancelled\"\n}"
-        );
-        assert_eq!(
-            completion_notification(&AsyncTaskInfo::new("r", "r", "g", 0)),
-            ""
         );
     }
 }

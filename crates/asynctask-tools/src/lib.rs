@@ -15,8 +15,8 @@
 //! Every tool parses the model's arguments into a typed struct that rejects
 //! unknown fields; a wrong type, a missing or blank field is a [`ToolResult`]
 //! whose error names the field, never a panic. Every text the model reads —
-//! listings, details, refusals, completion JSON — is fixed word for word by the
-//! design and snapshot-tested.
+//! listings, details, refusals, completion JSON — keeps one fixed wording and is
+//! snapshot-tested.
 //!
 //! What it does not do: deliver results to the model (that is the runtime's
 //! reminder service and auto-trigger) or run subagents itself (that is the host's
@@ -41,7 +41,9 @@
 mod check_async_tasks;
 mod format;
 mod ids;
+mod lookup;
 mod params;
+mod render;
 mod result;
 mod schema;
 mod slash;
@@ -49,20 +51,21 @@ mod task;
 mod todo_pause;
 mod tool;
 
-pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, find_task};
+pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS};
 pub use crate::format::{
-    ECHO_CHARS, ID_PREFIX_CHARS, bound_text, completion_notification, format_duration, id_prefix,
-    iso_time, truncate_chars,
+    ECHO_CHARS, ID_PREFIX_CHARS, bound_text, format_duration, id_prefix, iso_time, truncate_chars,
 };
 pub use crate::ids::new_task_id;
+pub use crate::lookup::{LookupError, find_task};
 pub use crate::params::{
     CheckAsyncTasksParams, ContextVar, InvalidParams, OutputVarSpec, TaskParams, TaskTimeouts,
-    TimeoutSeconds, TodoPauseParams, ToolParams, Validate, is_blank,
+    TimeoutSeconds, TodoPauseParams, ToolParams, at_most_chars, is_blank, non_blank,
 };
+pub use crate::render::completion_notification;
 pub use crate::result::{ToolError, ToolErrorType, ToolResult};
 pub use crate::slash::{
     CommandOutput, CommandOutputKind, complete_task_ids, end_task, run_slash_command,
 };
-pub use crate::task::{SubagentError, SubagentRequest, SubagentRunner, TaskTool};
+pub use crate::task::{SubagentError, SubagentRequest, SubagentRunner, SyncDetach, TaskTool};
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
-pub use crate::tool::{PROVIDERS, Tool, ToolAnnotations, ToolSpec};
+pub use crate::tool::{Provider, Tool, ToolAnnotations, ToolSpec, TypedTool, UnknownProvider};

@@ -1,8 +1,8 @@
 //! The tools' parameter types and the one parser that turns untrusted JSON into them.
 //!
 //! Each type derives its canonical JSON Schema (schemars) and its parser (serde
-//! with `deny_unknown_fields`), and [`Validate`] adds the checks serde cannot
-//! express (non-blank strings, character counts). The schema states the same
+//! with `deny_unknown_fields`), and [`ToolParams::validate`] adds the checks
+//! serde cannot express (non-blank strings, character counts). The schema states the same
 //! rules (`pattern: "\S"` for non-blank, `minLength`/`maxLength`), and a property
 //! test checks that schema and parser accept exactly the same values.
 
@@ -246,15 +246,8 @@ impl Default for TaskTimeouts {
     }
 }
 
-/// Checks serde cannot express. `Err` names the field.
-#[doc(hidden)]
-pub trait Validate {
-    /// Checks what serde cannot; `Err` names the field.
-    fn validate(&self) -> Result<(), String>;
-}
-
 /// Whether a string has no non-whitespace character (the schema's `pattern: "\S"`).
-/// [`Validate`] implementations use it for fields whose schema says `pattern: "\S"`.
+/// [`ToolParams::validate`] uses it for fields whose schema says `pattern: "\S"`.
 ///
 /// Whitespace is what ECMA-262 `\s` matches, because JSON Schema patterns are
 /// ECMA-262 regular expressions and the parser must agree with the schema.
@@ -284,34 +277,47 @@ fn is_ecma_whitespace(c: char) -> bool {
         )
 }
 
-fn non_blank(field: &str, text: &str) -> Result<(), String> {
+/// `Err` naming `field` when `text` is blank (the schema's `pattern: "\S"`).
+///
+/// # Errors
+///
+/// `<field>: must not be blank`.
+pub fn non_blank(field: &str, text: &str) -> Result<(), InvalidParams> {
     if is_blank(text) {
-        Err(format!("{field}: must not be blank"))
+        Err(InvalidParams(format!("{field}: must not be blank")))
     } else {
         Ok(())
     }
 }
 
-impl Validate for CheckAsyncTasksParams {
-    fn validate(&self) -> Result<(), String> {
+/// `Err` naming `field` when `text` has more than `max` characters (the
+/// schema's `maxLength`, which counts characters, not bytes).
+///
+/// # Errors
+///
+/// `<field>: must be at most <max> characters (got <n>)`.
+pub fn at_most_chars(field: &str, text: &str, max: usize) -> Result<(), InvalidParams> {
+    let length = text.chars().count();
+    if length > max {
+        Err(InvalidParams(format!(
+            "{field}: must be at most {max} characters (got {length})"
+        )))
+    } else {
         Ok(())
     }
 }
 
-impl Validate for TodoPauseParams {
-    fn validate(&self) -> Result<(), String> {
-        let length = self.reason.chars().count();
-        if length > 500 {
-            return Err(format!(
-                "reason: must be at most 500 characters (got {length})"
-            ));
-        }
+impl ToolParams for CheckAsyncTasksParams {}
+
+impl ToolParams for TodoPauseParams {
+    fn validate(&self) -> Result<(), InvalidParams> {
+        at_most_chars("reason", &self.reason, 500)?;
         non_blank("reason", &self.reason)
     }
 }
 
-impl Validate for TaskParams {
-    fn validate(&self) -> Result<(), String> {
+impl ToolParams for TaskParams {
+    fn validate(&self) -> Result<(), InvalidParams> {
         non_blank("subagent_name", &self.subagent_name)?;
         non_blank("goal_prompt", &self.goal_prompt)?;
         for (i, var) in self.output_spec.iter().flatten().enumerate() {
@@ -346,12 +352,23 @@ impl InvalidParams {
     /// ```
     #[must_use]
     pub fn to_tool_result(&self, tool: &str) -> ToolResult {
-        invalid_params(tool, self)
+        let message = format!("Invalid parameters for {tool}: {self}");
+        ToolResult::failure(
+            ToolErrorType::InvalidToolParams,
+            message.clone(),
+            message.clone(),
+            message,
+        )
     }
 }
 
 /// A tool's parameter type: its canonical schema and its parser, which accept
 /// exactly the same JSON values.
+///
+/// Implement it with an empty `impl` for a type whose serde and schemars
+/// derives say everything; override [`validate`](Self::validate) for what they
+/// cannot (non-blank strings, character counts) and state the same rule in the
+/// schema (`pattern: "\S"`, `maxLength`).
 ///
 /// # Examples
 ///
@@ -363,12 +380,26 @@ impl InvalidParams {
 /// assert_eq!(TaskParams::schema()["additionalProperties"], false);
 /// ```
 pub trait ToolParams: DeserializeOwned + JsonSchema + Sized {
-    /// Parses untrusted arguments. `null` counts as `{}`.
+    /// Parses untrusted arguments, then [validates](Self::validate) them.
+    /// `null` counts as `{}` (some clients send it for "no arguments").
     ///
     /// # Errors
     ///
     /// [`InvalidParams`] naming the field at fault.
-    fn parse(params: Value) -> Result<Self, InvalidParams>;
+    fn parse(params: Value) -> Result<Self, InvalidParams> {
+        let parsed: Self = deserialize(params)?;
+        parsed.validate()?;
+        Ok(parsed)
+    }
+
+    /// What serde cannot check. The default accepts everything.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidParams`] whose message starts with the field's path.
+    fn validate(&self) -> Result<(), InvalidParams> {
+        Ok(())
+    }
 
     /// The canonical JSON Schema (draft 2020-12, inlined, closed objects).
     #[must_use]
@@ -377,15 +408,8 @@ pub trait ToolParams: DeserializeOwned + JsonSchema + Sized {
     }
 }
 
-impl<T: DeserializeOwned + JsonSchema + Validate> ToolParams for T {
-    fn parse(params: Value) -> Result<Self, InvalidParams> {
-        parse(params)
-    }
-}
-
-/// Parses and validates a tool's parameters. `null` counts as `{}` (some clients
-/// send it for "no arguments").
-pub(crate) fn parse<T: DeserializeOwned + Validate>(params: Value) -> Result<T, InvalidParams> {
+/// Deserializes a tool's arguments; errors carry the field's path.
+fn deserialize<T: DeserializeOwned>(params: Value) -> Result<T, InvalidParams> {
     let params = match params {
         Value::Null => Value::Object(serde_json::Map::new()),
         Value::Object(map) => Value::Object(map),
@@ -396,7 +420,7 @@ pub(crate) fn parse<T: DeserializeOwned + Validate>(params: Value) -> Result<T, 
             )));
         }
     };
-    let parsed: T = serde_path_to_error::deserialize(params).map_err(|err| {
+    serde_path_to_error::deserialize(params).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner().to_string();
         if path == "." {
@@ -404,20 +428,7 @@ pub(crate) fn parse<T: DeserializeOwned + Validate>(params: Value) -> Result<T, 
         } else {
             InvalidParams(format!("{path}: {inner}"))
         }
-    })?;
-    parsed.validate().map_err(InvalidParams)?;
-    Ok(parsed)
-}
-
-/// The error result for bad parameters: the model reads which field is wrong.
-pub(crate) fn invalid_params(tool: &str, error: &InvalidParams) -> ToolResult {
-    let message = format!("Invalid parameters for {tool}: {error}");
-    ToolResult::failure(
-        ToolErrorType::InvalidToolParams,
-        message.clone(),
-        message.clone(),
-        message,
-    )
+    })
 }
 
 fn json_kind(value: &Value) -> &'static str {
@@ -438,7 +449,7 @@ mod tests {
     use serde_json::json;
 
     fn task(value: Value) -> Result<TaskParams, String> {
-        parse::<TaskParams>(value).map_err(|e| e.0)
+        TaskParams::parse(value).map_err(|e| e.0)
     }
 
     #[test]
@@ -485,11 +496,11 @@ mod tests {
     #[test]
     fn non_objects_are_refused_and_null_is_empty() {
         assert_eq!(
-            parse::<CheckAsyncTasksParams>(json!([1])).unwrap_err().0,
+            CheckAsyncTasksParams::parse(json!([1])).unwrap_err().0,
             "parameters must be a JSON object, got an array"
         );
         assert_eq!(
-            parse::<CheckAsyncTasksParams>(Value::Null).unwrap(),
+            CheckAsyncTasksParams::parse(Value::Null).unwrap(),
             CheckAsyncTasksParams::default()
         );
     }
@@ -526,7 +537,7 @@ mod tests {
     #[test]
     fn todo_pause_reason_is_one_to_five_hundred_characters() {
         let reason =
-            |text: String| parse::<TodoPauseParams>(json!({ "reason": text })).map_err(|e| e.0);
+            |text: String| TodoPauseParams::parse(json!({ "reason": text })).map_err(|e| e.0);
         assert!(reason("é".repeat(500)).is_ok(), "characters, not bytes");
         assert_eq!(
             reason("x".repeat(501)).unwrap_err(),

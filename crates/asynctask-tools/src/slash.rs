@@ -1,10 +1,11 @@
 //! The user's slash commands: `/tasks list`, `/task list`, `/task end <id>`.
 
-use asynctask_manager::{AsyncTaskManager, PrefixMatch};
+use asynctask_manager::AsyncTaskManager;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 
 use crate::check_async_tasks::task_duration;
-use crate::format::{ECHO_CHARS, id_prefix, truncate_chars};
+use crate::format::{id_prefix, truncate_chars};
+use crate::lookup::{LookupError, find_task};
 
 /// How many characters of a goal `/tasks list` shows.
 const GOAL_PREVIEW_CHARS: usize = 40;
@@ -141,21 +142,9 @@ fn list_icon(status: AsyncTaskStatus) -> &'static str {
 /// ```
 #[must_use]
 pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
-    let arg = task_id;
-    let task = match manager.task(arg) {
-        Some(task) => task,
-        None => match manager.find_by_prefix(arg) {
-            PrefixMatch::One(task) => task,
-            PrefixMatch::None => {
-                let shown = truncate_chars(arg, ECHO_CHARS);
-                return CommandOutput::error(format!("Task not found: {shown}"));
-            }
-            PrefixMatch::Ambiguous(candidates) => {
-                let mut lines = vec!["Ambiguous task ID. Did you mean:".to_owned()];
-                lines.extend(candidates.iter().map(candidate_line));
-                return CommandOutput::error(lines.join("\n"));
-            }
-        },
+    let task = match find_task(manager, task_id) {
+        Ok(task) => task,
+        Err(error) => return lookup_failure(&error),
     };
     if manager.cancel_task(&task.id) {
         return CommandOutput::info(format!("Cancelled task: {}", task.id));
@@ -163,6 +152,20 @@ pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
     // Already terminal — or it finished between the lookup and the cancel.
     let status = manager.task(&task.id).map_or(task.status, |now| now.status);
     CommandOutput::error(format!("Task {} is already {status}.", task.id))
+}
+
+/// The user-facing text of a failed lookup: `Task not found: <arg>`, or
+/// `Ambiguous task ID. Did you mean:` with one `  - <id> (<subagent>, <status>)`
+/// line per candidate.
+fn lookup_failure(error: &LookupError) -> CommandOutput {
+    match error {
+        LookupError::Ambiguous { candidates, .. } => {
+            let mut lines = vec!["Ambiguous task ID. Did you mean:".to_owned()];
+            lines.extend(candidates.iter().map(candidate_line));
+            CommandOutput::error(lines.join("\n"))
+        }
+        _ => CommandOutput::error(format!("Task not found: {}", error.shown_query())),
+    }
 }
 
 fn candidate_line(task: &AsyncTaskInfo) -> String {

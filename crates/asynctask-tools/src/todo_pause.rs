@@ -4,13 +4,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::params::{self, TodoPauseParams};
+use crate::params::{TodoPauseParams, ToolParams};
 use crate::result::ToolResult;
-use crate::schema;
-use crate::tool::{Tool, ToolAnnotations, ToolSpec};
+use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 
 /// Where a successful `todo_pause` leaves its reason, for the runtime to read.
 ///
@@ -124,30 +123,31 @@ impl TodoPauseTool {
 }
 
 #[async_trait]
-impl Tool for TodoPauseTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: Self::NAME.to_owned(),
-            display_name: "Pause Todos".to_owned(),
-            description: "Pause todo continuation when an error or blocker prevents any \
-                progress on the active task. Give the reason; execution stops until the \
-                user responds. Do not use it to ask for confirmation or to end a turn."
-                .to_owned(),
-            parameters: schema::canonical::<TodoPauseParams>(),
-            annotations: ToolAnnotations {
-                read_only: false,
-                destructive: false,
-                idempotent: true,
-                open_world: false,
-            },
-        }
+impl TypedTool for TodoPauseTool {
+    type Params = TodoPauseParams;
+
+    fn name(&self) -> &str {
+        Self::NAME
     }
 
-    async fn execute(&self, params: Value, _cancel: CancellationToken) -> ToolResult {
-        let params: TodoPauseParams = match params::parse(params) {
-            Ok(params) => params,
-            Err(err) => return params::invalid_params(Self::NAME, &err),
-        };
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            Self::NAME,
+            "Pause Todos",
+            "Pause todo continuation when an error or blocker prevents any progress on the \
+             active task. Give the reason; execution stops until the user responds. Do not use \
+             it to ask for confirmation or to end a turn.",
+            TodoPauseParams::schema(),
+        )
+        .with_annotations(
+            ToolAnnotations::DEFAULT
+                .with_destructive(false)
+                .with_idempotent(true)
+                .with_open_world(false),
+        )
+    }
+
+    async fn run(&self, params: TodoPauseParams, _cancel: CancellationToken) -> ToolResult {
         self.signal.pause(params.reason.clone());
         let text = format!("AI execution paused due to: {}", params.reason);
         ToolResult::success(

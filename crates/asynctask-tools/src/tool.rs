@@ -1,10 +1,14 @@
 //! The [`Tool`] trait and the [`ToolSpec`] that describes a tool to each provider.
 
+use std::fmt;
+use std::str::FromStr;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::params::ToolParams;
 use crate::result::ToolResult;
 use crate::schema;
 
@@ -13,8 +17,15 @@ use crate::schema;
 /// `execute` takes the model's raw JSON arguments (untrusted) and never panics
 /// on bad input: it answers with a [`ToolResult`] whose `error` names the problem.
 /// `cancel` is the host's signal that the call itself was abandoned.
+///
+/// Most tools parse their arguments into a typed struct first: implement
+/// [`TypedTool`] instead, and `Tool` comes with the parsing and the error result.
 #[async_trait]
 pub trait Tool: Send + Sync {
+    /// The name the model calls, as in [`spec`](Self::spec) (without building
+    /// the whole spec).
+    fn name(&self) -> &str;
+
     /// The tool's name, description and canonical parameter schema.
     fn spec(&self) -> ToolSpec;
 
@@ -25,6 +36,86 @@ pub trait Tool: Send + Sync {
     /// Dropping the future abandons the call; a background task it already
     /// launched keeps running.
     async fn execute(&self, params: Value, cancel: CancellationToken) -> ToolResult;
+}
+
+/// A [`Tool`] whose arguments are a [`ToolParams`] type: the adapter parses the
+/// model's JSON into [`Params`](Self::Params) and hands it to [`run`](Self::run),
+/// or answers with the `InvalidToolParams` result that names the field at fault
+/// (`Invalid parameters for <tool>: <field>: <problem>`).
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_tools::{ToolParams, ToolResult, ToolSpec, Tool, TypedTool};
+/// use tokio_util::sync::CancellationToken;
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// #[serde(deny_unknown_fields)]
+/// struct Greet {
+///     /// Who to greet.
+///     name: String,
+/// }
+/// impl ToolParams for Greet {}
+///
+/// struct Greeter;
+///
+/// #[async_trait::async_trait]
+/// impl TypedTool for Greeter {
+///     type Params = Greet;
+///     fn name(&self) -> &str { "greet" }
+///     fn spec(&self) -> ToolSpec {
+///         ToolSpec::new("greet", "Greet", "Say hello.", Greet::schema())
+///     }
+///     async fn run(&self, params: Greet, _cancel: CancellationToken) -> ToolResult {
+///         let text = format!("hello, {}", params.name);
+///         ToolResult::success(text.clone(), text, serde_json::Value::Null)
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let tool: &dyn Tool = &Greeter;
+/// let ok = tool.execute(serde_json::json!({"name": "Ada"}), CancellationToken::new()).await;
+/// assert_eq!(ok.llm_content, "hello, Ada");
+/// let bad = tool.execute(serde_json::json!({"name": 1}), CancellationToken::new()).await;
+/// assert_eq!(bad.llm_content, "Invalid parameters for greet: name: invalid type: integer `1`, expected a string");
+/// # });
+/// ```
+#[async_trait]
+pub trait TypedTool: Send + Sync {
+    /// The parsed arguments.
+    type Params: ToolParams + Send + 'static;
+
+    /// The name the model calls.
+    fn name(&self) -> &str;
+
+    /// The tool's name, description and canonical parameter schema (usually
+    /// [`Params::schema`](ToolParams::schema)).
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs the tool on arguments that parsed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Tool::execute`].
+    async fn run(&self, params: Self::Params, cancel: CancellationToken) -> ToolResult;
+}
+
+#[async_trait]
+impl<T: TypedTool> Tool for T {
+    fn name(&self) -> &str {
+        TypedTool::name(self)
+    }
+
+    fn spec(&self) -> ToolSpec {
+        TypedTool::spec(self)
+    }
+
+    async fn execute(&self, params: Value, cancel: CancellationToken) -> ToolResult {
+        match T::Params::parse(params) {
+            Ok(params) => self.run(params, cancel).await,
+            Err(err) => err.to_tool_result(TypedTool::name(self)),
+        }
+    }
 }
 
 /// A tool's declaration: name, description, and the canonical JSON Schema of its
@@ -45,6 +136,7 @@ pub trait Tool: Send + Sync {
 /// assert_eq!(gemini["parameters"]["properties"]["task_id"]["nullable"], true);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolSpec {
     /// The name the model calls (`task`, `check_async_tasks`, `todo_pause`).
     pub name: String,
@@ -59,7 +151,20 @@ pub struct ToolSpec {
 }
 
 /// Hints about a tool's behaviour, as MCP defines them.
+///
+/// Start from [`DEFAULT`](Self::DEFAULT) (MCP's own defaults) or
+/// [`READ_ONLY`](Self::READ_ONLY) and adjust with the `with_*` methods.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_tools::ToolAnnotations;
+///
+/// let end = ToolAnnotations::DEFAULT.with_idempotent(true).with_open_world(false);
+/// assert!(end.destructive && end.idempotent && !end.read_only && !end.open_world);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolAnnotations {
     /// The tool changes nothing.
     pub read_only: bool,
@@ -71,7 +176,84 @@ pub struct ToolAnnotations {
     pub open_world: bool,
 }
 
+impl ToolAnnotations {
+    /// MCP's defaults: the tool may change things, destructively, is not
+    /// idempotent, and reaches beyond the host.
+    pub const DEFAULT: ToolAnnotations = ToolAnnotations {
+        read_only: false,
+        destructive: true,
+        idempotent: false,
+        open_world: true,
+    };
+
+    /// A tool that only reads what the host holds.
+    pub const READ_ONLY: ToolAnnotations = ToolAnnotations {
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: false,
+    };
+
+    /// Sets [`read_only`](Self::read_only).
+    #[must_use]
+    pub const fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Sets [`destructive`](Self::destructive).
+    #[must_use]
+    pub const fn with_destructive(mut self, destructive: bool) -> Self {
+        self.destructive = destructive;
+        self
+    }
+
+    /// Sets [`idempotent`](Self::idempotent).
+    #[must_use]
+    pub const fn with_idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
+    }
+
+    /// Sets [`open_world`](Self::open_world).
+    #[must_use]
+    pub const fn with_open_world(mut self, open_world: bool) -> Self {
+        self.open_world = open_world;
+        self
+    }
+}
+
+impl Default for ToolAnnotations {
+    fn default() -> Self {
+        ToolAnnotations::DEFAULT
+    }
+}
+
 impl ToolSpec {
+    /// A spec with [default annotations](ToolAnnotations::DEFAULT).
+    #[must_use]
+    pub fn new(
+        name: impl Into<String>,
+        display_name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> Self {
+        ToolSpec {
+            name: name.into(),
+            display_name: display_name.into(),
+            description: description.into(),
+            parameters,
+            annotations: ToolAnnotations::DEFAULT,
+        }
+    }
+
+    /// Replaces the annotations.
+    #[must_use]
+    pub fn with_annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = annotations;
+        self
+    }
+
     /// OpenAI Chat Completions: `{"type":"function","function":{name, description,
     /// parameters, strict: true}}`. The parameters are lowered to OpenAI's strict
     /// rules (every property required, optional ones nullable,
@@ -157,29 +339,119 @@ impl ToolSpec {
         })
     }
 
-    /// The definition for `provider`, or `None` for an unknown provider name.
-    /// Names: `openai-chat`, `openai-responses`, `anthropic`, `gemini`,
-    /// `gemini-openapi`, `mcp` (see [`PROVIDERS`](crate::PROVIDERS)).
+    /// The definition for `provider`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_tools::{Provider, TodoPauseTool, Tool};
+    ///
+    /// let spec = TodoPauseTool::new().spec();
+    /// assert_eq!(spec.for_provider(Provider::Anthropic), spec.to_anthropic());
+    /// assert_eq!(spec.for_provider(Provider::OpenAiChat)["function"]["name"], "todo_pause");
+    /// ```
     #[must_use]
-    pub fn for_provider(&self, provider: &str) -> Option<Value> {
-        Some(match provider {
-            "openai-chat" => self.to_openai_chat(),
-            "openai-responses" => self.to_openai_responses(),
-            "anthropic" => self.to_anthropic(),
-            "gemini" => self.to_gemini(),
-            "gemini-openapi" => self.to_gemini_openapi(),
-            "mcp" => self.to_mcp(),
-            _ => return None,
-        })
+    pub fn for_provider(&self, provider: Provider) -> Value {
+        match provider {
+            Provider::OpenAiChat => self.to_openai_chat(),
+            Provider::OpenAiResponses => self.to_openai_responses(),
+            Provider::Anthropic => self.to_anthropic(),
+            Provider::Gemini => self.to_gemini(),
+            Provider::GeminiOpenApi => self.to_gemini_openapi(),
+            Provider::Mcp => self.to_mcp(),
+        }
     }
 }
 
-/// Every provider name [`ToolSpec::for_provider`] knows, in documentation order.
-pub const PROVIDERS: &[&str] = &[
-    "openai-chat",
-    "openai-responses",
-    "anthropic",
-    "gemini",
-    "gemini-openapi",
-    "mcp",
-];
+/// An LLM provider's tool-definition format.
+///
+/// Its [`name`](Self::name) is the lowercase, hyphenated spelling used on the
+/// command line and in `docs/schemas/<name>/`.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_tools::Provider;
+///
+/// assert_eq!("gemini-openapi".parse::<Provider>(), Ok(Provider::GeminiOpenApi));
+/// assert_eq!(Provider::OpenAiChat.to_string(), "openai-chat");
+/// let unknown = "cohere".parse::<Provider>().unwrap_err();
+/// assert_eq!(
+///     unknown.to_string(),
+///     "unknown provider 'cohere'; expected one of: openai-chat, openai-responses, anthropic, gemini, gemini-openapi, mcp",
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Provider {
+    /// OpenAI Chat Completions, strict function calling.
+    OpenAiChat,
+    /// OpenAI Responses API, strict function calling.
+    OpenAiResponses,
+    /// Anthropic Messages API.
+    Anthropic,
+    /// Gemini with `parametersJsonSchema` (JSON Schema).
+    Gemini,
+    /// Gemini with `parameters` (the OpenAPI 3.0 subset).
+    GeminiOpenApi,
+    /// MCP `tools/list`.
+    Mcp,
+}
+
+impl Provider {
+    /// Every provider, in documentation order.
+    pub const ALL: [Provider; 6] = [
+        Provider::OpenAiChat,
+        Provider::OpenAiResponses,
+        Provider::Anthropic,
+        Provider::Gemini,
+        Provider::GeminiOpenApi,
+        Provider::Mcp,
+    ];
+
+    /// The provider's name: `openai-chat`, `openai-responses`, `anthropic`,
+    /// `gemini`, `gemini-openapi` or `mcp`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Provider::OpenAiChat => "openai-chat",
+            Provider::OpenAiResponses => "openai-responses",
+            Provider::Anthropic => "anthropic",
+            Provider::Gemini => "gemini",
+            Provider::GeminiOpenApi => "gemini-openapi",
+            Provider::Mcp => "mcp",
+        }
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Provider {
+    type Err = UnknownProvider;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Provider::ALL
+            .into_iter()
+            .find(|provider| provider.name() == name)
+            .ok_or_else(|| UnknownProvider {
+                name: name.to_owned(),
+            })
+    }
+}
+
+/// A provider name that [`Provider`] does not know; the message lists the
+/// ones it does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown provider '{name}'; expected one of: {}", provider_names())]
+pub struct UnknownProvider {
+    /// The name that was given.
+    pub name: String,
+}
+
+fn provider_names() -> String {
+    Provider::ALL.map(Provider::name).join(", ")
+}

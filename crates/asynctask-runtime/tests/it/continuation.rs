@@ -278,7 +278,7 @@ async fn todo_pause_stops_continuation_until_the_user_speaks() {
     let pause = runtime
         .tools()
         .into_iter()
-        .find(|t| t.spec().name == "todo_pause")
+        .find(|t| t.name() == "todo_pause")
         .unwrap();
     let result = pause
         .execute(

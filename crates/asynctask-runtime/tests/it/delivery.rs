@@ -9,7 +9,7 @@ use asynctask_runtime::AsyncTaskRuntime;
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
-use crate::{FakeHost, reported_ids, settle};
+use crate::{FakeHost, settle};
 
 fn runtime_with(host: &Arc<FakeHost>) -> AsyncTaskRuntime {
     AsyncTaskRuntime::builder()
@@ -40,8 +40,12 @@ async fn an_idle_agent_is_woken_once() {
     settle().await;
     let delivered = host.delivered();
     assert_eq!(delivered.len(), 1);
-    assert_eq!(reported_ids(&delivered[0]), ["a"]);
-    assert!(delivered[0].ends_with("1 async task(s) still running.\n---"));
+    assert_eq!(delivered[0].task_ids, ["a"]);
+    assert!(
+        delivered[0]
+            .text
+            .ends_with("1 async task(s) still running.\n---")
+    );
     assert!(!runtime.reminders().has_pending_notifications());
     // Idle again with nothing new: nobody is woken.
     runtime.agent_idle();
@@ -62,7 +66,7 @@ async fn a_burst_of_completions_shares_one_turn() {
     settle().await;
     let delivered = host.delivered();
     assert_eq!(delivered.len(), 1, "{delivered:#?}");
-    assert_eq!(reported_ids(&delivered[0]), ["a", "b", "c"]);
+    assert_eq!(delivered[0].task_ids, ["a", "b", "c"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -99,7 +103,7 @@ async fn a_failed_delivery_stays_pending_and_is_delivered_exactly_once() {
     assert_eq!(host.attempts(), 1);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(host.attempts(), 2, "one delayed retry");
-    assert_eq!(reported_ids(&host.delivered()[0]), ["a"]);
+    assert_eq!(host.delivered()[0].task_ids, ["a"]);
     runtime.agent_idle();
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(host.delivered().len(), 1, "delivered exactly once");
@@ -134,8 +138,12 @@ async fn a_cancel_alone_wakes_nobody_but_is_in_the_next_reminder() {
     assert_eq!(host.attempts(), 0);
     runtime.manager().complete_task("b", goal());
     settle().await;
-    assert_eq!(reported_ids(&host.delivered()[0]), ["a", "b"]);
-    assert!(host.delivered()[0].contains("\"status\": \"cancelled\""));
+    assert_eq!(host.delivered()[0].task_ids, ["a", "b"]);
+    assert!(
+        host.delivered()[0]
+            .text
+            .contains("\"status\": \"cancelled\"")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -307,7 +315,7 @@ proptest! {
                 runtime.ack_delivered(&reminder.task_ids);
                 acked.extend(reminder.task_ids);
             }
-            let mut seen: Vec<String> = host.delivered().iter().flat_map(|m| reported_ids(m)).collect();
+            let mut seen: Vec<String> = host.delivered_ids().into_iter().flatten().collect();
             seen.extend(acked);
             seen.sort();
             assert_eq!(seen, ids, "each task delivered exactly once");
@@ -335,7 +343,7 @@ async fn shutdown_with_nothing_running_is_quick_and_idempotent() {
 /// A host whose `trigger_agent_turn` panics the first time.
 #[derive(Default)]
 struct PanickyHost {
-    calls: std::sync::Mutex<Vec<String>>,
+    calls: std::sync::Mutex<Vec<asynctask_runtime::Reminder>>,
 }
 
 #[async_trait::async_trait]
@@ -346,11 +354,11 @@ impl asynctask_runtime::AgentHost for PanickyHost {
 
     async fn trigger_agent_turn(
         &self,
-        message: String,
+        reminder: asynctask_runtime::Reminder,
     ) -> Result<(), asynctask_runtime::TriggerError> {
         let first = {
             let mut calls = self.calls.lock().expect("calls lock");
-            calls.push(message);
+            calls.push(reminder);
             calls.len() == 1
         };
         if first {
@@ -384,7 +392,7 @@ async fn a_panicking_host_strands_nothing() {
     settle().await;
     let calls = host.calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2);
-    assert_eq!(reported_ids(&calls[1]), ["a", "b"]);
+    assert_eq!(calls[1].task_ids, ["a", "b"]);
     assert!(!runtime.reminders().has_pending_notifications());
 }
 

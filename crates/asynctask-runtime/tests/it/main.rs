@@ -3,7 +3,6 @@
 
 mod continuation;
 mod delivery;
-mod process;
 mod reminders;
 mod shutdown;
 
@@ -12,15 +11,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use asynctask_runtime::{AgentHost, TriggerError};
+use asynctask_runtime::{AgentHost, Reminder, TriggerError};
 
 /// A scripted host: busy or idle on demand, failing the next deliveries on
-/// demand, recording every message it accepted.
+/// demand, recording every reminder it accepted (and checking that each one's
+/// text reports exactly the tasks its ids name).
 #[derive(Default)]
 pub(crate) struct FakeHost {
     busy: AtomicBool,
     failures: Mutex<VecDeque<String>>,
-    delivered: Mutex<Vec<String>>,
+    delivered: Mutex<Vec<Reminder>>,
     attempts: Mutex<usize>,
     /// When set, each delivery waits for a permit (holds the delivery in flight).
     gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
@@ -38,13 +38,16 @@ impl FakeHost {
             .push_back(why.to_owned());
     }
 
-    pub(crate) fn delivered(&self) -> Vec<String> {
+    pub(crate) fn delivered(&self) -> Vec<Reminder> {
         self.delivered.lock().expect("delivered lock").clone()
     }
 
-    /// The task ids each accepted message reported, message by message.
+    /// The task ids of each accepted reminder, reminder by reminder.
     pub(crate) fn delivered_ids(&self) -> Vec<Vec<String>> {
-        self.delivered().iter().map(|m| reported_ids(m)).collect()
+        self.delivered()
+            .into_iter()
+            .map(|reminder| reminder.task_ids)
+            .collect()
     }
 
     pub(crate) fn attempts(&self) -> usize {
@@ -64,7 +67,12 @@ impl AgentHost for FakeHost {
         self.busy.load(Ordering::SeqCst)
     }
 
-    async fn trigger_agent_turn(&self, message: String) -> Result<(), TriggerError> {
+    async fn trigger_agent_turn(&self, reminder: Reminder) -> Result<(), TriggerError> {
+        assert_eq!(
+            reported_ids(&reminder.text),
+            reminder.task_ids,
+            "the text reports the tasks the reminder names"
+        );
         *self.attempts.lock().expect("attempts lock") += 1;
         let gate = self.gate.lock().expect("gate lock").clone();
         if let Some(gate) = gate {
@@ -73,13 +81,17 @@ impl AgentHost for FakeHost {
         if let Some(why) = self.failures.lock().expect("failures lock").pop_front() {
             return Err(TriggerError::new(why));
         }
-        self.delivered.lock().expect("delivered lock").push(message);
+        self.delivered
+            .lock()
+            .expect("delivered lock")
+            .push(reminder);
         Ok(())
     }
 }
 
-/// The task ids a reminder text reports, in order.
-pub(crate) fn reported_ids(text: &str) -> Vec<String> {
+/// The task ids a reminder text reports, in order (each completion carries its
+/// `agent_id`).
+fn reported_ids(text: &str) -> Vec<String> {
     text.split("\"agent_id\": \"")
         .skip(1)
         .filter_map(|rest| rest.split('"').next())

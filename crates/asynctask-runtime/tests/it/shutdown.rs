@@ -40,7 +40,7 @@ async fn launch(runtime: &AsyncTaskRuntime, name: &str) -> String {
     let task = runtime
         .tools()
         .into_iter()
-        .find(|t| t.spec().name == "task")
+        .find(|t| t.name() == "task")
         .expect("a runner is set");
     let result = task
         .execute(
@@ -111,7 +111,7 @@ async fn shutdown_cancels_a_synchronous_run_and_refuses_new_ones() {
     let task = runtime
         .tools()
         .into_iter()
-        .find(|t| t.spec().name == "task")
+        .find(|t| t.name() == "task")
         .expect("a runner is set");
     let sync_call = tokio::spawn({
         let task = Arc::clone(&task);

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
 use asynctask_tools::{
-    CheckAsyncTasksTool, PROVIDERS, SubagentError, SubagentRequest, SubagentRunner, TaskTool,
-    TodoPauseTool, Tool, ToolSpec,
+    CheckAsyncTasksTool, Provider, SubagentError, SubagentRequest, SubagentRunner, TaskTool,
+    TodoPauseTool, Tool, ToolParams, ToolSpec,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Map, Value, json};
@@ -57,8 +57,7 @@ fn spec(name: &str) -> ToolSpec {
 }
 
 fn provider_definition(spec: &ToolSpec, provider: &str) -> Value {
-    spec.for_provider(provider)
-        .expect("every name in PROVIDERS has an adapter")
+    spec.for_provider(provider.parse().expect("a provider name"))
 }
 
 fn workspace_root() -> PathBuf {
@@ -73,9 +72,9 @@ fn workspace_root() -> PathBuf {
 fn generated() -> BTreeMap<String, String> {
     let specs = specs();
     let mut files = BTreeMap::new();
-    for provider in PROVIDERS {
+    for provider in Provider::ALL {
         for spec in &specs {
-            let definition = provider_definition(spec, provider);
+            let definition = spec.for_provider(provider);
             let text = serde_json::to_string_pretty(&definition).expect("JSON values serialize");
             files.insert(
                 format!("{SCHEMAS_DIR}/{provider}/{}.json", spec.name),
@@ -132,7 +131,7 @@ fn tools_md(specs: &[ToolSpec]) -> String {
             }
             out.push('\n');
         }
-        let links: Vec<String> = PROVIDERS
+        let links: Vec<String> = Provider::ALL
             .iter()
             .map(|provider| format!("[{provider}](schemas/{provider}/{}.json)", spec.name))
             .collect();
@@ -459,10 +458,11 @@ fn assert_no_violations(provider: &str, violations: Vec<String>) {
 #[test]
 fn every_provider_has_an_adapter() {
     let task = spec("task");
-    for provider in PROVIDERS {
-        assert!(task.for_provider(provider).is_some(), "{provider}");
+    for provider in Provider::ALL {
+        assert_eq!(provider.name().parse::<Provider>(), Ok(provider));
+        assert!(task.for_provider(provider).is_object(), "{provider}");
     }
-    assert_eq!(task.for_provider("openai"), None);
+    assert!("openai".parse::<Provider>().is_err());
     assert_eq!(
         specs().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
         ["task", "check_async_tasks", "todo_pause"]
@@ -986,22 +986,12 @@ enum NumberOrText {
     Text(String),
 }
 
-impl asynctask_tools::Validate for Shapes {
-    fn validate(&self) -> Result<(), String> {
-        Ok(())
-    }
-}
+impl ToolParams for Shapes {}
 
 #[test]
 fn lowerings_hold_on_other_schema_shapes() {
-    use asynctask_tools::ToolParams;
-    let spec = ToolSpec {
-        name: "shapes".into(),
-        display_name: "Shapes".into(),
-        description: "Schema shapes.".into(),
-        parameters: Shapes::schema(),
-        annotations: spec("task").annotations,
-    };
+    let spec = ToolSpec::new("shapes", "Shapes", "Schema shapes.", Shapes::schema())
+        .with_annotations(spec("task").annotations);
     let mut violations = Vec::new();
     for provider in ["openai-chat", "openai-responses"] {
         let definition = provider_definition(&spec, provider);

@@ -14,8 +14,9 @@ use asynctask_model::{
     AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
 };
 use asynctask_tools::{
-    ContextVar, OutputVarSpec, SubagentError, SubagentRequest, SubagentRunner, TaskParams,
-    TaskTimeouts, TaskTool, Tool, ToolErrorType, ToolParams, ToolResult, completion_notification,
+    ContextVar, OutputVarSpec, SubagentError, SubagentRequest, SubagentRunner, SyncDetach,
+    TaskParams, TaskTimeouts, TaskTool, Tool, ToolErrorType, ToolParams, ToolResult,
+    completion_notification,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -264,17 +265,9 @@ async fn async_launch_texts_and_metadata() {
     until(|| runner.started() == 1).await;
     assert_eq!(
         runner.requests(),
-        vec![SubagentRequest {
-            task_id: id.clone(),
-            subagent_name: "researcher".into(),
-            goal_prompt: "Find the callers".into(),
-            behaviour_prompts: vec![],
-            tool_whitelist: None,
-            output_spec: vec![],
-            context: vec![],
-            timeout: Duration::from_secs(900),
-            run_async: true,
-        }]
+        vec![
+            SubagentRequest::new(id.clone(), "researcher", "Find the callers").with_run_async(true)
+        ]
     );
     assert!(manager.cancel_task(&id));
     settle(&tool).await;
@@ -298,23 +291,21 @@ async fn async_request_carries_every_parameter() {
     settle(&tool).await;
     assert_eq!(
         runner.requests(),
-        vec![SubagentRequest {
-            task_id: id,
-            subagent_name: "researcher".into(),
-            goal_prompt: "Find the callers".into(),
-            behaviour_prompts: vec!["be brief".into()],
-            tool_whitelist: Some(vec!["grep".into(), "read_file".into()]),
-            output_spec: vec![OutputVarSpec {
-                name: "answer".into(),
-                description: "the answer".into()
-            }],
-            context: vec![ContextVar {
-                name: "repo".into(),
-                value: "/src".into()
-            }],
-            timeout: Duration::from_secs(120),
-            run_async: true,
-        }]
+        vec![
+            SubagentRequest::new(id, "researcher", "Find the callers")
+                .with_behaviour_prompts(vec!["be brief".into()])
+                .with_tool_whitelist(Some(vec!["grep".into(), "read_file".into()]))
+                .with_output_spec(vec![OutputVarSpec {
+                    name: "answer".into(),
+                    description: "the answer".into()
+                }])
+                .with_context(vec![ContextVar {
+                    name: "repo".into(),
+                    value: "/src".into()
+                }])
+                .with_timeout(Duration::from_secs(120))
+                .with_run_async(true)
+        ]
     );
 }
 
@@ -871,7 +862,7 @@ fn detached_result(name: &str, id: &str, seconds: u64) -> ToolResult {
         format!(
             "Subagent '{name}' is still running after {seconds} seconds; it continues in the \
              background as async task {id}. Its result will be reported when it finishes; use \
-             'wait_async_tasks' or 'check_async_tasks' to follow it."
+             'check_async_tasks' to follow it."
         ),
         format!("Subagent **{name}** continues in the background (`{id}`)"),
         json!({"agentId": id, "async": true, "status": "running", "detached": true}),
@@ -882,7 +873,7 @@ fn detached_result(name: &str, id: &str, seconds: u64) -> ToolResult {
 async fn sync_detach_turns_a_long_sync_call_into_a_background_task() {
     let runner = FakeRunner::new(Behaviour::Sleep(120));
     let (manager, tool) = setup(&runner, 5);
-    let tool = tool.with_sync_detach(DETACH);
+    let tool = tool.with_sync_detach(SyncDetach::after(DETACH));
     let start = Instant::now();
     let call_token = CancellationToken::new();
     let result = tool
@@ -911,7 +902,7 @@ async fn sync_detach_turns_a_long_sync_call_into_a_background_task() {
 async fn sync_detach_leaves_short_calls_synchronous() {
     let runner = FakeRunner::new(Behaviour::Sleep(10));
     let (manager, tool) = setup(&runner, 5);
-    let tool = tool.with_sync_detach(DETACH);
+    let tool = tool.with_sync_detach(SyncDetach::after(DETACH));
     let result = call(&tool, sync_params("researcher", json!({}))).await;
     assert!(!result.is_error());
     assert!(
@@ -926,7 +917,7 @@ async fn sync_detach_leaves_short_calls_synchronous() {
 async fn sync_detach_keeps_waiting_while_the_limit_is_reached() {
     let runner = FakeRunner::new(Behaviour::Sleep(120));
     let (manager, tool) = setup(&runner, 1);
-    let tool = tool.with_sync_detach(DETACH);
+    let tool = tool.with_sync_detach(SyncDetach::after(DETACH));
     let launched = call(&tool, async_params("researcher", json!({}))).await;
     let start = Instant::now();
     let result = call(&tool, sync_params("tester", json!({}))).await;
@@ -948,7 +939,7 @@ async fn sync_detach_keeps_waiting_while_the_limit_is_reached() {
 async fn a_detached_run_keeps_its_timeout_from_the_original_start() {
     let runner = FakeRunner::new(Behaviour::Sleep(120));
     let (manager, tool) = setup(&runner, 5);
-    let tool = tool.with_sync_detach(DETACH);
+    let tool = tool.with_sync_detach(SyncDetach::after(DETACH));
     let start = Instant::now();
     let result = call(
         &tool,
@@ -968,7 +959,7 @@ async fn a_detached_run_keeps_its_timeout_from_the_original_start() {
 async fn cancelling_a_detached_task_cancels_its_runner() {
     let runner = FakeRunner::new(Behaviour::Sleep(120));
     let (manager, tool) = setup(&runner, 5);
-    let tool = tool.with_sync_detach(DETACH);
+    let tool = tool.with_sync_detach(SyncDetach::after(DETACH));
     let id = agent_id(&call(&tool, sync_params("researcher", json!({}))).await);
     assert!(manager.cancel_task(&id));
     assert!(runner.token(0).is_cancelled());

@@ -1,101 +1,76 @@
 //! `task`: run a subagent synchronously, or in the background with `async: true`.
+//!
+//! The tool itself lives here; the runner contract in [`runner`], the
+//! supervision of one run (timeouts, cancels, panics, end guards) in
+//! [`supervise`], and the texts the model reads in `crate::render`.
 
-use std::any::Any;
+mod runner;
+mod supervise;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::{AsyncTaskManager, RegisterError, RegisterTaskInput};
-use asynctask_model::{AsyncTaskInfo, OutputObject};
+use asynctask_model::AsyncTaskInfo;
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
-use crate::format::completion_notification;
+pub use self::runner::{SubagentError, SubagentRequest, SubagentRunner};
+use self::supervise::{Background, Outcome, Run, far_future};
 use crate::ids::new_task_id;
-use crate::params::{self, ContextVar, OutputVarSpec, TaskParams, TaskTimeouts};
+use crate::params::{TaskParams, TaskTimeouts, ToolParams};
+use crate::render::{self, completion_notification};
 use crate::result::{ToolErrorType, ToolResult};
-use crate::schema;
-use crate::tool::{Tool, ToolAnnotations, ToolSpec};
+use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 
-/// Runs subagents for the `task` tool. The host implements it.
-///
-/// `run` must watch `cancel`: it is cancelled when the user cancels the task,
-/// when the task times out, and at shutdown. A runner that returns `Err`, panics
-/// or overruns its timeout fails its task; it never takes the host down.
-#[async_trait]
-pub trait SubagentRunner: Send + Sync {
-    /// Runs one subagent to the end.
-    ///
-    /// # Errors
-    ///
-    /// A [`SubagentError`] whose message becomes the task's error.
-    ///
-    /// # Cancel safety
-    ///
-    /// The future may be dropped after `cancel` fires and a grace period passes.
-    async fn run(
-        &self,
-        request: SubagentRequest,
-        cancel: CancellationToken,
-    ) -> Result<OutputObject, SubagentError>;
-}
-
-/// Everything the model asked of a subagent. Serializable, for runners that hand
-/// the request to another process (`timeout` as `{secs, nanos}`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SubagentRequest {
-    /// The task's id (also the subagent's agent id).
-    pub task_id: String,
-    /// Which subagent to run.
-    pub subagent_name: String,
-    /// Its goal.
-    pub goal_prompt: String,
-    /// Extra behaviour instructions.
-    pub behaviour_prompts: Vec<String>,
-    /// The tools it may use (`None`: all of its tools).
-    pub tool_whitelist: Option<Vec<String>>,
-    /// The variables it must emit.
-    pub output_spec: Vec<OutputVarSpec>,
-    /// Named context values.
-    pub context: Vec<ContextVar>,
-    /// The timeout that applies (already resolved and capped).
-    pub timeout: Duration,
-    /// Whether it runs in the background.
-    pub run_async: bool,
-}
-
-/// A subagent failed; the message becomes the task's error.
+/// When a synchronous `task` call becomes a background task, and what the
+/// model is told to follow it with.
 ///
 /// # Examples
 ///
 /// ```
-/// use asynctask_tools::SubagentError;
-/// assert_eq!(SubagentError::new("exit status 2").to_string(), "exit status 2");
+/// use std::time::Duration;
+/// use asynctask_tools::SyncDetach;
+///
+/// let detach = SyncDetach::after(Duration::from_secs(50))
+///     .with_follow_up("use 'wait_async_tasks' or 'check_async_tasks' to follow it.");
+/// assert_eq!(detach.after, Duration::from_secs(50));
+/// assert_eq!(SyncDetach::after(Duration::from_secs(1)).follow_up, SyncDetach::DEFAULT_FOLLOW_UP);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct SubagentError {
-    message: String,
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncDetach {
+    /// How long a synchronous run may go on before it is detached.
+    pub after: Duration,
+    /// The end of the detach text: how to follow the task. The layer that
+    /// serves the tools knows which tools exist (an MCP server adds a wait tool,
+    /// say), so it supplies the wording.
+    pub follow_up: String,
 }
 
-impl SubagentError {
-    /// An error with this message.
+impl SyncDetach {
+    /// The follow-up when none is given: the one tool this crate guarantees.
+    pub const DEFAULT_FOLLOW_UP: &'static str = "use 'check_async_tasks' to follow it.";
+
+    /// Detach after `after`, with the [default follow-up](Self::DEFAULT_FOLLOW_UP).
     #[must_use]
-    pub fn new(message: impl Into<String>) -> Self {
-        SubagentError {
-            message: message.into(),
+    pub fn after(after: Duration) -> Self {
+        SyncDetach {
+            after,
+            follow_up: Self::DEFAULT_FOLLOW_UP.to_owned(),
         }
     }
 
-    /// The message.
+    /// Replaces the follow-up text.
     #[must_use]
-    pub fn message(&self) -> &str {
-        &self.message
+    pub fn with_follow_up(mut self, follow_up: impl Into<String>) -> Self {
+        self.follow_up = follow_up.into();
+        self
     }
 }
 
@@ -118,7 +93,7 @@ impl SubagentError {
 /// ([`AsyncTaskManager::cancel_task`], or the token cancelled by the host). Once
 /// the run has ended the task is never left `running`.
 ///
-/// **Sync-detach** ([`with_sync_detach`](Self::with_sync_detach)): a synchronous
+/// **Sync-detach** ([`with_sync_detach`](Self::with_sync_detach), [`SyncDetach`]): a synchronous
 /// run still going after a set time is turned into a background task, so a
 /// client with a request timeout (an MCP client's is usually 60 s) is never left
 /// waiting on a long subagent.
@@ -182,7 +157,7 @@ pub struct TaskTool {
     runner: Arc<dyn SubagentRunner>,
     timeouts: TaskTimeouts,
     tracker: TaskTracker,
-    sync_detach: Option<Duration>,
+    sync_detach: Option<SyncDetach>,
     /// Cancelled when the host shuts down: no new runs start, synchronous runs
     /// in progress are cancelled.
     shutdown: CancellationToken,
@@ -217,12 +192,10 @@ impl TaskTool {
     ///
     /// `Subagent '<name>' is still running after <N> seconds; it continues in the
     /// background as async task <id>. Its result will be reported when it
-    /// finishes; use 'wait_async_tasks' or 'check_async_tasks' to follow it.`
+    /// finishes; <follow-up>` — the follow-up from [`SyncDetach`] —
     ///
     /// with metadata `{agentId, async: true, status: "running", detached: true}`.
-    /// Its end is then delivered like any background task's. (The text names
-    /// `wait_async_tasks`, which the MCP server serves: that server is where
-    /// sync-detach is meant to be used.)
+    /// Its end is then delivered like any background task's.
     ///
     /// **If the limit is reached** when the timer fires, the call keeps waiting
     /// synchronously, and tries to detach again every `after`. A cancelled call
@@ -236,7 +209,7 @@ impl TaskTool {
     /// use std::time::Duration;
     /// use asynctask_manager::AsyncTaskManager;
     /// use asynctask_model::{OutputObject, TerminateReason};
-    /// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool};
+    /// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, SyncDetach, TaskTool, Tool};
     /// use tokio_util::sync::CancellationToken;
     ///
     /// # struct Slow;
@@ -250,23 +223,24 @@ impl TaskTool {
     /// # }
     /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("runtime").block_on(async {
     /// let manager = AsyncTaskManager::default();
-    /// let tool = TaskTool::new(manager.clone(), Arc::new(Slow)).with_sync_detach(Duration::from_secs(50));
+    /// let tool = TaskTool::new(manager.clone(), Arc::new(Slow)).with_sync_detach(SyncDetach::after(Duration::from_secs(50)));
     /// let params = serde_json::json!({"subagent_name": "slow", "goal_prompt": "take your time"});
     /// let result = tool.execute(params, CancellationToken::new()).await;
     /// assert!(result.llm_content.starts_with("Subagent 'slow' is still running after 50 seconds"));
+    /// assert!(result.llm_content.ends_with("use 'check_async_tasks' to follow it."));
     /// assert_eq!(manager.counts().running, 1);
     /// # });
     /// ```
     #[must_use]
-    pub fn with_sync_detach(mut self, after: Duration) -> Self {
-        self.sync_detach = Some(after);
+    pub fn with_sync_detach(mut self, detach: SyncDetach) -> Self {
+        self.sync_detach = Some(detach);
         self
     }
 
-    /// After how long a synchronous run is detached, if ever.
+    /// When a synchronous run is detached, if ever.
     #[must_use]
-    pub fn sync_detach(&self) -> Option<Duration> {
-        self.sync_detach
+    pub fn sync_detach(&self) -> Option<&SyncDetach> {
+        self.sync_detach.as_ref()
     }
 
     /// Replaces the default and maximum timeouts.
@@ -304,7 +278,7 @@ impl TaskTool {
     /// timeouts this tool was configured with (the model must not be told 900 and
     /// 1800 when the host chose otherwise).
     fn parameters(&self) -> Value {
-        let mut parameters = schema::canonical::<TaskParams>();
+        let mut parameters = TaskParams::schema();
         let (default, max) = (self.timeouts.default.as_secs(), self.timeouts.max.as_secs());
         if let Some(description) = parameters.pointer_mut("/properties/timeout_seconds/description")
         {
@@ -323,10 +297,6 @@ impl TaskTool {
     }
 }
 
-/// How long a cancelled runner (timed out, cancelled by the user, or abandoned by
-/// its caller) may take to return on its own before its task is aborted.
-const RUNNER_GRACE: Duration = Duration::from_secs(5);
-
 impl TaskTool {
     /// The request for the runner: defaults filled in, the timeout resolved and
     /// capped, and a fresh id whose first 8 characters no held task shares.
@@ -335,35 +305,22 @@ impl TaskTool {
             .timeout_seconds
             .map_or(self.timeouts.default, |t| t.resolve(self.timeouts))
             .min(self.timeouts.max);
-        SubagentRequest {
-            task_id: new_task_id(&self.manager),
-            subagent_name: params.subagent_name,
-            goal_prompt: params.goal_prompt,
-            behaviour_prompts: params.behaviour_prompts.unwrap_or_default(),
-            tool_whitelist: params.tool_whitelist,
-            output_spec: params.output_spec.unwrap_or_default(),
-            context: params.context.unwrap_or_default(),
-            timeout,
-            run_async: params.run_async.unwrap_or(false),
-        }
+        SubagentRequest::new(
+            new_task_id(&self.manager),
+            params.subagent_name,
+            params.goal_prompt,
+        )
+        .with_behaviour_prompts(params.behaviour_prompts.unwrap_or_default())
+        .with_tool_whitelist(params.tool_whitelist)
+        .with_output_spec(params.output_spec.unwrap_or_default())
+        .with_context(params.context.unwrap_or_default())
+        .with_timeout(timeout)
+        .with_run_async(params.run_async.unwrap_or(false))
     }
 
-    /// The model-facing timeout text: it names the timeout and the setting that
-    /// changes it — or, when the timeout already was the maximum, what is left to do.
+    /// The timeout text for `subagent` under this tool's maximum.
     fn timeout_message(&self, subagent: &str, timeout: Duration) -> String {
-        let (seconds, max) = (timeout.as_secs(), self.timeouts.max.as_secs());
-        if timeout >= self.timeouts.max {
-            format!(
-                "Subagent '{subagent}' timed out after {seconds} seconds, the longest \
-                 timeout_seconds allows. Split the goal into smaller tasks, or ask the user to \
-                 raise the host's maximum timeout."
-            )
-        } else {
-            format!(
-                "Subagent '{subagent}' timed out after {seconds} seconds. Pass a larger \
-                 timeout_seconds (at most {max} seconds) to give it longer."
-            )
-        }
+        render::timed_out(subagent, timeout, self.timeouts.max)
     }
 
     /// Runs the subagent while the caller waits. Nothing is registered — unless
@@ -396,9 +353,8 @@ impl TaskTool {
             token,
             self.tracker.clone(),
         );
-        let mut detach_at = self
-            .sync_detach
-            .and_then(|after| started.checked_add(after));
+        let detach_after = self.sync_detach.as_ref().map(|detach| detach.after);
+        let mut detach_at = detach_after.and_then(|after| started.checked_add(after));
         let outcome = loop {
             let Some(at) = detach_at else {
                 break run.outcome(deadline, cancel).await;
@@ -418,9 +374,8 @@ impl TaskTool {
                         Ok(result) => return result,
                         Err(back) => {
                             run = back;
-                            detach_at = self
-                                .sync_detach
-                                .and_then(|after| Instant::now().checked_add(after));
+                            detach_at =
+                                detach_after.and_then(|after| Instant::now().checked_add(after));
                         }
                     }
                 }
@@ -507,7 +462,7 @@ impl TaskTool {
             deadline,
         } = detach;
         let input = RegisterTaskInput::new(id.clone(), name.clone(), goal)
-            .with_cancellation(run.token.clone());
+            .with_cancellation(run.token().clone());
         if let Err(err) = self.manager.register_task(input) {
             tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
             return Err(run);
@@ -520,12 +475,12 @@ impl TaskTool {
         let message = self.timeout_message(&name, timeout);
         let background = Background::new(&self.manager, &id, run, timeout, deadline, message);
         self.tracker.spawn(background.run().instrument(span));
+        let follow_up = self
+            .sync_detach
+            .as_ref()
+            .map_or(SyncDetach::DEFAULT_FOLLOW_UP, |detach| &detach.follow_up);
         Ok(ToolResult::success(
-            format!(
-                "Subagent '{name}' is still running after {seconds} seconds; it continues in the \
-                 background as async task {id}. Its result will be reported when it finishes; \
-                 use 'wait_async_tasks' or 'check_async_tasks' to follow it."
-            ),
+            render::detached(&name, seconds, &id, follow_up),
             format!("Subagent **{name}** continues in the background (`{id}`)"),
             json!({ "agentId": id, "async": true, "status": "running", "detached": true }),
         ))
@@ -543,11 +498,7 @@ impl TaskTool {
         match self.manager.register_task(input) {
             Ok(_) => {}
             Err(RegisterError::LimitReached(limit)) => {
-                let text = format!(
-                    "{limit}. Wait for a running task to finish and check progress with \
-                     'check_async_tasks', run this subagent synchronously (without async: true), \
-                     or try again later."
-                );
+                let text = render::limit_refusal(limit);
                 return ToolResult::failure(
                     ToolErrorType::ExecutionFailed,
                     limit.to_string(),
@@ -583,10 +534,7 @@ impl TaskTool {
         let background = Background::new(&self.manager, &id, run, timeout, deadline, message);
         self.tracker.spawn(background.run().instrument(span));
         ToolResult::success(
-            format!(
-                "Async task launched: subagent '{name}' (ID: {id}). Task is running in \
-                 background. Use 'check_async_tasks' to monitor progress."
-            ),
+            render::launched(&name, &id),
             format!("Async task started: **{name}** (`{id}`)"),
             json!({ "agentId": id, "async": true, "status": "running" }),
         )
@@ -615,270 +563,6 @@ struct Detach {
     deadline: Instant,
 }
 
-/// One background run: everything it needs after `execute` has returned.
-struct Background {
-    manager: AsyncTaskManager,
-    /// The task's id.
-    id: String,
-    /// The runner, already started (by `launch`, or by a synchronous call that
-    /// was detached).
-    run: Run,
-    /// The timeout in force, for the log.
-    timeout: Duration,
-    /// When the timeout passes, counted from the run's start.
-    deadline: Instant,
-    /// The timeout text, made while the tool's settings were at hand.
-    message: String,
-    /// Fails the task if the run is dropped (even before its first poll).
-    ended: EndGuard,
-}
-
-impl Background {
-    /// A background run of the registered task `id`, armed so that the task is
-    /// failed if the run is dropped before it records an end.
-    fn new(
-        manager: &AsyncTaskManager,
-        id: &str,
-        run: Run,
-        timeout: Duration,
-        deadline: Instant,
-        message: String,
-    ) -> Self {
-        Background {
-            ended: EndGuard {
-                manager: manager.clone(),
-                id: id.to_owned(),
-                armed: true,
-            },
-            manager: manager.clone(),
-            message,
-            id: id.to_owned(),
-            timeout,
-            deadline,
-            run,
-        }
-    }
-
-    /// Waits for the subagent's end and records it in the manager.
-    ///
-    /// Whatever happens — a result, an error, a panic, the timeout, a cancel —
-    /// the task is terminal when this returns. If this future is dropped first
-    /// (the runtime shut down), the task is failed on the way out.
-    async fn run(self) {
-        let Background {
-            manager,
-            id,
-            mut run,
-            timeout,
-            deadline,
-            message,
-            ended,
-        } = self;
-        let token = run.token.clone();
-        let mut outcome = run.outcome(deadline, &token).await;
-        if matches!(outcome, Outcome::Finished(_)) && token.is_cancelled() {
-            // The runner answered a cancel (the host cancelled the task's token)
-            // before this run saw it: the task was cancelled, whatever it returned.
-            outcome = Outcome::Cancelled;
-        }
-        match outcome {
-            Outcome::Finished(Ok(output)) => {
-                tracing::debug!(terminate_reason = %output.terminate_reason, "async task completed");
-                manager.complete_task(&id, output);
-            }
-            Outcome::Finished(Err(err)) => {
-                tracing::debug!(error = %err, "async task failed");
-                manager.fail_task(&id, err.message());
-            }
-            Outcome::Panicked(message) | Outcome::Aborted(message) => {
-                tracing::warn!(error = %message, "async task failed");
-                manager.fail_task(&id, message);
-            }
-            Outcome::TimedOut => {
-                tracing::warn!(timeout_secs = timeout.as_secs(), "async task timed out");
-                // Fail first: the runner may answer the cancel with a result, and
-                // the timeout must be what the model reads.
-                manager.fail_task(&id, message);
-                run.stop().await;
-            }
-            Outcome::Cancelled => {
-                tracing::debug!("async task cancelled");
-                // `false` when `cancel_task` got here first; either way it is
-                // cancelled now.
-                manager.cancel_task(&id);
-                run.stop().await;
-            }
-        }
-        ended.disarm();
-    }
-}
-
-/// Fails the task if a background run is dropped before it recorded an end, so
-/// no task is left `running` after its run is gone.
-struct EndGuard {
-    manager: AsyncTaskManager,
-    id: String,
-    armed: bool,
-}
-
-impl EndGuard {
-    /// The run recorded its end: nothing to do on drop.
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for EndGuard {
-    fn drop(&mut self) {
-        if self.armed
-            && self.manager.fail_task(
-                &self.id,
-                "the subagent's run was stopped before it finished (the host shut down)",
-            )
-        {
-            tracing::warn!(task_id = %self.id, "async task dropped before it finished");
-        }
-    }
-}
-
-/// How a run ended, as far as the caller is concerned.
-enum Outcome {
-    /// The runner returned.
-    Finished(Result<OutputObject, SubagentError>),
-    /// The runner panicked: `subagent panicked: <payload>`.
-    Panicked(String),
-    /// The runner's task was aborted from outside (the runtime shut down).
-    Aborted(String),
-    /// The timeout passed first.
-    TimedOut,
-    /// The watched token was cancelled first.
-    Cancelled,
-}
-
-/// A runner started on its own tokio task, so that a panic becomes a `JoinError`
-/// and an overrun can be aborted.
-///
-/// Dropping a `Run` whose runner has not returned cancels its token and stops it
-/// in the background (grace, then abort), so abandoning a call never leaks a
-/// runner.
-struct Run {
-    handle: Option<JoinHandle<Result<OutputObject, SubagentError>>>,
-    token: CancellationToken,
-    tracker: TaskTracker,
-}
-
-impl Run {
-    fn start(
-        runner: Arc<dyn SubagentRunner>,
-        request: SubagentRequest,
-        token: CancellationToken,
-        tracker: TaskTracker,
-    ) -> Self {
-        let runner_token = token.clone();
-        let handle =
-            tokio::spawn(async move { runner.run(request, runner_token).await }.in_current_span());
-        Run {
-            handle: Some(handle),
-            token,
-            tracker,
-        }
-    }
-
-    /// Waits for the runner, the `deadline` or `cancel`, whichever comes first. A
-    /// runner that has returned wins a tie.
-    ///
-    /// Cancel-safe: dropping the future leaves the runner running and the `Run`
-    /// as it was, so the wait can be taken up again (or handed over).
-    async fn outcome(&mut self, deadline: Instant, cancel: &CancellationToken) -> Outcome {
-        let Some(handle) = self.handle.as_mut() else {
-            return Outcome::Aborted("the subagent was already stopped".to_owned());
-        };
-        let joined = tokio::select! {
-            biased;
-            joined = handle => joined,
-            () = tokio::time::sleep_until(deadline) => return Outcome::TimedOut,
-            () = cancel.cancelled() => return Outcome::Cancelled,
-        };
-        self.handle = None;
-        match joined {
-            Ok(result) => Outcome::Finished(result),
-            Err(err) if err.is_panic() => Outcome::Panicked(format!(
-                "subagent panicked: {}",
-                panic_message(err.into_panic().as_ref())
-            )),
-            Err(_) => {
-                Outcome::Aborted("the subagent's run was aborted before it finished".to_owned())
-            }
-        }
-    }
-
-    /// Cancels the runner's token, gives it [`RUNNER_GRACE`] to return, then
-    /// aborts it; returns once the runner is gone.
-    async fn stop(mut self) {
-        if let Some(handle) = self.handle.take() {
-            self.token.cancel();
-            stop_runner(handle).await;
-        }
-    }
-
-    /// Like [`stop`](Self::stop), on the tracker, without waiting.
-    fn stop_in_background(mut self) {
-        if let Some(handle) = self.handle.take() {
-            self.token.cancel();
-            self.tracker.spawn(stop_runner(handle).in_current_span());
-        }
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        let Some(handle) = self.handle.take() else {
-            return;
-        };
-        self.token.cancel();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                self.tracker.spawn_on(stop_runner(handle), &runtime);
-            }
-            // No runtime to wait on: the runner gets no grace.
-            Err(_) => handle.abort(),
-        }
-    }
-}
-
-/// Gives a cancelled runner [`RUNNER_GRACE`] to return, then aborts it and waits
-/// until it is gone.
-async fn stop_runner(mut handle: JoinHandle<Result<OutputObject, SubagentError>>) {
-    if tokio::time::timeout(RUNNER_GRACE, &mut handle)
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            grace_secs = RUNNER_GRACE.as_secs(),
-            "subagent ignored cancellation; aborting it"
-        );
-        handle.abort();
-        // The abort lands at the runner's next await; its result no longer matters.
-        let _ = handle.await;
-    }
-}
-
-/// An instant no timer in this process will reach (about 30 years ahead).
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400 * 365 * 30)
-}
-
-/// The text of a panic payload (`panic!` gives a `&str` or a `String`).
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        text
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text
-    } else {
-        "<non-string panic payload>"
-    }
-}
-
 impl fmt::Debug for TaskTool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TaskTool")
@@ -890,36 +574,35 @@ impl fmt::Debug for TaskTool {
 }
 
 #[async_trait]
-impl Tool for TaskTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: Self::NAME.to_owned(),
-            display_name: "Task".to_owned(),
-            description: "Run a subagent that works on its own toward a goal. By default the \
-                call waits for the subagent and returns its result as JSON (agent_id, \
-                terminate_reason, emitted_vars, final_message). With async: true the call \
-                returns at once with the task ID while the subagent runs in the background; \
-                its result is delivered to you when it finishes. Use check_async_tasks to \
-                monitor background tasks."
-                .to_owned(),
-            parameters: self.parameters(),
-            annotations: ToolAnnotations {
-                read_only: false,
-                destructive: true,
-                idempotent: false,
-                open_world: true,
-            },
-        }
+impl TypedTool for TaskTool {
+    type Params = TaskParams;
+
+    fn name(&self) -> &str {
+        Self::NAME
     }
 
-    async fn execute(&self, params: Value, cancel: CancellationToken) -> ToolResult {
-        let params = match params::parse::<TaskParams>(params) {
-            Ok(params) => params,
-            Err(err) => return params::invalid_params(Self::NAME, &err),
-        };
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            Self::NAME,
+            "Task",
+            "Run a subagent that works on its own toward a goal. By default the call waits for \
+             the subagent and returns its result as JSON (agent_id, terminate_reason, \
+             emitted_vars, final_message). With async: true the call returns at once with the \
+             task ID while the subagent runs in the background; its result is delivered to you \
+             when it finishes. Use check_async_tasks to monitor background tasks.",
+            self.parameters(),
+        )
+        .with_annotations(ToolAnnotations::DEFAULT)
+    }
+
+    async fn run(&self, params: TaskParams, cancel: CancellationToken) -> ToolResult {
         if self.shutdown.is_cancelled() {
-            let text = "The host is shutting down: no new subagent can be started.";
-            return ToolResult::failure(ToolErrorType::ExecutionFailed, text, text, text);
+            return ToolResult::failure(
+                ToolErrorType::ExecutionFailed,
+                render::SHUTTING_DOWN,
+                render::SHUTTING_DOWN,
+                render::SHUTTING_DOWN,
+            );
         }
         let request = self.request(params);
         if request.run_async {

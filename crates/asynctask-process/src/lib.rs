@@ -160,7 +160,7 @@ impl ProcessRunnerConfig {
     ///
     /// ```
     /// use std::path::Path;
-    /// use asynctask_runtime::ProcessRunnerConfig;
+    /// use asynctask_process::ProcessRunnerConfig;
     ///
     /// let text = r#"
     /// [subagents.tester]
@@ -470,7 +470,7 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 ///
 /// ```
 /// use std::path::Path;
-/// use asynctask_runtime::{ProcessRunner, ProcessRunnerConfig};
+/// use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 /// use asynctask_tools::{SubagentRequest, SubagentRunner};
 /// use tokio_util::sync::CancellationToken;
 ///
@@ -481,17 +481,7 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// let runner = ProcessRunner::new(config);
 /// assert_eq!(runner.subagent_names(), ["echo"]);
 ///
-/// let request = SubagentRequest {
-///     task_id: "task-1".to_owned(),
-///     subagent_name: "echo".to_owned(),
-///     goal_prompt: "say hello".to_owned(),
-///     behaviour_prompts: vec![],
-///     tool_whitelist: None,
-///     output_spec: vec![],
-///     context: vec![],
-///     timeout: std::time::Duration::from_secs(60),
-///     run_async: true,
-/// };
+/// let request = SubagentRequest::new("task-1", "echo", "say hello");
 /// tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 ///     let output = runner.run(request, CancellationToken::new()).await.unwrap();
 ///     assert_eq!(output.final_message.as_deref(), Some("hello from a subagent"));

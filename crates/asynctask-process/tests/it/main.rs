@@ -5,8 +5,6 @@
 //! These tests run real programs (`sh`, `sleep`, `env`, `yes`, `head`, ...), so
 //! they use real time; every wait polls with a short interval up to a deadline.
 
-#![cfg(all(feature = "process", unix))]
-
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -14,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use asynctask_model::{OutputObject, TerminateReason};
-use asynctask_runtime::{ConfigError, ProcessRunner, ProcessRunnerConfig};
+use asynctask_process::{ConfigError, ProcessRunner, ProcessRunnerConfig};
 use asynctask_tools::{ContextVar, SubagentError, SubagentRequest, SubagentRunner};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
@@ -68,17 +66,9 @@ fn runner_in(dir: &Path, name: &str, command: &str) -> ProcessRunner {
 }
 
 fn request(name: &str, goal: &str) -> SubagentRequest {
-    SubagentRequest {
-        task_id: "task-0001".to_owned(),
-        subagent_name: name.to_owned(),
-        goal_prompt: goal.to_owned(),
-        behaviour_prompts: vec![],
-        tool_whitelist: None,
-        output_spec: vec![],
-        context: vec![],
-        timeout: Duration::from_secs(60),
-        run_async: true,
-    }
+    SubagentRequest::new("task-0001", name, goal)
+        .with_timeout(Duration::from_secs(60))
+        .with_run_async(true)
 }
 
 fn output(final_message: Option<&str>) -> OutputObject {
@@ -621,14 +611,14 @@ inherit_env = ["API_KEY"]
 command = ["make", "test"]
 "#;
     let config = ProcessRunnerConfig::from_toml_str(toml, Path::new("/base")).expect("valid");
-    let researcher = asynctask_runtime::SubagentCommand {
+    let researcher = asynctask_process::SubagentCommand {
         command: vec!["my-agent".into(), "--mode".into(), "research".into()],
         description: Some("Reads the code".into()),
         cwd: Some(PathBuf::from("/abs/dir")),
         env: BTreeMap::from([("MODEL".into(), "small".into())]),
         inherit_env: vec!["API_KEY".into()],
     };
-    let tester = asynctask_runtime::SubagentCommand {
+    let tester = asynctask_process::SubagentCommand {
         command: vec!["make".into(), "test".into()],
         cwd: Some(PathBuf::from("/base")),
         ..Default::default()

@@ -1,0 +1,436 @@
+//! The claim ledger: which delivery carries each finished task's result.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use asynctask_manager::{AsyncTaskManager, Subscription};
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
+
+use crate::reminder::{Reminder, render};
+
+/// Who carries a claimed result to the model.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_runtime::{ClaimOwner, RequestKey};
+///
+/// let owner = ClaimOwner::Request(RequestKey::new("session-1/42"));
+/// assert_eq!(owner.to_string(), "request session-1/42");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ClaimOwner {
+    /// The auto-trigger's turn in flight (it wakes an idle agent).
+    AutoTrigger,
+    /// The reminder a host took with `next_turn_reminder` for its next model
+    /// request.
+    NextTurn,
+    /// A request whose response will carry the result (an MCP `tools/call`, say).
+    Request(RequestKey),
+}
+
+impl fmt::Display for ClaimOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClaimOwner::AutoTrigger => f.write_str("auto-trigger"),
+            ClaimOwner::NextTurn => f.write_str("next turn"),
+            ClaimOwner::Request(key) => write!(f, "request {key}"),
+        }
+    }
+}
+
+/// An opaque key naming one request, chosen by the layer that serves requests
+/// (an MCP server uses the JSON-RPC id, with the session when it serves
+/// several). Two owners with equal keys are the same owner.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestKey(Arc<str>);
+
+impl RequestKey {
+    /// A key from any text that names the request uniquely.
+    #[must_use]
+    pub fn new(key: impl Into<Arc<str>>) -> Self {
+        RequestKey(key.into())
+    }
+
+    /// The key's text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RequestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Each owner's claim: the tasks its delivery carries.
+    claims: BTreeMap<ClaimOwner, Vec<String>>,
+    /// Every claimed task id, for the exclusion test.
+    claimed: BTreeSet<String>,
+}
+
+impl State {
+    fn remove(&mut self, owner: &ClaimOwner) -> Vec<String> {
+        let ids = self.claims.remove(owner).unwrap_or_default();
+        for id in &ids {
+            self.claimed.remove(id);
+        }
+        ids
+    }
+}
+
+/// The one place that decides which delivery carries a finished task's result,
+/// so that each result reaches the model exactly once.
+///
+/// A finished task that the model has not been told about is **claimed** by
+/// exactly one [owner](ClaimOwner) — the auto-trigger, the next-turn reminder,
+/// or a request — and the claim then ends exactly once:
+///
+/// - **acknowledged** ([`acknowledge`](Self::acknowledge)): the delivery
+///   succeeded; the tasks are marked notified in the registry, under the
+///   ledger's lock, so no other owner ever sees them as neither claimed nor
+///   delivered;
+/// - **released** ([`release`](Self::release)): the delivery did not happen;
+///   the tasks are pending again and the next claim takes them.
+///
+/// Rendering and claiming happen under one lock: a claim's [`Reminder`]
+/// carries exactly the tasks it claimed. An owner holds at most one claim at a
+/// time. [`changed`](Self::changed) wakes waiters when a claim ends or a task
+/// finishes, so they look again instead of polling.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_runtime::{ClaimLedger, ClaimOwner, RequestKey};
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "researcher", "g"))?;
+/// manager.cancel_task("0f3a9c21-1");
+/// let ledger = ClaimLedger::new(manager.clone());
+///
+/// let first = ClaimOwner::Request(RequestKey::new("1"));
+/// let second = ClaimOwner::Request(RequestKey::new("2"));
+/// let reminder = ledger.claim(&first).expect("a result is pending");
+/// assert_eq!(reminder.task_ids, ["0f3a9c21-1"]);
+/// assert_eq!(ledger.claim(&second), None, "claimed by the first request");
+///
+/// ledger.release(&first); // its response was never sent
+/// assert!(ledger.claim(&second).is_some());
+/// ledger.acknowledge(&second); // its response was written
+/// assert!(manager.pending_notifications().is_empty());
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+pub struct ClaimLedger {
+    manager: AsyncTaskManager,
+    state: Mutex<State>,
+    changed: Arc<Notify>,
+    _finished: Subscription,
+}
+
+impl ClaimLedger {
+    /// A ledger over `manager`'s pending results.
+    #[must_use]
+    pub fn new(manager: AsyncTaskManager) -> Self {
+        let changed = Arc::new(Notify::new());
+        let finished = {
+            let changed = Arc::clone(&changed);
+            manager.subscribe(move |_| changed.notify_waiters())
+        };
+        ClaimLedger {
+            manager,
+            state: Mutex::new(State::default()),
+            changed,
+            _finished: finished,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A map of claims, consistent after every statement.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The registry this ledger claims from.
+    #[must_use]
+    pub fn manager(&self) -> &AsyncTaskManager {
+        &self.manager
+    }
+
+    /// Claims every pending result no other owner holds, for `owner`, and
+    /// renders the reminder that carries them (with how many tasks still run).
+    /// `None` when nothing is left to claim or `owner` already holds a claim.
+    #[must_use]
+    pub fn claim(&self, owner: &ClaimOwner) -> Option<Reminder> {
+        self.claim_matching(owner, |_| true)
+    }
+
+    /// [`claim`](Self::claim), taking only the pending results that `pick`
+    /// accepts (a server with several sessions, say, gives each its own
+    /// tasks' results).
+    #[must_use]
+    pub fn claim_matching(
+        &self,
+        owner: &ClaimOwner,
+        pick: impl Fn(&AsyncTaskInfo) -> bool,
+    ) -> Option<Reminder> {
+        let mut state = self.lock();
+        self.claim_locked(&mut state, owner, |pending| {
+            pending.retain(|task| pick(task));
+            !pending.is_empty()
+        })
+    }
+
+    /// Releases whatever `owner` holds and claims again, under one lock (a
+    /// host that asks for a new next-turn reminder did not send the last one).
+    #[must_use]
+    pub fn reclaim(&self, owner: &ClaimOwner) -> Option<Reminder> {
+        let mut state = self.lock();
+        let released = !state.remove(owner).is_empty();
+        let reminder = self.claim_locked(&mut state, owner, |pending| !pending.is_empty());
+        drop(state);
+        if released {
+            self.changed.notify_waiters();
+        }
+        reminder
+    }
+
+    /// For the auto-trigger: claims every unclaimed pending result, but only
+    /// when one of them warrants waking the agent (a completion or a failure; a
+    /// cancel alone does not: the user did it, and is there).
+    pub(crate) fn claim_waking(&self) -> Option<Reminder> {
+        let mut state = self.lock();
+        self.claim_locked(&mut state, &ClaimOwner::AutoTrigger, |pending| {
+            pending.iter().any(|task| {
+                matches!(
+                    task.status,
+                    AsyncTaskStatus::Completed | AsyncTaskStatus::Failed
+                )
+            })
+        })
+    }
+
+    /// Claims, for `owner`, the unclaimed pending tasks left by `accept` (which
+    /// may filter them, and says whether to claim at all).
+    fn claim_locked(
+        &self,
+        state: &mut State,
+        owner: &ClaimOwner,
+        accept: impl FnOnce(&mut Vec<AsyncTaskInfo>) -> bool,
+    ) -> Option<Reminder> {
+        if state.claims.contains_key(owner) {
+            return None;
+        }
+        let mut pending: Vec<AsyncTaskInfo> = self
+            .manager
+            .pending_notifications()
+            .into_iter()
+            .filter(|task| !state.claimed.contains(&task.id))
+            .collect();
+        if !accept(&mut pending) || pending.is_empty() {
+            return None;
+        }
+        let reminder = render(&pending, self.manager.counts().running)?;
+        state.claimed.extend(reminder.task_ids.iter().cloned());
+        state
+            .claims
+            .insert(owner.clone(), reminder.task_ids.clone());
+        tracing::debug!(%owner, task_ids = ?reminder.task_ids, "results claimed");
+        Some(reminder)
+    }
+
+    /// The delivery `owner` holds succeeded: its tasks are marked notified, and
+    /// its claim ends. Returns the ids it carried (empty when it held none).
+    pub fn acknowledge(&self, owner: &ClaimOwner) -> Vec<String> {
+        let mut state = self.lock();
+        let ids = state.remove(owner);
+        if ids.is_empty() {
+            return ids;
+        }
+        // Marked while the lock is held: no other owner can see these tasks as
+        // neither claimed nor delivered.
+        self.manager.mark_all_notified(&ids);
+        drop(state);
+        tracing::debug!(%owner, task_ids = ?ids, "results acknowledged");
+        self.changed.notify_waiters();
+        ids
+    }
+
+    /// The host delivered these tasks (all of them, claimed by `owner` or
+    /// not): they are marked notified and leave `owner`'s claim; what is left
+    /// of the claim stays held.
+    pub fn acknowledge_ids(&self, owner: &ClaimOwner, task_ids: &[String]) {
+        let mut state = self.lock();
+        self.manager.mark_all_notified(task_ids);
+        let mut emptied = false;
+        if let Some(held) = state.claims.get_mut(owner) {
+            held.retain(|id| !task_ids.contains(id));
+            emptied = held.is_empty();
+        }
+        if emptied {
+            state.claims.remove(owner);
+        }
+        for id in task_ids {
+            if !state.claims.values().any(|held| held.contains(id)) {
+                state.claimed.remove(id);
+            }
+        }
+        drop(state);
+        tracing::debug!(%owner, task_ids = ?task_ids, "results acknowledged");
+        self.changed.notify_waiters();
+    }
+
+    /// The delivery `owner` holds did not happen: its tasks are pending again,
+    /// for the next claim. Returns the ids it held.
+    pub fn release(&self, owner: &ClaimOwner) -> Vec<String> {
+        let ids = self.lock().remove(owner);
+        if !ids.is_empty() {
+            tracing::debug!(%owner, task_ids = ?ids, "claim released");
+            self.changed.notify_waiters();
+        }
+        ids
+    }
+
+    /// The tasks `owner` holds (empty when none).
+    #[must_use]
+    pub fn held_by(&self, owner: &ClaimOwner) -> Vec<String> {
+        self.lock().claims.get(owner).cloned().unwrap_or_default()
+    }
+
+    /// Whether task `id` is claimed by some owner.
+    #[must_use]
+    pub fn is_claimed(&self, id: &str) -> bool {
+        self.lock().claimed.contains(id)
+    }
+
+    /// Resolves the next time a claim ends (acknowledged or released) or a task
+    /// finishes. Create and [`enable`](Notified::enable) it *before* looking at
+    /// the ledger, then await it, so nothing that happens in between is missed.
+    pub fn changed(&self) -> Notified<'_> {
+        self.changed.notified()
+    }
+}
+
+impl fmt::Debug for ClaimLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("ClaimLedger")
+            .field("claims", &state.claims)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_manager::RegisterTaskInput;
+    use asynctask_model::{OutputObject, TerminateReason};
+    use pretty_assertions::assert_eq;
+
+    fn ledger_with(finished: &[(&str, AsyncTaskStatus)]) -> ClaimLedger {
+        let manager = AsyncTaskManager::new(asynctask_model::MaxAsyncTasks::UNLIMITED);
+        for (id, status) in finished {
+            manager
+                .register_task(RegisterTaskInput::new(*id, "sub", "goal"))
+                .expect("registered");
+            match status {
+                AsyncTaskStatus::Completed => {
+                    manager.complete_task(id, OutputObject::new(TerminateReason::Goal));
+                }
+                AsyncTaskStatus::Failed => {
+                    manager.fail_task(id, "boom");
+                }
+                AsyncTaskStatus::Cancelled => {
+                    manager.cancel_task(id);
+                }
+                AsyncTaskStatus::Running => {}
+            }
+        }
+        ClaimLedger::new(manager)
+    }
+
+    fn request(key: &str) -> ClaimOwner {
+        ClaimOwner::Request(RequestKey::new(key))
+    }
+
+    #[test]
+    fn a_claim_is_exclusive_until_it_ends() {
+        let ledger = ledger_with(&[
+            ("a", AsyncTaskStatus::Completed),
+            ("b", AsyncTaskStatus::Failed),
+        ]);
+        let first = ledger.claim(&request("1")).expect("claimed");
+        assert_eq!(first.task_ids, ["a", "b"]);
+        assert_eq!(ledger.claim(&request("2")), None);
+        assert_eq!(ledger.claim(&request("1")), None, "one claim per owner");
+        assert_eq!(ledger.claim_waking(), None);
+        assert_eq!(ledger.acknowledge(&request("1")), ["a", "b"]);
+        assert!(ledger.manager().pending_notifications().is_empty());
+        assert_eq!(ledger.claim(&request("2")), None);
+    }
+
+    #[test]
+    fn a_released_claim_goes_to_the_next_owner() {
+        let ledger = ledger_with(&[("a", AsyncTaskStatus::Completed)]);
+        assert!(ledger.claim(&ClaimOwner::NextTurn).is_some());
+        assert_eq!(ledger.release(&ClaimOwner::NextTurn), ["a"]);
+        assert_eq!(ledger.release(&ClaimOwner::NextTurn), Vec::<String>::new());
+        let again = ledger.claim_waking().expect("pending again");
+        assert_eq!(again.task_ids, ["a"]);
+        assert!(ledger.is_claimed("a"));
+    }
+
+    #[test]
+    fn a_cancel_alone_does_not_wake_but_rides_along() {
+        let ledger = ledger_with(&[("a", AsyncTaskStatus::Cancelled)]);
+        assert_eq!(ledger.claim_waking(), None);
+        let ledger = ledger_with(&[
+            ("a", AsyncTaskStatus::Cancelled),
+            ("b", AsyncTaskStatus::Completed),
+        ]);
+        assert_eq!(
+            ledger.claim_waking().map(|r| r.task_ids),
+            Some(vec!["a".into(), "b".into()])
+        );
+    }
+
+    #[test]
+    fn matching_claims_take_only_what_they_pick() {
+        let ledger = ledger_with(&[
+            ("a", AsyncTaskStatus::Completed),
+            ("b", AsyncTaskStatus::Completed),
+        ]);
+        let mine = ledger
+            .claim_matching(&request("1"), |task| task.id == "b")
+            .expect("b is pending");
+        assert_eq!(mine.task_ids, ["b"]);
+        assert_eq!(
+            ledger.claim(&request("2")).map(|r| r.task_ids),
+            Some(vec!["a".into()])
+        );
+    }
+
+    #[test]
+    fn reclaim_and_partial_acknowledgement() {
+        let ledger = ledger_with(&[
+            ("a", AsyncTaskStatus::Completed),
+            ("b", AsyncTaskStatus::Completed),
+        ]);
+        assert!(ledger.claim(&ClaimOwner::NextTurn).is_some());
+        let again = ledger
+            .reclaim(&ClaimOwner::NextTurn)
+            .expect("the same tasks");
+        assert_eq!(again.task_ids, ["a", "b"]);
+        ledger.acknowledge_ids(&ClaimOwner::NextTurn, &["a".to_owned()]);
+        assert_eq!(ledger.held_by(&ClaimOwner::NextTurn), ["b"]);
+        assert!(!ledger.is_claimed("a"));
+        assert_eq!(ledger.manager().pending_notifications().len(), 1);
+    }
+}

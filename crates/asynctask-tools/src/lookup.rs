@@ -1,0 +1,112 @@
+//! Finding the task a model or a user named by id or prefix: one lookup, one
+//! error type, for every tool and slash command that takes a task id.
+
+use asynctask_manager::{AsyncTaskManager, PrefixMatch};
+use asynctask_model::AsyncTaskInfo;
+
+use crate::format::{ECHO_CHARS, truncate_chars};
+use crate::render;
+use crate::result::{ToolErrorType, ToolResult};
+
+/// The task named by `query`: the task with exactly that id, else the one task
+/// whose id starts with it.
+///
+/// # Errors
+///
+/// [`LookupError::NotFound`] when no id starts with `query`,
+/// [`LookupError::Ambiguous`] when several do.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_tools::{LookupError, find_task};
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "researcher", "g"))?;
+/// manager.register_task(RegisterTaskInput::new("0f3a77e4-2", "tester", "g"))?;
+/// assert_eq!(find_task(&manager, "0f3a9").map(|t| t.id), Ok("0f3a9c21-1".to_owned()));
+/// let missing = find_task(&manager, "ffff").unwrap_err();
+/// assert_eq!(missing.to_tool_result().llm_content, "No async task found with ID or prefix 'ffff'.");
+/// assert!(matches!(find_task(&manager, "0f3a"), Err(LookupError::Ambiguous { .. })));
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+pub fn find_task(manager: &AsyncTaskManager, query: &str) -> Result<AsyncTaskInfo, LookupError> {
+    // Exact match first: a full id never costs a prefix search, and an id that
+    // is a prefix of another still names itself.
+    if let Some(task) = manager.task(query) {
+        return Ok(task);
+    }
+    match manager.find_by_prefix(query) {
+        PrefixMatch::One(task) => Ok(task),
+        PrefixMatch::None => Err(LookupError::NotFound {
+            query: query.to_owned(),
+        }),
+        PrefixMatch::Ambiguous(candidates) => Err(LookupError::Ambiguous {
+            query: query.to_owned(),
+            candidates,
+        }),
+    }
+}
+
+/// A task id or prefix named no task, or several.
+///
+/// The `Display` is short (for logs); [`to_tool_result`](Self::to_tool_result)
+/// is what a tool answers the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// No task id starts with `query`.
+    #[error("no task matches '{}'", truncate_chars(query, ECHO_CHARS))]
+    NotFound {
+        /// What was asked for.
+        query: String,
+    },
+    /// Several task ids start with `query`.
+    #[error("{} tasks match '{}'", candidates.len(), truncate_chars(query, ECHO_CHARS))]
+    Ambiguous {
+        /// What was asked for.
+        query: String,
+        /// The matching tasks, in registration order.
+        candidates: Vec<AsyncTaskInfo>,
+    },
+}
+
+impl LookupError {
+    /// What was asked for, cut to [`ECHO_CHARS`] characters (it comes from the
+    /// model or the user: a huge "id" must not come back whole).
+    #[must_use]
+    pub fn shown_query(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            LookupError::NotFound { query } | LookupError::Ambiguous { query, .. } => {
+                truncate_chars(query, ECHO_CHARS)
+            }
+        }
+    }
+
+    /// The error result a tool answers with (`InvalidToolParams`):
+    /// `No async task found with ID or prefix '<id>'.`, or `Ambiguous task ID
+    /// prefix '<id>'. Candidates:` with one `- <8 chars>... (<subagent>)` line
+    /// per candidate.
+    #[must_use]
+    pub fn to_tool_result(&self) -> ToolResult {
+        let shown = self.shown_query();
+        match self {
+            LookupError::NotFound { .. } => ToolResult::failure(
+                ToolErrorType::InvalidToolParams,
+                "Task not found",
+                render::task_not_found(&shown),
+                format!("Task not found: {shown}"),
+            ),
+            LookupError::Ambiguous { candidates, .. } => ToolResult::failure(
+                ToolErrorType::InvalidToolParams,
+                "Ambiguous task ID",
+                render::ambiguous_task(&shown, candidates),
+                format!(
+                    "Ambiguous prefix. Did you mean:\n{}",
+                    render::candidate_list(candidates)
+                ),
+            ),
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Every text the `task` tool and the task lookups give the model, in one place,
+//! so each has one spelling and one snapshot.
+//!
+//! The completion notification keeps the exact JSON shape (and key order) that
+//! models are prompted with elsewhere; the other texts each say what happened
+//! and what the model can do next.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use asynctask_manager::LimitReached;
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, TerminateReason};
+use serde::Serialize;
+
+use crate::format::{id_prefix, to_pretty};
+
+#[derive(Serialize)]
+struct CompletedPayload<'a> {
+    agent_id: &'a str,
+    terminate_reason: TerminateReason,
+    emitted_vars: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    final_message: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct FailedPayload<'a> {
+    agent_id: &'a str,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct CancelledPayload<'a> {
+    agent_id: &'a str,
+    status: &'static str,
+}
+
+/// How a finished task is reported to the model — in reminders, and as the
+/// synchronous `task` result. Pretty JSON (two-space indent) with the keys in
+/// this order:
+///
+/// - completed: `{agent_id, terminate_reason, emitted_vars, final_message?}`;
+/// - failed: `{agent_id, status: "failed", error}`;
+/// - cancelled: `{agent_id, status: "cancelled"}`;
+/// - running: the empty string (nothing to report yet).
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_model::{AsyncTaskInfo, OutputObject, TerminateReason};
+/// use asynctask_tools::completion_notification;
+///
+/// let mut task = AsyncTaskInfo::new("a1", "researcher", "goal", 0);
+/// task.complete(OutputObject::new(TerminateReason::Goal).with_var("k", "v"), 1);
+/// assert_eq!(
+///     completion_notification(&task),
+///     "{\n  \"agent_id\": \"a1\",\n  \"terminate_reason\": \"GOAL\",\n  \"emitted_vars\": {\n    \"k\": \"v\"\n  }\n}",
+/// );
+/// ```
+#[must_use]
+pub fn completion_notification(task: &AsyncTaskInfo) -> String {
+    match task.status {
+        AsyncTaskStatus::Completed => match &task.output {
+            Some(output) => to_pretty(&CompletedPayload {
+                agent_id: &task.id,
+                terminate_reason: output.terminate_reason,
+                emitted_vars: &output.emitted_vars,
+                final_message: output.final_message.as_deref(),
+            }),
+            None => String::new(),
+        },
+        AsyncTaskStatus::Failed => to_pretty(&FailedPayload {
+            agent_id: &task.id,
+            status: "failed",
+            error: task.error.as_deref(),
+        }),
+        AsyncTaskStatus::Cancelled => to_pretty(&CancelledPayload {
+            agent_id: &task.id,
+            status: "cancelled",
+        }),
+        AsyncTaskStatus::Running => String::new(),
+    }
+}
+
+/// `task` with `async: true` registered the task and started it.
+pub(crate) fn launched(subagent: &str, id: &str) -> String {
+    format!(
+        "Async task launched: subagent '{subagent}' (ID: {id}). Task is running in background. \
+         Use 'check_async_tasks' to monitor progress."
+    )
+}
+
+/// The running limit refused a background launch: the reason, then the model's
+/// options.
+pub(crate) fn limit_refusal(limit: LimitReached) -> String {
+    format!(
+        "{limit}. Wait for a running task to finish and check progress with \
+         'check_async_tasks', run this subagent synchronously (without async: true), or try \
+         again later."
+    )
+}
+
+/// A synchronous run outlived the sync-detach time and became a background task.
+/// `follow_up` says how to follow it (the layer that serves the tools knows which
+/// tools exist).
+pub(crate) fn detached(subagent: &str, seconds: u64, id: &str, follow_up: &str) -> String {
+    format!(
+        "Subagent '{subagent}' is still running after {seconds} seconds; it continues in the \
+         background as async task {id}. Its result will be reported when it finishes; \
+         {follow_up}"
+    )
+}
+
+/// The host is shutting down: nothing new starts.
+pub(crate) const SHUTTING_DOWN: &str = "The host is shutting down: no new subagent can be started.";
+
+/// The timeout text: it names the timeout and the setting that changes it — or,
+/// when the timeout already was the maximum, what is left to do.
+pub(crate) fn timed_out(subagent: &str, timeout: Duration, max: Duration) -> String {
+    let seconds = timeout.as_secs();
+    if timeout >= max {
+        format!(
+            "Subagent '{subagent}' timed out after {seconds} seconds, the longest timeout_seconds \
+             allows. Split the goal into smaller tasks, or ask the user to raise the host's \
+             maximum timeout."
+        )
+    } else {
+        format!(
+            "Subagent '{subagent}' timed out after {seconds} seconds. Pass a larger \
+             timeout_seconds (at most {} seconds) to give it longer.",
+            max.as_secs()
+        )
+    }
+}
+
+/// A background run was dropped before it recorded an end (the host shut down).
+pub(crate) const RUN_DROPPED: &str =
+    "the subagent's run was stopped before it finished (the host shut down)";
+
+/// The runner's task was aborted from outside before it returned.
+pub(crate) const RUN_ABORTED: &str = "the subagent's run was aborted before it finished";
+
+/// A run was asked for its outcome after it had been stopped.
+pub(crate) const RUN_ALREADY_STOPPED: &str = "the subagent was already stopped";
+
+/// The runner panicked; `payload` is the panic's message.
+pub(crate) fn panicked(payload: &str) -> String {
+    format!("subagent panicked: {payload}")
+}
+
+/// No task id starts with what the model gave (`shown`: the echo, bounded).
+pub(crate) fn task_not_found(shown: &str) -> String {
+    format!("No async task found with ID or prefix '{shown}'.")
+}
+
+/// Several task ids start with what the model gave: one line per candidate.
+pub(crate) fn ambiguous_task(shown: &str, candidates: &[AsyncTaskInfo]) -> String {
+    format!(
+        "Ambiguous task ID prefix '{shown}'. Candidates:\n{}",
+        candidate_list(candidates)
+    )
+}
+
+/// `- <8 chars>... (<subagent>)`, one line per candidate.
+pub(crate) fn candidate_list(candidates: &[AsyncTaskInfo]) -> String {
+    candidates
+        .iter()
+        .map(|task| format!("- {}... ({})", id_prefix(&task.id), task.subagent_name))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_model::OutputObject;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn completion_payloads_keep_their_key_order() {
+        let mut task = AsyncTaskInfo::new("id-1", "r", "g", 0);
+        task.complete(
+            OutputObject::new(TerminateReason::MaxTurns).with_final_message("bye"),
+            5,
+        );
+        assert_eq!(
+            completion_notification(&task),
+            "{\n  \"agent_id\": \"id-1\",\n  \"terminate_reason\": \"MAX_TURNS\",\n  \"emitted_vars\": {},\n  \"final_message\": \"bye\"\n}"
+        );
+        let mut failed = AsyncTaskInfo::new("id-2", "r", "g", 0);
+        failed.fail("boom", 5);
+        assert_eq!(
+            completion_notification(&failed),
+            "{\n  \"agent_id\": \"id-2\",\n  \"status\": \"failed\",\n  \"error\": \"boom\"\n}"
+        );
+        let mut cancelled = AsyncTaskInfo::new("id-3", "r", "g", 0);
+        cancelled.cancel(5);
+        assert_eq!(
+            completion_notification(&cancelled),
+            "{\n  \"agent_id\": \"id-3\",\n  \"status\": \"cancelled\"\n}"
+        );
+        assert_eq!(
+            completion_notification(&AsyncTaskInfo::new("r", "r", "g", 0)),
+            ""
+        );
+    }
+}
