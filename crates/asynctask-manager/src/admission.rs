@@ -2,6 +2,8 @@
 
 use tokio_util::sync::CancellationToken;
 
+use crate::live::{InboxSender, TaskProgress};
+
 /// What a host supplies to register a task.
 ///
 /// The `cancellation` token is the one handed to the subagent runner;
@@ -28,6 +30,15 @@ pub struct RegisterTaskInput {
     pub goal_prompt: String,
     /// The token the subagent runner watches.
     pub cancellation: CancellationToken,
+    /// Where the runner reports its progress, for `check_async_tasks` to show
+    /// (see [`AsyncTaskManager::progress`](crate::AsyncTaskManager::progress)).
+    pub progress: TaskProgress,
+    /// The sending end of the runner's inbox, when it has one (see
+    /// [`AsyncTaskManager::send_message`](crate::AsyncTaskManager::send_message)).
+    pub inbox: Option<InboxSender>,
+    /// Who launched the task (a session, when several share one registry);
+    /// `None` for a registry with one user.
+    pub origin: Option<String>,
 }
 
 impl RegisterTaskInput {
@@ -43,6 +54,9 @@ impl RegisterTaskInput {
             subagent_name: subagent_name.into(),
             goal_prompt: goal_prompt.into(),
             cancellation: CancellationToken::new(),
+            progress: TaskProgress::new(),
+            inbox: None,
+            origin: None,
         }
     }
 
@@ -50,6 +64,27 @@ impl RegisterTaskInput {
     #[must_use]
     pub fn with_cancellation(mut self, cancellation: CancellationToken) -> Self {
         self.cancellation = cancellation;
+        self
+    }
+
+    /// Replaces the progress handle (use the one the runner reports to).
+    #[must_use]
+    pub fn with_progress(mut self, progress: TaskProgress) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    /// Gives the task an inbox (the sender; the runner holds the receiver).
+    #[must_use]
+    pub fn with_inbox(mut self, inbox: InboxSender) -> Self {
+        self.inbox = Some(inbox);
+        self
+    }
+
+    /// Records who launched the task.
+    #[must_use]
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = Some(origin.into());
         self
     }
 }

@@ -45,11 +45,15 @@
 
 mod admission;
 mod events;
+mod live;
 mod manager;
 mod registry;
 
 pub use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
 pub use crate::events::TaskEvent;
+pub use crate::live::{
+    Inbox, InboxError, InboxSender, MessageError, ProgressSnapshot, TaskProgress,
+};
 pub use crate::manager::{AsyncTaskManager, Reservation, Subscription};
 pub use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks};
 pub use tokio_util::sync::CancellationToken;

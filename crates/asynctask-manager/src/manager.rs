@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
 use crate::events::{Dispatcher, Handler, TaskEvent};
+use crate::live::{MessageError, TaskProgress};
 use crate::registry::{Finished, Registry, Terminal};
 use crate::{PrefixMatch, TaskCounts};
 
@@ -294,6 +295,78 @@ impl AsyncTaskManager {
     #[must_use]
     pub fn cancellation_token(&self, id: &str) -> Option<CancellationToken> {
         self.lock().registry.token(id)
+    }
+
+    /// The progress handle of a running task (`None` once it is terminal): what
+    /// its runner has reported so far.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput, TaskProgress};
+    ///
+    /// let manager = AsyncTaskManager::default();
+    /// let progress = TaskProgress::new();
+    /// manager.register_task(RegisterTaskInput::new("a", "tester", "g").with_progress(progress.clone()))?;
+    /// progress.record_output(b"12 tests passed\n");
+    /// let seen = manager.progress("a").map(|p| p.snapshot());
+    /// assert_eq!(seen.and_then(|s| s.last_line().map(str::to_owned)).as_deref(), Some("12 tests passed"));
+    /// manager.cancel_task("a");
+    /// assert!(manager.progress("a").is_none());
+    /// # Ok::<(), asynctask_manager::RegisterError>(())
+    /// ```
+    #[must_use]
+    pub fn progress(&self, id: &str) -> Option<TaskProgress> {
+        self.lock().registry.progress(id)
+    }
+
+    /// Queues `message` in the inbox of running task `id` (exact id). It never
+    /// changes the task's state, and never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`MessageError::NotFound`], [`MessageError::Finished`] (with the task's
+    /// status) once the task has ended, [`MessageError::NoInbox`] for a task
+    /// registered without one, or [`MessageError::Inbox`] when its runner took
+    /// no messages or has not read the last [`Inbox::CAPACITY`](crate::Inbox::CAPACITY).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, Inbox, MessageError, RegisterTaskInput};
+    /// use asynctask_model::AsyncTaskStatus;
+    ///
+    /// let manager = AsyncTaskManager::default();
+    /// let (sender, inbox) = Inbox::channel();
+    /// manager.register_task(RegisterTaskInput::new("a", "tester", "g").with_inbox(sender))?;
+    /// manager.send_message("a", "only the io tests".to_owned())?;
+    /// assert_eq!(inbox.try_recv().as_deref(), Some("only the io tests"));
+    /// manager.cancel_task("a");
+    /// assert_eq!(
+    ///     manager.send_message("a", "too late".to_owned()),
+    ///     Err(MessageError::Finished(AsyncTaskStatus::Cancelled)),
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn send_message(&self, id: &str, message: String) -> Result<(), MessageError> {
+        let state = self.lock();
+        match state.registry.inbox(id) {
+            None => Err(MessageError::NotFound),
+            Some((status, _)) if status.is_terminal() => Err(MessageError::Finished(status)),
+            Some((_, None)) => Err(MessageError::NoInbox),
+            // `try_send` never waits and runs no user code: fine under the lock,
+            // which keeps the message from racing the task's end.
+            Some((_, Some(inbox))) => Ok(inbox.send(message)?),
+        }
+    }
+
+    /// Who launched task `id`, when its registration said.
+    #[must_use]
+    pub fn origin(&self, id: &str) -> Option<String> {
+        self.lock()
+            .registry
+            .origin(id)
+            .map(|origin| origin.to_string())
     }
 
     /// The cancellation tokens of every running task, in registration order.

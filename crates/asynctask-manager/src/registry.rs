@@ -11,6 +11,7 @@ use std::sync::Arc;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use tokio_util::sync::CancellationToken;
 
+use crate::live::{InboxSender, TaskProgress};
 use crate::{LimitReached, PrefixMatch, RegisterError, RegisterTaskInput, TaskCounts};
 
 /// Registration order: a counter that only grows.
@@ -38,11 +39,11 @@ struct Record {
     outcome: Outcome,
 }
 
-/// The status and what comes with it: a running task keeps its subagent's token;
-/// a terminal one drops it and keeps its result.
+/// The status and what comes with it: a running task keeps its subagent's
+/// handles; a terminal one drops them and keeps its result.
 #[derive(Debug)]
 enum Outcome {
-    Running(CancellationToken),
+    Running(Box<Live>),
     Completed(Box<OutputObject>),
     /// Boxed twice so that the enum stays 16 bytes: failures are rare.
     #[expect(
@@ -51,6 +52,14 @@ enum Outcome {
     )]
     Failed(Box<String>),
     Cancelled,
+}
+
+/// What a running task's subagent is reached through.
+#[derive(Debug)]
+struct Live {
+    token: CancellationToken,
+    progress: TaskProgress,
+    inbox: Option<InboxSender>,
 }
 
 // The record's size is what every held task costs; keep it from creeping up.
@@ -66,11 +75,15 @@ impl Record {
         }
     }
 
-    fn token(&self) -> Option<&CancellationToken> {
+    fn live(&self) -> Option<&Live> {
         match &self.outcome {
-            Outcome::Running(token) => Some(token),
+            Outcome::Running(live) => Some(live),
             _ => None,
         }
+    }
+
+    fn token(&self) -> Option<&CancellationToken> {
+        self.live().map(|live| &live.token)
     }
 
     fn info(&self) -> AsyncTaskInfo {
@@ -98,12 +111,14 @@ impl Record {
         if !matches!(self.outcome, Outcome::Running(_)) {
             return None;
         }
-        let Outcome::Running(token) = std::mem::replace(&mut self.outcome, outcome) else {
+        let Outcome::Running(live) = std::mem::replace(&mut self.outcome, outcome) else {
             return None;
         };
         self.completed_at = now_ms;
         self.finish = order;
-        Some(token)
+        // The inbox's sender and the progress handle go with `live`: a message
+        // sent from now on finds the task terminal.
+        Some(live.token)
     }
 
     /// Refused unless terminal and not yet notified.
@@ -147,6 +162,9 @@ pub(crate) struct Registry {
     delivered: BTreeMap<(u64, u64), Seq>,
     /// Terminal tasks by status: completed, failed, cancelled.
     finished_by_status: [usize; 3],
+    /// Who launched each task, for the tasks that say (most do not, so it
+    /// costs them nothing).
+    origins: BTreeMap<Seq, Arc<str>>,
 }
 
 impl Registry {
@@ -163,6 +181,7 @@ impl Registry {
             pending: BTreeSet::new(),
             delivered: BTreeMap::new(),
             finished_by_status: [0; 3],
+            origins: BTreeMap::new(),
         }
     }
 
@@ -252,9 +271,16 @@ impl Registry {
             completed_at: 0,
             notified_at: None,
             finish: 0,
-            outcome: Outcome::Running(input.cancellation),
+            outcome: Outcome::Running(Box::new(Live {
+                token: input.cancellation,
+                progress: input.progress,
+                inbox: input.inbox,
+            })),
         };
         let snapshot = record.info();
+        if let Some(origin) = input.origin {
+            self.origins.insert(seq, Arc::from(origin));
+        }
         self.ids.insert(id, seq);
         self.running.insert(seq);
         self.tasks.insert(seq, Box::new(record));
@@ -320,6 +346,7 @@ impl Registry {
             };
             if let Some(record) = self.tasks.remove(&seq) {
                 self.ids.remove(&*record.id);
+                self.origins.remove(&seq);
                 self.finished_by_status[status_slot(record.status())] -= 1;
             }
         }
@@ -332,6 +359,26 @@ impl Registry {
     pub(crate) fn token(&self, id: &str) -> Option<CancellationToken> {
         let seq = self.ids.get(id)?;
         self.tasks.get(seq)?.token().cloned()
+    }
+
+    pub(crate) fn progress(&self, id: &str) -> Option<TaskProgress> {
+        let seq = self.ids.get(id)?;
+        Some(self.tasks.get(seq)?.live()?.progress.clone())
+    }
+
+    /// The status of task `id` and, while it runs, its inbox's sender.
+    pub(crate) fn inbox(&self, id: &str) -> Option<(AsyncTaskStatus, Option<&InboxSender>)> {
+        let seq = self.ids.get(id)?;
+        let record = self.tasks.get(seq)?;
+        Some((
+            record.status(),
+            record.live().and_then(|live| live.inbox.as_ref()),
+        ))
+    }
+
+    pub(crate) fn origin(&self, id: &str) -> Option<Arc<str>> {
+        let seq = self.ids.get(id)?;
+        self.origins.get(seq).cloned()
     }
 
     fn info(&self, seq: Seq) -> Option<AsyncTaskInfo> {
@@ -457,6 +504,13 @@ impl Registry {
         }
         if by_status != self.finished_by_status {
             return Err("status counts disagree with the registry".to_owned());
+        }
+        if let Some(seq) = self
+            .origins
+            .keys()
+            .find(|seq| !self.tasks.contains_key(seq))
+        {
+            return Err(format!("an origin is kept for task #{seq}, which is gone"));
         }
         let terminal = pending.len() + delivered.len();
         let history = self.max.history_limit();

@@ -66,6 +66,8 @@ pub use crate::result::{ToolError, ToolErrorType, ToolResult};
 pub use crate::slash::{
     CommandOutput, CommandOutputKind, complete_task_ids, end_task, run_slash_command,
 };
-pub use crate::task::{SubagentError, SubagentRequest, SubagentRunner, SyncDetach, TaskTool};
+pub use crate::task::{
+    SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach, TaskTool,
+};
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
 pub use crate::tool::{Provider, Tool, ToolAnnotations, ToolSpec, TypedTool, UnknownProvider};

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use asynctask_manager::{AsyncTaskManager, RegisterError, RegisterTaskInput};
+use asynctask_manager::{
+    AsyncTaskManager, Inbox, InboxSender, RegisterError, RegisterTaskInput, TaskProgress,
+};
 use asynctask_model::AsyncTaskInfo;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -20,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
-pub use self::runner::{SubagentError, SubagentRequest, SubagentRunner};
+pub use self::runner::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
 use self::supervise::{Background, Outcome, Run, far_future};
 use crate::ids::new_task_id;
 use crate::params::{TaskParams, TaskTimeouts, ToolParams};
@@ -298,14 +300,16 @@ impl TaskTool {
 }
 
 impl TaskTool {
-    /// The request for the runner: defaults filled in, the timeout resolved and
-    /// capped, and a fresh id whose first 8 characters no held task shares.
-    fn request(&self, params: TaskParams) -> SubagentRequest {
+    /// The request for the runner — defaults filled in, the timeout resolved and
+    /// capped, a fresh id whose first 8 characters no held task shares, a
+    /// progress handle and an inbox — and the inbox's sender, for the registry.
+    fn request(&self, params: TaskParams) -> (SubagentRequest, InboxSender) {
+        let (sender, inbox) = Inbox::channel();
         let timeout = params
             .timeout_seconds
             .map_or(self.timeouts.default, |t| t.resolve(self.timeouts))
             .min(self.timeouts.max);
-        SubagentRequest::new(
+        let request = SubagentRequest::new(
             new_task_id(&self.manager),
             params.subagent_name,
             params.goal_prompt,
@@ -316,6 +320,8 @@ impl TaskTool {
         .with_context(params.context.unwrap_or_default())
         .with_timeout(timeout)
         .with_run_async(params.run_async.unwrap_or(false))
+        .with_inbox(inbox);
+        (request, sender)
     }
 
     /// The timeout text for `subagent` under this tool's maximum.
@@ -325,10 +331,16 @@ impl TaskTool {
 
     /// Runs the subagent while the caller waits. Nothing is registered — unless
     /// sync-detach turns the run into a background task.
-    async fn run_sync(&self, request: SubagentRequest, cancel: &CancellationToken) -> ToolResult {
+    async fn run_sync(
+        &self,
+        request: SubagentRequest,
+        inbox: InboxSender,
+        cancel: &CancellationToken,
+    ) -> ToolResult {
         let id = request.task_id.clone();
         let name = request.subagent_name.clone();
         let goal = request.goal_prompt.clone();
+        let progress = request.progress.clone();
         let timeout = request.timeout;
         let started = Instant::now();
         // Saturating: a timeout beyond the clock's range never fires.
@@ -367,6 +379,8 @@ impl TaskTool {
                         id: id.clone(),
                         name: name.clone(),
                         goal: goal.clone(),
+                        progress: progress.clone(),
+                        inbox: inbox.clone(),
                         started,
                         deadline,
                     };
@@ -458,11 +472,15 @@ impl TaskTool {
             id,
             name,
             goal,
+            progress,
+            inbox,
             started,
             deadline,
         } = detach;
         let input = RegisterTaskInput::new(id.clone(), name.clone(), goal)
-            .with_cancellation(run.token().clone());
+            .with_cancellation(run.token().clone())
+            .with_progress(progress)
+            .with_inbox(inbox);
         if let Err(err) = self.manager.register_task(input) {
             tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
             return Err(run);
@@ -487,14 +505,16 @@ impl TaskTool {
     }
 
     /// Registers the task under the limit and starts it in the background.
-    fn launch(&self, request: SubagentRequest) -> ToolResult {
+    fn launch(&self, request: SubagentRequest, inbox: InboxSender) -> ToolResult {
         let id = request.task_id.clone();
         let name = request.subagent_name.clone();
         // A fresh token, not a child of the call's: a background task outlives the
         // request that launched it.
         let token = CancellationToken::new();
         let input = RegisterTaskInput::new(id.clone(), name.clone(), request.goal_prompt.clone())
-            .with_cancellation(token.clone());
+            .with_cancellation(token.clone())
+            .with_progress(request.progress.clone())
+            .with_inbox(inbox);
         match self.manager.register_task(input) {
             Ok(_) => {}
             Err(RegisterError::LimitReached(limit)) => {
@@ -559,6 +579,8 @@ struct Detach {
     id: String,
     name: String,
     goal: String,
+    progress: TaskProgress,
+    inbox: InboxSender,
     started: Instant,
     deadline: Instant,
 }
@@ -604,9 +626,9 @@ impl TypedTool for TaskTool {
                 render::SHUTTING_DOWN,
             );
         }
-        let request = self.request(params);
+        let (request, inbox) = self.request(params);
         if request.run_async {
-            self.launch(request)
+            self.launch(request, inbox)
         } else {
             // The run ends when the call is cancelled (a child token: at once) or
             // the host shuts down (forwarded while the call runs).
@@ -618,7 +640,7 @@ impl TypedTool for TaskTool {
                     either.cancel();
                 }
             }));
-            self.run_sync(request, &either).await
+            self.run_sync(request, inbox, &either).await
         }
     }
 }

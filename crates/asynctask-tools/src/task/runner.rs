@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use asynctask_manager::{Inbox, TaskProgress};
 use asynctask_model::OutputObject;
 use tokio_util::sync::CancellationToken;
 
@@ -32,10 +33,62 @@ pub trait SubagentRunner: Send + Sync {
         request: SubagentRequest,
         cancel: CancellationToken,
     ) -> Result<OutputObject, SubagentError>;
+
+    /// The subagents this runner knows. `None` (the default): any name goes to
+    /// `run`. `Some`: the `task` tool lists them (name and description) in its
+    /// description and as an `enum` on `subagent_name`, and refuses any other
+    /// name before registering anything.
+    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        None
+    }
 }
 
-/// Everything the model asked of a subagent. Serializable, for runners that hand
-/// the request to another process (`timeout` as `{secs, nanos}`).
+/// One subagent a runner offers: its name, what it is for, and whether it
+/// reads messages sent to it while it runs.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_tools::SubagentInfo;
+///
+/// let info = SubagentInfo::new("tester", "Runs the unit tests").with_messages(true);
+/// assert_eq!((info.name.as_str(), info.accepts_messages), ("tester", true));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct SubagentInfo {
+    /// The name the model passes as `subagent_name`.
+    pub name: String,
+    /// What it is for, for the model (may be empty).
+    pub description: String,
+    /// Whether it reads its [inbox](SubagentRequest::inbox): `message_async_task`
+    /// refuses messages to a subagent that does not. `false` unless set.
+    pub accepts_messages: bool,
+}
+
+impl SubagentInfo {
+    /// A subagent that takes no messages.
+    #[must_use]
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        SubagentInfo {
+            name: name.into(),
+            description: description.into(),
+            accepts_messages: false,
+        }
+    }
+
+    /// Says whether it reads messages sent while it runs.
+    #[must_use]
+    pub fn with_messages(mut self, accepts_messages: bool) -> Self {
+        self.accepts_messages = accepts_messages;
+        self
+    }
+}
+
+/// Everything the model asked of a subagent, and the two handles the runner
+/// reports and listens through. Serializable, for runners that hand the request
+/// to another process (`timeout` as `{secs, nanos}`; the handles are not
+/// serialized); two requests are equal when everything but the handles is.
 ///
 /// The `task` tool builds it; a host builds one (for a test, or to call a runner
 /// directly) with [`new`](Self::new) and the `with_*` methods, since fields may
@@ -53,7 +106,7 @@ pub trait SubagentRunner: Send + Sync {
 /// assert_eq!(request.timeout, Duration::from_secs(60));
 /// assert!(!request.run_async);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct SubagentRequest {
     /// The task's id (also the subagent's agent id).
@@ -74,7 +127,33 @@ pub struct SubagentRequest {
     pub timeout: Duration,
     /// Whether it runs in the background.
     pub run_async: bool,
+    /// Where the runner reports what its subagent is doing (the last lines of
+    /// its output, and where the whole output is kept), for `check_async_tasks`,
+    /// `/tasks list` and progress notifications to show while it runs.
+    #[serde(skip)]
+    pub progress: TaskProgress,
+    /// Messages the model or the user sent to the running task, in order. A
+    /// runner reads them whenever it likes, or [closes](Inbox::close) the inbox
+    /// if it takes none (then senders are told so).
+    #[serde(skip)]
+    pub inbox: Inbox,
 }
+
+impl PartialEq for SubagentRequest {
+    fn eq(&self, other: &Self) -> bool {
+        self.task_id == other.task_id
+            && self.subagent_name == other.subagent_name
+            && self.goal_prompt == other.goal_prompt
+            && self.behaviour_prompts == other.behaviour_prompts
+            && self.tool_whitelist == other.tool_whitelist
+            && self.output_spec == other.output_spec
+            && self.context == other.context
+            && self.timeout == other.timeout
+            && self.run_async == other.run_async
+    }
+}
+
+impl Eq for SubagentRequest {}
 
 impl SubagentRequest {
     /// The default timeout of a request built with [`new`](Self::new): 900 s,
@@ -82,7 +161,8 @@ impl SubagentRequest {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
 
     /// A synchronous request with no behaviour prompts, tool whitelist, output
-    /// spec or context, and the [default timeout](Self::DEFAULT_TIMEOUT).
+    /// spec or context, the [default timeout](Self::DEFAULT_TIMEOUT), a fresh
+    /// progress handle and a closed inbox.
     #[must_use]
     pub fn new(
         task_id: impl Into<String>,
@@ -99,6 +179,8 @@ impl SubagentRequest {
             context: Vec::new(),
             timeout: Self::DEFAULT_TIMEOUT,
             run_async: false,
+            progress: TaskProgress::new(),
+            inbox: Inbox::closed(),
         }
     }
 
@@ -141,6 +223,20 @@ impl SubagentRequest {
     #[must_use]
     pub fn with_run_async(mut self, run_async: bool) -> Self {
         self.run_async = run_async;
+        self
+    }
+
+    /// Replaces the progress handle.
+    #[must_use]
+    pub fn with_progress(mut self, progress: TaskProgress) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    /// Replaces the inbox.
+    #[must_use]
+    pub fn with_inbox(mut self, inbox: Inbox) -> Self {
+        self.inbox = inbox;
         self
     }
 }

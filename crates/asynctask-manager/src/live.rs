@@ -1,0 +1,393 @@
+//! What a running task carries besides its cancellation token: its progress
+//! (the last lines of its output) and its inbox (messages sent to it).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use asynctask_model::AsyncTaskStatus;
+use tokio::sync::mpsc;
+
+/// What a running subagent has reported so far: the last lines of its output,
+/// how much output there was, and where the whole output is kept.
+///
+/// A cheap handle: clones share one state. The `task` tool hands one to the
+/// runner (in its request) and registers the same one with the task, so
+/// `check_async_tasks` and `/tasks list` show a running task's latest output.
+/// A runner that reports nothing leaves it empty; that costs one small
+/// allocation per task.
+///
+/// Output arrives as bytes in chunks of any size
+/// ([`record_output`](Self::record_output)): it is decoded as UTF-8 (a
+/// character split across chunks is put back together; invalid bytes become
+/// U+FFFD), split into lines at `\n`, and a `\r` (a progress bar redrawing
+/// its line) starts the current line over. The last [`LINES_KEPT`](Self::LINES_KEPT)
+/// lines are kept, each cut to [`LINE_CHARS`](Self::LINE_CHARS) characters,
+/// so a chatty subagent costs a bounded amount of memory.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::TaskProgress;
+///
+/// let progress = TaskProgress::new();
+/// progress.record_output(b"compiling 1/3\ncompiling 2/3\ntest");
+/// progress.record_output(" r\u{e9}sult: ok\n".as_bytes());
+/// let now = progress.snapshot();
+/// assert_eq!(now.last_lines, ["compiling 1/3", "compiling 2/3", "test r\u{e9}sult: ok"]);
+/// assert_eq!(now.last_line(), Some("test r\u{e9}sult: ok"));
+/// assert_eq!(now.output_bytes, 45);
+/// ```
+#[derive(Clone, Default)]
+pub struct TaskProgress {
+    state: Arc<Mutex<ProgressState>>,
+}
+
+#[derive(Debug, Default)]
+struct ProgressState {
+    /// Complete lines, oldest first.
+    lines: VecDeque<String>,
+    /// The line being written (no `\n` yet).
+    current: String,
+    /// The start of a character split across chunks.
+    split: Vec<u8>,
+    output_bytes: u64,
+    output_file: Option<PathBuf>,
+}
+
+/// A [`TaskProgress`] at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProgressSnapshot {
+    /// The last lines of output, oldest first; the line being written (if not
+    /// empty) is the last one.
+    pub last_lines: Vec<String>,
+    /// How many bytes of output there were in all.
+    pub output_bytes: u64,
+    /// Where the whole output is kept, if the runner keeps it in a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_file: Option<PathBuf>,
+}
+
+impl ProgressSnapshot {
+    /// The latest line of output, if there was any.
+    #[must_use]
+    pub fn last_line(&self) -> Option<&str> {
+        self.last_lines.last().map(String::as_str)
+    }
+
+    /// Whether nothing was reported.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.last_lines.is_empty() && self.output_bytes == 0 && self.output_file.is_none()
+    }
+}
+
+impl TaskProgress {
+    /// How many lines are kept.
+    pub const LINES_KEPT: usize = 20;
+    /// How many characters of each line are kept.
+    pub const LINE_CHARS: usize = 400;
+
+    /// An empty progress.
+    #[must_use]
+    pub fn new() -> Self {
+        TaskProgress::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ProgressState> {
+        // Plain data, consistent after every statement.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a chunk of output (see the type's docs for how it is split).
+    pub fn record_output(&self, chunk: &[u8]) {
+        let mut state = self.lock();
+        state.output_bytes += chunk.len() as u64;
+        let mut bytes = std::mem::take(&mut state.split);
+        bytes.extend_from_slice(chunk);
+        let mut rest: &[u8] = &bytes;
+        while !rest.is_empty() {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    state.push_text(text);
+                    rest = &[];
+                }
+                Err(error) => {
+                    let (valid, after) = rest.split_at(error.valid_up_to());
+                    // `valid` is valid UTF-8 by the error's own account.
+                    state.push_text(&String::from_utf8_lossy(valid));
+                    match error.error_len() {
+                        // An incomplete character at the end: wait for the rest.
+                        None => {
+                            state.split = after.to_vec();
+                            rest = &[];
+                        }
+                        Some(len) => {
+                            state.push_text("\u{fffd}");
+                            rest = &after[len..];
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records one line of status (as if the output had printed it).
+    pub fn report(&self, line: &str) {
+        let mut state = self.lock();
+        let current = std::mem::take(&mut state.current);
+        if !current.is_empty() {
+            state.push_line(current);
+        }
+        for line in line.split('\n') {
+            state.push_line(line.to_owned());
+        }
+    }
+
+    /// Records where the whole output is kept.
+    pub fn set_output_file(&self, path: impl Into<PathBuf>) {
+        self.lock().output_file = Some(path.into());
+    }
+
+    /// Where the whole output is kept, if it is.
+    #[must_use]
+    pub fn output_file(&self) -> Option<PathBuf> {
+        self.lock().output_file.clone()
+    }
+
+    /// The progress now.
+    #[must_use]
+    pub fn snapshot(&self) -> ProgressSnapshot {
+        let state = self.lock();
+        let mut last_lines: Vec<String> = state.lines.iter().cloned().collect();
+        if !state.current.is_empty() {
+            if last_lines.len() == Self::LINES_KEPT {
+                last_lines.remove(0);
+            }
+            last_lines.push(state.current.clone());
+        }
+        ProgressSnapshot {
+            last_lines,
+            output_bytes: state.output_bytes,
+            output_file: state.output_file.clone(),
+        }
+    }
+}
+
+impl ProgressState {
+    fn push_text(&mut self, text: &str) {
+        let mut pieces = text.split('\n').peekable();
+        while let Some(piece) = pieces.next() {
+            // A `\r` redraws the line: keep what follows the last one.
+            let piece = match piece.rfind('\r') {
+                Some(at) => {
+                    self.current.clear();
+                    &piece[at + 1..]
+                }
+                None => piece,
+            };
+            let room = TaskProgress::LINE_CHARS.saturating_sub(self.current.chars().count());
+            self.current.extend(piece.chars().take(room));
+            if pieces.peek().is_some() {
+                let line = std::mem::take(&mut self.current);
+                self.push_line(line);
+            }
+        }
+    }
+
+    fn push_line(&mut self, mut line: String) {
+        if let Some((cut, _)) = line.char_indices().nth(TaskProgress::LINE_CHARS) {
+            line.truncate(cut);
+        }
+        if self.lines.len() == TaskProgress::LINES_KEPT {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+}
+
+impl fmt::Debug for TaskProgress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TaskProgress")
+            .field(&self.snapshot())
+            .finish()
+    }
+}
+
+/// The messages sent to one running task, in the order they were sent: the
+/// runner's end of a task's inbox (see [`Inbox::channel`]).
+///
+/// A cheap handle (clones share one queue). An in-process runner reads it
+/// whenever it likes ([`recv`](Self::recv), [`try_recv`](Self::try_recv)); a
+/// runner that takes no messages [closes](Self::close) it, so senders are
+/// told at once instead of queueing messages nobody reads. Unused, it costs
+/// one channel allocation per task.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{Inbox, InboxError};
+///
+/// let (sender, inbox) = Inbox::channel();
+/// sender.send("narrow the scope to src/io".to_owned())?;
+/// sender.send("skip the benches".to_owned())?;
+/// assert_eq!(inbox.try_recv().as_deref(), Some("narrow the scope to src/io"));
+/// assert_eq!(inbox.try_recv().as_deref(), Some("skip the benches"));
+/// assert_eq!(inbox.try_recv(), None);
+///
+/// inbox.close();
+/// assert_eq!(sender.send("too late".to_owned()), Err(InboxError::Closed));
+/// # Ok::<(), InboxError>(())
+/// ```
+#[derive(Clone)]
+pub struct Inbox {
+    receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<String>>>,
+    closed: Arc<AtomicBool>,
+}
+
+/// The sending end of a task's [`Inbox`], held by the registry while the task
+/// runs.
+#[derive(Clone)]
+pub struct InboxSender {
+    sender: mpsc::Sender<String>,
+    closed: Arc<AtomicBool>,
+}
+
+/// Why a message could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InboxError {
+    /// The runner closed its inbox (it takes no messages) or has ended.
+    #[error("the subagent takes no messages")]
+    Closed,
+    /// [`Inbox::CAPACITY`] messages are waiting unread.
+    #[error("the subagent has not read its last {} messages", Inbox::CAPACITY)]
+    Full,
+}
+
+impl Inbox {
+    /// How many unread messages an inbox holds before it refuses more.
+    pub const CAPACITY: usize = 64;
+
+    /// A new inbox and the sender that feeds it.
+    #[must_use]
+    pub fn channel() -> (InboxSender, Inbox) {
+        let (sender, receiver) = mpsc::channel(Self::CAPACITY);
+        let closed = Arc::new(AtomicBool::new(false));
+        (
+            InboxSender {
+                sender,
+                closed: Arc::clone(&closed),
+            },
+            Inbox {
+                receiver: Arc::new(tokio::sync::Mutex::new(receiver)),
+                closed,
+            },
+        )
+    }
+
+    /// An inbox that is closed from the start (no sender exists).
+    #[must_use]
+    pub fn closed() -> Self {
+        let (sender, inbox) = Inbox::channel();
+        drop(sender);
+        inbox.close();
+        inbox
+    }
+
+    /// The next message, waiting for one; `None` once the inbox is closed or
+    /// the task has ended (its sender is gone) and nothing is left unread.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a message is either returned or left in the inbox.
+    pub async fn recv(&self) -> Option<String> {
+        if self.is_closed() {
+            return None;
+        }
+        self.receiver.lock().await.recv().await
+    }
+
+    /// The next message if one is waiting (and no other reader holds the
+    /// inbox right now).
+    #[must_use]
+    pub fn try_recv(&self) -> Option<String> {
+        if self.is_closed() {
+            return None;
+        }
+        self.receiver.try_lock().ok()?.try_recv().ok()
+    }
+
+    /// Takes no more messages: senders get [`InboxError::Closed`] from now on.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+}
+
+impl Default for Inbox {
+    /// A closed inbox (see [`Inbox::closed`]).
+    fn default() -> Self {
+        Inbox::closed()
+    }
+}
+
+impl InboxSender {
+    /// Queues `message` without waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`InboxError::Closed`] when the runner closed its inbox or dropped it,
+    /// [`InboxError::Full`] when [`Inbox::CAPACITY`] messages wait unread.
+    pub fn send(&self, message: String) -> Result<(), InboxError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(InboxError::Closed);
+        }
+        self.sender.try_send(message).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(_) => InboxError::Full,
+            mpsc::error::TrySendError::Closed(_) => InboxError::Closed,
+        })
+    }
+}
+
+impl fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Inbox")
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for InboxSender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InboxSender")
+            .field("closed", &self.closed.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`AsyncTaskManager::send_message`](crate::AsyncTaskManager::send_message)
+/// queued nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MessageError {
+    /// No task has this id.
+    #[error("no task has this id")]
+    NotFound,
+    /// The task has ended; its subagent reads nothing any more.
+    #[error("the task is already {0}")]
+    Finished(AsyncTaskStatus),
+    /// The task was registered without an inbox.
+    #[error("the task has no inbox")]
+    NoInbox,
+    /// The inbox refused the message.
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+}
