@@ -1,4 +1,4 @@
-"""`asynctask mcp` driven by the official Python MCP client (issue 7's Python tests).
+"""`asynctask mcp` driven by the official Python MCP client.
 
 Each test starts the built binary (`asynctask mcp --config tests/python/subagents.toml`)
 over stdio with `mcp.Client(stdio_client(StdioServerParameters(...)), mode=...)` and
@@ -79,8 +79,8 @@ def binary() -> Path:
 async def connect(mode: str, tmp_path: Path, *extra_args: str) -> AsyncIterator[Client]:
     """A connected client of a fresh server; the server's stderr is printed afterwards
     (pytest shows it when the test fails). On a clean exit it also checks that the
-    server ended by itself once its stdin closed (issue 7, Safety: on EOF it cancels
-    everything, waits for the processes and exits), without a panic."""
+    server ended by itself once its stdin closed (on EOF it cancels everything, waits
+    for the processes and exits), without a panic."""
     params = StdioServerParameters(
         command=str(binary()),
         args=["mcp", "--config", str(CONFIG), *extra_args],
@@ -161,7 +161,7 @@ def launched_id(result: CallToolResult) -> str:
 
 
 def peek_status(result: CallToolResult, task_id: str) -> str:
-    """The `status` of a `check_async_tasks` peek (`task_id` given): the seed's pretty JSON
+    """The `status` of a `check_async_tasks` peek (`task_id` given): the pretty JSON
     of the task's details, as the first text block (a reminder may follow it)."""
     assert not result.is_error, texts(result)
     details = json.loads(texts(result)[0])
@@ -184,7 +184,7 @@ class Transcript:
     def record(self, tool: str, arguments: dict[str, Any], result: CallToolResult) -> None:
         print(f"{tool}({arguments}) -> isError={result.is_error} {texts(result)!r}")
         where = f"{tool}({arguments})"
-        # Issue 7, "Reminders ride on tool results", rule 2: text only, no structuredContent.
+        # Reminders ride on tool results as text only: no structuredContent.
         assert result.structured_content is None, f"{where} returned structuredContent"
         assert result.content, f"{where} returned no content"
         assert all(isinstance(block, TextContent) for block in result.content), f"{where}: non-text content"
@@ -230,7 +230,7 @@ async def test_protocol_era(mode: str, tmp_path: Path) -> None:
                 f"mode='auto' fell back to the handshake era ({client.protocol_version}): "
                 "the server does not answer server/discover"
             )
-        # Issue 7 rule 4: the instructions point the model at wait_async_tasks.
+        # The instructions point the model at wait_async_tasks.
         assert "wait_async_tasks" in (client.instructions or ""), client.instructions
 
 
@@ -362,7 +362,7 @@ async def test_end_async_task_cancels_a_running_task(mode: str, tmp_path: Path) 
         peek = await transcript.call("check_async_tasks", {"task_id": task_id})
         assert peek_status(peek, task_id) == "cancelled"
 
-        # DESIGN.md "do better" 3: a cancelled task is delivered like any other, once.
+        # A cancelled task is delivered like any other, once.
         await transcript.call("check_async_tasks", {})
         assert transcript.reminder_count() == 1, transcript.dump()
         (reminder,) = transcript.reminders()

@@ -1,8 +1,9 @@
 //! The todo continuation service: when a turn ends without progress on an active
 //! todo, decide whether to nudge the model, and write the nudge.
 //!
-//! Constants, condition order, reason strings and prompt texts are the seed's, word
-//! for word. Lengths are counted in characters.
+//! Constants, condition order, reason strings and prompt texts are fixed: models
+//! were prompted with these exact texts elsewhere, so they change only together
+//! with their snapshots. Lengths are counted in characters.
 
 use std::sync::Arc;
 
@@ -26,8 +27,8 @@ pub struct ContinuationPromptConfig {
     pub is_yolo_mode: bool,
     /// Which attempt this is (1-based); a note is added from the second on.
     pub attempt_count: Option<u32>,
-    /// Why the previous attempt failed, if known (kept for hosts; the seed's
-    /// prompts do not quote it).
+    /// Why the previous attempt failed, if known (kept for hosts; the prompts do
+    /// not quote it).
     pub previous_failure: Option<String>,
 }
 
@@ -51,8 +52,8 @@ pub struct ContinuationContext<'a> {
     pub todos: &'a [Todo],
     /// Whether the model called any tool during the turn.
     pub had_tool_calls: bool,
-    /// Whether the model is still responding (not used by the seed's conditions;
-    /// kept so hosts can pass what they know).
+    /// Whether the model is still responding (no condition uses it; kept so hosts
+    /// can pass what they know).
     pub is_responding: bool,
     /// The `todo-continuation` setting; `None` when not set (then it is on).
     pub continuation_setting: Option<bool>,
@@ -82,7 +83,7 @@ pub struct ContinuationConditions {
 pub struct ContinuationEvaluation {
     /// Whether to send a continuation prompt.
     pub should_continue: bool,
-    /// Why (one of the seed's reason strings).
+    /// Why (one of the fixed reason strings).
     pub reason: String,
     /// The todo to continue, when `should_continue`.
     pub active_todo: Option<Todo>,
@@ -90,7 +91,7 @@ pub struct ContinuationEvaluation {
     pub conditions: ContinuationConditions,
 }
 
-/// The seed's todo continuation service.
+/// The todo continuation service.
 ///
 /// # Examples
 ///
@@ -141,7 +142,7 @@ impl TodoContinuationService {
         }
     }
 
-    /// Evaluates every condition, then reports the first that fails, in the seed's
+    /// Evaluates every condition, then reports the first that fails, in this
     /// order: enabled, active todos, no tool calls, not continuing, attempts, time.
     #[must_use]
     pub fn check_continuation_conditions(
@@ -194,7 +195,7 @@ impl TodoContinuationService {
 
     /// The todo's content for a prompt: trimmed, cut to 200 characters (197 and
     /// `...`), whitespace runs collapsed to one space, a leading list marker
-    /// (`-`, `*`, `+`) removed — in that order, as the seed does it.
+    /// (`-`, `*`, `+`) removed — in that order.
     #[must_use]
     pub fn format_task_description(&self, todo: &Todo) -> String {
         let mut description = todo.content.trim().to_owned();
@@ -204,8 +205,8 @@ impl TodoContinuationService {
                 take_chars(&description, MAX_TASK_DESCRIPTION_LENGTH - 3)
             );
         }
-        // The seed's /\s+/g → ' ': the text is trimmed (and a cut ends in "..."),
-        // so collapsing the inner runs is the whole of it.
+        // Every whitespace run becomes one space: the text is trimmed (and a cut
+        // ends in "..."), so collapsing the inner runs is the whole of it.
         let collapsed = description.split_whitespace().collect::<Vec<_>>().join(" ");
         strip_list_marker(&collapsed).to_owned()
     }
@@ -230,7 +231,7 @@ impl TodoContinuationService {
     }
 
     /// The state after sending a prompt: `updates` applied, with the prompt time set
-    /// to now unless `updates` gives one (the seed's `updateContinuationState`).
+    /// to now unless `updates` gives one.
     #[must_use]
     pub fn update_continuation_state(
         &self,
@@ -276,7 +277,8 @@ fn strip_list_marker(text: &str) -> &str {
     }
 }
 
-/// The seed's `truncateTaskDescription`.
+/// The description cut to [`MAX_TASK_DESCRIPTION_LENGTH`] characters, the last
+/// three of them `...` when cut.
 fn truncate_task_description(description: &str) -> String {
     if description.chars().count() <= MAX_TASK_DESCRIPTION_LENGTH {
         return description.to_owned();

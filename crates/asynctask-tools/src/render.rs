@@ -206,4 +206,38 @@ mod tests {
             ""
         );
     }
+
+    #[test]
+    fn every_text_of_the_task_tool() {
+        let max = Duration::from_secs(1800);
+        let texts = [
+            ("launched", launched("researcher", "<id>")),
+            ("limit refusal", limit_refusal(LimitReached { max: 5 })),
+            (
+                "detached",
+                detached(
+                    "researcher",
+                    50,
+                    "<id>",
+                    "use 'check_async_tasks' to follow it.",
+                ),
+            ),
+            ("shutting down", SHUTTING_DOWN.to_owned()),
+            (
+                "timed out",
+                timed_out("tester", Duration::from_secs(900), max),
+            ),
+            ("timed out at the maximum", timed_out("tester", max, max)),
+            ("run dropped", RUN_DROPPED.to_owned()),
+            ("run aborted", RUN_ABORTED.to_owned()),
+            ("run already stopped", RUN_ALREADY_STOPPED.to_owned()),
+            ("panicked", panicked("index out of bounds")),
+            ("task not found", task_not_found("ffff")),
+        ];
+        let all: String = texts
+            .iter()
+            .map(|(name, text)| format!("[{name}]\n{text}\n"))
+            .collect();
+        insta::assert_snapshot!("task_tool_texts", all);
+    }
 }

@@ -82,6 +82,39 @@ impl ToolResult {
     pub fn is_error(&self) -> bool {
         self.error.is_some()
     }
+
+    /// The whole result as a person reviews it (in a log, or a snapshot test):
+    /// each part under its own heading, texts verbatim, metadata as pretty
+    /// JSON.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_tools::{ToolErrorType, ToolResult};
+    ///
+    /// let refused = ToolResult::failure(ToolErrorType::InvalidToolParams, "Task not found", "No async task found with ID or prefix 'ff'.", "Task not found: ff");
+    /// assert_eq!(
+    ///     refused.transcript(),
+    ///     "[error: invalid_tool_params] Task not found\n[llm_content]\nNo async task found with ID or prefix 'ff'.\n[return_display]\nTask not found: ff\n[metadata]\nnull\n",
+    /// );
+    /// ```
+    #[must_use]
+    pub fn transcript(&self) -> String {
+        let mut text = String::new();
+        if let Some(error) = &self.error {
+            text.push_str(&format!("[error: {}] {}\n", error.kind, error.message));
+        }
+        let metadata = serde_json::to_string_pretty(&self.metadata)
+            .unwrap_or_else(|err| format!("(metadata does not serialize: {err})"));
+        for (heading, body) in [
+            ("llm_content", self.llm_content.as_str()),
+            ("return_display", self.return_display.as_str()),
+            ("metadata", metadata.as_str()),
+        ] {
+            text.push_str(&format!("[{heading}]\n{body}\n"));
+        }
+        text
+    }
 }
 
 /// Why a tool call failed.

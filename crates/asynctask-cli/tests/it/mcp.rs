@@ -645,7 +645,7 @@ fn raw_texts(response: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The race of issue 7 rule 3: a call cancelled right after it was sent. Its
+/// The race between a response and its cancel: a call cancelled right after it was sent. Its
 /// response may have been written before the cancel arrived (the client got it:
 /// delivered) or be dropped (its results are still pending). On the wire, every
 /// finished task's result must reach the client exactly once.

@@ -1,3 +1,4 @@
 //! Integration tests of the MCP server's tool calls, in process.
 
 mod server;
+mod texts;

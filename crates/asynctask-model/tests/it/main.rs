@@ -109,7 +109,7 @@ proptest! {
 }
 
 #[test]
-fn output_key_order_is_the_seed_order() {
+fn output_key_order_is_fixed() {
     let output = OutputObject::new(TerminateReason::Goal)
         .with_var("b", "2")
         .with_var("a", "1")

@@ -41,7 +41,7 @@ fn evaluate(
 }
 
 #[test]
-fn reasons_come_in_the_seed_order() {
+fn reasons_come_in_the_fixed_order() {
     let (service, clock) = service();
     let active = [todo("1", "a", TodoStatus::Pending)];
     let done = [todo("1", "a", TodoStatus::Completed)];

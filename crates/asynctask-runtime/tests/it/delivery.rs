@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use asynctask_manager::RegisterTaskInput;
 use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_runtime::AsyncTaskRuntime;
+use asynctask_runtime::{AsyncTaskRuntime, ClaimOwner, RequestKey};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
@@ -241,6 +241,12 @@ enum Step {
     NextTurn,
     /// The host's request with the held reminder was accepted: acknowledge it.
     Ack,
+    /// A serving layer's request `k` claims what is pending (an MCP tool call).
+    RequestClaim(usize),
+    /// Request `k`'s response was written: acknowledge its claim.
+    RequestAck(usize),
+    /// Request `k` was cancelled before its response was written: release it.
+    RequestRelease(usize),
     Wait(u64),
 }
 
@@ -254,6 +260,9 @@ fn step() -> impl Strategy<Value = Step> {
         2 => Just(Step::AgentIdle),
         2 => Just(Step::NextTurn),
         2 => Just(Step::Ack),
+        2 => (0..2usize).prop_map(Step::RequestClaim),
+        2 => (0..2usize).prop_map(Step::RequestAck),
+        1 => (0..2usize).prop_map(Step::RequestRelease),
         2 => prop_oneof![Just(1u64), Just(50), Just(2_000)].prop_map(Step::Wait),
     ]
 }
@@ -277,6 +286,11 @@ proptest! {
             }
             let mut acked: Vec<String> = Vec::new();
             let mut held: Option<asynctask_runtime::Reminder> = None;
+            let claims = std::sync::Arc::clone(runtime.claims());
+            let request = |k: usize| ClaimOwner::Request(RequestKey::new(format!("call-{k}")));
+            // What each request claimed, to check that acknowledging gives back
+            // exactly that.
+            let mut requested: [Vec<String>; 2] = [Vec::new(), Vec::new()];
             for step in steps {
                 match step {
                     Step::Complete(i) => { runtime.manager().complete_task(&ids[i], goal()); }
@@ -296,9 +310,29 @@ proptest! {
                             acked.extend(reminder.task_ids);
                         }
                     }
+                    Step::RequestClaim(k) => {
+                        if let Some(reminder) = claims.claim(&request(k)) {
+                            prop_assert!(requested[k].is_empty(), "one claim per owner");
+                            requested[k] = reminder.task_ids;
+                        }
+                    }
+                    Step::RequestAck(k) => {
+                        let ids = claims.acknowledge(&request(k));
+                        prop_assert_eq!(&ids, &requested[k]);
+                        acked.extend(ids);
+                        requested[k].clear();
+                    }
+                    Step::RequestRelease(k) => {
+                        let ids = claims.release(&request(k));
+                        prop_assert_eq!(&ids, &requested[k]);
+                        requested[k].clear();
+                    }
                     Step::Wait(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
                 }
             }
+            // Requests still in flight end: one is written, the other cancelled.
+            acked.extend(claims.acknowledge(&request(0)));
+            claims.release(&request(1));
             // Drain: finish everything, let the host work, then take what is left
             // (cancel-only leftovers never wake the agent) through a next turn.
             for id in &ids {
@@ -318,9 +352,10 @@ proptest! {
             let mut seen: Vec<String> = host.delivered_ids().into_iter().flatten().collect();
             seen.extend(acked);
             seen.sort();
-            assert_eq!(seen, ids, "each task delivered exactly once");
-            assert!(runtime.manager().pending_notifications().is_empty());
-        });
+            prop_assert_eq!(seen, ids, "each task delivered exactly once");
+            prop_assert!(runtime.manager().pending_notifications().is_empty());
+            Ok(())
+        })?;
     }
 }
 

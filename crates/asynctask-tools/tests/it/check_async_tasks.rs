@@ -9,6 +9,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::redacted;
+
 /// 2026-09-21T14:13:20.000Z
 pub(crate) const T0: u64 = 1_790_000_000_000;
 
@@ -72,8 +74,7 @@ async fn list_mode_texts() {
     let tool = CheckAsyncTasksTool::new(manager);
     let result = call(&tool, json!({})).await;
     assert_eq!(result.error, None);
-    insta::assert_snapshot!("list_llm_content", result.llm_content);
-    insta::assert_snapshot!("list_return_display", result.return_display);
+    insta::assert_snapshot!("list", redacted(&result, &[]));
     assert_eq!(
         result.metadata,
         json!({"count": 4, "running": 1, "completed": 1, "failed": 1, "cancelled": 1})
@@ -114,8 +115,7 @@ async fn peek_texts_for_every_status() {
     ] {
         let result = call(&tool, json!({ "task_id": prefix })).await;
         assert_eq!(result.error, None, "{name}");
-        insta::assert_snapshot!(format!("peek_{name}_llm_content"), result.llm_content);
-        insta::assert_snapshot!(format!("peek_{name}_return_display"), result.return_display);
+        insta::assert_snapshot!(format!("peek_{name}"), redacted(&result, &[]));
         let metadata: Value = serde_json::from_str(&result.llm_content).unwrap();
         assert_eq!(result.metadata, metadata, "metadata is the same details");
     }
@@ -155,8 +155,7 @@ async fn ambiguous_and_unknown_ids_are_parameter_errors() {
         ambiguous.error.as_ref().map(|e| e.message.as_str()),
         Some("Ambiguous task ID")
     );
-    insta::assert_snapshot!("ambiguous_llm_content", ambiguous.llm_content);
-    insta::assert_snapshot!("ambiguous_return_display", ambiguous.return_display);
+    insta::assert_snapshot!("ambiguous", redacted(&ambiguous, &[]));
 
     let missing = call(&tool, json!({"task_id": "ffff"})).await;
     assert_eq!(

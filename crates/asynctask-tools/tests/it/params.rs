@@ -1,8 +1,7 @@
 //! Schema/parser agreement: for any JSON value, a parameter type's parser accepts it
 //! exactly when its canonical schema (the one the model saw) does.
 //!
-//! DESIGN.md point 8: tool parameters are checked "against the same schema the
-//! model saw". The parsers are serde plus a few hand-written checks, so these
+//! Tool parameters are checked against the same schema the model saw. The parsers are serde plus a few hand-written checks, so these
 //! property tests hold the two to each other: `jsonschema` (draft 2020-12, ECMA-262
 //! patterns) is the referee for the schema side, `T::parse` is the parser side.
 //!

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::check_async_tasks::T0;
+use crate::redacted;
 
 /// How long a cancelled runner may take before it is aborted (the tool's const).
 const GRACE: Duration = Duration::from_secs(5);
@@ -239,13 +240,10 @@ async fn async_launch_texts_and_metadata() {
     let id = agent_id(&result);
     assert_eq!(id.len(), 36);
 
-    let redacted: Value = serde_json::from_str(
-        &serde_json::to_string(&result)
-            .unwrap()
-            .replace(&id, "<task-id>"),
-    )
-    .unwrap();
-    insta::assert_json_snapshot!("async_launch_result", redacted);
+    insta::assert_snapshot!(
+        "async_launch_result",
+        redacted(&result, &[(&id, "<task-id>")])
+    );
     assert_eq!(
         result,
         ToolResult::success(
@@ -503,7 +501,7 @@ async fn the_limit_refusal_says_what_to_do_next() {
     let first = agent_id(&call(&tool, async_params("researcher", json!({}))).await);
 
     let refused = call(&tool, async_params("tester", json!({}))).await;
-    insta::assert_snapshot!("limit_refusal_llm_content", refused.llm_content);
+    insta::assert_snapshot!("limit_refusal", redacted(&refused, &[]));
     let text = "Max async tasks (1) reached. Wait for a running task to finish and check \
                 progress with 'check_async_tasks', run this subagent synchronously (without \
                 async: true), or try again later.";
@@ -547,10 +545,7 @@ async fn sync_result_is_the_completion_json() {
     for run_async in [json!({}), json!({"async": false}), json!({"async": null})] {
         let result = call(&tool, sync_params("researcher", run_async)).await;
         let id = agent_id(&result);
-        insta::assert_snapshot!(
-            "sync_llm_content",
-            result.llm_content.replace(&id, "<task-id>")
-        );
+        insta::assert_snapshot!("sync_result", redacted(&result, &[(&id, "<task-id>")]));
 
         let mut task = AsyncTaskInfo::new(id.clone(), "researcher", "Find the callers", T0);
         task.complete(output(), T0);
@@ -882,6 +877,7 @@ async fn sync_detach_turns_a_long_sync_call_into_a_background_task() {
     assert_eq!(start.elapsed(), DETACH);
     let id = agent_id(&result);
     assert_eq!(result, detached_result("researcher", &id, 50));
+    insta::assert_snapshot!("detached_result", redacted(&result, &[(&id, "<task-id>")]));
     assert_eq!(
         manager.tasks(),
         vec![record(&id, "researcher", AsyncTaskStatus::Running)]
