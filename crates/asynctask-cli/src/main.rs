@@ -102,9 +102,11 @@ fn main() -> ExitCode {
         .map_err(|err| CliError(format!("cannot start the async runtime: {err}")))
         .and_then(|runtime| {
             let result = runtime.block_on(run(cli.command));
-            // Everything we started has ended by now; a blocking stdin read (the
-            // MCP server when stdin is a file or a terminal) must not hold the exit.
-            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            // Everything we started has ended by now. What may be left is a
+            // blocking stdin read (the MCP server when stdin is a socket, a file or
+            // a terminal, which cannot be read without blocking a thread): it must
+            // not hold the exit, so nothing is waited for.
+            runtime.shutdown_background();
             result
         });
     match result {

@@ -6,10 +6,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use asynctask_manager::{Subscription, TaskEvent};
+use asynctask_manager::{AsyncTaskManager, Subscription, TaskEvent, TaskProgress};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_runtime::{AsyncTaskRuntime, Reminder};
-use asynctask_tools::{SubagentRunner, SyncDetach, TodoPauseTool, Tool, ToolResult, id_prefix};
+use asynctask_tools::{
+    SubagentRunner, SyncDetach, TodoPauseTool, Tool, ToolResult, id_prefix, truncate_chars,
+    with_call_progress,
+};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
@@ -297,13 +300,40 @@ fn is_reminder(result: &ToolResult) -> bool {
     result.metadata.get(REMINDER_KEY) == Some(&Value::Bool(true))
 }
 
+/// How many characters of an output line a progress message carries.
+const PROGRESS_LINE_CHARS: usize = 200;
+
+/// What a progress notification says about a long call: the latest line its
+/// synchronous subagent printed; else, for a call that waits on background
+/// tasks, the latest line of a running task (with its id prefix); else how long
+/// it has been running.
+fn progress_message(call: &TaskProgress, manager: &AsyncTaskManager, elapsed: Duration) -> String {
+    if let Some(line) = call
+        .snapshot()
+        .last_line()
+        .filter(|line| !line.trim().is_empty())
+    {
+        return truncate_chars(line.trim_end(), PROGRESS_LINE_CHARS).into_owned();
+    }
+    let running = manager.running_tasks().into_iter().find_map(|task| {
+        let snapshot = manager.progress(&task.id)?.snapshot();
+        let line = snapshot.last_line()?.trim_end().to_owned();
+        (!line.is_empty()).then(|| format!("{}: {}", id_prefix(&task.id), line))
+    });
+    match running {
+        Some(line) => truncate_chars(&line, PROGRESS_LINE_CHARS).into_owned(),
+        None => format!("still running ({}s)", elapsed.as_secs()),
+    }
+}
+
 /// Drives `work` to its end, sending `notifications/progress` (elapsed seconds,
-/// `still running (15s)`) every `interval` meanwhile.
+/// and a message from [`progress_message`]) every `interval` meanwhile.
 async fn with_progress<F: Future>(
     work: F,
     peer: &Peer<RoleServer>,
     token: ProgressToken,
     interval: Duration,
+    message: impl Fn(Duration) -> String,
 ) -> F::Output {
     let start = Instant::now();
     let mut ticks = tokio::time::interval_at(start + interval, interval);
@@ -317,7 +347,7 @@ async fn with_progress<F: Future>(
                 // interval is under a second.
                 let elapsed = start.elapsed();
                 let progress = ProgressNotificationParam::new(token.clone(), elapsed.as_secs_f64())
-                    .with_message(format!("still running ({}s)", elapsed.as_secs()));
+                    .with_message(message(elapsed));
                 if let Err(err) = peer.notify_progress(progress).await {
                     tracing::debug!(error = %err, "cannot send progress");
                 }
@@ -358,7 +388,14 @@ impl ServerHandler for AsyncTaskMcpServer {
         // this request) or when the client goes away (`calls`, cancelled by the
         // transport at end of input: rmcp itself would wait 5 s first).
         let cancel = self.calls.child_token();
-        let work = REQUEST.scope(context.id.clone(), tool.execute(arguments, cancel.clone()));
+        let call_progress = TaskProgress::new();
+        let work = REQUEST.scope(
+            context.id.clone(),
+            with_call_progress(
+                call_progress.clone(),
+                tool.execute(arguments, cancel.clone()),
+            ),
+        );
         let work = async {
             let mut work = std::pin::pin!(work);
             tokio::select! {
@@ -371,7 +408,11 @@ impl ServerHandler for AsyncTaskMcpServer {
             }
         };
         let result = match context.meta.get_progress_token() {
-            Some(token) => with_progress(work, &context.peer, token, self.progress_interval).await,
+            Some(token) => {
+                let manager = self.runtime.manager();
+                let message = |elapsed| progress_message(&call_progress, manager, elapsed);
+                with_progress(work, &context.peer, token, self.progress_interval, message).await
+            }
             None => work.await,
         };
         // Claimed for this request; acknowledged by the transport once written.
@@ -524,4 +565,43 @@ async fn serve(server: AsyncTaskMcpServer) -> Result<(), McpError> {
         let _ = waiting.await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_manager::RegisterTaskInput;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn progress_messages_prefer_the_call_then_a_running_task() {
+        let manager = AsyncTaskManager::default();
+        let call = TaskProgress::new();
+        let elapsed = Duration::from_secs(15);
+        assert_eq!(
+            progress_message(&call, &manager, elapsed),
+            "still running (15s)"
+        );
+
+        let task = TaskProgress::new();
+        manager
+            .register_task(
+                RegisterTaskInput::new("0f3a9c21-1", "tester", "g").with_progress(task.clone()),
+            )
+            .expect("registered");
+        task.record_output(b"compiling 3/9\n");
+        assert_eq!(
+            progress_message(&call, &manager, elapsed),
+            "0f3a9c21: compiling 3/9"
+        );
+
+        call.record_output(format!("step 2: {}\n", "x".repeat(500)).as_bytes());
+        let message = progress_message(&call, &manager, elapsed);
+        assert!(message.starts_with("step 2: xxx"), "{message}");
+        assert_eq!(
+            message.chars().count(),
+            PROGRESS_LINE_CHARS + 3,
+            "cut, with `...`"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use asynctask_manager::AsyncTaskManager;
+use asynctask_manager::{AsyncTaskManager, ProgressSnapshot};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -19,6 +19,12 @@ use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 /// goal, the final message, emitted values, the error) are cut, each with a note
 /// of how much was cut. About 4,000 tokens.
 pub const PEEK_BUDGET_CHARS: usize = 16_000;
+
+/// How many of a running task's last output lines a peek shows the model.
+pub const PEEK_OUTPUT_LINES: usize = 10;
+
+/// How many of them the user-facing display shows.
+const DISPLAY_OUTPUT_LINES: usize = 5;
 
 /// How many characters of an error the user-facing display shows.
 const DISPLAY_ERROR_CHARS: usize = 2_000;
@@ -132,10 +138,20 @@ impl CheckAsyncTasksTool {
             Err(error) => return error.to_tool_result(),
         };
         let now = self.now();
-        let details = bounded_details(&task, now, PEEK_BUDGET_CHARS);
+        // A running task shows what its subagent has printed so far.
+        let progress = self
+            .manager
+            .progress(&task.id)
+            .map(|progress| progress.snapshot())
+            .filter(|snapshot| !snapshot.is_empty());
+        let details = bounded_details(&task, progress.as_ref(), now, PEEK_BUDGET_CHARS);
         let llm_content = to_pretty(&details);
         let metadata = serde_json::to_value(&details).unwrap_or(Value::Null);
-        ToolResult::success(llm_content, task_display(&task, now), metadata)
+        ToolResult::success(
+            llm_content,
+            task_display(&task, progress.as_ref(), now),
+            metadata,
+        )
     }
 }
 
@@ -155,9 +171,22 @@ struct TaskDetails {
     output: Option<OutputObject>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// While it runs: where its whole output is kept, if its runner keeps it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_file: Option<String>,
+    /// While it runs: how many bytes of output there were so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_bytes: Option<u64>,
+    /// While it runs: the last lines of its output, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    recent_output: Vec<String>,
 }
 
-fn details(task: &AsyncTaskInfo, now: u64) -> TaskDetails {
+fn details(task: &AsyncTaskInfo, progress: Option<&ProgressSnapshot>, now: u64) -> TaskDetails {
+    let recent_output = progress.map_or_else(Vec::new, |progress| {
+        let skip = progress.last_lines.len().saturating_sub(PEEK_OUTPUT_LINES);
+        progress.last_lines[skip..].to_vec()
+    });
     TaskDetails {
         id: task.id.clone(),
         subagent_name: task.subagent_name.clone(),
@@ -168,24 +197,37 @@ fn details(task: &AsyncTaskInfo, now: u64) -> TaskDetails {
         completed_at: task.completed_at.map(iso_time),
         output: task.output.clone(),
         error: task.error.clone(),
+        output_file: progress
+            .and_then(|progress| progress.output_file.as_ref())
+            .map(|path| path.display().to_string()),
+        output_bytes: progress
+            .map(|progress| progress.output_bytes)
+            .filter(|bytes| *bytes > 0),
+        recent_output,
     }
 }
 
 /// The details, with long text fields cut so the JSON fits `budget` characters.
 ///
 /// Each long field (the goal, the error, the final message, every emitted name and
-/// value) gets an equal share of the budget; while the JSON is still too long the
-/// shares halve, down to a 64-character floor. If that is not enough (thousands of
-/// variables), the variables after the first ones that fit are dropped and an
-/// entry `"…"` says how many were cut.
-fn bounded_details(task: &AsyncTaskInfo, now: u64, budget: usize) -> TaskDetails {
-    let full = details(task, now);
+/// value, every recent output line) gets an equal share of the budget; while the
+/// JSON is still too long the shares halve, down to a 64-character floor. If that
+/// is not enough (thousands of variables), the variables after the first ones that
+/// fit are dropped and an entry `"…"` says how many were cut.
+fn bounded_details(
+    task: &AsyncTaskInfo,
+    progress: Option<&ProgressSnapshot>,
+    now: u64,
+    budget: usize,
+) -> TaskDetails {
+    let full = details(task, progress, now);
     let fits = |d: &TaskDetails| to_pretty(d).chars().count() <= budget;
     if fits(&full) {
         return full;
     }
     let variables = task.output.as_ref().map_or(0, |o| o.emitted_vars.len());
-    let mut share = (budget / (3 + 2 * variables + 1)).max(64);
+    let fields = 3 + 2 * variables + full.recent_output.len() + 1;
+    let mut share = (budget / fields).max(64);
     let cut = loop {
         let cut = cut_fields(&full, share, usize::MAX);
         if fits(&cut) || share == 64 {
@@ -216,6 +258,7 @@ fn cut_fields(full: &TaskDetails, share: usize, keep: usize) -> TaskDetails {
     let mut cut = full.clone();
     cut.goal_prompt = bound(&cut.goal_prompt);
     cut.error = cut.error.as_deref().map(bound);
+    cut.recent_output = cut.recent_output.iter().map(|line| bound(line)).collect();
     if let Some(output) = cut.output.as_mut() {
         output.final_message = output.final_message.as_deref().map(bound);
         let total = output.emitted_vars.len();
@@ -237,7 +280,7 @@ fn cut_fields(full: &TaskDetails, share: usize, keep: usize) -> TaskDetails {
 }
 
 /// The user-facing detail of one task, with `...` only after a cut.
-fn task_display(task: &AsyncTaskInfo, now: u64) -> String {
+fn task_display(task: &AsyncTaskInfo, progress: Option<&ProgressSnapshot>, now: u64) -> String {
     let mut lines = vec![
         with_icon(
             status_icon(task.status),
@@ -256,6 +299,25 @@ fn task_display(task: &AsyncTaskInfo, now: u64) -> String {
     }
     if let Some(error) = &task.error {
         lines.push(format!("Error: {}", bound_text(error, DISPLAY_ERROR_CHARS)));
+    }
+    if let Some(progress) = progress {
+        if let Some(path) = &progress.output_file {
+            lines.push(format!(
+                "Output: {} ({} bytes so far)",
+                path.display(),
+                progress.output_bytes
+            ));
+        }
+        let skip = progress
+            .last_lines
+            .len()
+            .saturating_sub(DISPLAY_OUTPUT_LINES);
+        if skip < progress.last_lines.len() {
+            lines.push("Latest output:".to_owned());
+            for line in &progress.last_lines[skip..] {
+                lines.push(format!("  | {}", truncate_chars(line, 120)));
+            }
+        }
     }
     lines.join("\n")
 }

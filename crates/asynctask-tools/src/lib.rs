@@ -51,7 +51,7 @@ mod task;
 mod todo_pause;
 mod tool;
 
-pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS};
+pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, PEEK_OUTPUT_LINES};
 pub use crate::format::{
     ECHO_CHARS, ID_PREFIX_CHARS, bound_text, format_duration, id_prefix, iso_time, truncate_chars,
 };
@@ -67,7 +67,8 @@ pub use crate::slash::{
     CommandOutput, CommandOutputKind, complete_task_ids, end_task, run_slash_command,
 };
 pub use crate::task::{
-    SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach, TaskTool,
+    MAX_ENUM_NAMES, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach,
+    TaskTool, with_call_progress,
 };
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
 pub use crate::tool::{Provider, Tool, ToolAnnotations, ToolSpec, TypedTool, UnknownProvider};

@@ -12,7 +12,8 @@ use asynctask_manager::LimitReached;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, TerminateReason};
 use serde::Serialize;
 
-use crate::format::{id_prefix, to_pretty};
+use crate::format::{ECHO_CHARS, id_prefix, to_pretty, truncate_chars};
+use crate::task::SubagentInfo;
 
 #[derive(Serialize)]
 struct CompletedPayload<'a> {
@@ -82,6 +83,51 @@ pub fn completion_notification(task: &AsyncTaskInfo) -> String {
         }),
         AsyncTaskStatus::Running => String::new(),
     }
+}
+
+/// The `task` tool's description; with a catalog, followed by the subagents it
+/// offers (name, what it is for, and whether it reads messages while it runs).
+pub(crate) fn task_description(catalog: Option<&[SubagentInfo]>) -> String {
+    let mut text = String::from(
+        "Run a subagent that works on its own toward a goal. By default the call waits for \
+         the subagent and returns its result as JSON (agent_id, terminate_reason, \
+         emitted_vars, final_message). With async: true the call returns at once with the \
+         task ID while the subagent runs in the background; its result is delivered to you \
+         when it finishes. Use check_async_tasks to monitor background tasks.",
+    );
+    match catalog {
+        None => {}
+        Some([]) => text.push_str("\n\nNo subagents are configured."),
+        Some(catalog) => {
+            text.push_str("\n\nAvailable subagents (subagent_name):");
+            for info in catalog {
+                text.push_str("\n- ");
+                text.push_str(&info.name);
+                if !info.description.trim().is_empty() {
+                    text.push_str(": ");
+                    text.push_str(info.description.trim());
+                }
+                if info.accepts_messages {
+                    text.push_str(" (reads messages sent with message_async_task while it runs)");
+                }
+            }
+        }
+    }
+    text
+}
+
+/// A subagent name the runner's catalog does not hold (`name` comes from the
+/// model: a bounded part of it is echoed).
+pub(crate) fn unknown_subagent(name: &str, catalog: &[SubagentInfo]) -> String {
+    let name = truncate_chars(name, ECHO_CHARS);
+    if catalog.is_empty() {
+        return format!("subagent_name: unknown subagent '{name}'; no subagents are configured");
+    }
+    let known: Vec<&str> = catalog.iter().map(|info| info.name.as_str()).collect();
+    format!(
+        "subagent_name: unknown subagent '{name}'; the available subagents are: {}",
+        known.join(", ")
+    )
 }
 
 /// `task` with `async: true` registered the task and started it.
@@ -233,6 +279,32 @@ mod tests {
             ("run already stopped", RUN_ALREADY_STOPPED.to_owned()),
             ("panicked", panicked("index out of bounds")),
             ("task not found", task_not_found("ffff")),
+            ("description without a catalog", task_description(None)),
+            (
+                "description with an empty catalog",
+                task_description(Some(&[])),
+            ),
+            (
+                "description with a catalog",
+                task_description(Some(&[
+                    SubagentInfo::new("researcher", "Reads the code base and answers questions"),
+                    SubagentInfo::new("tester", "  ").with_messages(true),
+                ])),
+            ),
+            (
+                "unknown subagent",
+                unknown_subagent(
+                    "resercher",
+                    &[
+                        SubagentInfo::new("researcher", ""),
+                        SubagentInfo::new("tester", ""),
+                    ],
+                ),
+            ),
+            (
+                "unknown subagent, none configured",
+                unknown_subagent("x", &[]),
+            ),
         ];
         let all: String = texts
             .iter()

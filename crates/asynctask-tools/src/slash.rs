@@ -10,6 +10,9 @@ use crate::lookup::{LookupError, find_task};
 /// How many characters of a goal `/tasks list` shows.
 const GOAL_PREVIEW_CHARS: usize = 40;
 
+/// How many characters of a running task's latest output line it shows.
+const LAST_LINE_PREVIEW_CHARS: usize = 80;
+
 /// What a slash command answers.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CommandOutput {
@@ -97,16 +100,26 @@ fn list(manager: &AsyncTaskManager) -> CommandOutput {
         .filter(|t| t.status == AsyncTaskStatus::Running)
         .count();
     let mut lines = vec![format!("Async tasks: {} ({running} running)", tasks.len())];
-    lines.extend(tasks.iter().map(|task| {
-        format!(
+    for task in &tasks {
+        lines.push(format!(
             "{} {} {} ({}) - {}",
             list_icon(task.status),
             id_prefix(&task.id),
             task.subagent_name,
             task_duration(task, now),
             truncate_chars(&task.goal_prompt, GOAL_PREVIEW_CHARS),
-        )
-    }));
+        ));
+        // A running task's latest output line, when its runner reports one.
+        let last = manager
+            .progress(&task.id)
+            .and_then(|progress| progress.snapshot().last_line().map(str::to_owned));
+        if let Some(last) = last {
+            lines.push(format!(
+                "    > {}",
+                truncate_chars(&last, LAST_LINE_PREVIEW_CHARS)
+            ));
+        }
+    }
     CommandOutput::info(lines.join("\n"))
 }
 

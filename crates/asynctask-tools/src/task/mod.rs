@@ -8,6 +8,7 @@ mod runner;
 mod supervise;
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +24,57 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
 pub use self::runner::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
+
+tokio::task_local! {
+    /// The progress of the tool call being served, when its server follows it.
+    static CALL_PROGRESS: TaskProgress;
+}
+
+/// Runs `call` — one tool call — so that a synchronous `task` run it makes
+/// reports its subagent's output into `progress`: a server that sends
+/// progress notifications on long calls reads the latest line from there.
+/// (A background launch returns at once; its progress is the task's, see
+/// [`AsyncTaskManager::progress`].)
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use asynctask_manager::{AsyncTaskManager, TaskProgress};
+/// use asynctask_model::{OutputObject, TerminateReason};
+/// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool, with_call_progress};
+/// use tokio_util::sync::CancellationToken;
+///
+/// struct Chatty;
+///
+/// #[async_trait::async_trait]
+/// impl SubagentRunner for Chatty {
+///     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken) -> Result<OutputObject, SubagentError> {
+///         request.progress.report("step 1 of 2 done");
+///         Ok(OutputObject::new(TerminateReason::Goal))
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let tool = TaskTool::new(AsyncTaskManager::default(), Arc::new(Chatty));
+/// let progress = TaskProgress::new();
+/// let params = serde_json::json!({"subagent_name": "chatty", "goal_prompt": "work"});
+/// with_call_progress(progress.clone(), tool.execute(params, CancellationToken::new())).await;
+/// assert_eq!(progress.snapshot().last_line(), Some("step 1 of 2 done"));
+/// # });
+/// ```
+pub async fn with_call_progress<F: Future>(progress: TaskProgress, call: F) -> F::Output {
+    CALL_PROGRESS.scope(progress, call).await
+}
+
+/// The most subagent names the `task` tool's schema lists as an `enum`; a larger
+/// catalog is still listed in the description and still checked, but the
+/// schema leaves the name free (OpenAI's strict mode limits a string enum over
+/// 250 values to 15,000 characters in all).
+pub const MAX_ENUM_NAMES: usize = 250;
 use self::supervise::{Background, Outcome, Run, far_future};
 use crate::ids::new_task_id;
-use crate::params::{TaskParams, TaskTimeouts, ToolParams};
+use crate::params::{InvalidParams, TaskParams, TaskTimeouts, ToolParams};
 use crate::render::{self, completion_notification};
 use crate::result::{ToolErrorType, ToolResult};
 use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
@@ -279,7 +328,10 @@ impl TaskTool {
     /// The canonical schema, with the `timeout_seconds` description stating the
     /// timeouts this tool was configured with (the model must not be told 900 and
     /// 1800 when the host chose otherwise).
-    fn parameters(&self) -> Value {
+    ///
+    /// With a [catalog](SubagentRunner::catalog) of at most [`MAX_ENUM_NAMES`]
+    /// names, `subagent_name` also carries an `enum` of them.
+    fn parameters(&self, catalog: Option<&[SubagentInfo]>) -> Value {
         let mut parameters = TaskParams::schema();
         let (default, max) = (self.timeouts.default.as_secs(), self.timeouts.max.as_secs());
         if let Some(description) = parameters.pointer_mut("/properties/timeout_seconds/description")
@@ -289,7 +341,24 @@ impl TaskTool {
                  larger values are capped at {max}; -1 or 0 mean the maximum."
             ));
         }
+        if let Some(catalog) = catalog.filter(|c| !c.is_empty() && c.len() <= MAX_ENUM_NAMES)
+            && let Some(Value::Object(name)) = parameters.pointer_mut("/properties/subagent_name")
+        {
+            let names = catalog.iter().map(|info| Value::String(info.name.clone()));
+            name.insert("enum".to_owned(), Value::Array(names.collect()));
+        }
         parameters
+    }
+
+    /// The refusal of a subagent name the runner's catalog does not hold, given
+    /// before anything is registered or started; `None` when the name is fine.
+    fn refuse_unknown_subagent(&self, name: &str) -> Option<ToolResult> {
+        let catalog = self.runner.catalog()?;
+        if catalog.iter().any(|info| info.name == name) {
+            return None;
+        }
+        let error = InvalidParams(render::unknown_subagent(name, &catalog));
+        Some(error.to_tool_result(Self::NAME))
     }
 
     /// The timeouts in force.
@@ -305,6 +374,13 @@ impl TaskTool {
     /// progress handle and an inbox — and the inbox's sender, for the registry.
     fn request(&self, params: TaskParams) -> (SubagentRequest, InboxSender) {
         let (sender, inbox) = Inbox::channel();
+        let run_async = params.run_async.unwrap_or(false);
+        // A synchronous run reports into its call's progress, when a server
+        // follows the call; a background task gets its own.
+        let progress = match run_async {
+            false => CALL_PROGRESS.try_with(Clone::clone).unwrap_or_default(),
+            true => TaskProgress::new(),
+        };
         let timeout = params
             .timeout_seconds
             .map_or(self.timeouts.default, |t| t.resolve(self.timeouts))
@@ -319,7 +395,8 @@ impl TaskTool {
         .with_output_spec(params.output_spec.unwrap_or_default())
         .with_context(params.context.unwrap_or_default())
         .with_timeout(timeout)
-        .with_run_async(params.run_async.unwrap_or(false))
+        .with_run_async(run_async)
+        .with_progress(progress)
         .with_inbox(inbox);
         (request, sender)
     }
@@ -604,20 +681,20 @@ impl TypedTool for TaskTool {
     }
 
     fn spec(&self) -> ToolSpec {
+        let catalog = self.runner.catalog();
         ToolSpec::new(
             Self::NAME,
             "Task",
-            "Run a subagent that works on its own toward a goal. By default the call waits for \
-             the subagent and returns its result as JSON (agent_id, terminate_reason, \
-             emitted_vars, final_message). With async: true the call returns at once with the \
-             task ID while the subagent runs in the background; its result is delivered to you \
-             when it finishes. Use check_async_tasks to monitor background tasks.",
-            self.parameters(),
+            render::task_description(catalog.as_deref()),
+            self.parameters(catalog.as_deref()),
         )
         .with_annotations(ToolAnnotations::DEFAULT)
     }
 
     async fn run(&self, params: TaskParams, cancel: CancellationToken) -> ToolResult {
+        if let Some(refusal) = self.refuse_unknown_subagent(&params.subagent_name) {
+            return refusal;
+        }
         if self.shutdown.is_cancelled() {
             return ToolResult::failure(
                 ToolErrorType::ExecutionFailed,

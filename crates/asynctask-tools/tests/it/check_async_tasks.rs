@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+use asynctask_manager::{AsyncTaskManager, RegisterTaskInput, TaskProgress};
 use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
 use asynctask_tools::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, Tool, ToolErrorType, ToolResult};
 use pretty_assertions::assert_eq;
@@ -327,4 +327,69 @@ async fn bad_parameters_name_the_field_and_never_panic() {
         );
         assert_eq!(result.llm_content, expected);
     }
+}
+
+// ---------------------------------------------------------------- live output
+
+#[tokio::test]
+async fn a_running_task_shows_its_latest_output() {
+    let clock = ManualClock::new(T0);
+    let manager = AsyncTaskManager::with_clock(MaxAsyncTasks::default(), Arc::new(clock.clone()));
+    let progress = TaskProgress::new();
+    manager
+        .register_task(
+            RegisterTaskInput::new(
+                "0f3a9c21-5b7e-4c1d-9a2f-6e8d0b4c7a11",
+                "tester",
+                "Run the suite",
+            )
+            .with_progress(progress.clone()),
+        )
+        .expect("registered");
+    progress.set_output_file("/tmp/asynctask-test/0f3a9c21-5b7e-4c1d-9a2f-6e8d0b4c7a11.out");
+    for n in 1..=12 {
+        progress.record_output(format!("test io::retry_{n:02} ... ok\n").as_bytes());
+    }
+    progress.record_output(b"test io::retry_13 ... ");
+    clock.advance(75_000);
+    let tool = CheckAsyncTasksTool::new(manager.clone());
+    let peek = call(&tool, json!({"task_id": "0f3a"})).await;
+    insta::assert_snapshot!("peek_running_with_output", redacted(&peek, &[]));
+    let details: Value = serde_json::from_str(&peek.llm_content).expect("JSON");
+    assert_eq!(details["recentOutput"].as_array().map(Vec::len), Some(10));
+    assert_eq!(details["recentOutput"][9], "test io::retry_13 ... ");
+    assert_eq!(details["duration"], "1m 15s");
+
+    let list = asynctask_tools::run_slash_command(&manager, "/tasks list").expect("ours");
+    insta::assert_snapshot!("tasks_list_with_output", list.text);
+
+    // Once it ends, its progress is gone with it: the result speaks for itself.
+    manager.complete_task(
+        "0f3a9c21-5b7e-4c1d-9a2f-6e8d0b4c7a11",
+        OutputObject::new(TerminateReason::Goal),
+    );
+    let done = call(&tool, json!({"task_id": "0f3a"})).await;
+    let details: Value = serde_json::from_str(&done.llm_content).expect("JSON");
+    assert_eq!(details.get("recentOutput"), None);
+    assert_eq!(details.get("outputFile"), None);
+}
+
+#[tokio::test]
+async fn live_output_stays_within_the_peek_budget() {
+    let manager = AsyncTaskManager::default();
+    let progress = TaskProgress::new();
+    manager
+        .register_task(
+            RegisterTaskInput::new("a", "tester", "x".repeat(50_000))
+                .with_progress(progress.clone()),
+        )
+        .expect("registered");
+    for _ in 0..100 {
+        progress.record_output(format!("{}\n", "é".repeat(5_000)).as_bytes());
+    }
+    let peek = call(&CheckAsyncTasksTool::new(manager), json!({"task_id": "a"})).await;
+    let length = peek.llm_content.chars().count();
+    assert!(length <= PEEK_BUDGET_CHARS, "{length} characters");
+    let details: Value = serde_json::from_str(&peek.llm_content).expect("JSON");
+    assert_eq!(details["recentOutput"].as_array().map(Vec::len), Some(10));
 }

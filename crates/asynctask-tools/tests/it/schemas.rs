@@ -13,8 +13,8 @@ use std::sync::Arc;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
 use asynctask_tools::{
-    CheckAsyncTasksTool, Provider, SubagentError, SubagentRequest, SubagentRunner, TaskTool,
-    TodoPauseTool, Tool, ToolParams, ToolSpec,
+    CheckAsyncTasksTool, Provider, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
+    TaskTool, TodoPauseTool, Tool, ToolParams, ToolSpec,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Map, Value, json};
@@ -47,6 +47,35 @@ fn specs() -> Vec<ToolSpec> {
         CheckAsyncTasksTool::new(manager).spec(),
         TodoPauseTool::new().spec(),
     ]
+}
+
+/// A runner with a catalog, for the `task` spec that lists subagents.
+struct CatalogRunner;
+
+#[async_trait::async_trait]
+impl SubagentRunner for CatalogRunner {
+    async fn run(
+        &self,
+        _request: SubagentRequest,
+        _cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        Err(SubagentError::new("the schema tests run no subagent"))
+    }
+
+    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        Some(vec![
+            SubagentInfo::new("researcher", "Reads the code base"),
+            SubagentInfo::new("tester", "Runs the tests").with_messages(true),
+        ])
+    }
+}
+
+/// The specs every provider rule is checked against: every tool's, and the
+/// `task` spec of a runner with a catalog (its `subagent_name` is an `enum`).
+fn rule_specs() -> Vec<ToolSpec> {
+    let mut specs = specs();
+    specs.push(TaskTool::new(AsyncTaskManager::default(), Arc::new(CatalogRunner)).spec());
+    specs
 }
 
 fn spec(name: &str) -> ToolSpec {
@@ -609,7 +638,7 @@ fn openai_strict_violations(
 #[test]
 fn openai_chat_follows_the_strict_rules() {
     let mut violations = Vec::new();
-    for spec in specs() {
+    for spec in rule_specs() {
         let definition = provider_definition(&spec, "openai-chat");
         assert_eq!(keys(&definition), ["type", "function"], "{}", spec.name);
         assert_eq!(definition["type"], "function");
@@ -634,7 +663,7 @@ fn openai_chat_follows_the_strict_rules() {
 #[test]
 fn openai_responses_follows_the_strict_rules() {
     let mut violations = Vec::new();
-    for spec in specs() {
+    for spec in rule_specs() {
         let definition = provider_definition(&spec, "openai-responses");
         assert_eq!(
             keys(&definition),
@@ -657,7 +686,7 @@ fn openai_responses_follows_the_strict_rules() {
 #[test]
 fn anthropic_follows_its_rules() {
     let mut violations = Vec::new();
-    for spec in specs() {
+    for spec in rule_specs() {
         let definition = provider_definition(&spec, "anthropic");
         let tool = &spec.name;
         assert_eq!(
@@ -697,7 +726,7 @@ fn anthropic_follows_its_rules() {
 #[test]
 fn gemini_json_schema_follows_its_rules() {
     let mut violations = Vec::new();
-    for spec in specs() {
+    for spec in rule_specs() {
         let definition = provider_definition(&spec, "gemini");
         let tool = &spec.name;
         // `parametersJsonSchema` and `parameters` are mutually exclusive.
@@ -837,7 +866,7 @@ fn gemini_openapi_violations(tool: &str, parameters: &Value, canonical: &Value) 
 #[test]
 fn gemini_openapi_follows_its_rules() {
     let mut violations = Vec::new();
-    for spec in specs() {
+    for spec in rule_specs() {
         let definition = provider_definition(&spec, "gemini-openapi");
         assert_eq!(
             keys(&definition),
@@ -857,7 +886,7 @@ fn gemini_openapi_follows_its_rules() {
 #[test]
 fn mcp_follows_its_rules() {
     let mut violations = Vec::new();
-    for spec in specs() {
+    for spec in rule_specs() {
         let definition = provider_definition(&spec, "mcp");
         let tool = spec.name.as_str();
         assert_eq!(
@@ -1098,4 +1127,45 @@ fn rule_checks_report_broken_schemas() {
             "t: /properties/o: type \"object\" is not a Gemini type",
         ]
     );
+}
+
+#[test]
+fn a_catalog_becomes_an_enum_in_every_lowering() {
+    let spec = TaskTool::new(AsyncTaskManager::default(), Arc::new(CatalogRunner)).spec();
+    let names = json!(["researcher", "tester"]);
+    assert_eq!(
+        spec.parameters["properties"]["subagent_name"]["enum"],
+        names
+    );
+    let pointers = [
+        (
+            Provider::OpenAiChat,
+            "/function/parameters/properties/subagent_name/enum",
+        ),
+        (
+            Provider::OpenAiResponses,
+            "/parameters/properties/subagent_name/enum",
+        ),
+        (
+            Provider::Anthropic,
+            "/input_schema/properties/subagent_name/enum",
+        ),
+        (
+            Provider::Gemini,
+            "/parametersJsonSchema/properties/subagent_name/enum",
+        ),
+        (
+            Provider::GeminiOpenApi,
+            "/parameters/properties/subagent_name/enum",
+        ),
+        (Provider::Mcp, "/inputSchema/properties/subagent_name/enum"),
+    ];
+    for (provider, pointer) in pointers {
+        let definition = spec.for_provider(provider);
+        assert_eq!(definition.pointer(pointer), Some(&names), "{provider}");
+    }
+    assert!(spec.description.ends_with(
+        "Available subagents (subagent_name):\n- researcher: Reads the code base\n- tester: Runs the \
+         tests (reads messages sent with message_async_task while it runs)"
+    ));
 }

@@ -14,8 +14,8 @@ use asynctask_model::{
     AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
 };
 use asynctask_tools::{
-    ContextVar, OutputVarSpec, SubagentError, SubagentRequest, SubagentRunner, SyncDetach,
-    TaskParams, TaskTimeouts, TaskTool, Tool, ToolErrorType, ToolParams, ToolResult,
+    ContextVar, OutputVarSpec, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
+    SyncDetach, TaskParams, TaskTimeouts, TaskTool, Tool, ToolErrorType, ToolParams, ToolResult,
     completion_notification,
 };
 use pretty_assertions::assert_eq;
@@ -52,6 +52,7 @@ enum Behaviour {
 /// before it finished (aborted).
 struct FakeRunner {
     behaviour: Behaviour,
+    catalog: Option<Vec<SubagentInfo>>,
     requests: Mutex<Vec<SubagentRequest>>,
     tokens: Mutex<Vec<CancellationToken>>,
     aborted: Arc<AtomicUsize>,
@@ -61,10 +62,23 @@ impl FakeRunner {
     fn new(behaviour: Behaviour) -> Arc<Self> {
         Arc::new(FakeRunner {
             behaviour,
+            catalog: None,
             requests: Mutex::new(Vec::new()),
             tokens: Mutex::new(Vec::new()),
             aborted: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// A runner that offers only these subagents.
+    fn with_catalog(behaviour: Behaviour, names: &[&str]) -> Arc<Self> {
+        let mut runner = Arc::into_inner(FakeRunner::new(behaviour)).expect("just made");
+        runner.catalog = Some(
+            names
+                .iter()
+                .map(|name| SubagentInfo::new(*name, format!("the {name}")))
+                .collect(),
+        );
+        Arc::new(runner)
     }
 
     fn requests(&self) -> Vec<SubagentRequest> {
@@ -109,6 +123,10 @@ impl Drop for AbortProbe {
 
 #[async_trait]
 impl SubagentRunner for FakeRunner {
+    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        self.catalog.clone()
+    }
+
     async fn run(
         &self,
         request: SubagentRequest,
@@ -990,5 +1008,46 @@ fn the_timeout_description_states_the_configured_timeouts() {
         default.spec().parameters["properties"]["timeout_seconds"]["description"],
         TaskParams::schema()["properties"]["timeout_seconds"]["description"],
         "the default configuration keeps the canonical text"
+    );
+}
+
+// ---------------------------------------------------------------- catalog
+
+#[tokio::test(start_paused = true)]
+async fn unknown_subagents_are_refused_before_anything_is_registered() {
+    let runner = FakeRunner::with_catalog(Behaviour::Return(output()), &["researcher", "tester"]);
+    let (manager, tool) = setup(&runner, 1);
+    for params in [
+        async_params("resercher", json!({})),
+        sync_params("resercher", json!({})),
+    ] {
+        let refused = call(&tool, params).await;
+        insta::assert_snapshot!("unknown_subagent", redacted(&refused, &[]));
+        assert_eq!(
+            refused.error.map(|error| error.kind),
+            Some(ToolErrorType::InvalidToolParams)
+        );
+    }
+    assert_eq!(manager.tasks(), vec![], "nothing registered");
+    assert_eq!(manager.counts().reserved, 0);
+    assert_eq!(runner.started(), 0, "no subagent started");
+    // The only slot is still free: a known subagent launches.
+    let launched = call(&tool, async_params("tester", json!({}))).await;
+    assert_eq!(launched.error, None);
+    settle(&tool).await;
+    assert_eq!(runner.started(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_catalog_any_name_goes_to_the_runner() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (_manager, tool) = setup(&runner, 5);
+    let result = call(&tool, sync_params("anything-at-all", json!({}))).await;
+    assert_eq!(result.error, None);
+    assert_eq!(runner.requests()[0].subagent_name, "anything-at-all");
+    assert!(
+        tool.spec().parameters["properties"]["subagent_name"]
+            .get("enum")
+            .is_none()
     );
 }
