@@ -101,7 +101,15 @@ async fn a_whole_session() {
         .build();
     let tools = runtime.tools();
     let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
-    assert_eq!(names, ["task", "check_async_tasks", "todo_pause"]);
+    assert_eq!(
+        names,
+        [
+            "task",
+            "check_async_tasks",
+            "message_async_task",
+            "todo_pause"
+        ]
+    );
 
     // The model launches three background tasks and keeps working (busy).
     agent.busy.store(true, Ordering::SeqCst);

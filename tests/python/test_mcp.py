@@ -46,7 +46,7 @@ CONFIG = HERE / "subagents.toml"
 
 REMINDER_HEADER = "---\nSystem Note: Async Task Status"
 LAUNCH_PREFIX = "Async task launched: subagent 'quick'"
-TOOLS = {"task", "check_async_tasks", "wait_async_tasks", "end_async_task"}
+TOOLS = {"task", "check_async_tasks", "message_async_task", "wait_async_tasks", "end_async_task"}
 
 # Time limits, all on the real clock. The `quick` subagent answers after 0.3 s; a test
 # normally takes about a second (the progress test 6 s: the server reports every 5 s).

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
 use asynctask_tools::{
-    CheckAsyncTasksTool, Provider, SubagentError, SubagentRequest, SubagentRunner, TaskTool,
-    TodoPauseTool, Tool, ToolResult,
+    CheckAsyncTasksTool, MessageAsyncTaskTool, Provider, SubagentError, SubagentRequest,
+    SubagentRunner, TaskTool, TodoPauseTool, Tool, ToolResult,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -53,7 +53,8 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
     let manager = AsyncTaskManager::default();
     vec![
         Arc::new(TaskTool::new(manager.clone(), Arc::new(SpecOnly))),
-        Arc::new(CheckAsyncTasksTool::new(manager)),
+        Arc::new(CheckAsyncTasksTool::new(manager.clone())),
+        Arc::new(MessageAsyncTaskTool::new(manager)),
         Arc::new(TodoPauseTool::new()),
     ]
 }
@@ -71,7 +72,7 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
 /// use asynctask_tools::Provider;
 ///
 /// let all = asynctask_cli::schemas(Provider::Anthropic, None).unwrap();
-/// assert_eq!(all.as_array().unwrap().len(), 3);
+/// assert_eq!(all.as_array().unwrap().len(), 4);
 /// let one = asynctask_cli::schemas(Provider::Mcp, Some("check_async_tasks")).unwrap();
 /// assert_eq!(one["annotations"]["readOnlyHint"], true);
 /// assert!(asynctask_cli::schemas(Provider::Mcp, Some("nope")).is_err());

@@ -8,8 +8,8 @@ use std::time::Duration;
 use asynctask_manager::{AsyncTaskManager, Subscription};
 use asynctask_model::{Clock, InvalidMaxAsyncTasks, MaxAsyncTasks, SystemClock, Todo};
 use asynctask_tools::{
-    CheckAsyncTasksTool, PauseSignal, SubagentRunner, SyncDetach, TaskTimeouts, TaskTool,
-    TodoPauseTool, Tool,
+    CheckAsyncTasksTool, MessageAsyncTaskTool, PauseSignal, SubagentRunner, SyncDetach,
+    TaskTimeouts, TaskTool, TodoPauseTool, Tool,
 };
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
@@ -79,6 +79,7 @@ pub struct AsyncTaskRuntime {
     claims: Arc<ClaimLedger>,
     delivery: Arc<Delivery>,
     task_tool: Option<Arc<TaskTool>>,
+    message_tool: Option<Arc<MessageAsyncTaskTool>>,
     check_tool: Arc<CheckAsyncTasksTool>,
     pause_tool: Arc<TodoPauseTool>,
     tracker: TaskTracker,
@@ -201,8 +202,12 @@ impl AsyncTaskRuntimeBuilder {
             let delivery = Arc::clone(&delivery);
             manager.on_task_failed(move |_| delivery.poke())
         };
+        let message_tool = task_tool
+            .as_ref()
+            .map(|_| Arc::new(MessageAsyncTaskTool::new(manager.clone())));
         Ok(AsyncTaskRuntime {
             check_tool: Arc::new(CheckAsyncTasksTool::new(manager.clone())),
+            message_tool,
             pause_tool: Arc::new(TodoPauseTool::with_signal(PauseSignal::new())),
             manager,
             reminders,
@@ -292,14 +297,18 @@ impl AsyncTaskRuntime {
     }
 
     /// The tools to give the model: `task` (when a runner is set),
-    /// `check_async_tasks`, `todo_pause`.
+    /// `check_async_tasks`, `message_async_task` (when a runner is set: it
+    /// steers the tasks `task` launches), `todo_pause`.
     #[must_use]
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(3);
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(4);
         if let Some(task) = &self.task_tool {
             tools.push(Arc::clone(task) as Arc<dyn Tool>);
         }
         tools.push(Arc::clone(&self.check_tool) as Arc<dyn Tool>);
+        if let Some(message) = &self.message_tool {
+            tools.push(Arc::clone(message) as Arc<dyn Tool>);
+        }
         tools.push(Arc::clone(&self.pause_tool) as Arc<dyn Tool>);
         tools
     }

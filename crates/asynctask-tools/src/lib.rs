@@ -42,6 +42,7 @@ mod check_async_tasks;
 mod format;
 mod ids;
 mod lookup;
+mod message;
 mod params;
 mod render;
 mod result;
@@ -57,9 +58,11 @@ pub use crate::format::{
 };
 pub use crate::ids::new_task_id;
 pub use crate::lookup::{LookupError, find_task};
+pub use crate::message::{MessageAsyncTaskTool, message_task};
 pub use crate::params::{
-    CheckAsyncTasksParams, ContextVar, InvalidParams, OutputVarSpec, TaskParams, TaskTimeouts,
-    TimeoutSeconds, TodoPauseParams, ToolParams, at_most_chars, is_blank, non_blank,
+    CheckAsyncTasksParams, ContextVar, InvalidParams, MAX_MESSAGE_CHARS, MessageAsyncTaskParams,
+    OutputVarSpec, TaskParams, TaskTimeouts, TimeoutSeconds, TodoPauseParams, ToolParams,
+    at_most_chars, is_blank, non_blank,
 };
 pub use crate::render::completion_notification;
 pub use crate::result::{ToolError, ToolErrorType, ToolResult};

@@ -70,6 +70,29 @@ pub struct TaskParams {
     pub run_async: Option<bool>,
 }
 
+/// The most characters a message to a running task may hold.
+pub const MAX_MESSAGE_CHARS: usize = 8_000;
+
+/// Parameters of `message_async_task`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MessageAsyncTaskParams {
+    /// The ID of the running task, or a unique prefix of it.
+    #[schemars(extend("pattern" = r"\S"))]
+    pub task_id: String,
+    /// What to tell its subagent (at most 8000 characters).
+    #[schemars(length(min = 1, max = 8000), extend("pattern" = r"\S"))]
+    pub message: String,
+}
+
+impl ToolParams for MessageAsyncTaskParams {
+    fn validate(&self) -> Result<(), InvalidParams> {
+        non_blank("task_id", &self.task_id)?;
+        at_most_chars("message", &self.message, MAX_MESSAGE_CHARS)?;
+        non_blank("message", &self.message)
+    }
+}
+
 /// One variable the subagent must emit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -196,6 +196,45 @@ pub(crate) fn panicked(payload: &str) -> String {
     format!("subagent panicked: {payload}")
 }
 
+/// A message was queued for a running task.
+pub(crate) fn message_queued(task: &AsyncTaskInfo) -> String {
+    format!(
+        "Message queued for async task {} (subagent '{}'). Its subagent reads it while it \
+         runs; the task's result will still be reported when it finishes.",
+        task.id, task.subagent_name
+    )
+}
+
+/// A message to a task that has ended.
+pub(crate) fn message_to_finished(task: &AsyncTaskInfo) -> String {
+    format!(
+        "Async task {} (subagent '{}') is already {}: its subagent reads no more messages. \
+         To act on what you wanted to say, launch a new task and give it this task's result \
+         as context.",
+        task.id, task.subagent_name, task.status
+    )
+}
+
+/// A message to a task whose subagent takes none.
+pub(crate) fn message_not_taken(task: &AsyncTaskInfo) -> String {
+    format!(
+        "Subagent '{}' (async task {}) does not take messages while it runs. Wait for its \
+         result, or cancel it and launch a new task with the new instructions.",
+        task.subagent_name, task.id
+    )
+}
+
+/// A message to a task whose subagent has not read its last ones.
+pub(crate) fn message_inbox_full(task: &AsyncTaskInfo) -> String {
+    format!(
+        "Async task {} (subagent '{}') has not read the last {} messages sent to it; wait \
+         before sending more.",
+        task.id,
+        task.subagent_name,
+        asynctask_manager::Inbox::CAPACITY
+    )
+}
+
 /// No task id starts with what the model gave (`shown`: the echo, bounded).
 pub(crate) fn task_not_found(shown: &str) -> String {
     format!("No async task found with ID or prefix '{shown}'.")
@@ -253,6 +292,12 @@ mod tests {
         );
     }
 
+    fn sample_task(status: AsyncTaskStatus) -> AsyncTaskInfo {
+        let mut task = AsyncTaskInfo::new("<id>", "tester", "run the tests", 0);
+        task.status = status;
+        task
+    }
+
     #[test]
     fn every_text_of_the_task_tool() {
         let max = Duration::from_secs(1800);
@@ -304,6 +349,22 @@ mod tests {
             (
                 "unknown subagent, none configured",
                 unknown_subagent("x", &[]),
+            ),
+            (
+                "message queued",
+                message_queued(&sample_task(AsyncTaskStatus::Running)),
+            ),
+            (
+                "message to a finished task",
+                message_to_finished(&sample_task(AsyncTaskStatus::Completed)),
+            ),
+            (
+                "message not taken",
+                message_not_taken(&sample_task(AsyncTaskStatus::Running)),
+            ),
+            (
+                "message inbox full",
+                message_inbox_full(&sample_task(AsyncTaskStatus::Running)),
             ),
         ];
         let all: String = texts

@@ -23,14 +23,14 @@ pub struct CommandOutput {
 }
 
 impl CommandOutput {
-    fn info(text: impl Into<String>) -> Self {
+    pub(crate) fn info(text: impl Into<String>) -> Self {
         CommandOutput {
             kind: CommandOutputKind::Info,
             text: text.into(),
         }
     }
 
-    fn error(text: impl Into<String>) -> Self {
+    pub(crate) fn error(text: impl Into<String>) -> Self {
         CommandOutput {
             kind: CommandOutputKind::Error,
             text: text.into(),
@@ -57,7 +57,9 @@ pub enum CommandOutputKind {
 /// - `/task end <id>` cancels a running task by id or unique prefix (exact match
 ///   first). It answers `Usage: /task end <task_id>`, `Task not found: <arg>`,
 ///   `Task <id> is already <status>.`, `Ambiguous task ID. Did you mean:` with the
-///   candidates, or `Cancelled task: <id>`.
+///   candidates, or `Cancelled task: <id>`;
+/// - `/task msg <id> <text>` sends `<text>` (the rest of the line) to a running
+///   task's subagent, as `message_async_task` does ([`message_task`](crate::message_task)).
 ///
 /// # Examples
 ///
@@ -74,19 +76,37 @@ pub enum CommandOutputKind {
 /// ```
 #[must_use]
 pub fn run_slash_command(manager: &AsyncTaskManager, line: &str) -> Option<CommandOutput> {
-    let mut words = line.split_whitespace();
-    let command = words.next()?;
+    let (command, rest) = next_word(line);
     if command != "/tasks" && command != "/task" {
         return None;
     }
-    Some(match (command, words.next()) {
-        ("/tasks", None) | (_, Some("list")) => list(manager),
-        (_, Some("end")) => match words.next() {
-            Some(arg) => end_task(manager, arg),
-            None => CommandOutput::error("Usage: /task end <task_id>"),
+    let (verb, rest) = next_word(rest);
+    Some(match (command, verb) {
+        ("/tasks", "") | (_, "list") => list(manager),
+        (_, "end") => match next_word(rest).0 {
+            "" => CommandOutput::error("Usage: /task end <task_id>"),
+            arg => end_task(manager, arg),
         },
-        _ => CommandOutput::error("Usage: /tasks list | /task end <task_id>"),
+        (_, "msg") => match next_word(rest) {
+            (id, text) if !id.is_empty() && !crate::is_blank(text) => {
+                crate::message_task(manager, id, text.trim())
+            }
+            _ => CommandOutput::error("Usage: /task msg <task_id> <message>"),
+        },
+        _ => CommandOutput::error(
+            "Usage: /tasks list | /task end <task_id> | /task msg <task_id> <message>",
+        ),
     })
+}
+
+/// The first whitespace-separated word of `text`, and what follows it (the
+/// rest keeps its own spacing: a message is the rest of the line, as typed).
+fn next_word(text: &str) -> (&str, &str) {
+    let text = text.trim_start();
+    match text.find(char::is_whitespace) {
+        Some(end) => (&text[..end], &text[end..]),
+        None => (text, ""),
+    }
 }
 
 fn list(manager: &AsyncTaskManager) -> CommandOutput {
@@ -170,7 +190,7 @@ pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
 /// The user-facing text of a failed lookup: `Task not found: <arg>`, or
 /// `Ambiguous task ID. Did you mean:` with one `  - <id> (<subagent>, <status>)`
 /// line per candidate.
-fn lookup_failure(error: &LookupError) -> CommandOutput {
+pub(crate) fn lookup_failure(error: &LookupError) -> CommandOutput {
     match error {
         LookupError::Ambiguous { candidates, .. } => {
             let mut lines = vec!["Ambiguous task ID. Did you mean:".to_owned()];

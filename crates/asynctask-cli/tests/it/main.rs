@@ -38,7 +38,15 @@ fn schemas_print_every_tool_or_one() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["task", "check_async_tasks", "todo_pause"]);
+    assert_eq!(
+        names,
+        [
+            "task",
+            "check_async_tasks",
+            "message_async_task",
+            "todo_pause"
+        ]
+    );
 
     let one = asynctask(&["schemas", "--provider", "mcp", "--tool", "task"]);
     let tool: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
@@ -51,7 +59,7 @@ fn bad_input_is_one_clear_line_and_a_failure() {
     assert_eq!(unknown_tool.status.code(), Some(1));
     assert_eq!(
         stderr(&unknown_tool),
-        "asynctask: unknown tool 'nope'; expected one of: task, check_async_tasks, todo_pause\n"
+        "asynctask: unknown tool 'nope'; expected one of: task, check_async_tasks, message_async_task, todo_pause\n"
     );
 
     let unknown_provider = asynctask(&["schemas", "--provider", "bogus"]);

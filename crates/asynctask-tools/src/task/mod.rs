@@ -352,12 +352,12 @@ impl TaskTool {
 
     /// The refusal of a subagent name the runner's catalog does not hold, given
     /// before anything is registered or started; `None` when the name is fine.
-    fn refuse_unknown_subagent(&self, name: &str) -> Option<ToolResult> {
-        let catalog = self.runner.catalog()?;
+    fn refuse_unknown_subagent(name: &str, catalog: Option<&[SubagentInfo]>) -> Option<ToolResult> {
+        let catalog = catalog?;
         if catalog.iter().any(|info| info.name == name) {
             return None;
         }
-        let error = InvalidParams(render::unknown_subagent(name, &catalog));
+        let error = InvalidParams(render::unknown_subagent(name, catalog));
         Some(error.to_tool_result(Self::NAME))
     }
 
@@ -692,9 +692,19 @@ impl TypedTool for TaskTool {
     }
 
     async fn run(&self, params: TaskParams, cancel: CancellationToken) -> ToolResult {
-        if let Some(refusal) = self.refuse_unknown_subagent(&params.subagent_name) {
+        let catalog = self.runner.catalog();
+        if let Some(refusal) =
+            Self::refuse_unknown_subagent(&params.subagent_name, catalog.as_deref())
+        {
             return refusal;
         }
+        // A subagent the catalog says reads no messages gets a closed inbox, so a
+        // message to it is refused at once instead of queued for nobody.
+        let takes_messages = catalog.as_deref().is_none_or(|catalog| {
+            catalog
+                .iter()
+                .any(|info| info.name == params.subagent_name && info.accepts_messages)
+        });
         if self.shutdown.is_cancelled() {
             return ToolResult::failure(
                 ToolErrorType::ExecutionFailed,
@@ -704,6 +714,9 @@ impl TypedTool for TaskTool {
             );
         }
         let (request, inbox) = self.request(params);
+        if !takes_messages {
+            request.inbox.close();
+        }
         if request.run_async {
             self.launch(request, inbox)
         } else {

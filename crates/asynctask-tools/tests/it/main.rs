@@ -1,6 +1,7 @@
 //! Integration tests of `asynctask-tools` through its public API, as a host uses it.
 
 mod check_async_tasks;
+mod message;
 mod params;
 mod schemas;
 mod slash;

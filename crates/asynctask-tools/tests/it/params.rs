@@ -11,7 +11,9 @@
 //! keys in nested items) are crossed often. The number of cases per type is 2,000,
 //! or `ASYNCTASK_PROPTEST_CASES` when set.
 
-use asynctask_tools::{CheckAsyncTasksParams, TaskParams, TodoPauseParams, ToolParams};
+use asynctask_tools::{
+    CheckAsyncTasksParams, MessageAsyncTaskParams, TaskParams, TodoPauseParams, ToolParams,
+};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -224,6 +226,13 @@ fn check_async_tasks_params() -> BoxedStrategy<Value> {
     top_level(object(vec![field("task_id", 60, nullable(string_value()))]))
 }
 
+fn message_params() -> BoxedStrategy<Value> {
+    top_level(object(vec![
+        field("task_id", 92, name_value()),
+        field("message", 92, name_value()),
+    ]))
+}
+
 fn todo_pause_params() -> BoxedStrategy<Value> {
     top_level(object(vec![field("reason", 90, name_value())]))
 }
@@ -284,6 +293,27 @@ fn check_async_tasks_params_schema_and_parser_agree() {
 }
 
 #[test]
+fn message_params_schema_and_parser_agree() {
+    assert_agreement::<MessageAsyncTaskParams>(message_params());
+}
+
+#[test]
+fn a_message_is_one_to_eight_thousand_characters() {
+    let message =
+        |text: String| agreed::<MessageAsyncTaskParams>(json!({"task_id": "a", "message": text}));
+    assert!(message("é".repeat(8_000)), "characters, not bytes");
+    assert!(!message("x".repeat(8_001)));
+    assert!(!message(String::new()));
+    assert!(!message(" \u{3000}\n".to_owned()));
+    assert_eq!(
+        MessageAsyncTaskParams::parse(json!({"task_id": "a", "message": "x".repeat(8_001)}))
+            .unwrap_err()
+            .to_string(),
+        "message: must be at most 8000 characters (got 8001)"
+    );
+}
+
+#[test]
 fn todo_pause_params_schema_and_parser_agree() {
     assert_agreement::<TodoPauseParams>(todo_pause_params());
 }
@@ -311,6 +341,10 @@ fn generators_cover_both_verdicts() {
             share::<CheckAsyncTasksParams>(check_async_tasks_params()),
         ),
         ("todo_pause", share::<TodoPauseParams>(todo_pause_params())),
+        (
+            "message_async_task",
+            share::<MessageAsyncTaskParams>(message_params()),
+        ),
     ] {
         assert!(
             accepted >= 100 && rejected >= 100,

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
 use asynctask_tools::{
-    CheckAsyncTasksTool, Provider, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
-    TaskTool, TodoPauseTool, Tool, ToolParams, ToolSpec,
+    CheckAsyncTasksTool, MessageAsyncTaskTool, Provider, SubagentError, SubagentInfo,
+    SubagentRequest, SubagentRunner, TaskTool, TodoPauseTool, Tool, ToolParams, ToolSpec,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Map, Value, json};
@@ -44,7 +44,8 @@ fn specs() -> Vec<ToolSpec> {
     let manager = AsyncTaskManager::default();
     vec![
         TaskTool::new(manager.clone(), Arc::new(NoRunner)).spec(),
-        CheckAsyncTasksTool::new(manager).spec(),
+        CheckAsyncTasksTool::new(manager.clone()).spec(),
+        MessageAsyncTaskTool::new(manager).spec(),
         TodoPauseTool::new().spec(),
     ]
 }
@@ -494,7 +495,12 @@ fn every_provider_has_an_adapter() {
     assert!("openai".parse::<Provider>().is_err());
     assert_eq!(
         specs().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-        ["task", "check_async_tasks", "todo_pause"]
+        [
+            "task",
+            "check_async_tasks",
+            "message_async_task",
+            "todo_pause"
+        ]
     );
 }
 

@@ -94,7 +94,7 @@ fn end_reports_usage_unknown_and_ambiguous_ids() {
         run(&manager, "/task frobnicate"),
         (
             CommandOutputKind::Error,
-            "Usage: /tasks list | /task end <task_id>".into()
+            "Usage: /tasks list | /task end <task_id> | /task msg <task_id> <message>".into()
         )
     );
 }

@@ -1,0 +1,215 @@
+//! `message_async_task`: send a message to a running background task (steering),
+//! and `/task msg`, its slash-command twin.
+
+use async_trait::async_trait;
+use asynctask_manager::{AsyncTaskManager, InboxError, MessageError};
+use asynctask_model::AsyncTaskInfo;
+#[cfg(test)]
+use asynctask_model::AsyncTaskStatus;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::lookup::{LookupError, find_task};
+use crate::params::{MessageAsyncTaskParams, ToolParams};
+use crate::render;
+use crate::result::{ToolErrorType, ToolResult};
+use crate::slash::CommandOutput;
+use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
+
+/// Why a message was not queued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Refusal {
+    /// The id named no task, or several.
+    Lookup(LookupError),
+    /// The task has ended.
+    Finished(Box<AsyncTaskInfo>),
+    /// Its subagent takes no messages (or was registered without an inbox).
+    NotTaking(Box<AsyncTaskInfo>),
+    /// Its subagent has not read the last messages sent to it.
+    Full(Box<AsyncTaskInfo>),
+}
+
+/// Queues `message` for the running task named by `task_id` (an id or a unique
+/// prefix). Never changes the task's state.
+fn send(
+    manager: &AsyncTaskManager,
+    task_id: &str,
+    message: &str,
+) -> Result<AsyncTaskInfo, Refusal> {
+    let task = find_task(manager, task_id).map_err(Refusal::Lookup)?;
+    match manager.send_message(&task.id, message.to_owned()) {
+        Ok(()) => Ok(task),
+        // It ended between the lookup and the send: report how.
+        Err(MessageError::Finished(status)) => {
+            let mut task = manager.task(&task.id).unwrap_or(task);
+            task.status = status;
+            Err(Refusal::Finished(Box::new(task)))
+        }
+        Err(MessageError::NotFound) => Err(Refusal::Lookup(LookupError::NotFound {
+            query: task_id.to_owned(),
+        })),
+        Err(MessageError::Inbox(InboxError::Full)) => Err(Refusal::Full(Box::new(task))),
+        Err(_) => Err(Refusal::NotTaking(Box::new(task))),
+    }
+}
+
+/// The `message_async_task` tool: sends a message to a running background task,
+/// which its subagent reads while it works (to narrow its scope, skip a file,
+/// stop after the first failure…).
+///
+/// `task_id` is an id or a unique prefix (the same lookup and texts as
+/// `check_async_tasks`); `message` is not blank and at most
+/// [`MAX_MESSAGE_CHARS`](crate::MAX_MESSAGE_CHARS) characters. The answer says the
+/// message was queued, or refuses it with a text that says what to do instead:
+/// for a finished task (naming its status: launch a new task with its result as
+/// context), for a subagent that takes no messages, and for one that has not
+/// read its last messages. A message never changes a task's state, and messages
+/// to one task are never seen by another.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, Inbox, RegisterTaskInput};
+/// use asynctask_tools::{MessageAsyncTaskTool, Tool};
+/// use tokio_util::sync::CancellationToken;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let manager = AsyncTaskManager::default();
+/// let (sender, inbox) = Inbox::channel();
+/// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "tester", "run the tests").with_inbox(sender)).unwrap();
+/// let tool = MessageAsyncTaskTool::new(manager);
+/// let params = serde_json::json!({"task_id": "0f3a", "message": "only the io tests"});
+/// let sent = tool.execute(params, CancellationToken::new()).await;
+/// assert!(sent.llm_content.starts_with("Message queued for async task 0f3a9c21-1"));
+/// assert_eq!(inbox.try_recv().as_deref(), Some("only the io tests"));
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct MessageAsyncTaskTool {
+    manager: AsyncTaskManager,
+}
+
+impl MessageAsyncTaskTool {
+    /// The tool's name.
+    pub const NAME: &'static str = "message_async_task";
+
+    /// A tool sending to the tasks of `manager`.
+    #[must_use]
+    pub fn new(manager: AsyncTaskManager) -> Self {
+        MessageAsyncTaskTool { manager }
+    }
+}
+
+#[async_trait]
+impl TypedTool for MessageAsyncTaskTool {
+    type Params = MessageAsyncTaskParams;
+
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            Self::NAME,
+            "Message Async Task",
+            "Send a message to a running background async task, to steer it without \
+             cancelling it (narrow its scope, skip something, stop after the first failure). \
+             Its subagent reads messages while it works, in the order they were sent; the \
+             task's state does not change, and its result is still reported when it finishes. \
+             Only subagents that read messages accept them.",
+            MessageAsyncTaskParams::schema(),
+        )
+        .with_annotations(
+            ToolAnnotations::DEFAULT
+                .with_destructive(false)
+                .with_open_world(false),
+        )
+    }
+
+    async fn run(&self, params: MessageAsyncTaskParams, _cancel: CancellationToken) -> ToolResult {
+        match send(&self.manager, &params.task_id, &params.message) {
+            Ok(task) => {
+                let text = render::message_queued(&task);
+                ToolResult::success(
+                    text,
+                    format!("Message sent to **{}** (`{}`)", task.subagent_name, task.id),
+                    json!({ "agentId": task.id, "queued": true }),
+                )
+            }
+            Err(Refusal::Lookup(error)) => error.to_tool_result(),
+            Err(refusal) => {
+                let (short, text) = refusal_texts(&refusal);
+                ToolResult::failure(ToolErrorType::ExecutionFailed, short, text.clone(), text)
+            }
+        }
+    }
+}
+
+/// A refusal's short message and its full text (never a lookup failure: those
+/// have their own texts).
+fn refusal_texts(refusal: &Refusal) -> (&'static str, String) {
+    match refusal {
+        Refusal::Finished(task) => ("Task already finished", render::message_to_finished(task)),
+        Refusal::NotTaking(task) => (
+            "Subagent takes no messages",
+            render::message_not_taken(task),
+        ),
+        Refusal::Full(task) => ("Inbox full", render::message_inbox_full(task)),
+        Refusal::Lookup(error) => ("Task not found", error.to_string()),
+    }
+}
+
+/// Sends `message` to the running task `task_id` (an id or a unique prefix,
+/// exact match first): the logic of `/task msg <id> <text>`, for any caller
+/// that steers tasks on the user's behalf. The texts are the tool's, except
+/// that an unknown or ambiguous id answers as `/task end` does.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, Inbox, RegisterTaskInput};
+/// use asynctask_tools::{CommandOutputKind, message_task};
+///
+/// let manager = AsyncTaskManager::default();
+/// let (sender, inbox) = Inbox::channel();
+/// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "tester", "g").with_inbox(sender))?;
+/// let out = message_task(&manager, "0f3a", "skip the benches");
+/// assert_eq!(out.kind, CommandOutputKind::Info);
+/// assert_eq!(inbox.try_recv().as_deref(), Some("skip the benches"));
+/// let missing = message_task(&manager, "ffff", "hello");
+/// assert_eq!((missing.kind, missing.text.as_str()), (CommandOutputKind::Error, "Task not found: ffff"));
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+#[must_use]
+pub fn message_task(manager: &AsyncTaskManager, task_id: &str, message: &str) -> CommandOutput {
+    match send(manager, task_id, message) {
+        Ok(task) => CommandOutput::info(render::message_queued(&task)),
+        Err(Refusal::Lookup(error)) => crate::slash::lookup_failure(&error),
+        Err(refusal) => CommandOutput::error(refusal_texts(&refusal).1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_manager::{Inbox, RegisterTaskInput};
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_message_to_a_task_that_ended_meanwhile_names_its_status() {
+        let manager = AsyncTaskManager::default();
+        let (sender, _inbox) = Inbox::channel();
+        manager
+            .register_task(RegisterTaskInput::new("a", "tester", "g").with_inbox(sender))
+            .expect("registered");
+        manager.cancel_task("a");
+        match send(&manager, "a", "hello") {
+            Err(Refusal::Finished(task)) => assert_eq!(task.status, AsyncTaskStatus::Cancelled),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(
+            manager.task("a").map(|t| t.status),
+            Some(AsyncTaskStatus::Cancelled)
+        );
+    }
+}
