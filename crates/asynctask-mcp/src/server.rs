@@ -10,8 +10,8 @@ use asynctask_manager::{AsyncTaskManager, Subscription, TaskEvent, TaskProgress}
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_runtime::{AsyncTaskRuntime, Reminder};
 use asynctask_tools::{
-    SubagentRunner, SyncDetach, TodoPauseTool, Tool, ToolResult, id_prefix, truncate_chars,
-    with_call_progress,
+    CallContext, SubagentRunner, SyncDetach, TodoPauseTool, Tool, ToolResult, id_prefix,
+    truncate_chars, with_call_context,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -389,12 +389,10 @@ impl ServerHandler for AsyncTaskMcpServer {
         // transport at end of input: rmcp itself would wait 5 s first).
         let cancel = self.calls.child_token();
         let call_progress = TaskProgress::new();
+        let call = CallContext::new().with_progress(call_progress.clone());
         let work = REQUEST.scope(
             context.id.clone(),
-            with_call_progress(
-                call_progress.clone(),
-                tool.execute(arguments, cancel.clone()),
-            ),
+            with_call_context(call, tool.execute(arguments, cancel.clone())),
         );
         let work = async {
             let mut work = std::pin::pin!(work);

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::CallContext;
 use crate::format::{bound_text, format_duration, id_prefix, iso_time, to_pretty, truncate_chars};
 use crate::lookup::find_task;
 use crate::params::{CheckAsyncTasksParams, ToolParams};
@@ -104,19 +105,24 @@ impl CheckAsyncTasksTool {
             "Details:".to_owned(),
         ];
         let mut display = Vec::with_capacity(tasks.len());
+        let caller = CallContext::current().and_then(|context| context.origin);
         for task in &tasks {
             let duration = task_duration(task, now);
             let prefix = id_prefix(&task.id);
+            let origin = origin_note(&self.manager, &task.id, caller.as_deref());
             lines.push(with_icon(
                 status_icon(task.status),
                 &format!(
-                    "[{prefix}] {} - {} ({duration})",
+                    "[{prefix}] {} - {} ({duration}){origin}",
                     task.subagent_name, task.status
                 ),
             ));
             display.push(with_icon(
                 status_icon(task.status),
-                &format!("**{}** (`{prefix}`) - {}", task.subagent_name, task.status),
+                &format!(
+                    "**{}** (`{prefix}`) - {}{origin}",
+                    task.subagent_name, task.status
+                ),
             ));
         }
         ToolResult::success(
@@ -337,6 +343,17 @@ fn with_icon(icon: &str, text: &str) -> String {
         text.to_owned()
     } else {
         format!("{icon} {text}")
+    }
+}
+
+/// Which session launched task `id`, for a list line: ` (this session)` when it
+/// is the caller's, ` (session <origin>)` for another, nothing when the task
+/// has no origin (a registry with one user).
+pub(crate) fn origin_note(manager: &AsyncTaskManager, id: &str, caller: Option<&str>) -> String {
+    match manager.origin(id) {
+        None => String::new(),
+        Some(origin) if Some(origin.as_str()) == caller => " (this session)".to_owned(),
+        Some(origin) => format!(" (session {origin})"),
     }
 }
 

@@ -39,6 +39,7 @@
 //! ```
 
 mod check_async_tasks;
+mod context;
 mod format;
 mod ids;
 mod lookup;
@@ -53,6 +54,7 @@ mod todo_pause;
 mod tool;
 
 pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, PEEK_OUTPUT_LINES};
+pub use crate::context::{CallContext, with_call_context};
 pub use crate::format::{
     ECHO_CHARS, ID_PREFIX_CHARS, bound_text, format_duration, id_prefix, iso_time, truncate_chars,
 };
@@ -71,7 +73,7 @@ pub use crate::slash::{
 };
 pub use crate::task::{
     MAX_ENUM_NAMES, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach,
-    TaskTool, with_call_progress,
+    TaskTool,
 };
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
 pub use crate::tool::{Provider, Tool, ToolAnnotations, ToolSpec, TypedTool, UnknownProvider};

@@ -3,7 +3,8 @@
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 
-use crate::check_async_tasks::task_duration;
+use crate::check_async_tasks::{origin_note, task_duration};
+use crate::context::CallContext;
 use crate::format::{id_prefix, truncate_chars};
 use crate::lookup::{LookupError, find_task};
 
@@ -120,14 +121,16 @@ fn list(manager: &AsyncTaskManager) -> CommandOutput {
         .filter(|t| t.status == AsyncTaskStatus::Running)
         .count();
     let mut lines = vec![format!("Async tasks: {} ({running} running)", tasks.len())];
+    let caller = CallContext::current().and_then(|context| context.origin);
     for task in &tasks {
         lines.push(format!(
-            "{} {} {} ({}) - {}",
+            "{} {} {} ({}) - {}{}",
             list_icon(task.status),
             id_prefix(&task.id),
             task.subagent_name,
             task_duration(task, now),
             truncate_chars(&task.goal_prompt, GOAL_PREVIEW_CHARS),
+            origin_note(manager, &task.id, caller.as_deref()),
         ));
         // A running task's latest output line, when its runner reports one.
         let last = manager

@@ -8,7 +8,6 @@ mod runner;
 mod supervise;
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,54 +24,13 @@ use tracing::Instrument;
 
 pub use self::runner::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
 
-tokio::task_local! {
-    /// The progress of the tool call being served, when its server follows it.
-    static CALL_PROGRESS: TaskProgress;
-}
-
-/// Runs `call` — one tool call — so that a synchronous `task` run it makes
-/// reports its subagent's output into `progress`: a server that sends
-/// progress notifications on long calls reads the latest line from there.
-/// (A background launch returns at once; its progress is the task's, see
-/// [`AsyncTaskManager::progress`].)
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use asynctask_manager::{AsyncTaskManager, TaskProgress};
-/// use asynctask_model::{OutputObject, TerminateReason};
-/// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool, with_call_progress};
-/// use tokio_util::sync::CancellationToken;
-///
-/// struct Chatty;
-///
-/// #[async_trait::async_trait]
-/// impl SubagentRunner for Chatty {
-///     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken) -> Result<OutputObject, SubagentError> {
-///         request.progress.report("step 1 of 2 done");
-///         Ok(OutputObject::new(TerminateReason::Goal))
-///     }
-/// }
-///
-/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-/// let tool = TaskTool::new(AsyncTaskManager::default(), Arc::new(Chatty));
-/// let progress = TaskProgress::new();
-/// let params = serde_json::json!({"subagent_name": "chatty", "goal_prompt": "work"});
-/// with_call_progress(progress.clone(), tool.execute(params, CancellationToken::new())).await;
-/// assert_eq!(progress.snapshot().last_line(), Some("step 1 of 2 done"));
-/// # });
-/// ```
-pub async fn with_call_progress<F: Future>(progress: TaskProgress, call: F) -> F::Output {
-    CALL_PROGRESS.scope(progress, call).await
-}
-
 /// The most subagent names the `task` tool's schema lists as an `enum`; a larger
 /// catalog is still listed in the description and still checked, but the
 /// schema leaves the name free (OpenAI's strict mode limits a string enum over
 /// 250 values to 15,000 characters in all).
 pub const MAX_ENUM_NAMES: usize = 250;
 use self::supervise::{Background, Outcome, Run, far_future};
+use crate::context::CallContext;
 use crate::ids::new_task_id;
 use crate::params::{InvalidParams, TaskParams, TaskTimeouts, ToolParams};
 use crate::render::{self, completion_notification};
@@ -377,9 +335,9 @@ impl TaskTool {
         let run_async = params.run_async.unwrap_or(false);
         // A synchronous run reports into its call's progress, when a server
         // follows the call; a background task gets its own.
-        let progress = match run_async {
-            false => CALL_PROGRESS.try_with(Clone::clone).unwrap_or_default(),
-            true => TaskProgress::new(),
+        let progress = match (run_async, CallContext::current()) {
+            (false, Some(context)) => context.progress,
+            _ => TaskProgress::new(),
         };
         let timeout = params
             .timeout_seconds
@@ -558,6 +516,7 @@ impl TaskTool {
             .with_cancellation(run.token().clone())
             .with_progress(progress)
             .with_inbox(inbox);
+        let input = with_call_origin(input);
         if let Err(err) = self.manager.register_task(input) {
             tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
             return Err(run);
@@ -592,6 +551,7 @@ impl TaskTool {
             .with_cancellation(token.clone())
             .with_progress(request.progress.clone())
             .with_inbox(inbox);
+        let input = with_call_origin(input);
         match self.manager.register_task(input) {
             Ok(_) => {}
             Err(RegisterError::LimitReached(limit)) => {
@@ -648,6 +608,15 @@ impl TaskTool {
         if self.shutdown.is_cancelled() {
             self.manager.cancel_task(id);
         }
+    }
+}
+
+/// `input`, recording who made the call that launches it (when its server
+/// said, see [`CallContext`]).
+fn with_call_origin(input: RegisterTaskInput) -> RegisterTaskInput {
+    match CallContext::current().and_then(|context| context.origin) {
+        Some(origin) => input.with_origin(origin),
+        None => input,
     }
 }
 

@@ -393,3 +393,38 @@ async fn live_output_stays_within_the_peek_budget() {
     let details: Value = serde_json::from_str(&peek.llm_content).expect("JSON");
     assert_eq!(details["recentOutput"].as_array().map(Vec::len), Some(10));
 }
+
+#[tokio::test]
+async fn a_shared_registry_marks_each_task_with_its_session() {
+    let (manager, _) = fixture();
+    manager
+        .register_task(
+            RegisterTaskInput::new("aaaa1111-1", "researcher", "mine").with_origin("s-1"),
+        )
+        .expect("registered");
+    manager
+        .register_task(RegisterTaskInput::new("bbbb2222-2", "tester", "theirs").with_origin("s-2"))
+        .expect("registered");
+    let tool = CheckAsyncTasksTool::new(manager.clone());
+    let context = asynctask_tools::CallContext::new().with_origin("s-1");
+    let list = asynctask_tools::with_call_context(context.clone(), call(&tool, json!({}))).await;
+    insta::assert_snapshot!("list_with_sessions", redacted(&list, &[]));
+    let slash = asynctask_tools::with_call_context(context, async {
+        asynctask_tools::run_slash_command(&manager, "/tasks list").expect("ours")
+    })
+    .await;
+    assert!(
+        slash
+            .text
+            .contains("aaaa1111 researcher (0s) - mine (this session)"),
+        "{}",
+        slash.text
+    );
+    assert!(
+        slash
+            .text
+            .contains("bbbb2222 tester (0s) - theirs (session s-2)"),
+        "{}",
+        slash.text
+    );
+}

@@ -1,0 +1,103 @@
+//! What a serving layer tells the tools about the call being served: where a
+//! synchronous run reports progress, and who made the call.
+
+use std::future::Future;
+
+use asynctask_manager::TaskProgress;
+
+tokio::task_local! {
+    static CALL: CallContext;
+}
+
+/// What a serving layer (an MCP server, say) knows about the tool call being
+/// served, for the tools it runs: set it around a call with
+/// [`with_call_context`].
+///
+/// - A synchronous `task` run reports its subagent's output into
+///   [`progress`](Self::progress), so the server can send progress
+///   notifications that carry the latest line. (A background launch returns at
+///   once; its progress is the task's own, see
+///   [`AsyncTaskManager::progress`](asynctask_manager::AsyncTaskManager::progress).)
+/// - [`origin`](Self::origin) names who made the call (a session, when several
+///   share one registry): `task` records it as the origin of the tasks it
+///   launches, and `check_async_tasks` marks each task with the session that
+///   launched it.
+///
+/// Outside any context the tools behave as if the context were the default:
+/// a fresh progress, no origin.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use asynctask_manager::{AsyncTaskManager, TaskProgress};
+/// use asynctask_model::{OutputObject, TerminateReason};
+/// use asynctask_tools::{CallContext, SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool, with_call_context};
+/// use tokio_util::sync::CancellationToken;
+///
+/// struct Chatty;
+///
+/// #[async_trait::async_trait]
+/// impl SubagentRunner for Chatty {
+///     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken) -> Result<OutputObject, SubagentError> {
+///         request.progress.report("step 1 of 2 done");
+///         Ok(OutputObject::new(TerminateReason::Goal))
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let manager = AsyncTaskManager::default();
+/// let tool = TaskTool::new(manager.clone(), Arc::new(Chatty));
+/// let context = CallContext::new().with_origin("session-a");
+///
+/// let params = serde_json::json!({"subagent_name": "chatty", "goal_prompt": "work"});
+/// with_call_context(context.clone(), tool.execute(params, CancellationToken::new())).await;
+/// assert_eq!(context.progress.snapshot().last_line(), Some("step 1 of 2 done"));
+///
+/// let params = serde_json::json!({"subagent_name": "chatty", "goal_prompt": "work", "async": true});
+/// let launched = with_call_context(context, tool.execute(params, CancellationToken::new())).await;
+/// let id = launched.metadata["agentId"].as_str().unwrap();
+/// assert_eq!(manager.origin(id).as_deref(), Some("session-a"));
+/// # });
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct CallContext {
+    /// Where a synchronous `task` run reports its subagent's output.
+    pub progress: TaskProgress,
+    /// Who made the call, recorded as the origin of the tasks it launches.
+    pub origin: Option<String>,
+}
+
+impl CallContext {
+    /// A context with a fresh progress and no origin.
+    #[must_use]
+    pub fn new() -> Self {
+        CallContext::default()
+    }
+
+    /// Replaces the progress handle.
+    #[must_use]
+    pub fn with_progress(mut self, progress: TaskProgress) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    /// Names who makes the call.
+    #[must_use]
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = Some(origin.into());
+        self
+    }
+
+    /// The context of the call being served, if its server set one.
+    #[must_use]
+    pub fn current() -> Option<CallContext> {
+        CALL.try_with(Clone::clone).ok()
+    }
+}
+
+/// Runs `call` — one tool call — with `context` (see [`CallContext`]).
+pub async fn with_call_context<F: Future>(context: CallContext, call: F) -> F::Output {
+    CALL.scope(context, call).await
+}
