@@ -13,6 +13,7 @@
 //! a TOML config; [`DEMO_CONFIG`] is the bundled one.
 
 pub mod demo;
+pub mod serve;
 
 use std::sync::Arc;
 

@@ -7,8 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
+use asynctask_cli::serve::{
+    ServeOptions, load_runner, mcp, mcp_durable, supervisor_run, supervisor_status, supervisor_stop,
+};
 use asynctask_cli::{CliError, DEMO_CONFIG, run_once, schemas};
-use asynctask_mcp::{McpServerOptions, serve_stdio};
+use asynctask_mcp::StateDir;
 use asynctask_model::MaxAsyncTasks;
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 use asynctask_tools::Provider;
@@ -51,24 +54,98 @@ enum Command {
         goal: String,
     },
     /// Serve the tools to an MCP client over stdio (task, check_async_tasks,
-    /// wait_async_tasks, end_async_task).
+    /// message_async_task, wait_async_tasks, end_async_task).
     Mcp {
-        /// The subagents config (TOML).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
-        /// Turn a synchronous task call still running after this many seconds into
-        /// a background task.
-        #[arg(
-            long,
-            value_name = "SECS",
-            default_value_t = 50,
-            value_parser = clap::value_parser!(u64).range(1..=3600)
-        )]
-        sync_detach_after: u64,
-        /// The most background tasks running at once: -1 (unlimited) or 1..=100.
-        #[arg(long, value_name = "N", allow_negative_numbers = true)]
-        max_async_tasks: Option<MaxAsyncTasks>,
+        #[command(flatten)]
+        serve: ServeArgs,
+        /// Keep tasks and results beyond this session: relay to the workspace's
+        /// supervisor (started if none runs), which owns the tasks and their
+        /// subagents.
+        #[arg(long)]
+        durable: bool,
     },
+    /// The workspace's supervisor, which owns durable tasks (`mcp --durable`
+    /// starts it).
+    Supervisor {
+        #[command(subcommand)]
+        command: SupervisorCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SupervisorCommand {
+    /// Run the supervisor in the foreground (`mcp --durable` starts it in the
+    /// background when none runs).
+    Run {
+        #[command(flatten)]
+        serve: ServeArgs,
+    },
+    /// Print the supervisor's pid (null when none runs) and its tasks, as JSON.
+    Status {
+        #[command(flatten)]
+        state: StateArgs,
+    },
+    /// Cancel every task, end their processes, and stop the supervisor.
+    Stop {
+        #[command(flatten)]
+        state: StateArgs,
+    },
+}
+
+/// Where the workspace's state is.
+#[derive(Debug, clap::Args)]
+struct StateArgs {
+    /// The subagents config (TOML); the state lives beside it by default.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Where the supervisor keeps its state (default: `.asynctask/` in the
+    /// config's directory).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+/// How tools are served.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    state: StateArgs,
+    /// Turn a synchronous task call still running after this many seconds into
+    /// a background task.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 50,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    sync_detach_after: u64,
+    /// The most background tasks running at once: -1 (unlimited) or 1..=100.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    max_async_tasks: Option<MaxAsyncTasks>,
+    /// A durable supervisor exits after this many seconds with no session
+    /// connected and no task running.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    idle_exit: u64,
+}
+
+impl ServeArgs {
+    fn options(&self) -> ServeOptions {
+        let mut options = ServeOptions::new(&self.state.config);
+        options.state_dir.clone_from(&self.state.state_dir);
+        options.sync_detach_after = Duration::from_secs(self.sync_detach_after);
+        options.idle_exit = Duration::from_secs(self.idle_exit);
+        if let Some(max) = self.max_async_tasks {
+            options.max_async_tasks = max;
+        }
+        options
+    }
+}
+
+impl StateArgs {
+    fn state(&self) -> StateDir {
+        let mut options = ServeOptions::new(&self.config);
+        options.state_dir.clone_from(&self.state_dir);
+        options.state()
+    }
 }
 
 /// A [`Provider`] as a command-line value: its name, with clap's completion
@@ -173,33 +250,64 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             }
         }
         // stdout is the protocol channel from here on: nothing else is printed.
-        Command::Mcp {
-            config,
-            sync_detach_after,
-            max_async_tasks,
-        } => {
-            let runner = load_runner(&config)?;
-            let mut options = McpServerOptions::default()
-                .with_sync_detach_after(Duration::from_secs(sync_detach_after));
-            if let Some(max) = max_async_tasks {
-                options = options.with_max_async_tasks(max);
+        Command::Mcp { serve, durable } => {
+            let options = serve.options();
+            if durable {
+                mcp_durable(&options, start_supervisor).await?;
+            } else {
+                mcp(&options).await?;
             }
-            eprintln!(
-                "asynctask: MCP server on stdio; subagents: {}",
-                runner.subagent_names().join(", ")
-            );
-            serve_stdio(Arc::new(runner), options)
-                .await
-                .map_err(|err| CliError(err.to_string()))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Supervisor { command } => match command {
+            SupervisorCommand::Run { serve } => {
+                supervisor_run(&serve.options()).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            SupervisorCommand::Status { state } => {
+                let status = supervisor_status(&state.state()).await?;
+                println!("{}", pretty(&status));
+                Ok(ExitCode::SUCCESS)
+            }
+            SupervisorCommand::Stop { state } => {
+                match supervisor_stop(&state.state()).await? {
+                    Some(pid) => eprintln!("asynctask: supervisor {pid} stopped"),
+                    None => eprintln!("asynctask: no supervisor runs"),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+        },
     }
 }
 
-fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
-    ProcessRunnerConfig::load(path)
-        .map(ProcessRunner::new)
-        .map_err(|err| CliError(err.to_string()))
+/// Starts the workspace's supervisor in the background: this same binary,
+/// `supervisor run`, in its own process group (a client that signals its
+/// server's group does not reach it), its output in the state directory's log.
+fn start_supervisor(options: &ServeOptions) -> std::io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let state = options.state();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.log_file())?;
+    let config = std::path::absolute(&options.config)?;
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command
+        .args(["supervisor", "run", "--config"])
+        .arg(config)
+        .arg("--state-dir")
+        .arg(std::path::absolute(state.path())?)
+        .arg("--sync-detach-after")
+        .arg(options.sync_detach_after.as_secs().to_string())
+        .arg("--idle-exit")
+        .arg(options.idle_exit.as_secs().to_string())
+        .arg("--max-async-tasks")
+        .arg(options.max_async_tasks.get().to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0);
+    command.spawn().map(drop)
 }
 
 fn pretty(value: &serde_json::Value) -> String {

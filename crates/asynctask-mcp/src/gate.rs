@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use asynctask_runtime::{ClaimLedger, ClaimOwner, Reminder, RequestKey};
+
+use crate::session::Session;
 use rmcp::model::RequestId;
 use tokio::sync::futures::Notified;
 use tokio_util::sync::CancellationToken;
@@ -42,17 +44,16 @@ enum Call {
 /// Calls that do not come through the transport
 /// ([`AsyncTaskMcpServer::call`](crate::AsyncTaskMcpServer::call)) claim and
 /// acknowledge at once: nothing later tells the server about them.
+///
+/// Served to one session of several ([`for_session`](Self::for_session)), a
+/// call claims only the results that session may take (see
+/// [`Session::may_claim`]), and its request ids are kept apart from other
+/// sessions' (every session numbers its requests from 0).
 #[derive(Debug, Clone)]
 pub(crate) struct ReminderGate {
     ledger: Arc<ClaimLedger>,
     calls: Arc<Mutex<HashMap<RequestId, Call>>>,
-}
-
-/// The ledger's owner for request `id`. The id's JSON text keeps numbers and
-/// strings apart (`1` and `"1"` are different requests).
-fn owner(id: &RequestId) -> ClaimOwner {
-    let key = serde_json::to_string(id).unwrap_or_else(|_| id.to_string());
-    ClaimOwner::Request(RequestKey::new(key))
+    session: Option<Arc<Session>>,
 }
 
 impl ReminderGate {
@@ -60,7 +61,51 @@ impl ReminderGate {
         ReminderGate {
             ledger,
             calls: Arc::new(Mutex::new(HashMap::new())),
+            session: None,
         }
+    }
+
+    /// A gate for one of several sessions sharing `ledger`.
+    pub(crate) fn for_session(ledger: Arc<ClaimLedger>, session: Arc<Session>) -> Self {
+        ReminderGate {
+            session: Some(session),
+            ..ReminderGate::new(ledger)
+        }
+    }
+
+    /// The ledger's owner for request `id`: the id's JSON text (so `1` and `"1"`
+    /// are different requests), after the session's id when there is one.
+    fn owner(&self, id: &RequestId) -> ClaimOwner {
+        let request = serde_json::to_string(id).unwrap_or_else(|_| id.to_string());
+        let key = match &self.session {
+            Some(session) => format!("{}/{request}", session.id()),
+            None => request,
+        };
+        ClaimOwner::Request(RequestKey::new(key))
+    }
+
+    /// Claims for `owner` what this gate's session may take.
+    fn claim_for(&self, owner: &ClaimOwner) -> Option<Reminder> {
+        match &self.session {
+            None => self.ledger.claim(owner),
+            Some(session) => {
+                let manager = self.ledger.manager();
+                self.ledger
+                    .claim_matching(owner, |task| session.may_claim(manager, task))
+            }
+        }
+    }
+
+    /// Whether a result this gate's session may take is pending and unclaimed.
+    pub(crate) fn anything_to_claim(&self) -> bool {
+        let manager = self.ledger.manager();
+        manager.pending_notifications().iter().any(|task| {
+            !self.ledger.is_claimed(&task.id)
+                && self
+                    .session
+                    .as_ref()
+                    .is_none_or(|session| session.may_claim(manager, task))
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<RequestId, Call>> {
@@ -100,7 +145,7 @@ impl ReminderGate {
         if cancel.is_cancelled() || calls.get(id) != Some(&Call::Open) {
             return None;
         }
-        self.ledger.claim(&owner(id))
+        self.claim_for(&self.owner(id))
     }
 
     /// Claims the pending results and acknowledges them at once (a call that
@@ -110,7 +155,7 @@ impl ReminderGate {
             return None;
         }
         let direct = ClaimOwner::Request(RequestKey::new(format!("direct-{}", next_direct_call())));
-        let reminder = self.ledger.claim(&direct)?;
+        let reminder = self.claim_for(&direct)?;
         self.ledger.acknowledge(&direct);
         Some(reminder)
     }
@@ -122,7 +167,7 @@ impl ReminderGate {
         let mut calls = self.lock();
         if calls.get(id) == Some(&Call::Open) {
             calls.remove(id);
-            self.ledger.release(&owner(id));
+            self.ledger.release(&self.owner(id));
         }
     }
 
@@ -146,9 +191,18 @@ impl ReminderGate {
             return;
         }
         if delivered {
-            self.ledger.acknowledge(&owner(id));
+            self.ledger.acknowledge(&self.owner(id));
         } else {
-            self.ledger.release(&owner(id));
+            self.ledger.release(&self.owner(id));
+        }
+    }
+
+    /// The connection is gone: every claim still held by its calls (open, or
+    /// committed but never confirmed written) is released for the next call.
+    pub(crate) fn release_all(&self) {
+        let mut calls = self.lock();
+        for (id, _) in calls.drain() {
+            self.ledger.release(&self.owner(&id));
         }
     }
 }
@@ -259,7 +313,7 @@ mod tests {
         assert!(gate.claim(&id(1), &live).is_some());
         gate.cancelled(&RequestId::String("1".into()));
         assert_eq!(
-            runtime.claims().held_by(&owner(&id(1))),
+            runtime.claims().held_by(&gate.owner(&id(1))),
             ["aaaaaaaa-1"],
             "the string id's cancel does not release the number's claim"
         );

@@ -47,13 +47,19 @@
 //! # });
 //! ```
 
+mod durable;
 mod end;
 mod gate;
 mod params;
 mod server;
+mod session;
 mod transport;
 mod wait;
 
+pub use crate::durable::{
+    StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask, connect,
+    relay_stdio,
+};
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
 };
@@ -61,3 +67,4 @@ pub use crate::server::{
     AsyncTaskMcpServer, DETACH_FOLLOW_UP, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, McpError,
     McpServerOptions, REMINDER_KEY, serve_stdio,
 };
+pub use crate::transport::DELIVERED_NOTIFICATION;

@@ -27,7 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::end::EndAsyncTaskTool;
 use crate::gate::{REQUEST, ReminderGate};
-use crate::transport::AckingTransport;
+use crate::session::Session;
+use crate::transport::{AckMode, AckingTransport};
 use crate::wait::WaitAsyncTasksTool;
 
 /// The server's `instructions`: how results reach the model, in two sentences.
@@ -131,6 +132,24 @@ pub enum McpError {
     /// Listening for termination signals failed.
     #[error("cannot listen for signals")]
     Signals(#[source] std::io::Error),
+    /// The supervisor's socket cannot be bound.
+    #[error("cannot listen on {}", path.display())]
+    Listen {
+        /// The socket.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No supervisor answers for this state directory, even after starting one.
+    #[error("cannot reach the supervisor of {} (its log is supervisor.log there)", state.display())]
+    Supervisor {
+        /// The state directory.
+        state: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The MCP server: serves `task`, `check_async_tasks`, `wait_async_tasks` and
@@ -176,6 +195,8 @@ pub struct AsyncTaskMcpServer {
     tools: Vec<Arc<dyn Tool>>,
     definitions: Vec<rmcp::model::Tool>,
     gate: ReminderGate,
+    /// The session this server serves, when several share the runtime.
+    session: Option<Arc<Session>>,
     progress_interval: Duration,
     /// The parent of every call's cancellation token: cancelled when the client
     /// goes away (end of input) or a termination signal arrives.
@@ -192,6 +213,25 @@ impl AsyncTaskMcpServer {
     /// is not a valid MCP tool (never, for these tools).
     pub fn new(runtime: Arc<AsyncTaskRuntime>) -> Result<Self, McpError> {
         let gate = ReminderGate::new(Arc::clone(runtime.claims()));
+        Self::with_gate(runtime, gate, None)
+    }
+
+    /// A server for one of several sessions sharing `runtime` (a durable
+    /// supervisor's): the tasks it launches record the session as their
+    /// origin, and its calls claim only the results the session may take.
+    pub(crate) fn for_session(
+        runtime: Arc<AsyncTaskRuntime>,
+        session: Arc<Session>,
+    ) -> Result<Self, McpError> {
+        let gate = ReminderGate::for_session(Arc::clone(runtime.claims()), Arc::clone(&session));
+        Self::with_gate(runtime, gate, Some(session))
+    }
+
+    fn with_gate(
+        runtime: Arc<AsyncTaskRuntime>,
+        gate: ReminderGate,
+        session: Option<Arc<Session>>,
+    ) -> Result<Self, McpError> {
         let manager = runtime.manager().clone();
         let mut tools: Vec<Arc<dyn Tool>> = runtime
             .tools()
@@ -218,6 +258,7 @@ impl AsyncTaskMcpServer {
             tools,
             definitions,
             gate,
+            session,
             progress_interval: McpServerOptions::default().progress_interval,
             calls: CancellationToken::new(),
         })
@@ -275,9 +316,14 @@ impl AsyncTaskMcpServer {
     }
 
     /// A transport around `inner` that acknowledges this server's reminders once
-    /// written (see [`AckingTransport`]).
-    pub(crate) fn transport<T>(&self, inner: T) -> AckingTransport<T> {
-        AckingTransport::new(inner, self.gate.clone(), self.calls.clone())
+    /// delivered (see [`AckingTransport`]).
+    pub(crate) fn transport<T>(&self, inner: T, mode: AckMode) -> AckingTransport<T> {
+        AckingTransport::new(inner, self.gate.clone(), self.calls.clone(), mode)
+    }
+
+    /// The token that ends every call of this server.
+    pub(crate) fn calls(&self) -> &CancellationToken {
+        &self.calls
     }
 }
 
@@ -389,7 +435,10 @@ impl ServerHandler for AsyncTaskMcpServer {
         // transport at end of input: rmcp itself would wait 5 s first).
         let cancel = self.calls.child_token();
         let call_progress = TaskProgress::new();
-        let call = CallContext::new().with_progress(call_progress.clone());
+        let mut call = CallContext::new().with_progress(call_progress.clone());
+        if let Some(session) = &self.session {
+            call = call.with_origin(session.id());
+        }
         let work = REQUEST.scope(
             context.id.clone(),
             with_call_context(call, tool.execute(arguments, cancel.clone())),
@@ -506,14 +555,14 @@ pub async fn serve_stdio(
 }
 
 /// `SIGTERM`, `SIGINT` and `SIGHUP` (the terminal closed), as one stream.
-struct Signals {
+pub(crate) struct Signals {
     terminate: tokio::signal::unix::Signal,
     interrupt: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    fn new() -> Result<Self, McpError> {
+    pub(crate) fn new() -> Result<Self, McpError> {
         use tokio::signal::unix::{SignalKind, signal};
         let listen = |kind| signal(kind).map_err(McpError::Signals);
         Ok(Signals {
@@ -524,7 +573,7 @@ impl Signals {
     }
 
     /// Resolves when one of the signals arrives.
-    async fn recv(&mut self) {
+    pub(crate) async fn recv(&mut self) {
         tokio::select! {
             _ = self.terminate.recv() => {}
             _ = self.interrupt.recv() => {}
@@ -539,7 +588,10 @@ async fn serve(server: AsyncTaskMcpServer) -> Result<(), McpError> {
     // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
     // servers): a blocking stdin read would hold the process past its shutdown.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let transport = server.transport(AsyncRwTransport::new_server(stdin, stdout));
+    let transport = server.transport(
+        AsyncRwTransport::new_server(stdin, stdout),
+        AckMode::Written,
+    );
     // A signal also ends a session the client has not initialized yet.
     let service = tokio::select! {
         service = server.serve(transport) => {

@@ -66,7 +66,7 @@ impl WaitAsyncTasksTool {
     fn watch(&self, named: &BTreeSet<String>) -> Watch {
         if named.is_empty() {
             let counts = self.manager.counts();
-            return if self.manager.has_pending_notifications() {
+            return if self.gate.anything_to_claim() {
                 Watch::Pending
             } else if counts.running == 0 {
                 Watch::Idle

@@ -1,0 +1,261 @@
+//! `asynctask mcp` and `asynctask supervisor`: serving the tools to MCP clients,
+//! in one process per session or (durable) through the workspace's supervisor.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use asynctask_mcp::{
+    McpServerOptions, StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask,
+    relay_stdio, serve_stdio,
+};
+use asynctask_model::MaxAsyncTasks;
+use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+use asynctask_runtime::AsyncTaskRuntime;
+use asynctask_tools::SyncDetach;
+use serde_json::{Value, json};
+
+use crate::CliError;
+
+/// What `asynctask mcp` and `asynctask supervisor run` are given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// The subagents config (TOML).
+    pub config: PathBuf,
+    /// A synchronous call still running after this long becomes a background task.
+    pub sync_detach_after: Duration,
+    /// The running limit.
+    pub max_async_tasks: MaxAsyncTasks,
+    /// Where a durable supervisor keeps its state (default: `.asynctask/` beside
+    /// the config).
+    pub state_dir: Option<PathBuf>,
+    /// A durable supervisor exits after this long with no session and no task.
+    pub idle_exit: Duration,
+}
+
+impl ServeOptions {
+    /// The options with every default, for `config`.
+    #[must_use]
+    pub fn new(config: impl Into<PathBuf>) -> Self {
+        ServeOptions {
+            config: config.into(),
+            sync_detach_after: McpServerOptions::default().sync_detach_after,
+            max_async_tasks: MaxAsyncTasks::default(),
+            state_dir: None,
+            idle_exit: SupervisorOptions::default().idle_exit,
+        }
+    }
+
+    /// The workspace's state directory: the one given, else `.asynctask/` in the
+    /// config file's directory.
+    #[must_use]
+    pub fn state(&self) -> StateDir {
+        StateDir::new(
+            self.state_dir
+                .clone()
+                .unwrap_or_else(|| default_state_dir(&self.config)),
+        )
+    }
+
+    fn server_options(&self) -> McpServerOptions {
+        McpServerOptions::default()
+            .with_sync_detach_after(self.sync_detach_after)
+            .with_max_async_tasks(self.max_async_tasks)
+    }
+}
+
+/// `.asynctask/` in the directory of `config` (made absolute).
+#[must_use]
+pub fn default_state_dir(config: &Path) -> PathBuf {
+    let config = std::path::absolute(config).unwrap_or_else(|_| config.to_owned());
+    config.parent().unwrap_or(Path::new(".")).join(".asynctask")
+}
+
+/// Loads the subagents config into a runner.
+///
+/// # Errors
+///
+/// [`CliError`] with the config error's one line.
+pub fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
+    ProcessRunnerConfig::load(path)
+        .map(ProcessRunner::new)
+        .map_err(|err| CliError(err.to_string()))
+}
+
+/// `asynctask mcp`: one server on stdio, its tasks ending with it.
+///
+/// # Errors
+///
+/// [`CliError`] for a bad config or a session that could not run.
+pub async fn mcp(options: &ServeOptions) -> Result<(), CliError> {
+    let runner = load_runner(&options.config)?;
+    eprintln!(
+        "asynctask: MCP server on stdio; subagents: {}",
+        runner.subagent_names().join(", ")
+    );
+    serve_stdio(Arc::new(runner), options.server_options())
+        .await
+        .map_err(|err| CliError(error_chain(&err)))
+}
+
+/// `asynctask mcp --durable`: relays stdio to the workspace's supervisor,
+/// starting it with `start` when none runs.
+///
+/// # Errors
+///
+/// [`CliError`] when the state directory cannot be made, or no supervisor
+/// answers.
+pub async fn mcp_durable(
+    options: &ServeOptions,
+    start: impl Fn(&ServeOptions) -> std::io::Result<()>,
+) -> Result<(), CliError> {
+    // The config is checked here too, so a broken one is reported to the user
+    // of this session, not only in the supervisor's log.
+    load_runner(&options.config)?;
+    let state = options.state();
+    state.create().map_err(|err| {
+        CliError(format!(
+            "cannot use the state directory {}: {err}",
+            state.path().display()
+        ))
+    })?;
+    relay_stdio(&state, || start(options))
+        .await
+        .map_err(|err| CliError(error_chain(&err)))
+}
+
+/// `asynctask supervisor run`: the workspace's supervisor, until it is stopped,
+/// idle or signalled. Returns at once when another supervisor holds the
+/// workspace.
+///
+/// # Errors
+///
+/// [`CliError`] for a bad config, an unusable state directory, or a socket that
+/// cannot be bound.
+pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorExit>, CliError> {
+    let runner = load_runner(&options.config)?;
+    let state = options.state();
+    state
+        .create()
+        .map_err(|err| CliError(format!("cannot use {}: {err}", state.path().display())))?;
+    let Some(lock) = SupervisorLock::acquire(&state).map_err(|err| {
+        CliError(format!(
+            "cannot lock {}: {err}",
+            state.lock_file().display()
+        ))
+    })?
+    else {
+        eprintln!(
+            "asynctask: a supervisor already runs for {}",
+            state.path().display()
+        );
+        return Ok(None);
+    };
+    let server = options.server_options();
+    let runtime = Arc::new(
+        AsyncTaskRuntime::builder()
+            .runner(Arc::new(runner))
+            .max_async_tasks(server.max_async_tasks)
+            .sync_detach(
+                SyncDetach::after(server.sync_detach_after)
+                    .with_follow_up(asynctask_mcp::DETACH_FOLLOW_UP),
+            )
+            .try_build()
+            .map_err(|err| CliError(err.to_string()))?,
+    );
+    eprintln!(
+        "asynctask: supervisor {} serving {}",
+        std::process::id(),
+        state.socket().display()
+    );
+    let supervisor = Supervisor::new(
+        runtime,
+        state,
+        lock,
+        SupervisorOptions::default()
+            .with_server(server)
+            .with_idle_exit(options.idle_exit),
+    )
+    .map_err(|err| CliError(err.to_string()))?;
+    let exit = supervisor
+        .run()
+        .await
+        .map_err(|err| CliError(error_chain(&err)))?;
+    eprintln!("asynctask: supervisor ended ({exit:?})");
+    Ok(Some(exit))
+}
+
+/// `asynctask supervisor status`: the supervisor's pid (`null` when none runs)
+/// and its tasks.
+///
+/// # Errors
+///
+/// [`CliError`] when a supervisor answers with something unreadable.
+pub async fn supervisor_status(state: &StateDir) -> Result<Value, CliError> {
+    match ask(state, "status").await {
+        Ok(status) => Ok(status),
+        Err(err) if no_supervisor(&err) => Ok(json!({"pid": null, "sessions": 0, "tasks": []})),
+        Err(err) => Err(CliError(format!("the supervisor did not answer: {err}"))),
+    }
+}
+
+/// `asynctask supervisor stop`: cancels every task, waits until the supervisor
+/// has ended them and exited. `Ok(None)` when none ran.
+///
+/// # Errors
+///
+/// [`CliError`] when the supervisor does not answer or does not exit.
+pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> {
+    let answer = match ask(state, "stop").await {
+        Ok(answer) => answer,
+        Err(err) if no_supervisor(&err) => return Ok(None),
+        Err(err) => return Err(CliError(format!("the supervisor did not answer: {err}"))),
+    };
+    let pid = answer["pid"]
+        .as_u64()
+        .and_then(|pid| u32::try_from(pid).ok())
+        .ok_or_else(|| CliError(format!("the supervisor answered {answer}")))?;
+    // It has ended every task's processes before answering; now it exits.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while process_exists(pid) {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CliError(format!(
+                "supervisor {pid} did not exit within 15 s"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(Some(pid))
+}
+
+/// Whether `err` means nobody listens on the socket.
+fn no_supervisor(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// Whether process `pid` still exists (and is not a zombie).
+fn process_exists(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) state ...`: a zombie has exited.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// An error and its sources, as one line.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
+}

@@ -1,0 +1,650 @@
+//! Durable serving: one supervisor per workspace owns the registry and the
+//! subagents, and every MCP session is a thin relay to it over a Unix socket,
+//! so tasks outlive the sessions that launched them.
+//!
+//! On the socket, a connection's first line says what it wants
+//! (`{"asynctask":"session"}`, `"status"` or `"stop"`). A session's connection
+//! then carries the client's MCP messages both ways, unchanged, plus one
+//! notification of ours from the relay: [`DELIVERED_NOTIFICATION`] after it wrote
+//! a response to its client, which is when the supervisor marks the results that
+//! response carried as delivered.
+
+use std::fmt;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use asynctask_model::AsyncTaskStatus;
+use asynctask_runtime::AsyncTaskRuntime;
+use rmcp::ServiceExt;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::server::{AsyncTaskMcpServer, McpError, McpServerOptions, Signals};
+use crate::session::Sessions;
+use crate::transport::{AckMode, DELIVERED_NOTIFICATION};
+
+/// How long a connection may take to say what it wants.
+const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest first line a connection may send.
+const PREAMBLE_MAX_BYTES: usize = 1024;
+
+/// Where a workspace's supervisor keeps its state: the socket sessions connect
+/// to, the lock that keeps one supervisor per workspace, its log, its store and
+/// the subagents' output files. The directory is private to the user who owns
+/// it (mode 0700).
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use asynctask_mcp::StateDir;
+///
+/// let state = StateDir::new("/work/project/.asynctask");
+/// assert_eq!(state.socket(), Path::new("/work/project/.asynctask/supervisor.sock"));
+/// assert_eq!(state.store(), Path::new("/work/project/.asynctask/tasks.db"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir {
+    path: PathBuf,
+}
+
+impl StateDir {
+    /// The state directory at `path` (nothing is created yet).
+    #[must_use]
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        StateDir { path: path.into() }
+    }
+
+    /// The directory.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The socket sessions and commands connect to.
+    #[must_use]
+    pub fn socket(&self) -> PathBuf {
+        self.path.join("supervisor.sock")
+    }
+
+    /// The lock file that keeps one supervisor per workspace.
+    #[must_use]
+    pub fn lock_file(&self) -> PathBuf {
+        self.path.join("supervisor.lock")
+    }
+
+    /// The supervisor's log (its stderr).
+    #[must_use]
+    pub fn log_file(&self) -> PathBuf {
+        self.path.join("supervisor.log")
+    }
+
+    /// The task store.
+    #[must_use]
+    pub fn store(&self) -> PathBuf {
+        self.path.join("tasks.db")
+    }
+
+    /// Where subagents' whole outputs are kept.
+    #[must_use]
+    pub fn outputs(&self) -> PathBuf {
+        self.path.join("outputs")
+    }
+
+    /// Creates the directory (and its parents) if missing, private to its
+    /// owner: a new directory gets mode 0700, an existing one that other users
+    /// may enter is refused.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error, or `PermissionDenied` for a directory open to others.
+    pub fn create(&self) -> io::Result<()> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.path)?;
+        let mode = std::fs::metadata(&self.path)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is open to other users (mode {:o}); make it private with chmod 700",
+                    self.path.display(),
+                    mode & 0o777
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How a supervisor runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SupervisorOptions {
+    /// The options of each session's MCP server.
+    pub server: McpServerOptions,
+    /// The supervisor exits by itself once no session is connected and no task
+    /// runs for this long (default 10 minutes).
+    pub idle_exit: Duration,
+}
+
+impl Default for SupervisorOptions {
+    fn default() -> Self {
+        SupervisorOptions {
+            server: McpServerOptions::default(),
+            idle_exit: Duration::from_secs(600),
+        }
+    }
+}
+
+impl SupervisorOptions {
+    /// Replaces [`idle_exit`](Self::idle_exit).
+    #[must_use]
+    pub fn with_idle_exit(mut self, idle_exit: Duration) -> Self {
+        self.idle_exit = idle_exit;
+        self
+    }
+
+    /// Replaces [`server`](Self::server).
+    #[must_use]
+    pub fn with_server(mut self, server: McpServerOptions) -> Self {
+        self.server = server;
+        self
+    }
+}
+
+/// Why a supervisor ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SupervisorExit {
+    /// `asynctask supervisor stop` asked it to: every task was cancelled.
+    Stopped,
+    /// No session and no running task for the idle time.
+    Idle,
+    /// A termination signal.
+    Signal,
+}
+
+/// The lock that makes a supervisor the only one of its workspace, held for its
+/// life (an advisory lock dies with its process, so a killed supervisor never
+/// blocks the next).
+#[derive(Debug)]
+pub struct SupervisorLock {
+    _file: std::fs::File,
+}
+
+impl SupervisorLock {
+    /// Takes the workspace's supervisor lock; `Ok(None)` when another
+    /// supervisor holds it.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error when the lock file cannot be opened.
+    pub fn acquire(state: &StateDir) -> io::Result<Option<Self>> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(state.lock_file())?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(SupervisorLock { _file: file })),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(err)) => Err(err),
+        }
+    }
+}
+
+/// A workspace's supervisor: serves MCP sessions over `runtime` on the state
+/// directory's socket until it is stopped, idle, or signalled.
+///
+/// Each connection must come from the user running the supervisor (checked with
+/// the socket's peer credentials). A session's tasks record it as their origin;
+/// a result goes to the session that launched its task while that session is
+/// connected, and to the next session that calls once it is gone. A session
+/// that disconnects leaves its background tasks running (their timeouts still
+/// apply); only its synchronous calls in flight end.
+pub struct Supervisor {
+    runtime: Arc<AsyncTaskRuntime>,
+    state: StateDir,
+    options: SupervisorOptions,
+    sessions: Sessions,
+    /// The uid that owns the state directory: the only one served.
+    owner: u32,
+    _lock: SupervisorLock,
+}
+
+impl fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("state", &self.state)
+            .field("options", &self.options)
+            .field("sessions", &self.sessions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// A supervisor of `runtime` for the workspace whose state is `state`,
+    /// holding its `lock`.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error when the state directory cannot be read (its owner is the
+    /// only user the supervisor serves).
+    pub fn new(
+        runtime: Arc<AsyncTaskRuntime>,
+        state: StateDir,
+        lock: SupervisorLock,
+        options: SupervisorOptions,
+    ) -> io::Result<Self> {
+        let owner = std::fs::metadata(state.path())?.uid();
+        Ok(Supervisor {
+            runtime,
+            state,
+            options,
+            sessions: Sessions::default(),
+            owner,
+            _lock: lock,
+        })
+    }
+
+    /// Listens and serves until stopped, idle or signalled; then cancels every
+    /// task (only when stopped), shuts the runtime down and removes the socket.
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::Listen`] when the socket cannot be bound, [`McpError::Signals`]
+    /// when signals cannot be listened for.
+    pub async fn run(self) -> Result<SupervisorExit, McpError> {
+        let socket = self.state.socket();
+        // The lock is ours: a socket file left behind is a dead supervisor's.
+        match std::fs::remove_file(&socket) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(McpError::Listen {
+                    path: socket,
+                    source,
+                });
+            }
+        }
+        let listener = UnixListener::bind(&socket).map_err(|source| McpError::Listen {
+            path: socket.clone(),
+            source,
+        })?;
+        let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+        let mut signals = Signals::new()?;
+        let stop = CancellationToken::new();
+        let mut connections = JoinSet::new();
+        let mut idle_since = Some(tokio::time::Instant::now());
+        let mut ticks = tokio::time::interval(Duration::from_millis(500));
+        let exit = loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let this = ConnectionContext {
+                            runtime: Arc::clone(&self.runtime),
+                            sessions: self.sessions.clone(),
+                            options: self.options,
+                            stop: stop.clone(),
+                            owner: self.owner,
+                        };
+                        connections.spawn(this.serve(stream));
+                    }
+                    Err(err) => tracing::warn!(%err, "cannot accept a connection"),
+                },
+                Some(_) = connections.join_next() => {}
+                () = stop.cancelled() => break SupervisorExit::Stopped,
+                () = signals.recv() => break SupervisorExit::Signal,
+                _ = ticks.tick() => {
+                    let busy = self.sessions.len() > 0 || self.runtime.manager().counts().running > 0;
+                    match (busy, idle_since) {
+                        (true, _) => idle_since = None,
+                        (false, None) => idle_since = Some(tokio::time::Instant::now()),
+                        (false, Some(since)) if since.elapsed() >= self.options.idle_exit => {
+                            break SupervisorExit::Idle;
+                        }
+                        (false, Some(_)) => {}
+                    }
+                }
+            }
+        };
+        tracing::info!(?exit, "supervisor ending");
+        let _ = std::fs::remove_file(&socket);
+        drop(listener);
+        // Sessions end: their calls are cancelled, their unconfirmed claims
+        // released.
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+        self.runtime.shutdown().await;
+        Ok(exit)
+    }
+}
+
+/// What a connection handler needs from its supervisor.
+struct ConnectionContext {
+    runtime: Arc<AsyncTaskRuntime>,
+    sessions: Sessions,
+    options: SupervisorOptions,
+    stop: CancellationToken,
+    owner: u32,
+}
+
+impl ConnectionContext {
+    async fn serve(self, stream: UnixStream) {
+        if let Err(why) = self.serve_checked(stream).await {
+            tracing::warn!(%why, "connection refused or failed");
+        }
+    }
+
+    async fn serve_checked(self, stream: UnixStream) -> Result<(), String> {
+        let peer = stream
+            .peer_cred()
+            .map_err(|err| format!("cannot read the peer's credentials: {err}"))?;
+        if peer.uid() != self.owner {
+            return Err(format!(
+                "a connection from uid {} refused: only the state directory's owner (uid {}) may \
+                 use this supervisor",
+                peer.uid(),
+                self.owner
+            ));
+        }
+        let (read, mut write) = stream.into_split();
+        let mut reader = BufReader::new(read);
+        let mut line = Vec::new();
+        let mut limited = (&mut reader).take(PREAMBLE_MAX_BYTES as u64);
+        let read = limited.read_until(b'\n', &mut line);
+        tokio::time::timeout(PREAMBLE_TIMEOUT, read)
+            .await
+            .map_err(|_| "no preamble".to_owned())?
+            .map_err(|err| format!("cannot read the preamble: {err}"))?;
+        let preamble: Value =
+            serde_json::from_slice(&line).map_err(|err| format!("a bad preamble: {err}"))?;
+        match preamble.get("asynctask").and_then(Value::as_str) {
+            Some("session") => self.session(reader, write).await,
+            Some("status") => {
+                let status = status(&self.runtime, self.sessions.len());
+                write_line(&mut write, &status).await
+            }
+            Some("stop") => {
+                // Every task ends, and every process group with it, before the
+                // answer: the caller waits for a supervisor that has let go.
+                self.runtime.shutdown().await;
+                let answer = json!({"stopped": true, "pid": std::process::id()});
+                let written = write_line(&mut write, &answer).await;
+                self.stop.cancel();
+                written
+            }
+            _ => Err(format!("an unknown preamble: {preamble}")),
+        }
+    }
+
+    async fn session<R, W>(self, reader: R, writer: W) -> Result<(), String>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        let session = Arc::new(self.sessions.join());
+        tracing::info!(session = session.id(), "session connected");
+        let server =
+            AsyncTaskMcpServer::for_session(Arc::clone(&self.runtime), Arc::clone(&session))
+                .map_err(|err| err.to_string())?
+                .with_progress_interval(self.options.server.progress_interval);
+        let calls = server.calls().clone();
+        let transport = server.transport(
+            AsyncRwTransport::new_server(reader, writer),
+            AckMode::Confirmed,
+        );
+        let served = match server.serve(transport).await {
+            Ok(service) => service
+                .waiting()
+                .await
+                .map(drop)
+                .map_err(|err| err.to_string()),
+            Err(err) => Err(format!("the session did not start: {err}")),
+        };
+        calls.cancel();
+        tracing::info!(session = session.id(), "session disconnected");
+        served
+    }
+}
+
+/// The supervisor's status, as `asynctask supervisor status` prints it.
+fn status(runtime: &AsyncTaskRuntime, sessions: usize) -> Value {
+    let manager = runtime.manager();
+    let tasks: Vec<Value> = manager
+        .tasks()
+        .into_iter()
+        .map(|task| {
+            json!({
+                "id": task.id,
+                "subagent": task.subagent_name,
+                "status": task.status,
+                "session": manager.origin(&task.id),
+                "delivered": task.notified_at.is_some(),
+                "running": task.status == AsyncTaskStatus::Running,
+            })
+        })
+        .collect();
+    json!({"pid": std::process::id(), "sessions": sessions, "tasks": tasks})
+}
+
+async fn write_line(write: &mut (impl AsyncWrite + Unpin), value: &Value) -> Result<(), String> {
+    let mut line = value.to_string();
+    line.push('\n');
+    write
+        .write_all(line.as_bytes())
+        .await
+        .map_err(|err| format!("cannot answer: {err}"))
+}
+
+/// Connects to the supervisor of `state` for `kind` (`session`, `status` or
+/// `stop`), sending the preamble.
+///
+/// # Errors
+///
+/// The I/O error: `NotFound` or `ConnectionRefused` when no supervisor runs.
+pub async fn connect(state: &StateDir, kind: &str) -> io::Result<UnixStream> {
+    let mut stream = UnixStream::connect(state.socket()).await?;
+    let mut preamble = json!({ "asynctask": kind }).to_string();
+    preamble.push('\n');
+    stream.write_all(preamble.as_bytes()).await?;
+    Ok(stream)
+}
+
+/// Asks the supervisor of `state` one question (`status` or `stop`) and returns
+/// its one-line answer.
+///
+/// # Errors
+///
+/// The I/O error (`NotFound`/`ConnectionRefused`: no supervisor runs), or
+/// `InvalidData` for an answer that is not JSON.
+pub async fn ask(state: &StateDir, kind: &str) -> io::Result<Value> {
+    let stream = connect(state, kind).await?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).await?;
+    serde_json::from_str(&line).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
+}
+
+/// Relays this process's stdio (an MCP client) to the supervisor of `state`,
+/// starting one with `start` when none answers, until the client or the
+/// supervisor goes away, or a termination signal arrives.
+///
+/// Every response the supervisor sends is written to stdout and then confirmed
+/// to the supervisor ([`DELIVERED_NOTIFICATION`]), which marks the results it
+/// carried as delivered only then: a relay killed in between leaves them
+/// pending for the next session.
+///
+/// # Errors
+///
+/// [`McpError::Supervisor`] when no supervisor answers even after `start`.
+pub async fn relay_stdio(
+    state: &StateDir,
+    start: impl Fn() -> io::Result<()>,
+) -> Result<(), McpError> {
+    let stream = connect_or_start(state, start).await?;
+    let mut signals = Signals::new()?;
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    tokio::select! {
+        () = relay(stdin, stdout, stream) => {}
+        () = signals.recv() => {}
+    }
+    Ok(())
+}
+
+/// Connects as a session, starting the supervisor if none answers and waiting
+/// for it (up to about 10 s: it may be recovering a large store).
+async fn connect_or_start(
+    state: &StateDir,
+    start: impl Fn() -> io::Result<()>,
+) -> Result<UnixStream, McpError> {
+    if let Ok(stream) = connect(state, "session").await {
+        return Ok(stream);
+    }
+    start().map_err(|source| McpError::Supervisor {
+        state: state.path().to_owned(),
+        source,
+    })?;
+    let mut delay = Duration::from_millis(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match connect(state, "session").await {
+            Ok(stream) => return Ok(stream),
+            Err(source) if tokio::time::Instant::now() >= deadline => {
+                return Err(McpError::Supervisor {
+                    state: state.path().to_owned(),
+                    source,
+                });
+            }
+            Err(_) => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Copies the client's messages to the supervisor, and the supervisor's lines
+/// to the client, confirming each response once it is written.
+async fn relay<I, O>(client_in: I, mut client_out: O, supervisor: UnixStream)
+where
+    I: AsyncRead + Unpin,
+    O: AsyncWrite + Unpin,
+{
+    let (from_supervisor, mut to_supervisor) = supervisor.into_split();
+    // One writer to the supervisor: the client's lines and our confirmations.
+    let (send, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = async move {
+        while let Some(line) = outbox.recv().await {
+            if to_supervisor.write_all(&line).await.is_err() {
+                return;
+            }
+        }
+        let _ = to_supervisor.shutdown().await;
+    };
+    let upstream = {
+        let send = send.clone();
+        async move {
+            let mut lines = BufReader::new(client_in);
+            loop {
+                let mut line = Vec::new();
+                match lines.read_until(b'\n', &mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if send.send(line).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let downstream = async move {
+        let mut lines = BufReader::new(from_supervisor);
+        loop {
+            let mut line = Vec::new();
+            match lines.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let written = async {
+                client_out.write_all(&line).await?;
+                client_out.flush().await
+            }
+            .await;
+            if let Some(id) = response_id(&line) {
+                let confirmation = json!({
+                    "jsonrpc": "2.0",
+                    "method": DELIVERED_NOTIFICATION,
+                    "params": {"requestId": id, "ok": written.is_ok()},
+                });
+                let mut confirmation = confirmation.to_string().into_bytes();
+                confirmation.push(b'\n');
+                let _ = send.send(confirmation);
+            }
+            if written.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::pin!(writer);
+    // The relay ends when either side does; a client that went away ends the
+    // session (its background tasks keep running in the supervisor).
+    tokio::select! {
+        () = upstream => {}
+        () = downstream => {}
+        () = &mut writer => {}
+    }
+}
+
+/// The id of a JSON-RPC response (a line with `id` and `result` or `error`, and
+/// no `method`).
+fn response_id(line: &[u8]) -> Option<Value> {
+    let message: Value = serde_json::from_slice(line).ok()?;
+    let object = message.as_object()?;
+    if object.contains_key("method") {
+        return None;
+    }
+    if !(object.contains_key("result") || object.contains_key("error")) {
+        return None;
+    }
+    object.get("id").filter(|id| !id.is_null()).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn only_responses_are_confirmed() {
+        assert_eq!(
+            response_id(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#),
+            Some(json!(7))
+        );
+        assert_eq!(
+            response_id(br#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"x"}}"#),
+            Some(json!("a"))
+        );
+        assert_eq!(
+            response_id(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
+            None
+        );
+        assert_eq!(
+            response_id(br#"{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage"}"#),
+            None
+        );
+        assert_eq!(response_id(b"not json"), None);
+    }
+}

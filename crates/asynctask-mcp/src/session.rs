@@ -1,0 +1,128 @@
+//! Sessions sharing one registry (a durable supervisor's clients): who is
+//! connected, and which results each may claim.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use asynctask_manager::AsyncTaskManager;
+use asynctask_model::AsyncTaskInfo;
+
+/// The sessions connected to one registry right now.
+///
+/// A cheap handle (clones share the set). A session joins with
+/// [`join`](Self::join) and leaves when its [`Session`] is dropped.
+#[derive(Clone, Default)]
+pub(crate) struct Sessions {
+    connected: Arc<Mutex<BTreeSet<String>>>,
+}
+
+impl Sessions {
+    fn lock(&self) -> MutexGuard<'_, BTreeSet<String>> {
+        // A set of names, consistent after every statement.
+        self.connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new session, connected until the returned handle is dropped. Its id is
+    /// fresh and random: ids recorded as task origins by an earlier supervisor
+    /// (restored from its store) never match a new session's.
+    pub(crate) fn join(&self) -> Session {
+        let id = uuid_head();
+        self.lock().insert(id.clone());
+        Session {
+            id,
+            sessions: self.clone(),
+        }
+    }
+
+    /// How many sessions are connected.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn is_connected(&self, id: &str) -> bool {
+        self.lock().contains(id)
+    }
+}
+
+impl fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.lock().iter()).finish()
+    }
+}
+
+/// The first 8 hex digits of a random UUID: short enough to show the model, and
+/// with 32 random bits, new every time for all practical purposes.
+fn uuid_head() -> String {
+    let id = asynctask_tools::new_task_id(&AsyncTaskManager::default());
+    id.chars().take(8).collect()
+}
+
+/// One connected session; leaving drops it from its [`Sessions`].
+pub(crate) struct Session {
+    id: String,
+    sessions: Sessions,
+}
+
+impl Session {
+    /// The session's id, recorded as the origin of the tasks it launches.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether this session may claim `task`'s result: the tasks it launched,
+    /// tasks no session launched, and tasks whose session is gone. (A result
+    /// goes to the session that launched its task while that session is
+    /// connected; when it is gone, to the next session that calls.)
+    pub(crate) fn may_claim(&self, manager: &AsyncTaskManager, task: &AsyncTaskInfo) -> bool {
+        match manager.origin(&task.id) {
+            None => true,
+            Some(origin) => origin == self.id || !self.sessions.is_connected(&origin),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.sessions.lock().remove(&self.id);
+    }
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session").field("id", &self.id).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_manager::RegisterTaskInput;
+
+    #[test]
+    fn a_session_claims_its_own_results_and_those_of_sessions_gone() {
+        let sessions = Sessions::default();
+        let (a, b) = (sessions.join(), sessions.join());
+        assert_ne!(a.id(), b.id());
+        assert_eq!(sessions.len(), 2);
+        let manager = AsyncTaskManager::default();
+        let register = |id: &str, origin: Option<&str>| {
+            let input = RegisterTaskInput::new(id, "s", "g");
+            let input = match origin {
+                Some(origin) => input.with_origin(origin),
+                None => input,
+            };
+            manager.register_task(input).expect("registered")
+        };
+        let of_a = register("1", Some(a.id()));
+        let of_b = register("2", Some(b.id()));
+        let of_nobody = register("3", None);
+        assert!(a.may_claim(&manager, &of_a) && !a.may_claim(&manager, &of_b));
+        assert!(a.may_claim(&manager, &of_nobody));
+        drop(b);
+        assert!(a.may_claim(&manager, &of_b), "its session is gone");
+        assert_eq!(sessions.len(), 1);
+    }
+}
