@@ -4,6 +4,10 @@
 //!
 //! These tests run real programs (`sh`, `sleep`, `env`, `yes`, `head`, ...), so
 //! they use real time; every wait polls with a short interval up to a deadline.
+//! Every process a test starts outside the runner's care is killed by a drop
+//! guard, by pid, even when the test fails.
+
+#![cfg(unix)]
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -12,7 +16,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use asynctask_model::{OutputObject, TerminateReason};
-use asynctask_process::{ConfigError, ProcessRunner, ProcessRunnerConfig};
+use asynctask_process::{
+    CommandLine, ConfigError, EnvName, EnvValue, ProcessRunner, ProcessRunnerConfig,
+    SubagentCommand, SubagentName,
+};
 use asynctask_tools::{ContextVar, SubagentError, SubagentRequest, SubagentRunner};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
@@ -138,6 +145,34 @@ async fn assert_all_gone(pids: &[Pid]) {
             "still running after {GONE_DEADLINE:?}: {alive:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Kills the pids it was given when dropped, so a failing test leaves nothing
+/// running. Only pids a test's own children wrote are ever put here.
+#[derive(Default)]
+struct KillOnDrop(std::sync::Mutex<Vec<Pid>>);
+
+impl KillOnDrop {
+    fn add(&self, pids: &[Pid]) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(pids);
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let pids = self
+            .0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &pid in pids.iter() {
+            if !is_gone(pid) {
+                let _ = kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
     }
 }
 
@@ -496,6 +531,23 @@ async fn processes_left_behind_by_a_finished_child_are_killed() {
     assert_all_gone(&pids).await;
 }
 
+/// A child that starts a sleeper in a session of its own (out of the child's
+/// process group, holding stdout open) and exits once the sleeper has left.
+const ESCAPER: &str = r#"["sh", "-c", "setsid sh -c 'echo $$ >> pids; exec sleep 300' & while [ ! -s pids ]; do sleep 0.01; done; echo done"]"#;
+
+#[tokio::test]
+async fn a_process_outside_the_group_holding_stdout_does_not_hang_the_run() {
+    let dir = TempDir::new();
+    let guard = KillOnDrop::default();
+    // `setsid` takes the sleeper out of the group, so the group kill after the
+    // child's exit misses it, and it holds stdout open for 300 s.
+    let runner = runner_in(dir.path(), "escaper", ESCAPER);
+    let result = run(&runner, request("escaper", "x")).await;
+    let pids = wait_for_pids(&dir.path().join("pids"), 1).await;
+    guard.add(&pids);
+    assert_eq!(result, Ok(output(Some("done"))));
+}
+
 #[tokio::test]
 async fn a_cancelled_token_starts_nothing() {
     let dir = TempDir::new();
@@ -611,34 +663,27 @@ inherit_env = ["API_KEY"]
 command = ["make", "test"]
 "#;
     let config = ProcessRunnerConfig::from_toml_str(toml, Path::new("/base")).expect("valid");
-    let researcher = asynctask_process::SubagentCommand {
-        command: vec!["my-agent".into(), "--mode".into(), "research".into()],
-        description: Some("Reads the code".into()),
-        cwd: Some(PathBuf::from("/abs/dir")),
-        env: BTreeMap::from([("MODEL".into(), "small".into())]),
-        inherit_env: vec!["API_KEY".into()],
-    };
-    let tester = asynctask_process::SubagentCommand {
-        command: vec!["make".into(), "test".into()],
-        cwd: Some(PathBuf::from("/base")),
-        ..Default::default()
-    };
+    let researcher =
+        SubagentCommand::new(CommandLine::new(["my-agent", "--mode", "research"]).expect("valid"))
+            .with_description("Reads the code")
+            .with_cwd(PathBuf::from("/abs/dir"))
+            .with_env(
+                EnvName::new("MODEL").expect("valid"),
+                EnvValue::new("small").expect("valid"),
+            )
+            .with_inherit_env(EnvName::new("API_KEY").expect("valid"));
+    let tester = SubagentCommand::new(CommandLine::new(["make", "test"]).expect("valid"))
+        .with_cwd(PathBuf::from("/base"));
     assert_eq!(
         config,
-        ProcessRunnerConfig {
-            subagents: BTreeMap::from([
-                ("researcher".into(), researcher),
-                ("tester".into(), tester)
-            ]),
-            roots: vec![PathBuf::from("/abs"), PathBuf::from("/base")],
-        }
+        ProcessRunnerConfig::new()
+            .with_subagent(SubagentName::new("researcher").expect("valid"), researcher)
+            .with_subagent(SubagentName::new("tester").expect("valid"), tester)
+            .with_roots(vec![PathBuf::from("/abs"), PathBuf::from("/base")])
     );
     assert_eq!(
-        ProcessRunnerConfig::from_toml_str("", Path::new("/base")),
-        Ok(ProcessRunnerConfig {
-            roots: vec![PathBuf::from("/base")],
-            ..Default::default()
-        })
+        ProcessRunnerConfig::from_toml_str("", Path::new("/base")).expect("valid"),
+        ProcessRunnerConfig::new().with_roots(vec![PathBuf::from("/base")])
     );
 }
 
@@ -683,7 +728,7 @@ fn config_errors_are_one_line_with_the_location() {
         ),
         (
             "[subagents.a]\ncommand = [\"x\"]\nenv = { \"A=B\" = \"c\" }\n",
-            "invalid config <string>: environment variable name \"A=B\" must not contain `=` or NUL at line 3, column 7",
+            "invalid config <string>: environment variable name \"A=B\" must not contain `=` or NUL at line 3, column 9",
         ),
         (
             "[subagents.a]\ncommand = [\"x\"]\ninherit_env = [\"\"]\n",
@@ -739,18 +784,20 @@ fn working_directories_must_lie_under_the_roots() {
     let root = inside.canonicalize().expect("canonical");
     let parse = |cwd: &str| {
         let toml = format!("roots = [\"inside\"]\n[subagents.a]\ncommand = [\"true\"]\n{cwd}");
-        ProcessRunnerConfig::from_toml_str(&toml, dir.path()).map(|config| config.roots)
+        ProcessRunnerConfig::from_toml_str(&toml, dir.path())
+            .map(|config| config.roots)
+            .map_err(|err| {
+                assert!(matches!(err, ConfigError::Invalid { .. }), "{err:?}");
+                err.to_string()
+            })
     };
     let refused = |resolved: &Path| {
-        Err(ConfigError::Invalid {
-            path: PathBuf::from("<string>"),
-            message: format!(
-                "subagent 'a': working directory {} is not under any of the roots ({}); \
-                 add a `roots` entry that holds it",
-                resolved.display(),
-                root.display()
-            ),
-        })
+        Err(format!(
+            "invalid config <string>: subagent 'a': working directory {} is not under any of the roots ({}); \
+             add a `roots` entry that holds it",
+            resolved.display(),
+            root.display()
+        ))
     };
     assert_eq!(parse("cwd = \"inside\""), Ok(vec![root.clone()]));
     assert_eq!(parse("cwd = \"inside/deeper\""), Ok(vec![root.clone()]));
