@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use asynctask_model::{OutputObject, TerminateReason};
-use asynctask_tools::{ECHO_CHARS, SubagentError, SubagentRequest, SubagentRunner, truncate_chars};
+use asynctask_tools::{
+    ECHO_CHARS, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, truncate_chars,
+};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
@@ -77,6 +79,10 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// When the child exits, anything it left running in its process group is
 /// killed: a subagent's processes never outlive its task.
 ///
+/// Its [catalog](SubagentRunner::catalog) lists the configured subagents,
+/// sorted by name, with their descriptions (empty when they have none): the
+/// `task` tool offers the model exactly those.
+///
 /// # Examples
 ///
 /// ```
@@ -91,6 +97,8 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// ).unwrap();
 /// let runner = ProcessRunner::new(config);
 /// assert_eq!(runner.subagent_names(), ["echo"]);
+/// let catalog = runner.catalog().unwrap();
+/// assert_eq!((catalog[0].name.as_str(), catalog[0].description.as_str()), ("echo", ""));
 ///
 /// let request = SubagentRequest::new("task-1", "echo", "say hello");
 /// tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -356,6 +364,21 @@ impl SubagentRunner for ProcessRunner {
             )));
         }
         self.run_child(&name, spec, request, cancel).await
+    }
+
+    /// The configured subagents, sorted by name: each one's name, its
+    /// description (empty when it has none), and whether it reads messages
+    /// sent while it runs.
+    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        Some(
+            self.config
+                .subagents
+                .iter()
+                .map(|(name, spec)| {
+                    SubagentInfo::new(name.as_str(), spec.description.clone().unwrap_or_default())
+                })
+                .collect(),
+        )
     }
 }
 

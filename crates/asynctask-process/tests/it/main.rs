@@ -20,7 +20,7 @@ use asynctask_process::{
     CommandLine, ConfigError, EnvName, EnvValue, ProcessRunner, ProcessRunnerConfig,
     SubagentCommand, SubagentName,
 };
-use asynctask_tools::{ContextVar, SubagentError, SubagentRequest, SubagentRunner};
+use asynctask_tools::{ContextVar, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -420,6 +420,26 @@ async fn an_unknown_subagent_lists_the_configured_ones() {
     assert_eq!(
         run(&empty, request("foo", "x")).await,
         error("unknown subagent 'foo'; no subagents are configured")
+    );
+}
+
+#[test]
+fn the_catalog_lists_the_configured_subagents_by_name() {
+    let runner = runner(
+        "[subagents.tester]\ncommand = [\"true\"]\ndescription = \"Runs the unit tests\"\n\
+         [subagents.researcher]\ncommand = [\"true\"]\n",
+        Path::new("/"),
+    );
+    assert_eq!(
+        runner.catalog(),
+        Some(vec![
+            SubagentInfo::new("researcher", ""),
+            SubagentInfo::new("tester", "Runs the unit tests"),
+        ])
+    );
+    assert_eq!(
+        ProcessRunner::new(ProcessRunnerConfig::new()).catalog(),
+        Some(vec![])
     );
 }
 
