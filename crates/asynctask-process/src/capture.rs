@@ -1,81 +1,175 @@
-//! Bounded output capture: a byte stream kept as its head and its tail, so a
-//! subagent's output size never costs memory.
+//! Bounded output capture: the inline text of stdout (its head and its tail
+//! within a character budget) and the end of stderr, so a subagent's output
+//! size never costs memory.
 
 use std::collections::VecDeque;
 
-/// A byte stream kept within a bound: its first `head_limit` bytes and its last
-/// `tail_limit` bytes, and how many there were in all.
-#[derive(Debug)]
-pub(crate) struct Capture {
-    head: Vec<u8>,
-    head_limit: usize,
-    tail: VecDeque<u8>,
-    tail_limit: usize,
-    total: u64,
+/// Decodes a byte stream as lossy UTF-8 (a character split across chunks is put
+/// back together; invalid bytes become U+FFFD) and keeps its first
+/// `budget / 2` characters and its last `budget - budget / 2`, and how many
+/// characters there were in all.
+///
+/// The tail is a `String` allowed to grow to twice its budget before its front
+/// is cut, so the cost per character is amortized constant.
+#[derive(Debug, Default)]
+pub(crate) struct InlineText {
+    head: String,
+    head_chars: usize,
+    head_budget: usize,
+    tail: String,
+    tail_chars: usize,
+    tail_budget: usize,
+    total_chars: u64,
+    /// The start of a character split across chunks (at most 3 bytes).
+    split: Vec<u8>,
 }
 
-impl Capture {
-    pub(crate) fn new(head_limit: usize, tail_limit: usize) -> Self {
-        Capture {
-            head: Vec::new(),
-            head_limit,
-            tail: VecDeque::new(),
-            tail_limit,
-            total: 0,
+impl InlineText {
+    pub(crate) fn new(budget: usize) -> Self {
+        InlineText {
+            head: String::new(),
+            head_chars: 0,
+            head_budget: budget / 2,
+            tail: String::new(),
+            tail_chars: 0,
+            tail_budget: budget - budget / 2,
+            total_chars: 0,
+            split: Vec::new(),
         }
     }
 
     pub(crate) fn push(&mut self, bytes: &[u8]) {
-        self.total += bytes.len() as u64;
-        let room = self.head_limit - self.head.len();
-        let (to_head, rest) = bytes.split_at(room.min(bytes.len()));
-        self.head.extend_from_slice(to_head);
-        // Only the end of a chunk longer than the whole tail can survive.
-        let rest = &rest[rest.len().saturating_sub(self.tail_limit)..];
-        self.tail.extend(rest);
-        let excess = self.tail.len().saturating_sub(self.tail_limit);
-        self.tail.drain(..excess);
-    }
-
-    /// How many bytes were neither in the head nor the tail.
-    fn omitted(&self) -> u64 {
-        self.total - (self.head.len() + self.tail.len()) as u64
-    }
-
-    /// The text: everything, or the head and tail around a line
-    /// `[... N bytes omitted ...]`, each cut on character boundaries.
-    pub(crate) fn into_text(self) -> String {
-        let omitted = self.omitted();
-        let mut head = self.head;
-        let tail = Vec::from(self.tail);
-        if omitted == 0 {
-            head.extend_from_slice(&tail);
-            return String::from_utf8_lossy(&head).into_owned();
+        let joined;
+        let bytes = if self.split.is_empty() {
+            bytes
+        } else {
+            let mut split = std::mem::take(&mut self.split);
+            split.extend_from_slice(bytes);
+            joined = split;
+            &joined
+        };
+        let (complete, incomplete) = bytes.split_at(bytes.len() - incomplete_suffix_len(bytes));
+        for chunk in complete.utf8_chunks() {
+            self.push_str(chunk.valid());
+            if !chunk.invalid().is_empty() {
+                self.push_str("\u{fffd}");
+            }
         }
-        let head_cut = incomplete_suffix_len(&head);
-        let tail_cut = continuation_prefix_len(&tail);
-        let omitted = omitted + (head_cut + tail_cut) as u64;
-        let head = String::from_utf8_lossy(&head[..head.len() - head_cut]);
-        let tail = String::from_utf8_lossy(&tail[tail_cut..]);
-        let separator = if head.is_empty() || head.ends_with('\n') {
+        self.split = incomplete.to_vec();
+    }
+
+    fn push_str(&mut self, mut text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let mut chars = text.chars().count();
+        self.total_chars += chars as u64;
+        if self.head_chars < self.head_budget {
+            let room = self.head_budget - self.head_chars;
+            let taken = room.min(chars);
+            let end = byte_offset_of_char(text, taken);
+            self.head.push_str(&text[..end]);
+            self.head_chars += taken;
+            text = &text[end..];
+            chars -= taken;
+        }
+        if chars == 0 {
+            return;
+        }
+        if chars >= self.tail_budget {
+            // Only the end of this text can survive.
+            self.tail.clear();
+            self.tail
+                .push_str(&text[byte_offset_of_char(text, chars - self.tail_budget)..]);
+            self.tail_chars = self.tail_budget;
+        } else {
+            self.tail.push_str(text);
+            self.tail_chars += chars;
+            if self.tail_chars > 2 * self.tail_budget {
+                self.trim_tail();
+            }
+        }
+    }
+
+    /// Cuts the tail to its budget.
+    fn trim_tail(&mut self) {
+        let excess = self.tail_chars.saturating_sub(self.tail_budget);
+        let cut = byte_offset_of_char(&self.tail, excess);
+        self.tail.drain(..cut);
+        self.tail_chars -= excess;
+    }
+
+    /// The text: everything when it fits the budget, else its head and its
+    /// tail around the line `marker` makes from how many characters were left
+    /// out.
+    pub(crate) fn finish(mut self, marker: impl FnOnce(u64) -> String) -> String {
+        if !self.split.is_empty() {
+            // The stream ended inside a character.
+            self.split.clear();
+            self.push_str("\u{fffd}");
+        }
+        self.trim_tail();
+        let omitted = self.total_chars - (self.head_chars + self.tail_chars) as u64;
+        if omitted == 0 {
+            self.head.push_str(&self.tail);
+            return self.head;
+        }
+        let separator = if self.head.is_empty() || self.head.ends_with('\n') {
             ""
         } else {
             "\n"
         };
-        format!("{head}{separator}[... {omitted} bytes omitted ...]\n{tail}")
+        format!("{}{separator}{}\n{}", self.head, marker(omitted), self.tail)
+    }
+}
+
+/// The byte offset of the `n`th character of `text` (its length if it has no
+/// more than `n`).
+fn byte_offset_of_char(text: &str, n: usize) -> usize {
+    text.char_indices().nth(n).map_or(text.len(), |(at, _)| at)
+}
+
+/// The end of a byte stream: its last `limit` bytes, and whether anything
+/// came before them.
+#[derive(Debug, Default)]
+pub(crate) struct ByteTail {
+    tail: VecDeque<u8>,
+    limit: usize,
+    cut: bool,
+}
+
+impl ByteTail {
+    pub(crate) fn new(limit: usize) -> Self {
+        ByteTail {
+            tail: VecDeque::new(),
+            limit,
+            cut: false,
+        }
     }
 
-    /// The tail as text, and whether anything before it was cut.
-    pub(crate) fn into_tail_text(self) -> (bool, String) {
-        let cut = self.omitted() > 0;
-        let mut bytes = self.head;
-        bytes.extend(self.tail);
-        let skip = if cut {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        // Only the end of a chunk longer than the whole tail can survive.
+        let keep = &bytes[bytes.len().saturating_sub(self.limit)..];
+        self.cut |= keep.len() < bytes.len();
+        self.tail.extend(keep);
+        let excess = self.tail.len().saturating_sub(self.limit);
+        self.cut |= excess > 0;
+        self.tail.drain(..excess);
+    }
+
+    /// The tail as text (lossy UTF-8, starting on a character boundary when
+    /// it was cut), and whether anything before it was cut.
+    pub(crate) fn into_text(self) -> (bool, String) {
+        let bytes = Vec::from(self.tail);
+        let skip = if self.cut {
             continuation_prefix_len(&bytes)
         } else {
             0
         };
-        (cut, String::from_utf8_lossy(&bytes[skip..]).into_owned())
+        (
+            self.cut,
+            String::from_utf8_lossy(&bytes[skip..]).into_owned(),
+        )
     }
 }
 
@@ -115,60 +209,80 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
-    fn capture(head: usize, tail: usize, chunks: &[&[u8]]) -> Capture {
-        let mut capture = Capture::new(head, tail);
+    fn inline(budget: usize, chunks: &[&[u8]]) -> String {
+        let mut text = InlineText::new(budget);
+        let mut bytes = 0;
         for chunk in chunks {
-            capture.push(chunk);
+            text.push(chunk);
+            bytes += chunk.len() as u64;
         }
-        capture
+        text.finish(|omitted| {
+            format!("[... {omitted} characters omitted; the whole output ({bytes} bytes) is in /out/t.out ...]")
+        })
     }
 
     #[test]
     fn a_short_stream_is_kept_whole() {
-        let text = capture(4, 4, &[b"abc", b"def", b"gh"]).into_text();
-        assert_eq!(text, "abcdefgh");
+        assert_eq!(inline(8, &[b"abc", b"def", b"gh"]), "abcdefgh");
+        assert_eq!(inline(0, &[]), "");
     }
 
     #[test]
-    fn a_long_stream_keeps_head_and_tail() {
-        let text = capture(4, 4, &[b"abc", b"defghij", b"klmn", b"op"]).into_text();
-        assert_eq!(text, "abcd\n[... 8 bytes omitted ...]\nmnop");
-    }
-
-    #[test]
-    fn a_chunk_longer_than_the_tail_keeps_its_end() {
-        let text = capture(2, 3, &[b"ab", b"0123456789"]).into_text();
-        assert_eq!(text, "ab\n[... 7 bytes omitted ...]\n789");
-    }
-
-    #[test]
-    fn the_tail_slides_byte_by_byte() {
-        let bytes: Vec<[u8; 1]> = (b'a'..=b'z').map(|b| [b]).collect();
-        let chunks: Vec<&[u8]> = bytes.iter().map(<[u8; 1]>::as_slice).collect();
-        let text = capture(0, 5, &chunks).into_text();
-        assert_eq!(text, "[... 21 bytes omitted ...]\nvwxyz");
-    }
-
-    #[test]
-    fn cuts_fall_on_character_boundaries() {
-        // "é" is two bytes, "€" three: the head would end inside "é", the tail
-        // start inside "€".
-        let text = capture(3, 4, &["abé".as_bytes(), b"xxxx", "€yz".as_bytes()]).into_text();
-        assert_eq!(text, "ab\n[... 9 bytes omitted ...]\nyz");
-        let whole = capture(3, 4, &["abé€".as_bytes()]).into_text();
-        assert_eq!(whole, "abé€");
-    }
-
-    #[test]
-    fn the_tail_text_says_whether_it_was_cut() {
+    fn a_long_stream_keeps_head_and_tail_around_the_marker() {
         assert_eq!(
-            capture(0, 4, &[b"oops"]).into_tail_text(),
-            (false, "oops".to_owned())
+            inline(8, &[b"abc", b"defghij", b"klmn", b"op"]),
+            "abcd\n[... 8 characters omitted; the whole output (16 bytes) is in /out/t.out ...]\nmnop"
         );
         assert_eq!(
-            capture(0, 4, &[b"error: ", b"bad"]).into_tail_text(),
-            (true, " bad".to_owned())
+            inline(5, &[b"ab\n", b"0123456789"]),
+            "ab\n[... 8 characters omitted; the whole output (13 bytes) is in /out/t.out ...]\n789"
         );
+    }
+
+    #[test]
+    fn the_tail_slides_character_by_character() {
+        let letters: Vec<[u8; 1]> = (b'a'..=b'z').map(|b| [b]).collect();
+        let chunks: Vec<&[u8]> = letters.iter().map(<[u8; 1]>::as_slice).collect();
+        assert_eq!(
+            inline(10, &chunks),
+            "abcde\n[... 16 characters omitted; the whole output (26 bytes) is in /out/t.out ...]\nvwxyz"
+        );
+    }
+
+    #[test]
+    fn the_budget_counts_characters_and_characters_split_across_chunks_are_whole() {
+        let text = "aéé€€😀😀b".as_bytes();
+        // Every split point, including inside each character.
+        for at in 0..=text.len() {
+            let (first, second) = text.split_at(at);
+            assert_eq!(inline(8, &[first, second]), "aéé€€😀😀b", "split at {at}");
+            assert_eq!(
+                inline(4, &[first, second]),
+                "aé\n[... 4 characters omitted; the whole output (20 bytes) is in /out/t.out ...]\n😀b",
+                "split at {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_bytes_become_replacement_characters() {
+        assert_eq!(inline(10, &[b"a\xffb", b"\xe2\x82"]), "a\u{fffd}b\u{fffd}");
+    }
+
+    #[test]
+    fn the_byte_tail_says_whether_it_was_cut() {
+        let tail = |limit, chunks: &[&[u8]]| {
+            let mut tail = ByteTail::new(limit);
+            for chunk in chunks {
+                tail.push(chunk);
+            }
+            tail.into_text()
+        };
+        assert_eq!(tail(4, &[b"oops"]), (false, "oops".to_owned()));
+        assert_eq!(tail(4, &[b"error: ", b"bad"]), (true, " bad".to_owned()));
+        assert_eq!(tail(4, &[b"err", b"or: bad"]), (true, " bad".to_owned()));
+        // The cut fell inside "€": its remains are dropped.
+        assert_eq!(tail(4, &["x€ab".as_bytes()]), (true, "ab".to_owned()));
     }
 
     #[test]

@@ -20,6 +20,10 @@
 //! [`EnvValue`]); [`ProcessRunner`], the runner; [`ConfigError`] and
 //! [`InvalidValue`], what can be wrong with a config.
 //!
+//! Output never costs memory: a run streams the child's stdout into a file
+//! while it runs, and its final message holds only a bounded head and tail of
+//! it around a line naming that file.
+//!
 //! What it does not do: enforce the task's timeout (the `task` tool does, by
 //! cancelling the run), sandbox the child, or run anywhere but on Unix (on
 //! other platforms only the config types are compiled).
@@ -49,6 +53,8 @@ mod capture;
 mod config;
 #[cfg(unix)]
 mod group;
+#[cfg(unix)]
+mod output;
 #[cfg(unix)]
 mod runner;
 

@@ -2,6 +2,8 @@
 //! a child process, the child's command line and environment, and its I/O.
 
 use std::future::Future;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -16,9 +18,10 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::capture::Capture;
+use crate::capture::{ByteTail, InlineText};
 use crate::config::{EnvName, ProcessRunnerConfig, SubagentCommand};
 use crate::group::{ProcessGroup, describe_exit};
+use crate::output::{TempOutputDir, file_stem};
 
 /// Variables always passed through from the host's environment, when set.
 const BASE_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"];
@@ -63,11 +66,13 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 ///
 /// The run ends with:
 /// - exit status 0: an [`OutputObject`] with `terminate_reason` `GOAL`, no
-///   emitted variables, and `final_message` the child's stdout with trailing
-///   whitespace removed — `None` when that leaves nothing. stdout over
-///   [`output_limit`](Self::output_limit) keeps its head and tail around a line
-///   `[... N bytes omitted ...]`; it is decoded as lossy UTF-8, cut on character
-///   boundaries;
+///   emitted variables, and `final_message` the child's stdout (lossy UTF-8)
+///   with trailing whitespace removed — `None` when that leaves nothing.
+///   stdout longer than the [inline budget](Self::inline_budget) (in
+///   characters) keeps its head and its tail, half the budget each, around one
+///   line that says how much was left out and where the whole output is:
+///   `[... 45210 characters omitted; the whole output (123456 bytes) is in
+///   /tmp/asynctask-123-ab12cd34/3f2a….out ...]`;
 /// - another status or a signal: a [`SubagentError`] like
 ///   `subagent 'tester' exited with status 3: <end of stderr>` or
 ///   `subagent 'tester' was killed by signal 9 (SIGKILL)`;
@@ -78,6 +83,20 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 ///
 /// When the child exits, anything it left running in its process group is
 /// killed: a subagent's processes never outlive its task.
+///
+/// # Output files
+///
+/// Every run streams the child's whole stdout into `<task id>.out` in the
+/// [output directory](Self::with_output_dir) while it runs; memory holds only
+/// what the final message needs (the budget's head and tail) and the last
+/// [2 KiB](Self::STDERR_TAIL) of stderr, for a failure's message. By default
+/// the output directory is a temporary one, `asynctask-<pid>-<random>` under
+/// [`std::env::temp_dir`], made on the first run and removed with everything
+/// in it when the last clone of the runner is dropped: a host that wants the
+/// files to outlive the runner gives a directory of its own. A task id is used
+/// in a file name as it is only when it is made of ASCII letters, digits, `-`
+/// and `_` (a UUID is); any other character is replaced, so no id names a
+/// file outside the directory.
 ///
 /// Its [catalog](SubagentRunner::catalog) lists the configured subagents,
 /// sorted by name, with their descriptions (empty when they have none): the
@@ -122,7 +141,17 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 pub struct ProcessRunner {
     config: Arc<ProcessRunnerConfig>,
     grace: Duration,
-    output_limit: usize,
+    inline_budget: usize,
+    output_dir: Option<PathBuf>,
+    shared: Arc<Shared>,
+}
+
+/// What every clone of a runner shares.
+#[derive(Debug, Default)]
+struct Shared {
+    /// The output directory when the host gave none; removed with the last
+    /// clone.
+    temp_dir: TempOutputDir,
 }
 
 impl ProcessRunner {
@@ -131,53 +160,141 @@ impl ProcessRunner {
     /// runner, so the group is ended by the runner itself, with time to spare.
     pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 
-    /// The most stdout kept, in bytes: the first half and the last half
-    /// (64 KiB in all).
-    pub const OUTPUT_LIMIT: usize = 64 * 1024;
+    /// How many characters of stdout the final message holds by default: the
+    /// first half and the last half when stdout is longer.
+    pub const DEFAULT_INLINE_BUDGET: usize = 10_000;
 
     /// The most stderr kept for an error message, in bytes: its end.
     pub const STDERR_TAIL: usize = 2 * 1024;
 
     /// A runner for the subagents of `config`, with the
-    /// [default grace](Self::DEFAULT_GRACE) and [output limit](Self::OUTPUT_LIMIT).
+    /// [default grace](Self::DEFAULT_GRACE) and
+    /// [inline budget](Self::DEFAULT_INLINE_BUDGET), and a temporary output
+    /// directory.
+    ///
+    /// ```
+    /// use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    ///
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new());
+    /// assert_eq!(runner.grace(), ProcessRunner::DEFAULT_GRACE);
+    /// assert_eq!(runner.inline_budget(), 10_000);
+    /// ```
     #[must_use]
     pub fn new(config: ProcessRunnerConfig) -> Self {
         ProcessRunner {
             config: Arc::new(config),
             grace: Self::DEFAULT_GRACE,
-            output_limit: Self::OUTPUT_LIMIT,
+            inline_budget: Self::DEFAULT_INLINE_BUDGET,
+            output_dir: None,
+            shared: Arc::default(),
         }
     }
 
     /// Replaces the time a cancelled subagent has between `SIGTERM` and
     /// `SIGKILL`. Keep it under the `task` tool's 5-second runner grace: a run
     /// aborted before its own grace ends kills the group with `SIGKILL` at once.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new()).with_grace(Duration::from_millis(500));
+    /// assert_eq!(runner.grace(), Duration::from_millis(500));
+    /// ```
     #[must_use]
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
     }
 
-    /// Replaces the most stdout kept, in bytes (half head, half tail).
+    /// Replaces how many characters of stdout the final message holds (half
+    /// head, half tail when stdout is longer).
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new()).with_inline_budget(2_000);
+    /// assert_eq!(runner.inline_budget(), 2_000);
+    /// ```
     #[must_use]
-    pub fn with_output_limit(mut self, bytes: usize) -> Self {
-        self.output_limit = bytes;
+    pub fn with_inline_budget(mut self, chars: usize) -> Self {
+        self.inline_budget = chars;
+        self
+    }
+
+    /// Puts every run's files in `dir` (made when missing, kept afterwards)
+    /// instead of a temporary directory. A relative path is taken from the
+    /// host's working directory now.
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let dir = std::env::temp_dir().join("my-host-subagent-output");
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new()).with_output_dir(dir.clone());
+    /// assert_eq!(runner.output_dir()?, dir);
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_output_dir(mut self, dir: PathBuf) -> Self {
+        self.output_dir = Some(std::path::absolute(&dir).unwrap_or(dir));
         self
     }
 
     /// The time a cancelled subagent has between `SIGTERM` and `SIGKILL`.
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// assert_eq!(ProcessRunner::new(ProcessRunnerConfig::new()).grace(), ProcessRunner::DEFAULT_GRACE);
+    /// ```
     #[must_use]
     pub fn grace(&self) -> Duration {
         self.grace
     }
 
-    /// The most stdout kept, in bytes.
+    /// How many characters of stdout the final message holds.
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// assert_eq!(ProcessRunner::new(ProcessRunnerConfig::new()).inline_budget(), 10_000);
+    /// ```
     #[must_use]
-    pub fn output_limit(&self) -> usize {
-        self.output_limit
+    pub fn inline_budget(&self) -> usize {
+        self.inline_budget
+    }
+
+    /// The directory the runs' files go to, made now if it does not exist
+    /// (the temporary one is made once per runner and its clones).
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new());
+    /// let dir = runner.output_dir()?;
+    /// assert!(dir.is_dir() && dir.starts_with(std::env::temp_dir()));
+    /// drop(runner); // the last clone: the temporary directory goes with it
+    /// assert!(!dir.exists());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The directory could not be made.
+    pub fn output_dir(&self) -> std::io::Result<PathBuf> {
+        match &self.output_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                Ok(dir.clone())
+            }
+            None => self.shared.temp_dir.get_or_create(),
+        }
     }
 
     /// The configured subagent names, sorted.
+    ///
+    /// ```
+    /// # use std::path::Path;
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let config = ProcessRunnerConfig::from_toml_str("[subagents.b]\ncommand = [\"true\"]\n[subagents.a]\ncommand = [\"true\"]\n", Path::new("/"))?;
+    /// assert_eq!(ProcessRunner::new(config).subagent_names(), ["a", "b"]);
+    /// # Ok::<(), asynctask_process::ConfigError>(())
+    /// ```
     #[must_use]
     pub fn subagent_names(&self) -> Vec<String> {
         self.config
@@ -188,6 +305,11 @@ impl ProcessRunner {
     }
 
     /// The config.
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// assert!(ProcessRunner::new(ProcessRunnerConfig::new()).config().subagents.is_empty());
+    /// ```
     #[must_use]
     pub fn config(&self) -> &ProcessRunnerConfig {
         &self.config
@@ -243,6 +365,25 @@ impl ProcessRunner {
         command
     }
 
+    /// Makes the output directory and this run's stdout file in it.
+    fn output_file(&self, name: &str, task_id: &str) -> Result<OutputFile, SubagentError> {
+        let dir = self.output_dir().map_err(|err| {
+            SubagentError::new(format!(
+                "subagent '{name}': cannot make its output directory: {err}"
+            ))
+            .with_source(err)
+        })?;
+        let path = dir.join(format!("{}.out", file_stem(task_id)));
+        let file = std::fs::File::create(&path).map_err(|err| {
+            SubagentError::new(format!(
+                "subagent '{name}': cannot create its output file {}: {err}",
+                path.display()
+            ))
+            .with_source(err)
+        })?;
+        Ok(OutputFile { path, file })
+    }
+
     async fn run_child(
         &self,
         name: &str,
@@ -258,6 +399,7 @@ impl ProcessRunner {
                 cwd.display()
             )));
         }
+        let output = self.output_file(name, &request.task_id)?;
         let program = spec.command.program();
         let mut child = self.command(spec, &request).spawn().map_err(|err| {
             SubagentError::new(format!(
@@ -274,12 +416,14 @@ impl ProcessRunner {
         // full pipe while we wait for something else. Their captures are shared
         // so that what was read survives a reader that has to be aborted.
         let _feeder = Reader::spawn(feed(child.stdin.take(), request.goal_prompt));
-        let stdout = Arc::new(Mutex::new(Capture::new(
-            self.output_limit / 2,
-            self.output_limit - self.output_limit / 2,
-        )));
+        let stdout = Arc::new(Mutex::new(StdoutSink {
+            file: Some(output.file),
+            bytes: 0,
+            write_error: None,
+            inline: InlineText::new(self.inline_budget),
+        }));
         let mut stdout_reader = Reader::spawn(drain(child.stdout.take(), Arc::clone(&stdout)));
-        let stderr = Arc::new(Mutex::new(Capture::new(0, Self::STDERR_TAIL)));
+        let stderr = Arc::new(Mutex::new(ByteTail::new(Self::STDERR_TAIL)));
         let mut stderr_reader = Reader::spawn(drain(child.stderr.take(), Arc::clone(&stderr)));
 
         let ended = tokio::select! {
@@ -316,14 +460,14 @@ impl ProcessRunner {
             .with_source(err)
         })?;
         if status.success() {
-            let text = take(&stdout).into_text();
+            let text = take(&stdout).finish(&output.path);
             let text = text.trim_end();
             let mut output = OutputObject::new(TerminateReason::Goal);
             output.final_message = (!text.is_empty()).then(|| text.to_owned());
             return Ok(output);
         }
         let mut message = format!("subagent '{name}' {}", describe_exit(status));
-        let (cut, tail) = take(&stderr).into_tail_text();
+        let (cut, tail) = take(&stderr).into_text();
         let tail = tail.trim();
         if !tail.is_empty() {
             message.push_str(": ");
@@ -446,11 +590,75 @@ impl Drop for Reader {
     }
 }
 
-/// Takes what a reader captured (it may still hold its handle if it was
-/// aborted mid-chunk; the capture is whole after every push).
-fn take(capture: &Mutex<Capture>) -> Capture {
-    let mut guard = capture.lock().unwrap_or_else(PoisonError::into_inner);
-    std::mem::replace(&mut *guard, Capture::new(0, 0))
+/// A run's stdout file, just created.
+struct OutputFile {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+/// Where a reader puts what it reads.
+trait Sink: Send + 'static {
+    fn push(&mut self, chunk: &[u8]);
+}
+
+impl Sink for ByteTail {
+    fn push(&mut self, chunk: &[u8]) {
+        ByteTail::push(self, chunk);
+    }
+}
+
+/// Where stdout goes: the whole of it into the output file, and what the final
+/// message needs into memory.
+#[derive(Default)]
+struct StdoutSink {
+    /// `None` once a write failed.
+    file: Option<std::fs::File>,
+    bytes: u64,
+    write_error: Option<std::io::Error>,
+    inline: InlineText,
+}
+
+impl Sink for StdoutSink {
+    fn push(&mut self, chunk: &[u8]) {
+        // A plain blocking write: one chunk into the page cache is quick, and
+        // it keeps the file exact up to the last chunk read even when the
+        // reader is aborted.
+        if let Some(file) = &mut self.file
+            && let Err(err) = file.write_all(chunk)
+        {
+            tracing::warn!(%err, "cannot write the subagent's output file");
+            self.write_error = Some(err);
+            self.file = None;
+        }
+        self.bytes += chunk.len() as u64;
+        self.inline.push(chunk);
+    }
+}
+
+impl StdoutSink {
+    /// The final message's text; the marker names the file only when it holds
+    /// the whole output.
+    fn finish(self, path: &Path) -> String {
+        let (bytes, path) = (self.bytes, path.display());
+        match self.write_error {
+            None => self.inline.finish(|omitted| {
+                format!(
+                    "[... {omitted} characters omitted; the whole output ({bytes} bytes) is in {path} ...]"
+                )
+            }),
+            Some(err) => self.inline.finish(|omitted| {
+                format!(
+                    "[... {omitted} characters omitted; the whole output ({bytes} bytes) could not be kept in {path}: {err} ...]"
+                )
+            }),
+        }
+    }
+}
+
+/// Takes what a reader captured. The reader may still be running if it was
+/// aborted mid-chunk; a sink is whole after every push.
+fn take<S: Default>(sink: &Mutex<S>) -> S {
+    std::mem::take(&mut *sink.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 /// Writes the goal to the child's stdin and closes it. A child that exits
@@ -465,14 +673,14 @@ async fn feed(stdin: Option<ChildStdin>, goal: String) {
     // Dropping `stdin` closes it: the child reads end-of-file.
 }
 
-/// Reads a pipe to its end into `capture`.
-async fn drain(pipe: Option<impl AsyncRead + Unpin>, capture: Arc<Mutex<Capture>>) {
+/// Reads a pipe to its end into `sink`.
+async fn drain(pipe: Option<impl AsyncRead + Unpin>, sink: Arc<Mutex<impl Sink>>) {
     let Some(mut pipe) = pipe else { return };
     let mut chunk = vec![0_u8; READ_CHUNK_BYTES];
     loop {
         match pipe.read(&mut chunk).await {
             Ok(0) => return,
-            Ok(n) => capture
+            Ok(n) => sink
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(&chunk[..n]),

@@ -588,23 +588,34 @@ fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The marker line for `omitted` characters of an output of `bytes` bytes kept
+/// in `file`.
+fn marker(omitted: usize, bytes: usize, file: &Path) -> String {
+    format!(
+        "[... {omitted} characters omitted; the whole output ({bytes} bytes) is in {} ...]",
+        file.display()
+    )
+}
+
 #[tokio::test]
-async fn huge_stdout_keeps_its_head_and_tail_within_the_limit() {
+async fn huge_stdout_goes_to_a_file_and_the_message_keeps_its_head_and_tail() {
     let dir = TempDir::new();
+    let out = TempDir::new();
     let runner = runner_in(
         dir.path(),
         "chatty",
         r#"["sh", "-c", "yes | head -c 50000000"]"#,
-    );
-    assert_eq!(runner.output_limit(), 64 * 1024);
+    )
+    .with_output_dir(out.path().to_owned());
+    assert_eq!(runner.inline_budget(), ProcessRunner::DEFAULT_INLINE_BUDGET);
     let before = peak_rss_kib();
     let result = run(&runner, request("chatty", "x")).await;
-    let half = ProcessRunner::OUTPUT_LIMIT / 2;
+    let file = out.path().join("task-0001.out");
+    let half = "y\n".repeat(ProcessRunner::DEFAULT_INLINE_BUDGET / 4);
     let expected = format!(
-        "{}[... {} bytes omitted ...]\n{}",
-        "y\n".repeat(half / 2),
-        50_000_000 - ProcessRunner::OUTPUT_LIMIT,
-        "y\n".repeat(half / 2).trim_end()
+        "{half}{}\n{}",
+        marker(50_000_000 - 10_000, 50_000_000, &file),
+        half.trim_end()
     );
     assert_eq!(result, Ok(output(Some(&expected))));
     if let (Some(before), Some(after)) = (before, peak_rss_kib()) {
@@ -615,33 +626,115 @@ async fn huge_stdout_keeps_its_head_and_tail_within_the_limit() {
             after - before
         );
     }
+    let mut whole = std::fs::File::open(&file).expect("the output file");
+    assert_eq!(whole.metadata().expect("metadata").len(), 50_000_000);
+    let mut start = [0_u8; 6];
+    std::io::Read::read_exact(&mut whole, &mut start).expect("read");
+    assert_eq!(&start, b"y\ny\ny\n");
 }
 
 #[tokio::test]
-async fn the_output_limit_is_configurable_and_cuts_on_characters() {
+async fn the_inline_budget_is_configurable_and_counts_characters() {
     let dir = TempDir::new();
+    let out = TempDir::new();
+    let file = out.path().join("task-0001.out");
     let runner = runner_in(
         dir.path(),
         "letters",
         r#"["printf", "abcdefghijklmnopqrstuvwxyz"]"#,
     )
-    .with_output_limit(10);
+    .with_output_dir(out.path().to_owned())
+    .with_inline_budget(10);
     assert_eq!(
         run(&runner, request("letters", "x")).await,
-        Ok(output(Some("abcde\n[... 16 bytes omitted ...]\nvwxyz")))
+        Ok(output(Some(&format!(
+            "abcde\n{}\nvwxyz",
+            marker(16, 26, &file)
+        ))))
     );
 
-    // "é" is two bytes: a cut inside one moves to the character's edge.
-    let runner =
-        runner_in(dir.path(), "accents", r#"["printf", "aaaééééébbb"]"#).with_output_limit(8);
+    // "é" is two bytes but one character.
+    let runner = runner_in(dir.path(), "accents", r#"["printf", "aaaééééébbb"]"#)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(8);
     assert_eq!(
         run(&runner, request("accents", "x")).await,
-        Ok(output(Some("aaa\n[... 10 bytes omitted ...]\nbbb")))
+        Ok(output(Some(&format!(
+            "aaaé\n{}\nébbb",
+            marker(3, 16, &file)
+        ))))
     );
-    let runner = runner_in(dir.path(), "accents", r#"["printf", "aaééébb"]"#).with_output_limit(8);
+    // Output that fits is the text alone: no marker, no path.
+    let runner = runner_in(dir.path(), "accents", r#"["printf", "aaééébb"]"#)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(8);
     assert_eq!(
         run(&runner, request("accents", "x")).await,
-        Ok(output(Some("aaé\n[... 2 bytes omitted ...]\nébb")))
+        Ok(output(Some("aaééébb")))
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("the output file"),
+        "aaééébb"
+    );
+}
+
+#[tokio::test]
+async fn the_default_output_directory_lives_as_long_as_the_runner() {
+    let dir = TempDir::new();
+    let runner = runner_in(dir.path(), "hello", r#"["echo", "hello"]"#);
+    assert_eq!(
+        run(&runner, request("hello", "x")).await,
+        Ok(output(Some("hello")))
+    );
+    let out = runner.output_dir().expect("made on the first run");
+    assert_eq!(out.parent(), Some(std::env::temp_dir().as_path()));
+    let name = out
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        name.starts_with(&format!("asynctask-{}-", std::process::id())),
+        "{name}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("task-0001.out")).expect("the output file"),
+        "hello\n"
+    );
+    let clone = runner.clone();
+    drop(runner);
+    assert!(out.is_dir(), "a clone still holds it");
+    drop(clone);
+    assert!(!out.exists(), "removed with the last clone");
+}
+
+#[tokio::test]
+async fn a_task_id_never_names_a_file_outside_the_output_directory() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let runner = runner_in(dir.path(), "hello", r#"["echo", "hello"]"#)
+        .with_output_dir(out.path().join("runs"));
+    let request = SubagentRequest::new("../../escaped", "hello", "x");
+    assert_eq!(run(&runner, request).await, Ok(output(Some("hello"))));
+    let files: Vec<String> = std::fs::read_dir(out.path().join("runs"))
+        .expect("the output directory was made")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(
+        files[0].starts_with("______escaped-") && files[0].ends_with(".out"),
+        "{files:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path()).expect("read").count(),
+        1,
+        "nothing beside the output directory"
     );
 }
 
