@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use asynctask_manager::TaskProgress;
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_tools::{
     ECHO_CHARS, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, truncate_chars,
@@ -83,6 +84,13 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 ///
 /// When the child exits, anything it left running in its process group is
 /// killed: a subagent's processes never outlive its task.
+///
+/// # Live output
+///
+/// While the child runs, each chunk of its stdout is also reported to the
+/// request's [`progress`](SubagentRequest::progress) (so a peek at the running
+/// task shows its last lines), and the output file's path is set on it as soon
+/// as the file exists.
 ///
 /// # Output files
 ///
@@ -400,6 +408,7 @@ impl ProcessRunner {
             )));
         }
         let output = self.output_file(name, &request.task_id)?;
+        request.progress.set_output_file(&output.path);
         let program = spec.command.program();
         let mut child = self.command(spec, &request).spawn().map_err(|err| {
             SubagentError::new(format!(
@@ -422,9 +431,14 @@ impl ProcessRunner {
             write_error: None,
             inline: InlineText::new(self.inline_budget),
         }));
-        let mut stdout_reader = Reader::spawn(drain(child.stdout.take(), Arc::clone(&stdout)));
+        let mut stdout_reader = Reader::spawn(drain(
+            child.stdout.take(),
+            Arc::clone(&stdout),
+            Some(request.progress.clone()),
+        ));
         let stderr = Arc::new(Mutex::new(ByteTail::new(Self::STDERR_TAIL)));
-        let mut stderr_reader = Reader::spawn(drain(child.stderr.take(), Arc::clone(&stderr)));
+        let mut stderr_reader =
+            Reader::spawn(drain(child.stderr.take(), Arc::clone(&stderr), None));
 
         let ended = tokio::select! {
             biased;
@@ -673,17 +687,27 @@ async fn feed(stdin: Option<ChildStdin>, goal: String) {
     // Dropping `stdin` closes it: the child reads end-of-file.
 }
 
-/// Reads a pipe to its end into `sink`.
-async fn drain(pipe: Option<impl AsyncRead + Unpin>, sink: Arc<Mutex<impl Sink>>) {
+/// Reads a pipe to its end into `sink`, and reports each chunk to `progress`
+/// (outside the sink's lock) so a peek at the running task shows its latest
+/// output.
+async fn drain(
+    pipe: Option<impl AsyncRead + Unpin>,
+    sink: Arc<Mutex<impl Sink>>,
+    progress: Option<TaskProgress>,
+) {
     let Some(mut pipe) = pipe else { return };
     let mut chunk = vec![0_u8; READ_CHUNK_BYTES];
     loop {
         match pipe.read(&mut chunk).await {
             Ok(0) => return,
-            Ok(n) => sink
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(&chunk[..n]),
+            Ok(n) => {
+                sink.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(&chunk[..n]);
+                if let Some(progress) = &progress {
+                    progress.record_output(&chunk[..n]);
+                }
+            }
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
             Err(err) => {
                 tracing::debug!(%err, "cannot read the subagent's output");

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use asynctask_manager::{ProgressSnapshot, TaskProgress};
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_process::{
     CommandLine, ConfigError, EnvName, EnvValue, ProcessRunner, ProcessRunnerConfig,
@@ -601,17 +602,21 @@ fn marker(omitted: usize, bytes: usize, file: &Path) -> String {
 async fn huge_stdout_goes_to_a_file_and_the_message_keeps_its_head_and_tail() {
     let dir = TempDir::new();
     let out = TempDir::new();
-    let runner = runner_in(
-        dir.path(),
-        "chatty",
-        r#"["sh", "-c", "yes | head -c 50000000"]"#,
-    )
-    .with_output_dir(out.path().to_owned());
+    // 500,000 lines of 100 bytes. (Lines, not bytes, are what the live
+    // progress pays for: one allocation each.)
+    let line = format!("{}\n", "y".repeat(99));
+    let command = serde_json::json!([
+        "sh",
+        "-c",
+        format!("yes '{}' | head -c 50000000", line.trim_end())
+    ]);
+    let runner = runner_in(dir.path(), "chatty", &command.to_string())
+        .with_output_dir(out.path().to_owned());
     assert_eq!(runner.inline_budget(), ProcessRunner::DEFAULT_INLINE_BUDGET);
     let before = peak_rss_kib();
     let result = run(&runner, request("chatty", "x")).await;
     let file = out.path().join("task-0001.out");
-    let half = "y\n".repeat(ProcessRunner::DEFAULT_INLINE_BUDGET / 4);
+    let half = line.repeat(ProcessRunner::DEFAULT_INLINE_BUDGET / 2 / line.len());
     let expected = format!(
         "{half}{}\n{}",
         marker(50_000_000 - 10_000, 50_000_000, &file),
@@ -628,9 +633,9 @@ async fn huge_stdout_goes_to_a_file_and_the_message_keeps_its_head_and_tail() {
     }
     let mut whole = std::fs::File::open(&file).expect("the output file");
     assert_eq!(whole.metadata().expect("metadata").len(), 50_000_000);
-    let mut start = [0_u8; 6];
+    let mut start = vec![0_u8; line.len()];
     std::io::Read::read_exact(&mut whole, &mut start).expect("read");
-    assert_eq!(&start, b"y\ny\ny\n");
+    assert_eq!(start, line.as_bytes());
 }
 
 #[tokio::test]
@@ -676,6 +681,41 @@ async fn the_inline_budget_is_configurable_and_counts_characters() {
         std::fs::read_to_string(&file).expect("the output file"),
         "aaééébb"
     );
+}
+
+#[tokio::test]
+async fn a_running_subagent_reports_its_latest_output_and_its_file() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "steps",
+        r#"["sh", "-c", "echo one; printf 'two\nthr'; while [ ! -e go ]; do sleep 0.01; done; echo ee"]"#,
+    )
+    .with_output_dir(out.path().to_owned());
+    let progress = TaskProgress::new();
+    let run = tokio::spawn({
+        let request = request("steps", "x").with_progress(progress.clone());
+        async move { runner.run(request, CancellationToken::new()).await }
+    });
+    let deadline = Instant::now() + RUN_DEADLINE;
+    while progress.snapshot().last_lines != ["one", "two", "thr"] {
+        assert!(Instant::now() < deadline, "{:?}", progress.snapshot());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let file = out.path().join("task-0001.out");
+    assert_eq!(
+        progress.snapshot(),
+        ProgressSnapshot {
+            last_lines: vec!["one".into(), "two".into(), "thr".into()],
+            output_bytes: 11,
+            output_file: Some(file.clone()),
+        }
+    );
+    std::fs::write(dir.path().join("go"), "").expect("write");
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(result, Ok(output(Some("one\ntwo\nthree"))));
+    assert_eq!(progress.snapshot().last_lines, ["one", "two", "three"]);
 }
 
 #[tokio::test]
