@@ -1,6 +1,7 @@
 //! `ProcessRunner`: the `SubagentRunner` that runs each configured subagent as
 //! a child process, the child's command line and environment, and its I/O.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,9 @@ const ENV_VALUE_MAX_BYTES: usize = 64 * 1024;
 /// them open).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The largest variables file a subagent may write.
+const VARS_FILE_MAX_BYTES: u64 = 1024 * 1024;
+
 /// The read buffer for each output pipe (a Linux pipe holds 64 KiB).
 const READ_CHUNK_BYTES: usize = 32 * 1024;
 
@@ -61,13 +65,30 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// | `ASYNCTASK_SUBAGENT` | the subagent's name |
 /// | `ASYNCTASK_CONTEXT` | the context as a JSON object of name → value (when there is any) |
 /// | `ASYNCTASK_BEHAVIOUR` | the behaviour prompts joined by newlines (when there are any) |
+/// | `ASYNCTASK_OUTPUT_SPEC` | the variables the model asked for, a JSON array of `{"name", "description"}` (when it asked for any) |
+/// | `ASYNCTASK_TOOLS` | the tools the model allowed, a JSON array of strings (when it gave a whitelist) |
+/// | `ASYNCTASK_VARS_FILE` | an absolute path (`<task id>.vars.json` in the output directory, not created) where the subagent may write its variables |
 ///
 /// A value that is over 64 KiB or holds a NUL byte is left out of the
 /// environment (stdin still carries the whole goal).
 ///
+/// A subagent emits variables by writing a JSON object of strings to
+/// `$ASYNCTASK_VARS_FILE` before it exits, for instance:
+///
+/// ```sh
+/// echo "working on: $ASYNCTASK_GOAL" >&2
+/// printf '{"answer":"42"}' > "$ASYNCTASK_VARS_FILE"
+/// ```
+///
+/// After a successful exit the object becomes the output's `emitted_vars`; no
+/// file means no variables. A file that is not a JSON object of strings, or
+/// is over 1 MiB, fails the task: `subagent 'tester' wrote a bad variables
+/// file /tmp/…/3f2a….vars.json: the value of "count" is not a string`.
+///
 /// The run ends with:
-/// - exit status 0: an [`OutputObject`] with `terminate_reason` `GOAL`, no
-///   emitted variables, and `final_message` the child's stdout (lossy UTF-8)
+/// - exit status 0: an [`OutputObject`] with `terminate_reason` `GOAL`, the
+///   variables the subagent wrote (below), and `final_message` the child's
+///   stdout (lossy UTF-8)
 ///   with trailing whitespace removed — `None` when that leaves nothing.
 ///   stdout longer than the [inline budget](Self::inline_budget) (in
 ///   characters) keeps its head and its tail, half the budget each, around one
@@ -340,7 +361,12 @@ impl ProcessRunner {
 
     /// The child's command: program, arguments, working directory, the
     /// allowlisted environment, and pipes for all three streams.
-    fn command(&self, spec: &SubagentCommand, request: &SubagentRequest) -> Command {
+    fn command(
+        &self,
+        spec: &SubagentCommand,
+        request: &SubagentRequest,
+        vars_file: &Path,
+    ) -> Command {
         let mut command = Command::new(spec.command.program());
         command.args(spec.command.args());
         if let Some(cwd) = &spec.cwd {
@@ -364,6 +390,7 @@ impl ProcessRunner {
         for (name, value) in request_env(request) {
             command.env(name, value);
         }
+        command.env("ASYNCTASK_VARS_FILE", vars_file);
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -373,7 +400,9 @@ impl ProcessRunner {
         command
     }
 
-    /// Makes the output directory and this run's stdout file in it.
+    /// Makes the output directory and this run's stdout file in it, and
+    /// removes a variables file left by an earlier run of the same id (only
+    /// what this run's subagent writes may become its variables).
     fn output_file(&self, name: &str, task_id: &str) -> Result<OutputFile, SubagentError> {
         let dir = self.output_dir().map_err(|err| {
             SubagentError::new(format!(
@@ -381,7 +410,20 @@ impl ProcessRunner {
             ))
             .with_source(err)
         })?;
-        let path = dir.join(format!("{}.out", file_stem(task_id)));
+        let stem = file_stem(task_id);
+        let vars = dir.join(format!("{stem}.vars.json"));
+        match std::fs::remove_file(&vars) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                return Err(SubagentError::new(format!(
+                    "subagent '{name}': cannot remove an old variables file {}: {err}",
+                    vars.display()
+                ))
+                .with_source(err));
+            }
+        }
+        let path = dir.join(format!("{stem}.out"));
         let file = std::fs::File::create(&path).map_err(|err| {
             SubagentError::new(format!(
                 "subagent '{name}': cannot create its output file {}: {err}",
@@ -389,7 +431,7 @@ impl ProcessRunner {
             ))
             .with_source(err)
         })?;
-        Ok(OutputFile { path, file })
+        Ok(OutputFile { path, file, vars })
     }
 
     async fn run_child(
@@ -410,12 +452,15 @@ impl ProcessRunner {
         let output = self.output_file(name, &request.task_id)?;
         request.progress.set_output_file(&output.path);
         let program = spec.command.program();
-        let mut child = self.command(spec, &request).spawn().map_err(|err| {
-            SubagentError::new(format!(
-                "subagent '{name}': cannot start '{program}': {err}"
-            ))
-            .with_source(err)
-        })?;
+        let mut child = self
+            .command(spec, &request, &output.vars)
+            .spawn()
+            .map_err(|err| {
+                SubagentError::new(format!(
+                    "subagent '{name}': cannot start '{program}': {err}"
+                ))
+                .with_source(err)
+            })?;
         let mut group = ProcessGroup::of(&child).ok_or_else(|| {
             SubagentError::new(format!("subagent '{name}': its process has no id"))
         })?;
@@ -474,10 +519,12 @@ impl ProcessRunner {
             .with_source(err)
         })?;
         if status.success() {
+            let emitted_vars = read_vars(name, &output.vars)?;
             let text = take(&stdout).finish(&output.path);
             let text = text.trim_end();
             let mut output = OutputObject::new(TerminateReason::Goal);
             output.final_message = (!text.is_empty()).then(|| text.to_owned());
+            output.emitted_vars = emitted_vars;
             return Ok(output);
         }
         let mut message = format!("subagent '{name}' {}", describe_exit(status));
@@ -567,6 +614,23 @@ fn request_env(request: &SubagentRequest) -> Vec<(&'static str, String)> {
     if !request.behaviour_prompts.is_empty() {
         vars.push(("ASYNCTASK_BEHAVIOUR", request.behaviour_prompts.join("\n")));
     }
+    if !request.output_spec.is_empty() {
+        let spec: Vec<serde_json::Value> = request
+            .output_spec
+            .iter()
+            .map(|var| serde_json::json!({"name": var.name, "description": var.description}))
+            .collect();
+        vars.push((
+            "ASYNCTASK_OUTPUT_SPEC",
+            serde_json::Value::from(spec).to_string(),
+        ));
+    }
+    if let Some(tools) = &request.tool_whitelist {
+        vars.push((
+            "ASYNCTASK_TOOLS",
+            serde_json::Value::from(tools.clone()).to_string(),
+        ));
+    }
     vars.retain(|(name, value)| {
         let fits = value.len() <= ENV_VALUE_MAX_BYTES && !value.contains('\0');
         if !fits {
@@ -579,6 +643,48 @@ fn request_env(request: &SubagentRequest) -> Vec<(&'static str, String)> {
         fits
     });
     vars
+}
+
+/// The variables a subagent wrote to `path`: none when it wrote no file, else
+/// a JSON object of strings no larger than [`VARS_FILE_MAX_BYTES`]. Anything
+/// else fails the run with one line naming the subagent, the file and what is
+/// wrong.
+fn read_vars(name: &str, path: &Path) -> Result<BTreeMap<String, String>, SubagentError> {
+    use std::io::Read as _;
+    let bad = |what: String| {
+        SubagentError::new(format!(
+            "subagent '{name}' wrote a bad variables file {}: {what}",
+            path.display()
+        ))
+    };
+    // A plain blocking read: the file is small (bounded below) and local.
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(err) => return Err(bad(format!("cannot read it: {err}")).with_source(err)),
+    };
+    let mut bytes = Vec::new();
+    // One byte over the bound is enough to know the file is too large.
+    file.take(VARS_FILE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| bad(format!("cannot read it: {err}")).with_source(err))?;
+    if bytes.len() as u64 > VARS_FILE_MAX_BYTES {
+        return Err(bad(format!(
+            "it is larger than {VARS_FILE_MAX_BYTES} bytes"
+        )));
+    }
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|err| bad(format!("not JSON: {err}")).with_source(err))?;
+    let serde_json::Value::Object(object) = value else {
+        return Err(bad("not a JSON object".to_owned()));
+    };
+    object
+        .into_iter()
+        .map(|(key, value)| match value {
+            serde_json::Value::String(value) => Ok((key, value)),
+            _ => Err(bad(format!("the value of {key:?} is not a string"))),
+        })
+        .collect()
 }
 
 /// A spawned I/O task that is aborted when dropped, so no reader or writer
@@ -604,10 +710,12 @@ impl Drop for Reader {
     }
 }
 
-/// A run's stdout file, just created.
+/// A run's stdout file, just created, and where its subagent may write its
+/// variables.
 struct OutputFile {
     path: PathBuf,
     file: std::fs::File,
+    vars: PathBuf,
 }
 
 /// Where a reader puts what it reads.

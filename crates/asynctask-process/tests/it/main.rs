@@ -21,7 +21,9 @@ use asynctask_process::{
     CommandLine, ConfigError, EnvName, EnvValue, ProcessRunner, ProcessRunnerConfig,
     SubagentCommand, SubagentName,
 };
-use asynctask_tools::{ContextVar, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
+use asynctask_tools::{
+    ContextVar, OutputVarSpec, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
+};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -257,7 +259,16 @@ async fn the_environment_is_an_allowlist() {
         },
     ];
     request.behaviour_prompts = vec!["be brief".to_owned(), "be kind".to_owned()];
+    request.output_spec = vec![OutputVarSpec {
+        name: "answer".to_owned(),
+        description: "the \"answer\"".to_owned(),
+    }];
+    request.tool_whitelist = Some(vec!["read".to_owned(), "grep".to_owned()]);
     let result = run(&runner, request).await.expect("env runs");
+    let vars_file = runner
+        .output_dir()
+        .expect("the output directory")
+        .join("task-0001.vars.json");
     let seen: BTreeMap<String, String> = result
         .final_message
         .expect("env printed")
@@ -282,6 +293,12 @@ async fn the_environment_is_an_allowlist() {
         ("ASYNCTASK_GOAL", "list the environment"),
         ("ASYNCTASK_CONTEXT", r#"{"file":"src/main.rs","line":"42"}"#),
         ("ASYNCTASK_BEHAVIOUR", "be brief\nbe kind"),
+        (
+            "ASYNCTASK_OUTPUT_SPEC",
+            r#"[{"name":"answer","description":"the \"answer\""}]"#,
+        ),
+        ("ASYNCTASK_TOOLS", r#"["read","grep"]"#),
+        ("ASYNCTASK_VARS_FILE", vars_file.to_str().expect("UTF-8")),
     ] {
         expected.insert(name.to_owned(), value.to_owned());
     }
@@ -347,6 +364,69 @@ async fn a_child_that_never_reads_stdin_does_not_block_the_run() {
         run(&runner, request("deaf", &goal)).await,
         Ok(output(Some("done")))
     );
+}
+
+// ---- variables -------------------------------------------------------------
+
+#[tokio::test]
+async fn variables_written_to_the_vars_file_are_emitted() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "answer",
+        r#"["sh", "-c", "printf '{\"answer\":\"42\",\"file\":\"src/a.rs\"}' > \"$ASYNCTASK_VARS_FILE\"; echo done"]"#,
+    );
+    let expected = OutputObject::new(TerminateReason::Goal)
+        .with_var("answer", "42")
+        .with_var("file", "src/a.rs")
+        .with_final_message("done");
+    assert_eq!(run(&runner, request("answer", "x")).await, Ok(expected));
+
+    // A later run of the same id that writes nothing emits nothing: the old
+    // file is not taken for its own.
+    let quiet = runner_in(dir.path(), "answer", r#"["echo", "done"]"#)
+        .with_output_dir(runner.output_dir().expect("the output directory"));
+    assert_eq!(
+        run(&quiet, request("answer", "x")).await,
+        Ok(output(Some("done")))
+    );
+}
+
+#[tokio::test]
+async fn a_bad_vars_file_fails_the_task_with_one_clear_line() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let file = out.path().join("task-0001.vars.json");
+    let cases = [
+        (
+            r#"printf 'not json' > "$ASYNCTASK_VARS_FILE""#,
+            "not JSON: expected ident at line 1 column 2",
+        ),
+        (
+            r#"printf '["a"]' > "$ASYNCTASK_VARS_FILE""#,
+            "not a JSON object",
+        ),
+        (
+            r#"printf '{"a":"1","count":3}' > "$ASYNCTASK_VARS_FILE""#,
+            r#"the value of "count" is not a string"#,
+        ),
+        (
+            r#"head -c 1048577 /dev/zero | tr '\0' ' ' > "$ASYNCTASK_VARS_FILE""#,
+            "it is larger than 1048576 bytes",
+        ),
+    ];
+    for (script, what) in cases {
+        let command = serde_json::json!(["sh", "-c", script]).to_string();
+        let runner = runner_in(dir.path(), "vars", &command).with_output_dir(out.path().to_owned());
+        assert_eq!(
+            run(&runner, request("vars", "x")).await,
+            error(&format!(
+                "subagent 'vars' wrote a bad variables file {}: {what}",
+                file.display()
+            )),
+            "{script}"
+        );
+    }
 }
 
 // ---- failures --------------------------------------------------------------
