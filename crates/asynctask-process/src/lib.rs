@@ -18,7 +18,10 @@
 //! [`ProcessRunnerConfig::load`]) of [`SubagentCommand`]s, whose values are
 //! checked as they are parsed ([`CommandLine`], [`SubagentName`], [`EnvName`],
 //! [`EnvValue`]); [`ProcessRunner`], the runner; [`ConfigError`] and
-//! [`InvalidValue`], what can be wrong with a config.
+//! [`InvalidValue`], what can be wrong with a config; and the
+//! [`reaper`], a tiny supervisor process (also the `asynctask-reaper`
+//! binary) that makes sure no process of a subagent outlives its task, even
+//! when the host is killed.
 //!
 //! Output never costs memory: a run streams the child's stdout into a file
 //! while it runs, and its final message holds only a bounded head and tail of
@@ -56,7 +59,11 @@ mod group;
 #[cfg(unix)]
 mod output;
 #[cfg(unix)]
+pub mod reaper;
+#[cfg(unix)]
 mod runner;
+#[cfg(unix)]
+mod sys;
 
 pub use config::{
     CommandLine, ConfigError, EnvName, EnvValue, InvalidValue, ProcessRunnerConfig,

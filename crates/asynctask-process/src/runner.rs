@@ -2,6 +2,7 @@
 //! a child process, the child's command line and environment, and its I/O.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::future::Future;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use asynctask_tools::{
     ECHO_CHARS, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, truncate_chars,
 };
 use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
@@ -22,8 +24,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::capture::{ByteTail, InlineText};
 use crate::config::{EnvName, ProcessRunnerConfig, SubagentCommand};
-use crate::group::{ProcessGroup, describe_exit};
+use crate::group::{ProcessGroup, Registry, describe_exit};
 use crate::output::{TempOutputDir, file_stem};
+use crate::sys;
 
 /// Variables always passed through from the host's environment, when set.
 const BASE_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"];
@@ -103,8 +106,24 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// - an unknown name: `unknown subagent 'foo'; configured subagents: researcher,
 ///   tester`; a program that cannot be started: the program and the OS error.
 ///
-/// When the child exits, anything it left running in its process group is
-/// killed: a subagent's processes never outlive its task.
+/// # No orphans
+///
+/// A subagent's processes never outlive its task. The child leads its own
+/// process group: a cancel sends it `SIGTERM`, then `SIGKILL` after the
+/// [grace](Self::grace); when the child exits, whatever it left in its group
+/// is killed; a dropped run kills the group at once; and
+/// [`terminate_all`](Self::terminate_all) ends every live subagent of the
+/// runner and its clones. On Linux the child also gets `SIGKILL` when the
+/// host dies, even by `SIGKILL` (a parent-death signal).
+///
+/// Two holes remain without the reaper: a descendant that leaves the group
+/// (`setsid`, or a double fork into a new session) escapes the group kill,
+/// and the child's own descendants live on when the host is killed. With
+/// [`with_reaper`](Self::with_reaper) every run goes through a small
+/// supervisor process ([`reaper`](crate::reaper)) that adopts every orphaned
+/// descendant, ends them all when the command exits, forwards a cancel, and
+/// ends everything when the host dies (Linux; on other Unixes only the
+/// process group is reliably ended).
 ///
 /// # Live output
 ///
@@ -160,18 +179,27 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// [`run`](SubagentRunner::run) needs a tokio runtime with its I/O, time and
 /// signal drivers on (`enable_all()`), as `tokio::process` does.
 ///
+/// Linux sends the parent-death signal when the *thread* that started the
+/// child ends, not the host process. Call `run` from async context (a tokio
+/// worker thread lives as long as its runtime, a `current_thread` runtime's
+/// thread as long as it runs), never from a `spawn_blocking` closure: the
+/// blocking pool ends idle threads after a few seconds, and the subagent
+/// would be killed with its thread.
+///
 /// # Cancel safety
 ///
-/// Cancelling the token ends the process group gracefully and returns within
-/// the [grace](Self::grace) and about a second more. Dropping the `run` future
-/// instead sends `SIGKILL` to the group at once; the child is reaped in the
-/// background by tokio.
+/// Cancelling the token ends the subagent gracefully and returns within the
+/// [grace](Self::grace) and about two seconds more. Dropping the `run` future
+/// instead ends it at once: `SIGKILL` to the group, or through the reaper,
+/// its "kill everything now"; the child is reaped in the background by
+/// tokio.
 #[derive(Debug, Clone)]
 pub struct ProcessRunner {
     config: Arc<ProcessRunnerConfig>,
     grace: Duration,
     inline_budget: usize,
     output_dir: Option<PathBuf>,
+    reaper: Option<Arc<Reaper>>,
     shared: Arc<Shared>,
 }
 
@@ -181,6 +209,15 @@ struct Shared {
     /// The output directory when the host gave none; removed with the last
     /// clone.
     temp_dir: TempOutputDir,
+    /// Every live subagent, for [`ProcessRunner::terminate_all`].
+    live: Arc<Registry>,
+}
+
+/// How to start the reaper: its program and the arguments before its own.
+#[derive(Debug)]
+struct Reaper {
+    program: PathBuf,
+    leading_args: Vec<OsString>,
 }
 
 impl ProcessRunner {
@@ -215,6 +252,7 @@ impl ProcessRunner {
             grace: Self::DEFAULT_GRACE,
             inline_budget: Self::DEFAULT_INLINE_BUDGET,
             output_dir: None,
+            reaper: None,
             shared: Arc::default(),
         }
     }
@@ -265,6 +303,65 @@ impl ProcessRunner {
     pub fn with_output_dir(mut self, dir: PathBuf) -> Self {
         self.output_dir = Some(std::path::absolute(&dir).unwrap_or(dir));
         self
+    }
+
+    /// Runs every subagent through the reaper: `program` with `leading_args`,
+    /// then the reaper's own arguments (`--parent <our pid> --grace-ms <grace>
+    /// -- <command>`). `program` is either the `asynctask-reaper` binary of
+    /// this crate or the host's own binary, with a leading argument that makes
+    /// it call [`reaper::main`](crate::reaper::main) (see there); give an
+    /// absolute path, since the child's `PATH` is the allowlisted one.
+    ///
+    /// With the reaper, no process of a subagent outlives its task even when
+    /// the host is killed with `SIGKILL` or a descendant calls `setsid` (on
+    /// Linux; see [`reaper`](crate::reaper) for other Unixes). A command the
+    /// reaper cannot start fails the task with exit status 127 and the
+    /// reaper's one-line reason.
+    ///
+    /// ```
+    /// # use std::path::PathBuf;
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let host = std::env::current_exe()?;
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new())
+    ///     .with_reaper(host, vec!["__asynctask-reaper".into()]);
+    /// assert!(runner.uses_reaper());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_reaper(mut self, program: PathBuf, leading_args: Vec<OsString>) -> Self {
+        self.reaper = Some(Arc::new(Reaper {
+            program,
+            leading_args,
+        }));
+        self
+    }
+
+    /// Whether runs go through the reaper ([`with_reaper`](Self::with_reaper)).
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// assert!(!ProcessRunner::new(ProcessRunnerConfig::new()).uses_reaper());
+    /// ```
+    #[must_use]
+    pub fn uses_reaper(&self) -> bool {
+        self.reaper.is_some()
+    }
+
+    /// Ends every live subagent of this runner and of all its clones at once,
+    /// for a host that must exit now (on `SIGINT` or `SIGTERM`): each
+    /// reaper is told to kill everything now (`SIGUSR1`), each subagent
+    /// without one has its process group killed (`SIGKILL`). It only sends
+    /// signals, so it returns at once (microseconds per subagent); the runs
+    /// then end with their subagents' deaths. Returns how many subagents
+    /// were live.
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new());
+    /// assert_eq!(runner.terminate_all(), 0); // nothing running
+    /// ```
+    pub fn terminate_all(&self) -> usize {
+        self.shared.live.terminate_all()
     }
 
     /// The time a cancelled subagent has between `SIGTERM` and `SIGKILL`.
@@ -367,8 +464,29 @@ impl ProcessRunner {
         request: &SubagentRequest,
         vars_file: &Path,
     ) -> Command {
-        let mut command = Command::new(spec.command.program());
-        command.args(spec.command.args());
+        let mut command = match &self.reaper {
+            Some(reaper) => {
+                let mut command = Command::new(&reaper.program);
+                command
+                    .args(&reaper.leading_args)
+                    .arg("--parent")
+                    .arg(std::process::id().to_string())
+                    .arg("--grace-ms")
+                    .arg(self.grace.as_millis().to_string())
+                    .arg("--")
+                    .arg(spec.command.program())
+                    .args(spec.command.args());
+                command
+            }
+            None => {
+                let mut command = Command::new(spec.command.program());
+                command.args(spec.command.args());
+                // At least the direct child dies with the host; the reaper,
+                // when there is one, asks for its own parent-death signal.
+                sys::set_parent_death_signal(&mut command, Signal::SIGKILL, Pid::this());
+                command
+            }
+        };
         if let Some(cwd) = &spec.cwd {
             command.current_dir(cwd);
         }
@@ -396,7 +514,10 @@ impl ProcessRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true);
+            // A reaper is never sent `SIGKILL` (it would leave what it
+            // adopted to init): a dropped run tells it to kill everything
+            // now instead (see `ProcessGroup`), and tokio reaps it.
+            .kill_on_drop(self.reaper.is_none());
         command
     }
 
@@ -461,9 +582,11 @@ impl ProcessRunner {
                 ))
                 .with_source(err)
             })?;
-        let mut group = ProcessGroup::of(&child).ok_or_else(|| {
-            SubagentError::new(format!("subagent '{name}': its process has no id"))
-        })?;
+        let mut group =
+            ProcessGroup::register(&child, self.reaper.is_some(), Arc::clone(&self.shared.live))
+                .ok_or_else(|| {
+                    SubagentError::new(format!("subagent '{name}': its process has no id"))
+                })?;
         tracing::debug!(subagent = name, program, pgid = %group.pgid(), "started subagent process");
 
         // Each stream has a task of its own, so a chatty child never blocks on a
@@ -544,9 +667,22 @@ impl ProcessRunner {
     /// to exit (its output still drained by the readers, so it cannot block on
     /// a full pipe), then `SIGKILL` for whatever is left, and a bounded wait to
     /// reap it.
+    ///
+    /// Through the reaper, `SIGTERM` goes to the reaper, which forwards it and
+    /// keeps the grace itself; it is given a second more, then told to kill
+    /// everything now, and only a reaper that ignored even that has its group
+    /// killed.
     async fn end_cancelled(&self, child: &mut Child, group: &mut ProcessGroup) {
-        group.signal(Signal::SIGTERM);
-        let _ = tokio::time::timeout(self.grace, child.wait()).await;
+        group.terminate();
+        if group.via_reaper() {
+            let patience = self.grace + SETTLE_TIMEOUT;
+            if tokio::time::timeout(patience, child.wait()).await.is_err() {
+                group.kill_now();
+                let _ = tokio::time::timeout(SETTLE_TIMEOUT, child.wait()).await;
+            }
+        } else {
+            let _ = tokio::time::timeout(self.grace, child.wait()).await;
+        }
         group.kill();
         let _ = tokio::time::timeout(SETTLE_TIMEOUT, child.wait()).await;
     }
