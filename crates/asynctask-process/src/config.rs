@@ -21,6 +21,7 @@ use serde::Deserialize;
 /// cwd = ".."                        # relative to this file's directory
 /// env = { AGENT_MODEL = "small" }
 /// inherit_env = ["OPENAI_API_KEY"]
+/// stdin = "jsonl"                   # the goal, then messages, as JSON lines (default: "goal")
 ///
 /// [subagents.tester]
 /// command = ["sh", "-c", "cargo test 2>&1 | tail -n 50"]
@@ -101,6 +102,44 @@ pub struct SubagentCommand {
     /// `USER`.
     #[serde(default)]
     pub inherit_env: Vec<EnvName>,
+    /// What the subagent reads on stdin: the goal alone (the default), or
+    /// JSON lines that carry the goal and then every message sent to the
+    /// running task.
+    #[serde(default)]
+    pub stdin: StdinMode,
+}
+
+/// What a subagent reads on stdin (`stdin = "goal"` or `stdin = "jsonl"`).
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use asynctask_process::{ProcessRunnerConfig, StdinMode};
+///
+/// let config = ProcessRunnerConfig::from_toml_str(
+///     "[subagents.chat]\ncommand = [\"my-agent\"]\nstdin = \"jsonl\"\n",
+///     Path::new("/"),
+/// )?;
+/// assert_eq!(config.subagents["chat"].stdin, StdinMode::Jsonl);
+/// assert_eq!(StdinMode::default(), StdinMode::Goal);
+/// # Ok::<(), asynctask_process::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum StdinMode {
+    /// The goal prompt, written as it is, then end of file. The subagent
+    /// takes no messages: its task's inbox is closed at once, so senders are
+    /// told.
+    #[default]
+    Goal,
+    /// JSON lines, and stdin stays open while the task runs: first
+    /// `{"type":"goal","text":<goal>}`, then `{"type":"message","text":<message>}`
+    /// for each message sent to the task, in order, as it arrives. stdin is
+    /// closed when the task ends; a subagent that stops reading (its stdin
+    /// closed) ends the forwarding, and its inbox is closed.
+    Jsonl,
 }
 
 /// A config value that breaks a rule; the `Display` is one line for the user.
@@ -576,6 +615,7 @@ impl SubagentCommand {
             cwd: None,
             env: BTreeMap::new(),
             inherit_env: Vec::new(),
+            stdin: StdinMode::Goal,
         }
     }
 
@@ -636,6 +676,20 @@ impl SubagentCommand {
     #[must_use]
     pub fn with_inherit_env(mut self, name: EnvName) -> Self {
         self.inherit_env.push(name);
+        self
+    }
+
+    /// Sets what the subagent reads on stdin.
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, StdinMode, SubagentCommand};
+    /// let chat = SubagentCommand::new(CommandLine::new(["my-agent"])?).with_stdin(StdinMode::Jsonl);
+    /// assert_eq!(chat.stdin, StdinMode::Jsonl);
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_stdin(mut self, stdin: StdinMode) -> Self {
+        self.stdin = stdin;
         self
     }
 }

@@ -66,7 +66,7 @@ mod runner;
 mod sys;
 
 pub use config::{
-    CommandLine, ConfigError, EnvName, EnvValue, InvalidValue, ProcessRunnerConfig,
+    CommandLine, ConfigError, EnvName, EnvValue, InvalidValue, ProcessRunnerConfig, StdinMode,
     SubagentCommand, SubagentName,
 };
 #[cfg(unix)]

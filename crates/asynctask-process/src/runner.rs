@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use asynctask_manager::TaskProgress;
+use asynctask_manager::{Inbox, TaskProgress};
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_tools::{
     ECHO_CHARS, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, truncate_chars,
@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::capture::{ByteTail, InlineText};
-use crate::config::{EnvName, ProcessRunnerConfig, SubagentCommand};
+use crate::config::{EnvName, ProcessRunnerConfig, StdinMode, SubagentCommand};
 use crate::group::{ProcessGroup, Registry, describe_exit};
 use crate::output::{TempOutputDir, file_stem};
 use crate::sys;
@@ -63,7 +63,7 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 ///
 /// | variable | value |
 /// |---|---|
-/// | `ASYNCTASK_GOAL` | the goal prompt (also on stdin, written as is, then closed) |
+/// | `ASYNCTASK_GOAL` | the goal prompt (also on stdin: see [`StdinMode`](crate::StdinMode)) |
 /// | `ASYNCTASK_TASK_ID` | the task's id |
 /// | `ASYNCTASK_SUBAGENT` | the subagent's name |
 /// | `ASYNCTASK_CONTEXT` | the context as a JSON object of name → value (when there is any) |
@@ -124,6 +124,20 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// descendant, ends them all when the command exits, forwards a cancel, and
 /// ends everything when the host dies (Linux; on other Unixes only the
 /// process group is reliably ended).
+///
+/// # Messages
+///
+/// A subagent configured with `stdin = "jsonl"` ([`StdinMode::Jsonl`](crate::StdinMode))
+/// reads the goal and then every message sent to its running task as JSON
+/// lines on stdin, and its catalog entry says it accepts messages:
+///
+/// ```text
+/// {"type":"goal","text":"find the flaky test"}
+/// {"type":"message","text":"skip the benches"}
+/// ```
+///
+/// Any other subagent gets the goal alone, then end of file, and its task's
+/// inbox is closed at once, so senders are told it takes no messages.
 ///
 /// # Live output
 ///
@@ -592,7 +606,21 @@ impl ProcessRunner {
         // Each stream has a task of its own, so a chatty child never blocks on a
         // full pipe while we wait for something else. Their captures are shared
         // so that what was read survives a reader that has to be aborted.
-        let _feeder = Reader::spawn(feed(child.stdin.take(), request.goal_prompt));
+        let stdin = child.stdin.take();
+        let feeder = match spec.stdin {
+            StdinMode::Jsonl => Reader::spawn(forward(
+                stdin,
+                request.goal_prompt.clone(),
+                request.inbox.clone(),
+            )),
+            // `StdinMode` may grow; every other mode takes no messages.
+            _ => {
+                request.inbox.close();
+                Reader::spawn(feed(stdin, request.goal_prompt.clone()))
+            }
+        };
+        // Whatever the mode, nothing is forwarded once the run is over.
+        let _close_inbox = CloseOnDrop(request.inbox.clone());
         let stdout = Arc::new(Mutex::new(StdoutSink {
             file: Some(output.file),
             bytes: 0,
@@ -613,6 +641,9 @@ impl ProcessRunner {
             () = cancel.cancelled() => None,
             status = child.wait() => Some(status),
         };
+        // The task is ending: stdin closes (a hint to a child that is still
+        // there) and no message is forwarded any more.
+        drop(feeder);
         let Some(status) = ended else {
             self.end_cancelled(&mut child, &mut group).await;
             tracing::debug!(
@@ -717,6 +748,7 @@ impl SubagentRunner for ProcessRunner {
                 .iter()
                 .map(|(name, spec)| {
                     SubagentInfo::new(name.as_str(), spec.description.clone().unwrap_or_default())
+                        .with_messages(spec.stdin == StdinMode::Jsonl)
                 })
                 .collect(),
         )
@@ -929,6 +961,46 @@ async fn feed(stdin: Option<ChildStdin>, goal: String) {
         tracing::debug!(%err, "cannot write the goal to the subagent's stdin");
     }
     // Dropping `stdin` closes it: the child reads end-of-file.
+}
+
+/// Writes the goal and then every message of `inbox` to the child's stdin as
+/// JSON lines, in order, until the inbox ends or the task does (this task is
+/// aborted). A child that stops reading ends the forwarding: the inbox is
+/// closed, so later senders are told instead of queueing messages nobody
+/// reads.
+async fn forward(stdin: Option<ChildStdin>, goal: String, inbox: Inbox) {
+    let Some(mut stdin) = stdin else {
+        inbox.close();
+        return;
+    };
+    let mut line = json_line("goal", &goal);
+    loop {
+        if let Err(err) = stdin.write_all(line.as_bytes()).await {
+            tracing::debug!(%err, "the subagent stopped reading its stdin: no more messages are forwarded");
+            inbox.close();
+            return;
+        }
+        match inbox.recv().await {
+            Some(message) => line = json_line("message", &message),
+            None => return,
+        }
+    }
+}
+
+/// One line of the `jsonl` stdin: `{"type":<kind>,"text":<text>}` and `\n`.
+fn json_line(kind: &str, text: &str) -> String {
+    let mut line = serde_json::json!({"type": kind, "text": text}).to_string();
+    line.push('\n');
+    line
+}
+
+/// Closes an inbox when dropped: the run is over.
+struct CloseOnDrop(Inbox);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// Reads a pipe to its end into `sink`, and reports each chunk to `progress`

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use asynctask_manager::{ProgressSnapshot, TaskProgress};
+use asynctask_manager::{Inbox, InboxError, ProgressSnapshot, TaskProgress};
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_process::{
     CommandLine, ConfigError, EnvName, EnvValue, ProcessRunner, ProcessRunnerConfig,
@@ -366,6 +366,122 @@ async fn a_child_that_never_reads_stdin_does_not_block_the_run() {
         run(&runner, request("deaf", &goal)).await,
         Ok(output(Some("done")))
     );
+}
+
+// ---- messages over stdin ------------------------------------------------------
+
+#[tokio::test]
+async fn a_jsonl_subagent_gets_the_goal_then_each_message_in_order() {
+    let dir = TempDir::new();
+    // Prints three lines of stdin as they are, then exits.
+    let runner = runner(
+        r#"
+[subagents.chat]
+command = ["sh", "-c", "n=0; while IFS= read -r line; do printf '%s\\n' \"$line\"; n=$((n+1)); [ $n -eq 3 ] && exit 0; done"]
+stdin = "jsonl"
+"#,
+        dir.path(),
+    );
+    assert_eq!(
+        runner.catalog(),
+        Some(vec![SubagentInfo::new("chat", "").with_messages(true)])
+    );
+    let (sender, inbox) = Inbox::channel();
+    let run = tokio::spawn({
+        let request = request("chat", "the goal").with_inbox(inbox);
+        async move { runner.run(request, CancellationToken::new()).await }
+    });
+    sender.send("first".to_owned()).expect("queued");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    sender
+        .send("second, \"quoted\"\non two lines".to_owned())
+        .expect("queued");
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(
+        result,
+        Ok(output(Some(
+            "{\"type\":\"goal\",\"text\":\"the goal\"}\n\
+             {\"type\":\"message\",\"text\":\"first\"}\n\
+             {\"type\":\"message\",\"text\":\"second, \\\"quoted\\\"\\non two lines\"}"
+        )))
+    );
+    assert_eq!(
+        sender.send("too late".to_owned()),
+        Err(InboxError::Closed),
+        "the inbox closes with the task"
+    );
+}
+
+#[tokio::test]
+async fn a_goal_subagent_takes_no_messages() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "plain",
+        r#"["sh", "-c", "cat; echo $$ >> pids; while [ ! -e go ]; do sleep 0.01; done"]"#,
+    );
+    assert_eq!(
+        runner.catalog(),
+        Some(vec![SubagentInfo::new("plain", "").with_messages(false)])
+    );
+    let (sender, inbox) = Inbox::channel();
+    let run = tokio::spawn({
+        let request = request("plain", "the goal").with_inbox(inbox);
+        async move { runner.run(request, CancellationToken::new()).await }
+    });
+    wait_for_pids(&dir.path().join("pids"), 1).await;
+    // The run is still going, holding its inbox: closed, not dropped.
+    assert_eq!(sender.send("hello?".to_owned()), Err(InboxError::Closed));
+    std::fs::write(dir.path().join("go"), "").expect("write");
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(result, Ok(output(Some("the goal"))));
+}
+
+#[tokio::test]
+async fn a_jsonl_subagent_that_stops_reading_does_not_block_its_run() {
+    let dir = TempDir::new();
+    // Reads the goal line only, then works a little while messages pile up
+    // in a pipe nobody reads (more than a pipe holds), then exits.
+    let runner = runner(
+        "[subagents.deaf]\ncommand = [\"sh\", \"-c\", \"read -r line; echo read one; sleep 0.2\"]\nstdin = \"jsonl\"\n",
+        dir.path(),
+    );
+    let (sender, inbox) = Inbox::channel();
+    for _ in 0..60 {
+        sender.send("m".repeat(10_000)).expect("queued");
+    }
+    let result = run(&runner, request("deaf", "x").with_inbox(inbox)).await;
+    assert_eq!(result, Ok(output(Some("read one"))));
+}
+
+#[tokio::test]
+async fn a_cancelled_jsonl_subagent_sees_its_stdin_close() {
+    let dir = TempDir::new();
+    // Exits on its own when stdin ends, and ignores SIGTERM: only the
+    // closed stdin can end it before the grace does.
+    let runner = runner(
+        "[subagents.chat]\ncommand = [\"sh\", \"-c\", \"trap '' TERM; echo $$ >> pids; while IFS= read -r line; do :; done; echo eof >> seen\"]\nstdin = \"jsonl\"\n",
+        dir.path(),
+    )
+    .with_grace(Duration::from_secs(5));
+    let (_sender, inbox) = Inbox::channel();
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        let request = request("chat", "x").with_inbox(inbox);
+        async move { runner.run(request, cancel).await }
+    });
+    let pids = wait_for_pids(&dir.path().join("pids"), 1).await;
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(result, error("subagent 'chat' was cancelled"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("seen"))
+            .ok()
+            .as_deref(),
+        Some("eof\n")
+    );
+    assert_all_gone(&pids).await;
 }
 
 // ---- variables -------------------------------------------------------------
@@ -1229,7 +1345,7 @@ fn config_errors_are_one_line_with_the_location() {
         ),
         (
             "[subagents.a]\ncomand = [\"x\"]\n",
-            "invalid config <string>: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env` at line 2, column 1",
+            "invalid config <string>: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin` at line 2, column 1",
         ),
         (
             "[subagent.a]\ncommand = [\"x\"]\n",
@@ -1300,7 +1416,7 @@ fn load_names_the_file_in_its_errors() {
         err.to_string(),
         format!(
             "invalid config {}: unknown field `bogus`, expected one of `command`, \
-             `description`, `cwd`, `env`, `inherit_env` at line 3, column 1",
+             `description`, `cwd`, `env`, `inherit_env`, `stdin` at line 3, column 1",
             file.display()
         )
     );
