@@ -1,35 +1,23 @@
 //! `ProcessRunner`: asynctask subagents that are configured commands, run as
 //! child processes.
 //!
-//! A host that has no subagent of its own in Rust can still offer background
-//! subagents: each one is a command line in a TOML file (`[subagents.<name>]`,
-//! see [`ProcessRunnerConfig`]), and [`ProcessRunner`] runs it as a child
-//! process whenever the model asks for that name. The model chooses only
-//! *which* configured command runs and what its goal is; it never writes any
-//! part of a command line.
+//! Each subagent is a command line in a TOML file ([`ProcessRunnerConfig`] of
+//! [`SubagentCommand`]s, checked as it is parsed: [`CommandLine`],
+//! [`SubagentName`], [`EnvName`], [`EnvValue`], [`StdinMode`]), and
+//! [`ProcessRunner`] runs it whenever the model asks for that name. The model
+//! chooses only *which* command runs and its goal, never a command line. The
+//! crate sits beside `asynctask-runtime`, on top of `asynctask-model` and
+//! `asynctask-tools`, whose [`SubagentRunner`] contract it implements; a host
+//! that spawns no processes never compiles it.
 //!
-//! The crate sits beside `asynctask-runtime`, on top of `asynctask-model` and
-//! `asynctask-tools`: it implements the tools' [`SubagentRunner`] contract, so a
-//! host hands a `ProcessRunner` to the `task` tool (or to the runtime's
-//! builder) like any runner of its own. A host that does not spawn processes
-//! never compiles it.
-//!
-//! The main types: [`ProcessRunnerConfig`] (loaded with
-//! [`ProcessRunnerConfig::load`]) of [`SubagentCommand`]s, whose values are
-//! checked as they are parsed ([`CommandLine`], [`SubagentName`], [`EnvName`],
-//! [`EnvValue`]); [`ProcessRunner`], the runner; [`ConfigError`] and
-//! [`InvalidValue`], what can be wrong with a config; and the
-//! [`reaper`], a tiny supervisor process (also the `asynctask-reaper`
-//! binary) that makes sure no process of a subagent outlives its task, even
-//! when the host is killed.
-//!
-//! Output never costs memory: a run streams the child's stdout into a file
-//! while it runs, and its final message holds only a bounded head and tail of
-//! it around a line naming that file.
-//!
-//! What it does not do: enforce the task's timeout (the `task` tool does, by
-//! cancelling the run), sandbox the child, or run anywhere but on Unix (on
-//! other platforms only the config types are compiled).
+//! A run streams the child's whole stdout into a file, so output never costs
+//! memory (the final message is a bounded head and tail naming that file),
+//! and no process of a subagent outlives its task: its process group is ended,
+//! and with the [`reaper`] (a tiny supervisor process, also the
+//! `asynctask-reaper` binary) so are escaped descendants, even when the host
+//! is killed. It does not enforce the task's timeout (the `task` tool does, by
+//! cancelling the run), sandbox the child, or run anywhere but on Unix (other
+//! platforms get only the config types).
 //!
 //! ```
 //! use std::path::Path;

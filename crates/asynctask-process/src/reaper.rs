@@ -65,8 +65,11 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 /// code to end with (when the command was killed by a signal, the reaper
 /// re-raises that signal on itself and does not return).
 ///
-/// A host's own binary can serve as the reaper by dispatching to this function
-/// from a hidden argument, and pass that argument as
+/// It takes its signals with `sigwait` after blocking them in the calling
+/// thread, so it must run in a process of its own, before any other thread is
+/// started. A host's own binary can serve as the reaper by dispatching to this
+/// function first thing in `main`, from a hidden argument, and pass that
+/// argument as
 /// [`ProcessRunner::with_reaper`](crate::ProcessRunner::with_reaper)'s leading
 /// argument:
 ///

@@ -90,9 +90,9 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 ///
 /// The run ends with:
 /// - exit status 0: an [`OutputObject`] with `terminate_reason` `GOAL`, the
-///   variables the subagent wrote (below), and `final_message` the child's
-///   stdout (lossy UTF-8)
-///   with trailing whitespace removed — `None` when that leaves nothing.
+///   variables the subagent wrote (above), and `final_message` the child's
+///   stdout (lossy UTF-8) with trailing whitespace removed — `None` when
+///   that leaves nothing.
 ///   stdout longer than the [inline budget](Self::inline_budget) (in
 ///   characters) keeps its head and its tail, half the budget each, around one
 ///   line that says how much was left out and where the whole output is:
@@ -104,7 +104,13 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// - a cancel: the group is ended (below), then
 ///   `subagent 'tester' was cancelled`;
 /// - an unknown name: `unknown subagent 'foo'; configured subagents: researcher,
-///   tester`; a program that cannot be started: the program and the OS error.
+///   tester`; a program that cannot be started: the program and the OS error
+///   (through the reaper: `exited with status 127: asynctask-reaper: cannot
+///   start 'x': ...`).
+///
+/// Its [catalog](SubagentRunner::catalog) lists the configured subagents,
+/// sorted by name, with their descriptions (empty when they have none) and
+/// whether they take messages: the `task` tool offers the model exactly those.
 ///
 /// # No orphans
 ///
@@ -159,10 +165,6 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// in a file name as it is only when it is made of ASCII letters, digits, `-`
 /// and `_` (a UUID is); any other character is replaced, so no id names a
 /// file outside the directory.
-///
-/// Its [catalog](SubagentRunner::catalog) lists the configured subagents,
-/// sorted by name, with their descriptions (empty when they have none): the
-/// `task` tool offers the model exactly those.
 ///
 /// # Examples
 ///
