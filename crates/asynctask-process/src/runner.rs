@@ -160,8 +160,9 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// [2 KiB](Self::STDERR_TAIL) of stderr, for a failure's message. By default
 /// the output directory is a temporary one, `asynctask-<pid>-<random>` under
 /// [`std::env::temp_dir`], made on the first run and removed with everything
-/// in it when the last clone of the runner is dropped: a host that wants the
-/// files to outlive the runner gives a directory of its own. A task id is used
+/// in it when the last clone of the runner is dropped (a host killed with
+/// `SIGKILL` runs no code, and leaves it behind): a host that wants the files
+/// to outlive the runner gives a directory of its own. A task id is used
 /// in a file name as it is only when it is made of ASCII letters, digits, `-`
 /// and `_` (a UUID is); any other character is replaced, so no id names a
 /// file outside the directory.

@@ -978,7 +978,10 @@ fn fake_host() {
     let Some(dir) = std::env::var_os(FAKE_HOST_DIR) else {
         return;
     };
-    let mut runner = runner_in(Path::new(&dir), "tree", TREE);
+    // Not the default temporary output directory: a killed host cannot remove
+    // it, while the test removes its own directory.
+    let mut runner =
+        runner_in(Path::new(&dir), "tree", TREE).with_output_dir(Path::new(&dir).join("out"));
     if std::env::var_os(FAKE_HOST_REAPER).is_some() {
         runner = reaped(runner);
     }
