@@ -2,6 +2,8 @@
 //!
 //! - every `.rs` file opens with a `//!` line saying what it holds;
 //! - no test is skipped or expected to panic (assert on the `Err` instead);
+//! - unsafe code lives in one file ([`UNSAFE_ALLOWED`]), and each `unsafe`
+//!   block there says why it is sound in a `// SAFETY:` comment right above;
 //! - every member inherits the workspace lints and takes every dependency from
 //!   `[workspace.dependencies]`;
 //! - the layers point one way: each crate depends only on crates below it; the
@@ -28,6 +30,10 @@ const LAYERS: &[&[&str]] = &[
     &["asynctask-e2e"],
 ];
 
+/// The one file allowed to hold unsafe code (the workspace lint is
+/// `unsafe_code = "deny"`, which this file's module overrides).
+const UNSAFE_ALLOWED: &str = "crates/asynctask-process/src/sys.rs";
+
 /// Members outside the layering that must depend on no member at all.
 const STANDALONE: &[&str] = &["xtask"];
 
@@ -40,9 +46,10 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
     }
     for path in &sources {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let shown = path.strip_prefix(root).unwrap_or(path).display();
+        let relative = path.strip_prefix(root).unwrap_or(path);
+        let shown = relative.display();
         problems.extend(
-            check_source(&text)
+            check_source(&text, relative == Path::new(UNSAFE_ALLOWED))
                 .into_iter()
                 .map(|p| format!("{shown}: {p}")),
         );
@@ -70,8 +77,8 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
     }
 }
 
-/// The rules for one source file.
-fn check_source(text: &str) -> Vec<String> {
+/// The rules for one source file; `unsafe_allowed` for [`UNSAFE_ALLOWED`].
+fn check_source(text: &str, unsafe_allowed: bool) -> Vec<String> {
     let mut problems = Vec::new();
     if !text.starts_with("//!") {
         problems.push("must start with a `//!` line saying what the file holds".to_owned());
@@ -88,7 +95,62 @@ fn check_source(text: &str) -> Vec<String> {
             }
         }
     }
+    problems.extend(check_unsafe(text, unsafe_allowed));
     problems
+}
+
+/// Unsafe code: none at all outside [`UNSAFE_ALLOWED`]; there, every
+/// `unsafe {` right under a comment block that holds a `// SAFETY:` line.
+/// Comment lines are not code and are skipped.
+fn check_unsafe(text: &str, unsafe_allowed: bool) -> Vec<String> {
+    // Built at run time so that this file does not trip its own rule.
+    let keyword = format!("{}{}", "uns", "afe");
+    let block = format!("{keyword} {{");
+    let needles = [
+        block.clone(),
+        format!("{keyword} fn"),
+        format!("{keyword} impl"),
+        format!("{keyword} trait"),
+        format!("{keyword} extern"),
+        format!("#[{keyword}("),
+        format!("allow({keyword}_code"),
+    ];
+    let lines: Vec<&str> = text.lines().collect();
+    let mut problems = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        for needle in &needles {
+            if !code.contains(needle.as_str()) {
+                continue;
+            }
+            if !unsafe_allowed {
+                problems.push(format!(
+                    "line {}: `{needle}` is allowed only in {UNSAFE_ALLOWED}",
+                    index + 1
+                ));
+            } else if *needle == block && !has_safety_comment(&lines[..index]) {
+                problems.push(format!(
+                    "line {}: `{needle}` needs a `// SAFETY:` comment right above it",
+                    index + 1
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Whether the comment lines right before a line (none between) hold a
+/// `// SAFETY:` line.
+fn has_safety_comment(before: &[&str]) -> bool {
+    before
+        .iter()
+        .rev()
+        .map(|line| line.trim_start())
+        .take_while(|line| line.starts_with("//"))
+        .any(|line| line.starts_with("// SAFETY:"))
 }
 
 /// The rules for one member's Cargo.toml.
@@ -336,7 +398,7 @@ mod tests {
     #[test]
     fn a_file_without_a_header_is_reported() {
         assert_eq!(
-            check_source("fn main() {}\n"),
+            check_source("fn main() {}\n", false),
             ["must start with a `//!` line saying what the file holds"]
         );
     }
@@ -347,7 +409,39 @@ mod tests {
             "//! x\n#[test]\n#[{}]\nfn a() {{}}\n    #[{}(expected = \"x\")]\n",
             "ignore", "should_panic"
         );
-        assert_eq!(check_source(&source).len(), 2);
+        assert_eq!(check_source(&source, false).len(), 2);
+    }
+
+    #[test]
+    fn unsafe_code_is_reported_outside_its_one_file() {
+        let keyword = format!("{}{}", "uns", "afe");
+        let source = format!(
+            "//! x\n#![allow({keyword}_code)]\nfn a() {{ {keyword} {{ b() }} }}\n{keyword} fn c() {{}}\n{keyword} impl Send for D {{}}\n// a comment saying {keyword} {{ is fine\n"
+        );
+        assert_eq!(
+            check_source(&source, false),
+            [
+                format!("line 2: `allow({keyword}_code` is allowed only in {UNSAFE_ALLOWED}"),
+                format!("line 3: `{keyword} {{` is allowed only in {UNSAFE_ALLOWED}"),
+                format!("line 4: `{keyword} fn` is allowed only in {UNSAFE_ALLOWED}"),
+                format!("line 5: `{keyword} impl` is allowed only in {UNSAFE_ALLOWED}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_unsafe_block_in_its_file_needs_a_safety_comment() {
+        let keyword = format!("{}{}", "uns", "afe");
+        let source = format!(
+            "//! x\n#![allow({keyword}_code)]\n// SAFETY: why\n// more why\n{keyword} {{ a() }}\n\n// no reason\n{keyword} {{ b() }}\n{keyword} {{ c() }}\n"
+        );
+        assert_eq!(
+            check_source(&source, true),
+            [
+                format!("line 8: `{keyword} {{` needs a `// SAFETY:` comment right above it"),
+                format!("line 9: `{keyword} {{` needs a `// SAFETY:` comment right above it"),
+            ]
+        );
     }
 
     #[test]

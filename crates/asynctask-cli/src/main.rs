@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
 use asynctask_cli::serve::{
-    ServeOptions, load_runner, mcp, mcp_durable, supervisor_run, supervisor_status, supervisor_stop,
+    REAPER_ARG, ServeOptions, load_runner, mcp, mcp_durable, supervisor_run, supervisor_status,
+    supervisor_stop,
 };
 use asynctask_cli::{CliError, DEMO_CONFIG, run_once, schemas};
 use asynctask_mcp::StateDir;
@@ -172,6 +173,12 @@ impl ValueEnum for ProviderArg {
 }
 
 fn main() -> ExitCode {
+    // The reaper must run before any thread is started (it takes its signals
+    // with `sigwait`), so it is dispatched before anything else.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(REAPER_ARG)) {
+        return asynctask_process::reaper::main(args);
+    }
     let cli = Cli::parse();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -72,15 +72,39 @@ pub fn default_state_dir(config: &Path) -> PathBuf {
     config.parent().unwrap_or(Path::new(".")).join(".asynctask")
 }
 
-/// Loads the subagents config into a runner.
+/// The hidden first argument that makes the `asynctask` binary act as the
+/// reaper between a runner and a subagent's command (see
+/// [`asynctask_process::reaper`]).
+pub const REAPER_ARG: &str = "__asynctask-reaper";
+
+/// Loads the subagents config into a runner whose subagents run under this
+/// binary as their reaper (so none outlives its task, nor this process when it
+/// is killed).
 ///
 /// # Errors
 ///
 /// [`CliError`] with the config error's one line.
 pub fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
-    ProcessRunnerConfig::load(path)
+    let runner = ProcessRunnerConfig::load(path)
         .map(ProcessRunner::new)
-        .map_err(|err| CliError(err.to_string()))
+        .map_err(|err| CliError(err.to_string()))?;
+    Ok(match std::env::current_exe() {
+        Ok(exe) => runner.with_reaper(exe, vec![REAPER_ARG.into()]),
+        // No path to ourselves (deleted binary): the parent-death signal on
+        // each direct child still applies.
+        Err(_) => runner,
+    })
+}
+
+/// [`load_runner`], keeping whole outputs in `state`'s `outputs/` when a
+/// state directory is given (else in a temporary directory removed when the
+/// runner is dropped).
+fn runner_for(options: &ServeOptions, state: Option<&StateDir>) -> Result<ProcessRunner, CliError> {
+    let runner = load_runner(&options.config)?;
+    Ok(match state {
+        Some(state) => runner.with_output_dir(state.outputs()),
+        None => runner,
+    })
 }
 
 /// `asynctask mcp`: one server on stdio, its tasks ending with it.
@@ -89,7 +113,11 @@ pub fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
 ///
 /// [`CliError`] for a bad config or a session that could not run.
 pub async fn mcp(options: &ServeOptions) -> Result<(), CliError> {
-    let runner = load_runner(&options.config)?;
+    let state = options.state_dir.as_ref().map(|_| options.state());
+    if let Some(state) = &state {
+        create_state(state)?;
+    }
+    let runner = runner_for(options, state.as_ref())?;
     eprintln!(
         "asynctask: MCP server on stdio; subagents: {}",
         runner.subagent_names().join(", ")
@@ -114,12 +142,7 @@ pub async fn mcp_durable(
     // of this session, not only in the supervisor's log.
     load_runner(&options.config)?;
     let state = options.state();
-    state.create().map_err(|err| {
-        CliError(format!(
-            "cannot use the state directory {}: {err}",
-            state.path().display()
-        ))
-    })?;
+    create_state(&state)?;
     relay_stdio(&state, || start(options))
         .await
         .map_err(|err| CliError(error_chain(&err)))
@@ -134,11 +157,9 @@ pub async fn mcp_durable(
 /// [`CliError`] for a bad config, an unusable state directory, or a socket that
 /// cannot be bound.
 pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorExit>, CliError> {
-    let runner = load_runner(&options.config)?;
     let state = options.state();
-    state
-        .create()
-        .map_err(|err| CliError(format!("cannot use {}: {err}", state.path().display())))?;
+    create_state(&state)?;
+    let runner = runner_for(options, Some(&state))?;
     let Some(lock) = SupervisorLock::acquire(&state).map_err(|err| {
         CliError(format!(
             "cannot lock {}: {err}",
@@ -227,6 +248,15 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(Some(pid))
+}
+
+fn create_state(state: &StateDir) -> Result<(), CliError> {
+    state.create().map_err(|err| {
+        CliError(format!(
+            "cannot use the state directory {}: {err}",
+            state.path().display()
+        ))
+    })
 }
 
 /// Whether `err` means nobody listens on the socket.

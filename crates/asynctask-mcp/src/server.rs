@@ -539,7 +539,7 @@ pub async fn serve_stdio(
 ) -> Result<(), McpError> {
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
-            .runner(runner)
+            .runner(Arc::clone(&runner))
             .max_async_tasks(options.max_async_tasks)
             .sync_detach(
                 SyncDetach::after(options.sync_detach_after).with_follow_up(DETACH_FOLLOW_UP),
@@ -550,8 +550,22 @@ pub async fn serve_stdio(
     let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
         .with_progress_interval(options.progress_interval);
     let served = serve(server).await;
+    if let Ok(Ended::Signal) = served {
+        // A client that stops its server with a signal gives it little time
+        // (Claude Code: SIGTERM 100 ms after SIGINT, SIGKILL 400 ms later):
+        // every subagent ends now, without its grace.
+        runner.terminate_all();
+    }
     runtime.shutdown().await;
-    served
+    served.map(drop)
+}
+
+/// How serving ended.
+enum Ended {
+    /// The client closed its end.
+    Input,
+    /// A termination signal.
+    Signal,
 }
 
 /// `SIGTERM`, `SIGINT` and `SIGHUP` (the terminal closed), as one stream.
@@ -582,7 +596,7 @@ impl Signals {
     }
 }
 
-async fn serve(server: AsyncTaskMcpServer) -> Result<(), McpError> {
+async fn serve(server: AsyncTaskMcpServer) -> Result<Ended, McpError> {
     let mut signals = Signals::new()?;
     let calls = server.calls.clone();
     // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
@@ -599,7 +613,7 @@ async fn serve(server: AsyncTaskMcpServer) -> Result<(), McpError> {
         }
         () = signals.recv() => {
             calls.cancel();
-            return Ok(());
+            return Ok(Ended::Signal);
         }
     };
     let stop = service.cancellation_token();
@@ -609,12 +623,13 @@ async fn serve(server: AsyncTaskMcpServer) -> Result<(), McpError> {
         _ = &mut waiting => true,
         () = signals.recv() => false,
     };
-    if !finished {
-        calls.cancel();
-        stop.cancel();
-        let _ = waiting.await;
+    if finished {
+        return Ok(Ended::Input);
     }
-    Ok(())
+    calls.cancel();
+    stop.cancel();
+    let _ = waiting.await;
+    Ok(Ended::Signal)
 }
 
 #[cfg(test)]

@@ -4,6 +4,10 @@
 //!
 //! These tests run real programs (`sh`, `sleep`, `env`, `yes`, `head`, ...), so
 //! they use real time; every wait polls with a short interval up to a deadline.
+//! Every process a test starts outside the runner's care is killed by a drop
+//! guard, by pid, even when the test fails.
+
+#![cfg(unix)]
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -11,9 +15,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use asynctask_manager::{Inbox, InboxError, ProgressSnapshot, TaskProgress};
 use asynctask_model::{OutputObject, TerminateReason};
-use asynctask_process::{ConfigError, ProcessRunner, ProcessRunnerConfig};
-use asynctask_tools::{ContextVar, SubagentError, SubagentRequest, SubagentRunner};
+use asynctask_process::{
+    CommandLine, ConfigError, EnvName, EnvValue, ProcessRunner, ProcessRunnerConfig,
+    SubagentCommand, SubagentName,
+};
+use asynctask_tools::{
+    ContextVar, OutputVarSpec, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
+};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -141,6 +151,36 @@ async fn assert_all_gone(pids: &[Pid]) {
     }
 }
 
+/// Kills the pids it was given when dropped, so a failing test leaves nothing
+/// running. Only pids a test's own children wrote are ever put here.
+#[derive(Default)]
+struct KillOnDrop(std::sync::Mutex<Vec<Pid>>);
+
+impl KillOnDrop {
+    /// Takes `pids`, but never this test process itself (a child's parent
+    /// may be us).
+    fn add(&self, pids: &[Pid]) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(pids.iter().copied().filter(|&pid| pid != Pid::this()));
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let pids = self
+            .0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &pid in pids.iter() {
+            if !is_gone(pid) {
+                let _ = kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+}
+
 fn error(message: &str) -> Result<OutputObject, SubagentError> {
     Err(SubagentError::new(message))
 }
@@ -221,7 +261,16 @@ async fn the_environment_is_an_allowlist() {
         },
     ];
     request.behaviour_prompts = vec!["be brief".to_owned(), "be kind".to_owned()];
+    request.output_spec = vec![OutputVarSpec {
+        name: "answer".to_owned(),
+        description: "the \"answer\"".to_owned(),
+    }];
+    request.tool_whitelist = Some(vec!["read".to_owned(), "grep".to_owned()]);
     let result = run(&runner, request).await.expect("env runs");
+    let vars_file = runner
+        .output_dir()
+        .expect("the output directory")
+        .join("task-0001.vars.json");
     let seen: BTreeMap<String, String> = result
         .final_message
         .expect("env printed")
@@ -246,6 +295,12 @@ async fn the_environment_is_an_allowlist() {
         ("ASYNCTASK_GOAL", "list the environment"),
         ("ASYNCTASK_CONTEXT", r#"{"file":"src/main.rs","line":"42"}"#),
         ("ASYNCTASK_BEHAVIOUR", "be brief\nbe kind"),
+        (
+            "ASYNCTASK_OUTPUT_SPEC",
+            r#"[{"name":"answer","description":"the \"answer\""}]"#,
+        ),
+        ("ASYNCTASK_TOOLS", r#"["read","grep"]"#),
+        ("ASYNCTASK_VARS_FILE", vars_file.to_str().expect("UTF-8")),
     ] {
         expected.insert(name.to_owned(), value.to_owned());
     }
@@ -311,6 +366,185 @@ async fn a_child_that_never_reads_stdin_does_not_block_the_run() {
         run(&runner, request("deaf", &goal)).await,
         Ok(output(Some("done")))
     );
+}
+
+// ---- messages over stdin ------------------------------------------------------
+
+#[tokio::test]
+async fn a_jsonl_subagent_gets_the_goal_then_each_message_in_order() {
+    let dir = TempDir::new();
+    // Prints three lines of stdin as they are, then exits.
+    let runner = runner(
+        r#"
+[subagents.chat]
+command = ["sh", "-c", "n=0; while IFS= read -r line; do printf '%s\\n' \"$line\"; n=$((n+1)); [ $n -eq 3 ] && exit 0; done"]
+stdin = "jsonl"
+"#,
+        dir.path(),
+    );
+    assert_eq!(
+        runner.catalog(),
+        Some(vec![SubagentInfo::new("chat", "").with_messages(true)])
+    );
+    let (sender, inbox) = Inbox::channel();
+    let run = tokio::spawn({
+        let request = request("chat", "the goal").with_inbox(inbox);
+        async move { runner.run(request, CancellationToken::new()).await }
+    });
+    sender.send("first".to_owned()).expect("queued");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    sender
+        .send("second, \"quoted\"\non two lines".to_owned())
+        .expect("queued");
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(
+        result,
+        Ok(output(Some(
+            "{\"type\":\"goal\",\"text\":\"the goal\"}\n\
+             {\"type\":\"message\",\"text\":\"first\"}\n\
+             {\"type\":\"message\",\"text\":\"second, \\\"quoted\\\"\\non two lines\"}"
+        )))
+    );
+    assert_eq!(
+        sender.send("too late".to_owned()),
+        Err(InboxError::Closed),
+        "the inbox closes with the task"
+    );
+}
+
+#[tokio::test]
+async fn a_goal_subagent_takes_no_messages() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "plain",
+        r#"["sh", "-c", "cat; echo $$ >> pids; while [ ! -e go ]; do sleep 0.01; done"]"#,
+    );
+    assert_eq!(
+        runner.catalog(),
+        Some(vec![SubagentInfo::new("plain", "").with_messages(false)])
+    );
+    let (sender, inbox) = Inbox::channel();
+    let run = tokio::spawn({
+        let request = request("plain", "the goal").with_inbox(inbox);
+        async move { runner.run(request, CancellationToken::new()).await }
+    });
+    wait_for_pids(&dir.path().join("pids"), 1).await;
+    // The run is still going, holding its inbox: closed, not dropped.
+    assert_eq!(sender.send("hello?".to_owned()), Err(InboxError::Closed));
+    std::fs::write(dir.path().join("go"), "").expect("write");
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(result, Ok(output(Some("the goal"))));
+}
+
+#[tokio::test]
+async fn a_jsonl_subagent_that_stops_reading_does_not_block_its_run() {
+    let dir = TempDir::new();
+    // Reads the goal line only, then works a little while messages pile up
+    // in a pipe nobody reads (more than a pipe holds), then exits.
+    let runner = runner(
+        "[subagents.deaf]\ncommand = [\"sh\", \"-c\", \"read -r line; echo read one; sleep 0.2\"]\nstdin = \"jsonl\"\n",
+        dir.path(),
+    );
+    let (sender, inbox) = Inbox::channel();
+    for _ in 0..60 {
+        sender.send("m".repeat(10_000)).expect("queued");
+    }
+    let result = run(&runner, request("deaf", "x").with_inbox(inbox)).await;
+    assert_eq!(result, Ok(output(Some("read one"))));
+}
+
+#[tokio::test]
+async fn a_cancelled_jsonl_subagent_sees_its_stdin_close() {
+    let dir = TempDir::new();
+    // Exits on its own when stdin ends, and ignores SIGTERM: only the
+    // closed stdin can end it before the grace does.
+    let runner = runner(
+        "[subagents.chat]\ncommand = [\"sh\", \"-c\", \"trap '' TERM; echo $$ >> pids; while IFS= read -r line; do :; done; echo eof >> seen\"]\nstdin = \"jsonl\"\n",
+        dir.path(),
+    )
+    .with_grace(Duration::from_secs(5));
+    let (_sender, inbox) = Inbox::channel();
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        let request = request("chat", "x").with_inbox(inbox);
+        async move { runner.run(request, cancel).await }
+    });
+    let pids = wait_for_pids(&dir.path().join("pids"), 1).await;
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(result, error("subagent 'chat' was cancelled"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("seen"))
+            .ok()
+            .as_deref(),
+        Some("eof\n")
+    );
+    assert_all_gone(&pids).await;
+}
+
+// ---- variables -------------------------------------------------------------
+
+#[tokio::test]
+async fn variables_written_to_the_vars_file_are_emitted() {
+    let dir = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "answer",
+        r#"["sh", "-c", "printf '{\"answer\":\"42\",\"file\":\"src/a.rs\"}' > \"$ASYNCTASK_VARS_FILE\"; echo done"]"#,
+    );
+    let expected = OutputObject::new(TerminateReason::Goal)
+        .with_var("answer", "42")
+        .with_var("file", "src/a.rs")
+        .with_final_message("done");
+    assert_eq!(run(&runner, request("answer", "x")).await, Ok(expected));
+
+    // A later run of the same id that writes nothing emits nothing: the old
+    // file is not taken for its own.
+    let quiet = runner_in(dir.path(), "answer", r#"["echo", "done"]"#)
+        .with_output_dir(runner.output_dir().expect("the output directory"));
+    assert_eq!(
+        run(&quiet, request("answer", "x")).await,
+        Ok(output(Some("done")))
+    );
+}
+
+#[tokio::test]
+async fn a_bad_vars_file_fails_the_task_with_one_clear_line() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let file = out.path().join("task-0001.vars.json");
+    let cases = [
+        (
+            r#"printf 'not json' > "$ASYNCTASK_VARS_FILE""#,
+            "not JSON: expected ident at line 1 column 2",
+        ),
+        (
+            r#"printf '["a"]' > "$ASYNCTASK_VARS_FILE""#,
+            "not a JSON object",
+        ),
+        (
+            r#"printf '{"a":"1","count":3}' > "$ASYNCTASK_VARS_FILE""#,
+            r#"the value of "count" is not a string"#,
+        ),
+        (
+            r#"head -c 1048577 /dev/zero | tr '\0' ' ' > "$ASYNCTASK_VARS_FILE""#,
+            "it is larger than 1048576 bytes",
+        ),
+    ];
+    for (script, what) in cases {
+        let command = serde_json::json!(["sh", "-c", script]).to_string();
+        let runner = runner_in(dir.path(), "vars", &command).with_output_dir(out.path().to_owned());
+        assert_eq!(
+            run(&runner, request("vars", "x")).await,
+            error(&format!(
+                "subagent 'vars' wrote a bad variables file {}: {what}",
+                file.display()
+            )),
+            "{script}"
+        );
+    }
 }
 
 // ---- failures --------------------------------------------------------------
@@ -385,6 +619,26 @@ async fn an_unknown_subagent_lists_the_configured_ones() {
     assert_eq!(
         run(&empty, request("foo", "x")).await,
         error("unknown subagent 'foo'; no subagents are configured")
+    );
+}
+
+#[test]
+fn the_catalog_lists_the_configured_subagents_by_name() {
+    let runner = runner(
+        "[subagents.tester]\ncommand = [\"true\"]\ndescription = \"Runs the unit tests\"\n\
+         [subagents.researcher]\ncommand = [\"true\"]\n",
+        Path::new("/"),
+    );
+    assert_eq!(
+        runner.catalog(),
+        Some(vec![
+            SubagentInfo::new("researcher", ""),
+            SubagentInfo::new("tester", "Runs the unit tests"),
+        ])
+    );
+    assert_eq!(
+        ProcessRunner::new(ProcessRunnerConfig::new()).catalog(),
+        Some(vec![])
     );
 }
 
@@ -496,6 +750,23 @@ async fn processes_left_behind_by_a_finished_child_are_killed() {
     assert_all_gone(&pids).await;
 }
 
+/// A child that starts a sleeper in a session of its own (out of the child's
+/// process group, holding stdout open) and exits once the sleeper has left.
+const ESCAPER: &str = r#"["sh", "-c", "setsid sh -c 'echo $$ >> pids; exec sleep 300' & while [ ! -s pids ]; do sleep 0.01; done; echo done"]"#;
+
+#[tokio::test]
+async fn a_process_outside_the_group_holding_stdout_does_not_hang_the_run() {
+    let dir = TempDir::new();
+    let guard = KillOnDrop::default();
+    // `setsid` takes the sleeper out of the group, so the group kill after the
+    // child's exit misses it, and it holds stdout open for 300 s.
+    let runner = runner_in(dir.path(), "escaper", ESCAPER);
+    let result = run(&runner, request("escaper", "x")).await;
+    let pids = wait_for_pids(&dir.path().join("pids"), 1).await;
+    guard.add(&pids);
+    assert_eq!(result, Ok(output(Some("done"))));
+}
+
 #[tokio::test]
 async fn a_cancelled_token_starts_nothing() {
     let dir = TempDir::new();
@@ -507,6 +778,307 @@ async fn a_cancelled_token_starts_nothing() {
     assert!(!dir.path().join("pids").exists());
 }
 
+// ---- the reaper, and a killed host -------------------------------------------
+
+/// The reaper binary of this crate.
+#[cfg(target_os = "linux")]
+const REAPER: &str = env!("CARGO_BIN_EXE_asynctask-reaper");
+
+#[cfg(target_os = "linux")]
+fn reaped(runner: ProcessRunner) -> ProcessRunner {
+    runner.with_reaper(PathBuf::from(REAPER), Vec::new())
+}
+
+/// A subagent whose processes try every way out: a plain sleeper, one
+/// orphaned by a double fork (its parent subshell exits at once), and one in a
+/// session of its own (`setsid`, out of the process group). `pids` gets the
+/// plain and the orphaned sleeper, then the shell's parent (the reaper, or the
+/// host), then the shell; `escaped` gets the `setsid` sleeper. Then it waits
+/// for its children.
+const TREE: &str = r#"["sh", "-c", "sleep 1000 & echo $! >> pids; (sleep 1000 & echo $! >> pids); setsid sh -c 'echo $$ > escaped; exec sleep 1000' & while [ ! -s escaped ]; do sleep 0.01; done; echo $PPID >> pids; echo $$ >> pids; wait"]"#;
+
+/// [`TREE`], but the shell exits at once, leaving its three sleepers.
+const TREE_EXITS: &str = r#"["sh", "-c", "sleep 1000 & echo $! >> pids; (sleep 1000 & echo $! >> pids); setsid sh -c 'echo $$ > escaped; exec sleep 1000' & while [ ! -s escaped ]; do sleep 0.01; done; echo $PPID >> pids; echo $$ >> pids; echo done"]"#;
+
+/// Every pid a [`TREE`] in `dir` wrote (all of them are also given to
+/// `guard`, so the test kills them whatever happens).
+#[cfg(target_os = "linux")]
+async fn tree_pids(dir: &Path, guard: &KillOnDrop) -> Vec<Pid> {
+    let mut pids = wait_for_pids(&dir.join("pids"), 4).await;
+    pids.extend(wait_for_pids(&dir.join("escaped"), 1).await);
+    guard.add(&pids);
+    pids
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn with_the_reaper_no_descendant_outlives_a_task_that_ended() {
+    let dir = TempDir::new();
+    let guard = KillOnDrop::default();
+    let runner = reaped(runner_in(dir.path(), "tree", TREE_EXITS));
+    assert!(runner.uses_reaper());
+    let result = run(&runner, request("tree", "x")).await;
+    let pids = tree_pids(dir.path(), &guard).await;
+    assert_eq!(result, Ok(output(Some("done"))));
+    assert_all_gone(&pids).await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn with_the_reaper_no_descendant_outlives_a_cancelled_task() {
+    let dir = TempDir::new();
+    let guard = KillOnDrop::default();
+    let runner = reaped(runner_in(dir.path(), "tree", TREE));
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { runner.run(request("tree", "x"), cancel).await }
+    });
+    let pids = tree_pids(dir.path(), &guard).await;
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(result, error("subagent 'tree' was cancelled"));
+    assert_all_gone(&pids).await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn with_the_reaper_a_dropped_run_leaves_nothing_behind() {
+    let dir = TempDir::new();
+    let guard = KillOnDrop::default();
+    let runner = reaped(runner_in(dir.path(), "tree", TREE));
+    let mut run = Box::pin(runner.run(request("tree", "x"), CancellationToken::new()));
+    let pids = tokio::select! {
+        result = &mut run => panic!("the tree ended on its own: {result:?}"),
+        pids = tree_pids(dir.path(), &guard) => pids,
+    };
+    drop(run);
+    assert_all_gone(&pids).await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_reaper_ends_as_its_command_did() {
+    let dir = TempDir::new();
+    let cases = [
+        (r#"["sh", "-c", "echo fine"]"#, Ok(output(Some("fine")))),
+        (
+            r#"["sh", "-c", "echo broken >&2; exit 3"]"#,
+            error("subagent 'x' exited with status 3: broken"),
+        ),
+        (
+            r#"["sh", "-c", "kill -9 $$"]"#,
+            error("subagent 'x' was killed by signal 9 (SIGKILL)"),
+        ),
+        (
+            r#"["sh", "-c", "kill -TERM $$"]"#,
+            error("subagent 'x' was killed by signal 15 (SIGTERM)"),
+        ),
+        (
+            r#"["asynctask-no-such-program"]"#,
+            error(
+                "subagent 'x' exited with status 127: asynctask-reaper: cannot start \
+                 'asynctask-no-such-program': No such file or directory (os error 2)",
+            ),
+        ),
+    ];
+    for (command, expected) in cases {
+        let runner = reaped(runner_in(dir.path(), "x", command));
+        assert_eq!(
+            run(&runner, request("x", "goal")).await,
+            expected,
+            "{command}"
+        );
+    }
+    // stdin still reaches the command through the reaper.
+    let runner = reaped(runner_in(dir.path(), "cat", r#"["cat"]"#));
+    assert_eq!(
+        run(&runner, request("cat", "the goal")).await,
+        Ok(output(Some("the goal")))
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn terminate_all_ends_every_live_subagent_of_the_runner_and_its_clones_at_once() {
+    for with_reaper in [true, false] {
+        let dir = TempDir::new();
+        let guard = KillOnDrop::default();
+        for name in ["a", "b"] {
+            std::fs::create_dir(dir.path().join(name)).expect("mkdir");
+        }
+        let toml = format!(
+            "[subagents.a]\ncommand = {TREE}\ncwd = \"a\"\n[subagents.b]\ncommand = {TREE}\ncwd = \"b\"\n"
+        );
+        let mut runner = runner(&toml, dir.path());
+        if with_reaper {
+            runner = reaped(runner);
+        }
+        let clone = runner.clone();
+        let first = tokio::spawn({
+            let runner = runner.clone();
+            async move {
+                runner
+                    .run(request("a", "x"), CancellationToken::new())
+                    .await
+            }
+        });
+        let second =
+            tokio::spawn(
+                async move { clone.run(request("b", "x"), CancellationToken::new()).await },
+            );
+        let mut pids = tree_pids(&dir.path().join("a"), &guard).await;
+        pids.extend(tree_pids(&dir.path().join("b"), &guard).await);
+
+        let started = Instant::now();
+        assert_eq!(runner.terminate_all(), 2);
+        // It only sends signals; the bound is wide, against a hang.
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        for run in [first, second] {
+            let result = within(RUN_DEADLINE, run).await.expect("no panic");
+            assert!(result.is_err(), "{result:?}");
+        }
+        if with_reaper {
+            assert_all_gone(&pids).await;
+        } else {
+            // Without the reaper the group is killed; the `setsid` sleeper
+            // (the last of each tree) is out of it: the guard ends it.
+            let in_group: Vec<Pid> = pids
+                .iter()
+                .enumerate()
+                .filter(|&(at, _)| at % 5 != 2 && at % 5 != 4)
+                .map(|(_, &pid)| pid)
+                .collect();
+            assert_all_gone(&in_group).await;
+        }
+        assert_eq!(runner.terminate_all(), 0, "nothing is live any more");
+    }
+}
+
+/// Names the directory of a fake host's subagent (see [`fake_host`]).
+#[cfg(target_os = "linux")]
+const FAKE_HOST_DIR: &str = "ASYNCTASK_TEST_FAKE_HOST_DIR";
+
+/// Set when the fake host runs its subagent through the reaper.
+#[cfg(target_os = "linux")]
+const FAKE_HOST_REAPER: &str = "ASYNCTASK_TEST_FAKE_HOST_REAPER";
+
+/// The body of a fake host, not a test of its own: a test below runs this
+/// test binary again, filtered to this test, with [`FAKE_HOST_DIR`] set; it
+/// then runs [`TREE`] through a `ProcessRunner` (from a tokio worker thread,
+/// as a host does) until it is killed. Run without the variable (as part of
+/// the suite), it does nothing.
+#[cfg(target_os = "linux")]
+#[test]
+fn fake_host() {
+    let Some(dir) = std::env::var_os(FAKE_HOST_DIR) else {
+        return;
+    };
+    // Not the default temporary output directory: a killed host cannot remove
+    // it, while the test removes its own directory.
+    let mut runner =
+        runner_in(Path::new(&dir), "tree", TREE).with_output_dir(Path::new(&dir).join("out"));
+    if std::env::var_os(FAKE_HOST_REAPER).is_some() {
+        runner = reaped(runner);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let result = runtime.block_on(async move {
+        tokio::spawn(async move {
+            runner
+                .run(request("tree", "x"), CancellationToken::new())
+                .await
+        })
+        .await
+    });
+    panic!("the fake host's subagent ended before the host was killed: {result:?}");
+}
+
+/// A fake host process ([`fake_host`]), killed and reaped when dropped.
+#[cfg(target_os = "linux")]
+struct FakeHost(std::process::Child);
+
+#[cfg(target_os = "linux")]
+impl FakeHost {
+    fn start(dir: &Path, with_reaper: bool) -> Self {
+        let mut command =
+            std::process::Command::new(std::env::current_exe().expect("the test binary"));
+        command
+            .args(["fake_host", "--exact", "--nocapture", "--test-threads", "1"])
+            .env(FAKE_HOST_DIR, dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        if with_reaper {
+            command.env(FAKE_HOST_REAPER, "1");
+        } else {
+            command.env_remove(FAKE_HOST_REAPER);
+        }
+        FakeHost(command.spawn().expect("start the fake host"))
+    }
+
+    /// `SIGKILL`: the host runs no code of its own after this.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for FakeHost {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until every pid is gone, failing the test after `deadline`.
+#[cfg(target_os = "linux")]
+async fn assert_gone_within(deadline: Duration, pids: &[Pid]) {
+    let until = Instant::now() + deadline;
+    loop {
+        let alive: Vec<Pid> = pids.iter().copied().filter(|&pid| !is_gone(pid)).collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "still running after {deadline:?}: {alive:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_host_killed_with_sigkill_leaves_no_subagent_process_behind() {
+    let dir = TempDir::new();
+    let guard = KillOnDrop::default();
+    let mut host = FakeHost::start(dir.path(), true);
+    let pids = tree_pids(dir.path(), &guard).await;
+    host.kill();
+    // The reaper's parent-death signal ends the tree; 2 s is the promise.
+    assert_gone_within(Duration::from_secs(2), &pids).await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn without_the_reaper_a_killed_host_still_takes_its_direct_child() {
+    let dir = TempDir::new();
+    let guard = KillOnDrop::default();
+    let mut host = FakeHost::start(dir.path(), false);
+    let pids = tree_pids(dir.path(), &guard).await;
+    host.kill();
+    // The direct child (the shell, the fourth pid) has the parent-death
+    // signal; its sleepers do not (the guard ends them).
+    assert_gone_within(Duration::from_secs(2), &pids[3..4]).await;
+}
+
 // ---- bounded output ----------------------------------------------------------
 
 /// The peak resident memory of this process, in KiB (Linux).
@@ -516,23 +1088,38 @@ fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The marker line for `omitted` characters of an output of `bytes` bytes kept
+/// in `file`.
+fn marker(omitted: usize, bytes: usize, file: &Path) -> String {
+    format!(
+        "[... {omitted} characters omitted; the whole output ({bytes} bytes) is in {} ...]",
+        file.display()
+    )
+}
+
 #[tokio::test]
-async fn huge_stdout_keeps_its_head_and_tail_within_the_limit() {
+async fn huge_stdout_goes_to_a_file_and_the_message_keeps_its_head_and_tail() {
     let dir = TempDir::new();
-    let runner = runner_in(
-        dir.path(),
-        "chatty",
-        r#"["sh", "-c", "yes | head -c 50000000"]"#,
-    );
-    assert_eq!(runner.output_limit(), 64 * 1024);
+    let out = TempDir::new();
+    // 500,000 lines of 100 bytes. (Lines, not bytes, are what the live
+    // progress pays for: one allocation each.)
+    let line = format!("{}\n", "y".repeat(99));
+    let command = serde_json::json!([
+        "sh",
+        "-c",
+        format!("yes '{}' | head -c 50000000", line.trim_end())
+    ]);
+    let runner = runner_in(dir.path(), "chatty", &command.to_string())
+        .with_output_dir(out.path().to_owned());
+    assert_eq!(runner.inline_budget(), ProcessRunner::DEFAULT_INLINE_BUDGET);
     let before = peak_rss_kib();
     let result = run(&runner, request("chatty", "x")).await;
-    let half = ProcessRunner::OUTPUT_LIMIT / 2;
+    let file = out.path().join("task-0001.out");
+    let half = line.repeat(ProcessRunner::DEFAULT_INLINE_BUDGET / 2 / line.len());
     let expected = format!(
-        "{}[... {} bytes omitted ...]\n{}",
-        "y\n".repeat(half / 2),
-        50_000_000 - ProcessRunner::OUTPUT_LIMIT,
-        "y\n".repeat(half / 2).trim_end()
+        "{half}{}\n{}",
+        marker(50_000_000 - 10_000, 50_000_000, &file),
+        half.trim_end()
     );
     assert_eq!(result, Ok(output(Some(&expected))));
     if let (Some(before), Some(after)) = (before, peak_rss_kib()) {
@@ -543,33 +1130,150 @@ async fn huge_stdout_keeps_its_head_and_tail_within_the_limit() {
             after - before
         );
     }
+    let mut whole = std::fs::File::open(&file).expect("the output file");
+    assert_eq!(whole.metadata().expect("metadata").len(), 50_000_000);
+    let mut start = vec![0_u8; line.len()];
+    std::io::Read::read_exact(&mut whole, &mut start).expect("read");
+    assert_eq!(start, line.as_bytes());
 }
 
 #[tokio::test]
-async fn the_output_limit_is_configurable_and_cuts_on_characters() {
+async fn the_inline_budget_is_configurable_and_counts_characters() {
     let dir = TempDir::new();
+    let out = TempDir::new();
+    let file = out.path().join("task-0001.out");
     let runner = runner_in(
         dir.path(),
         "letters",
         r#"["printf", "abcdefghijklmnopqrstuvwxyz"]"#,
     )
-    .with_output_limit(10);
+    .with_output_dir(out.path().to_owned())
+    .with_inline_budget(10);
     assert_eq!(
         run(&runner, request("letters", "x")).await,
-        Ok(output(Some("abcde\n[... 16 bytes omitted ...]\nvwxyz")))
+        Ok(output(Some(&format!(
+            "abcde\n{}\nvwxyz",
+            marker(16, 26, &file)
+        ))))
     );
 
-    // "é" is two bytes: a cut inside one moves to the character's edge.
-    let runner =
-        runner_in(dir.path(), "accents", r#"["printf", "aaaééééébbb"]"#).with_output_limit(8);
+    // "é" is two bytes but one character.
+    let runner = runner_in(dir.path(), "accents", r#"["printf", "aaaééééébbb"]"#)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(8);
     assert_eq!(
         run(&runner, request("accents", "x")).await,
-        Ok(output(Some("aaa\n[... 10 bytes omitted ...]\nbbb")))
+        Ok(output(Some(&format!(
+            "aaaé\n{}\nébbb",
+            marker(3, 16, &file)
+        ))))
     );
-    let runner = runner_in(dir.path(), "accents", r#"["printf", "aaééébb"]"#).with_output_limit(8);
+    // Output that fits is the text alone: no marker, no path.
+    let runner = runner_in(dir.path(), "accents", r#"["printf", "aaééébb"]"#)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(8);
     assert_eq!(
         run(&runner, request("accents", "x")).await,
-        Ok(output(Some("aaé\n[... 2 bytes omitted ...]\nébb")))
+        Ok(output(Some("aaééébb")))
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("the output file"),
+        "aaééébb"
+    );
+}
+
+#[tokio::test]
+async fn a_running_subagent_reports_its_latest_output_and_its_file() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "steps",
+        r#"["sh", "-c", "echo one; printf 'two\nthr'; while [ ! -e go ]; do sleep 0.01; done; echo ee"]"#,
+    )
+    .with_output_dir(out.path().to_owned());
+    let progress = TaskProgress::new();
+    let run = tokio::spawn({
+        let request = request("steps", "x").with_progress(progress.clone());
+        async move { runner.run(request, CancellationToken::new()).await }
+    });
+    let deadline = Instant::now() + RUN_DEADLINE;
+    while progress.snapshot().last_lines != ["one", "two", "thr"] {
+        assert!(Instant::now() < deadline, "{:?}", progress.snapshot());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let file = out.path().join("task-0001.out");
+    assert_eq!(
+        progress.snapshot(),
+        ProgressSnapshot {
+            last_lines: vec!["one".into(), "two".into(), "thr".into()],
+            output_bytes: 11,
+            output_file: Some(file.clone()),
+        }
+    );
+    std::fs::write(dir.path().join("go"), "").expect("write");
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(result, Ok(output(Some("one\ntwo\nthree"))));
+    assert_eq!(progress.snapshot().last_lines, ["one", "two", "three"]);
+}
+
+#[tokio::test]
+async fn the_default_output_directory_lives_as_long_as_the_runner() {
+    let dir = TempDir::new();
+    let runner = runner_in(dir.path(), "hello", r#"["echo", "hello"]"#);
+    assert_eq!(
+        run(&runner, request("hello", "x")).await,
+        Ok(output(Some("hello")))
+    );
+    let out = runner.output_dir().expect("made on the first run");
+    assert_eq!(out.parent(), Some(std::env::temp_dir().as_path()));
+    let name = out
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        name.starts_with(&format!("asynctask-{}-", std::process::id())),
+        "{name}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("task-0001.out")).expect("the output file"),
+        "hello\n"
+    );
+    let clone = runner.clone();
+    drop(runner);
+    assert!(out.is_dir(), "a clone still holds it");
+    drop(clone);
+    assert!(!out.exists(), "removed with the last clone");
+}
+
+#[tokio::test]
+async fn a_task_id_never_names_a_file_outside_the_output_directory() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let runner = runner_in(dir.path(), "hello", r#"["echo", "hello"]"#)
+        .with_output_dir(out.path().join("runs"));
+    let request = SubagentRequest::new("../../escaped", "hello", "x");
+    assert_eq!(run(&runner, request).await, Ok(output(Some("hello"))));
+    let files: Vec<String> = std::fs::read_dir(out.path().join("runs"))
+        .expect("the output directory was made")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(
+        files[0].starts_with("______escaped-") && files[0].ends_with(".out"),
+        "{files:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path()).expect("read").count(),
+        1,
+        "nothing beside the output directory"
     );
 }
 
@@ -611,34 +1315,27 @@ inherit_env = ["API_KEY"]
 command = ["make", "test"]
 "#;
     let config = ProcessRunnerConfig::from_toml_str(toml, Path::new("/base")).expect("valid");
-    let researcher = asynctask_process::SubagentCommand {
-        command: vec!["my-agent".into(), "--mode".into(), "research".into()],
-        description: Some("Reads the code".into()),
-        cwd: Some(PathBuf::from("/abs/dir")),
-        env: BTreeMap::from([("MODEL".into(), "small".into())]),
-        inherit_env: vec!["API_KEY".into()],
-    };
-    let tester = asynctask_process::SubagentCommand {
-        command: vec!["make".into(), "test".into()],
-        cwd: Some(PathBuf::from("/base")),
-        ..Default::default()
-    };
+    let researcher =
+        SubagentCommand::new(CommandLine::new(["my-agent", "--mode", "research"]).expect("valid"))
+            .with_description("Reads the code")
+            .with_cwd(PathBuf::from("/abs/dir"))
+            .with_env(
+                EnvName::new("MODEL").expect("valid"),
+                EnvValue::new("small").expect("valid"),
+            )
+            .with_inherit_env(EnvName::new("API_KEY").expect("valid"));
+    let tester = SubagentCommand::new(CommandLine::new(["make", "test"]).expect("valid"))
+        .with_cwd(PathBuf::from("/base"));
     assert_eq!(
         config,
-        ProcessRunnerConfig {
-            subagents: BTreeMap::from([
-                ("researcher".into(), researcher),
-                ("tester".into(), tester)
-            ]),
-            roots: vec![PathBuf::from("/abs"), PathBuf::from("/base")],
-        }
+        ProcessRunnerConfig::new()
+            .with_subagent(SubagentName::new("researcher").expect("valid"), researcher)
+            .with_subagent(SubagentName::new("tester").expect("valid"), tester)
+            .with_roots(vec![PathBuf::from("/abs"), PathBuf::from("/base")])
     );
     assert_eq!(
-        ProcessRunnerConfig::from_toml_str("", Path::new("/base")),
-        Ok(ProcessRunnerConfig {
-            roots: vec![PathBuf::from("/base")],
-            ..Default::default()
-        })
+        ProcessRunnerConfig::from_toml_str("", Path::new("/base")).expect("valid"),
+        ProcessRunnerConfig::new().with_roots(vec![PathBuf::from("/base")])
     );
 }
 
@@ -651,7 +1348,7 @@ fn config_errors_are_one_line_with_the_location() {
         ),
         (
             "[subagents.a]\ncomand = [\"x\"]\n",
-            "invalid config <string>: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env` at line 2, column 1",
+            "invalid config <string>: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin` at line 2, column 1",
         ),
         (
             "[subagent.a]\ncommand = [\"x\"]\n",
@@ -683,7 +1380,7 @@ fn config_errors_are_one_line_with_the_location() {
         ),
         (
             "[subagents.a]\ncommand = [\"x\"]\nenv = { \"A=B\" = \"c\" }\n",
-            "invalid config <string>: environment variable name \"A=B\" must not contain `=` or NUL at line 3, column 7",
+            "invalid config <string>: environment variable name \"A=B\" must not contain `=` or NUL at line 3, column 9",
         ),
         (
             "[subagents.a]\ncommand = [\"x\"]\ninherit_env = [\"\"]\n",
@@ -722,7 +1419,7 @@ fn load_names_the_file_in_its_errors() {
         err.to_string(),
         format!(
             "invalid config {}: unknown field `bogus`, expected one of `command`, \
-             `description`, `cwd`, `env`, `inherit_env` at line 3, column 1",
+             `description`, `cwd`, `env`, `inherit_env`, `stdin` at line 3, column 1",
             file.display()
         )
     );
@@ -739,18 +1436,20 @@ fn working_directories_must_lie_under_the_roots() {
     let root = inside.canonicalize().expect("canonical");
     let parse = |cwd: &str| {
         let toml = format!("roots = [\"inside\"]\n[subagents.a]\ncommand = [\"true\"]\n{cwd}");
-        ProcessRunnerConfig::from_toml_str(&toml, dir.path()).map(|config| config.roots)
+        ProcessRunnerConfig::from_toml_str(&toml, dir.path())
+            .map(|config| config.roots)
+            .map_err(|err| {
+                assert!(matches!(err, ConfigError::Invalid { .. }), "{err:?}");
+                err.to_string()
+            })
     };
     let refused = |resolved: &Path| {
-        Err(ConfigError::Invalid {
-            path: PathBuf::from("<string>"),
-            message: format!(
-                "subagent 'a': working directory {} is not under any of the roots ({}); \
-                 add a `roots` entry that holds it",
-                resolved.display(),
-                root.display()
-            ),
-        })
+        Err(format!(
+            "invalid config <string>: subagent 'a': working directory {} is not under any of the roots ({}); \
+             add a `roots` entry that holds it",
+            resolved.display(),
+            root.display()
+        ))
     };
     assert_eq!(parse("cwd = \"inside\""), Ok(vec![root.clone()]));
     assert_eq!(parse("cwd = \"inside/deeper\""), Ok(vec![root.clone()]));

@@ -41,6 +41,13 @@ pub trait SubagentRunner: Send + Sync {
     fn catalog(&self) -> Option<Vec<SubagentInfo>> {
         None
     }
+
+    /// Ends every subagent this runner is running, at once and without grace:
+    /// the host is exiting now (a termination signal, with a deadline of its
+    /// own). The runs then end as their subagents die. The default does
+    /// nothing: each run still hears of the end through its cancellation
+    /// token, with the usual grace.
+    fn terminate_all(&self) {}
 }
 
 /// One subagent a runner offers: its name, what it is for, and whether it

@@ -1,0 +1,14 @@
+//! `asynctask-reaper`: the reaper as a program of its own (see
+//! `asynctask_process::reaper`): `asynctask-reaper [--parent PID] [--grace-ms MS]
+//! -- PROGRAM [ARGS...]`.
+
+#[cfg(unix)]
+fn main() -> std::process::ExitCode {
+    asynctask_process::reaper::main(std::env::args_os().skip(1))
+}
+
+#[cfg(not(unix))]
+fn main() -> std::process::ExitCode {
+    eprintln!("asynctask-reaper: runs only on Unix");
+    std::process::ExitCode::FAILURE
+}

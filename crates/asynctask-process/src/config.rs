@@ -1,0 +1,798 @@
+//! The subagent config: its types, the validated values they hold, loading a
+//! TOML file, and checking every working directory against the roots.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The subagents a [`ProcessRunner`](crate::ProcessRunner) can run: the
+/// `[subagents.<name>]` tables of a TOML file, and the `roots` their working
+/// directories must lie under.
+///
+/// ```toml
+/// roots = ["..", "/srv/checkouts"]  # default: this file's directory; before any table
+///
+/// [subagents.researcher]
+/// command = ["my-agent", "--mode", "research"]
+/// description = "Reads the code base and answers questions about it"
+/// cwd = ".."                        # relative to this file's directory
+/// env = { AGENT_MODEL = "small" }
+/// inherit_env = ["OPENAI_API_KEY"]
+/// stdin = "jsonl"                   # the goal, then messages, as JSON lines (default: "goal")
+///
+/// [subagents.tester]
+/// command = ["sh", "-c", "cargo test 2>&1 | tail -n 50"]
+/// ```
+///
+/// Unknown keys are errors, so a typo never silently drops a setting.
+///
+/// # Examples
+///
+/// A config built in code (no roots: no restriction on working directories):
+///
+/// ```
+/// use asynctask_process::{CommandLine, ProcessRunnerConfig, SubagentCommand, SubagentName};
+///
+/// let command = CommandLine::new(["make", "test"])?;
+/// let config = ProcessRunnerConfig::new()
+///     .with_subagent(SubagentName::new("tester")?, SubagentCommand::new(command));
+/// assert_eq!(config.subagents["tester"].command.program(), "make");
+/// assert!(config.roots.is_empty());
+/// # Ok::<(), asynctask_process::InvalidValue>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ProcessRunnerConfig {
+    /// Each subagent by name.
+    #[serde(default)]
+    pub subagents: BTreeMap<SubagentName, SubagentCommand>,
+    /// The directories subagents may work in: every subagent's working
+    /// directory must lie under one of them. In the file, paths are relative to
+    /// its directory, and absent or empty means the file's directory; once
+    /// loaded they are absolute with symlinks resolved. Empty in a config built
+    /// in code: no restriction.
+    #[serde(default)]
+    pub roots: Vec<PathBuf>,
+}
+
+/// How to run one subagent: the `[subagents.<name>]` table.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::PathBuf;
+/// use asynctask_process::{CommandLine, EnvName, EnvValue, SubagentCommand};
+///
+/// let tester = SubagentCommand::new(CommandLine::new(["cargo", "test"])?)
+///     .with_description("Runs the unit tests")
+///     .with_cwd(PathBuf::from("/srv/project"))
+///     .with_env(EnvName::new("RUST_LOG")?, EnvValue::new("info")?)
+///     .with_inherit_env(EnvName::new("CARGO_HOME")?);
+/// assert_eq!(tester.command.args(), ["test"]);
+/// assert_eq!(tester.description.as_deref(), Some("Runs the unit tests"));
+/// # Ok::<(), asynctask_process::InvalidValue>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SubagentCommand {
+    /// The program and its arguments. Nothing from the model is ever put here.
+    pub command: CommandLine,
+    /// What the subagent is for (shown to the model and the user).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The working directory. [`ProcessRunnerConfig::from_toml_str`] and
+    /// [`ProcessRunnerConfig::load`] make a relative path relative to the config
+    /// file's directory (`~` is not expanded), fill in that directory when it is
+    /// absent, and refuse one that is not under the config's
+    /// [`roots`](ProcessRunnerConfig::roots). `None` (only in a config built in
+    /// code): the host's own working directory.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables. They override inherited ones; the
+    /// `ASYNCTASK_*` variables of the request override them.
+    #[serde(default)]
+    pub env: BTreeMap<EnvName, EnvValue>,
+    /// Names of variables passed through from our own environment (when set),
+    /// besides the always-passed `PATH`, `HOME`, `LANG`, `LC_ALL`, `TMPDIR`,
+    /// `USER`.
+    #[serde(default)]
+    pub inherit_env: Vec<EnvName>,
+    /// What the subagent reads on stdin: the goal alone (the default), or
+    /// JSON lines that carry the goal and then every message sent to the
+    /// running task.
+    #[serde(default)]
+    pub stdin: StdinMode,
+}
+
+/// What a subagent reads on stdin (`stdin = "goal"` or `stdin = "jsonl"`).
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use asynctask_process::{ProcessRunnerConfig, StdinMode};
+///
+/// let config = ProcessRunnerConfig::from_toml_str(
+///     "[subagents.chat]\ncommand = [\"my-agent\"]\nstdin = \"jsonl\"\n",
+///     Path::new("/"),
+/// )?;
+/// assert_eq!(config.subagents["chat"].stdin, StdinMode::Jsonl);
+/// assert_eq!(StdinMode::default(), StdinMode::Goal);
+/// # Ok::<(), asynctask_process::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum StdinMode {
+    /// The goal prompt, written as it is, then end of file. The subagent
+    /// takes no messages: its task's inbox is closed at once, so senders are
+    /// told.
+    #[default]
+    Goal,
+    /// JSON lines, and stdin stays open while the task runs: first
+    /// `{"type":"goal","text":<goal>}`, then `{"type":"message","text":<message>}`
+    /// for each message sent to the task, in order, as it arrives. stdin is
+    /// closed when the task ends; a subagent that stops reading (its stdin
+    /// closed) ends the forwarding, and its inbox is closed.
+    Jsonl,
+}
+
+/// A config value that breaks a rule; the `Display` is one line for the user.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_process::{CommandLine, InvalidValue};
+///
+/// let err = CommandLine::new(Vec::<String>::new()).unwrap_err();
+/// assert_eq!(err, InvalidValue::EmptyCommand);
+/// assert_eq!(err.to_string(), "`command` must not be empty: give the program and its arguments");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidValue {
+    /// A command line without a program.
+    #[error("`command` must not be empty: give the program and its arguments")]
+    EmptyCommand,
+    /// A program that is empty or only whitespace.
+    #[error("the program (`command[0]`) must not be blank")]
+    BlankProgram,
+    /// A NUL byte in the program or an argument (it cannot reach a process).
+    #[error("`command` must not contain NUL bytes")]
+    NulInCommand,
+    /// A subagent name that is empty or only whitespace.
+    #[error("a subagent name must not be blank")]
+    BlankName,
+    /// A subagent name with leading or trailing whitespace.
+    #[error("subagent name {0:?} must not start or end with whitespace")]
+    NameWhitespace(String),
+    /// An empty environment variable name.
+    #[error("an environment variable name must not be empty")]
+    EmptyEnvName,
+    /// An environment variable name holding `=` or NUL.
+    #[error("environment variable name {0:?} must not contain `=` or NUL")]
+    BadEnvName(String),
+    /// An environment variable value holding NUL.
+    #[error("an environment variable value must not contain NUL bytes")]
+    NulInEnvValue,
+}
+
+/// A command line: a program that is not blank, then its arguments; no NUL
+/// byte anywhere (it could not be passed to a process).
+///
+/// A program without a `/` is looked up in the child's `PATH`; a relative one
+/// with a `/` is relative to the child's working directory.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_process::{CommandLine, InvalidValue};
+///
+/// let command = CommandLine::new(["sh", "-c", "make test"])?;
+/// assert_eq!((command.program(), command.args()), ("sh", &["-c".to_owned(), "make test".to_owned()][..]));
+/// assert_eq!(CommandLine::new([" ", "x"]), Err(InvalidValue::BlankProgram));
+/// # Ok::<(), InvalidValue>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "Vec<String>")]
+pub struct CommandLine(Vec<String>);
+
+impl CommandLine {
+    /// A command line from the program and its arguments.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidValue::EmptyCommand`], [`BlankProgram`](InvalidValue::BlankProgram)
+    /// or [`NulInCommand`](InvalidValue::NulInCommand).
+    pub fn new<I, S>(argv: I) -> Result<Self, InvalidValue>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::try_from(argv.into_iter().map(Into::into).collect::<Vec<String>>())
+    }
+
+    /// The program (`command[0]`).
+    ///
+    /// ```
+    /// # use asynctask_process::CommandLine;
+    /// assert_eq!(CommandLine::new(["true"])?.program(), "true");
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn program(&self) -> &str {
+        // Never empty: checked by `try_from`, the only constructor.
+        self.0.first().map_or("", String::as_str)
+    }
+
+    /// The arguments (`command[1..]`).
+    ///
+    /// ```
+    /// # use asynctask_process::CommandLine;
+    /// assert!(CommandLine::new(["true"])?.args().is_empty());
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn args(&self) -> &[String] {
+        self.0.get(1..).unwrap_or_default()
+    }
+}
+
+impl TryFrom<Vec<String>> for CommandLine {
+    type Error = InvalidValue;
+
+    fn try_from(argv: Vec<String>) -> Result<Self, InvalidValue> {
+        match argv.first() {
+            None => Err(InvalidValue::EmptyCommand),
+            Some(program) if program.trim().is_empty() => Err(InvalidValue::BlankProgram),
+            Some(_) if argv.iter().any(|arg| arg.contains('\0')) => Err(InvalidValue::NulInCommand),
+            Some(_) => Ok(CommandLine(argv)),
+        }
+    }
+}
+
+/// Defines a validated string newtype: `new`, `as_str`, `Display`, `Borrow<str>`
+/// (so maps keyed by it are looked up with a `&str`), and serde `try_from`.
+macro_rules! string_newtype {
+    ($(#[$meta:meta])* $name:ident, $check:path) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+        #[serde(try_from = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// The value, checked.
+            ///
+            /// # Errors
+            ///
+            /// The rule it breaks (see the type's docs).
+            pub fn new(value: impl Into<String>) -> Result<Self, InvalidValue> {
+                let value = value.into();
+                $check(&value)?;
+                Ok($name(value))
+            }
+
+            /// The value.
+            #[must_use]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidValue;
+
+            fn try_from(value: String) -> Result<Self, InvalidValue> {
+                Self::new(value)
+            }
+        }
+
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+string_newtype!(
+    /// A subagent's name: not blank, no surrounding whitespace (the model has
+    /// to spell it exactly).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_process::{InvalidValue, SubagentName};
+    ///
+    /// assert_eq!(SubagentName::new("tester")?.as_str(), "tester");
+    /// assert_eq!(SubagentName::new(" "), Err(InvalidValue::BlankName));
+    /// assert_eq!(SubagentName::new("a ").unwrap_err().to_string(), "subagent name \"a \" must not start or end with whitespace");
+    /// # Ok::<(), InvalidValue>(())
+    /// ```
+    SubagentName,
+    check_subagent_name
+);
+
+string_newtype!(
+    /// An environment variable's name: not empty, no `=` or NUL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_process::{EnvName, InvalidValue};
+    ///
+    /// assert_eq!(EnvName::new("RUST_LOG")?.as_str(), "RUST_LOG");
+    /// assert_eq!(EnvName::new(""), Err(InvalidValue::EmptyEnvName));
+    /// assert_eq!(EnvName::new("A=B"), Err(InvalidValue::BadEnvName("A=B".to_owned())));
+    /// # Ok::<(), InvalidValue>(())
+    /// ```
+    EnvName,
+    check_env_name
+);
+
+string_newtype!(
+    /// An environment variable's value: no NUL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_process::{EnvValue, InvalidValue};
+    ///
+    /// assert_eq!(EnvValue::new("hello world")?.as_str(), "hello world");
+    /// assert_eq!(EnvValue::new("a\0b"), Err(InvalidValue::NulInEnvValue));
+    /// # Ok::<(), InvalidValue>(())
+    /// ```
+    EnvValue,
+    check_env_value
+);
+
+fn check_subagent_name(name: &str) -> Result<(), InvalidValue> {
+    if name.trim().is_empty() {
+        Err(InvalidValue::BlankName)
+    } else if name.trim() != name {
+        Err(InvalidValue::NameWhitespace(name.to_owned()))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_env_name(name: &str) -> Result<(), InvalidValue> {
+    if name.is_empty() {
+        Err(InvalidValue::EmptyEnvName)
+    } else if name.contains(['=', '\0']) {
+        Err(InvalidValue::BadEnvName(name.to_owned()))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_env_value(value: &str) -> Result<(), InvalidValue> {
+    if value.contains('\0') {
+        Err(InvalidValue::NulInEnvValue)
+    } else {
+        Ok(())
+    }
+}
+
+/// Why a config could not be loaded. The `Display` is one line for the user.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use asynctask_process::{ConfigError, ProcessRunnerConfig};
+///
+/// let err = ProcessRunnerConfig::load(Path::new("/no/such/subagents.toml")).unwrap_err();
+/// assert!(matches!(err, ConfigError::Read { .. }));
+/// assert_eq!(err.to_string(), "cannot read /no/such/subagents.toml: No such file or directory (os error 2)");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid config.
+    #[error("invalid config {}: {message}", path.display())]
+    Invalid {
+        /// The file (`<string>` when parsed from a string).
+        path: PathBuf,
+        /// What is wrong, with the TOML location (`at line 3, column 1`).
+        message: String,
+    },
+}
+
+impl ProcessRunnerConfig {
+    /// An empty config: no subagents, no roots.
+    ///
+    /// ```
+    /// # use asynctask_process::ProcessRunnerConfig;
+    /// assert!(ProcessRunnerConfig::new().subagents.is_empty());
+    /// ```
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) a subagent.
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, ProcessRunnerConfig, SubagentCommand, SubagentName};
+    /// let config = ProcessRunnerConfig::new()
+    ///     .with_subagent(SubagentName::new("echo")?, SubagentCommand::new(CommandLine::new(["echo", "hi"])?));
+    /// assert_eq!(config.subagents.len(), 1);
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_subagent(mut self, name: SubagentName, command: SubagentCommand) -> Self {
+        self.subagents.insert(name, command);
+        self
+    }
+
+    /// Replaces the roots (taken as they are: a config built in code is not
+    /// resolved or checked).
+    ///
+    /// ```
+    /// # use std::path::PathBuf;
+    /// # use asynctask_process::ProcessRunnerConfig;
+    /// let config = ProcessRunnerConfig::new().with_roots(vec![PathBuf::from("/srv")]);
+    /// assert_eq!(config.roots, [PathBuf::from("/srv")]);
+    /// ```
+    #[must_use]
+    pub fn with_roots(mut self, roots: Vec<PathBuf>) -> Self {
+        self.roots = roots;
+        self
+    }
+
+    /// Parses a config from TOML text; relative `cwd`s and `roots` are made
+    /// relative to `base_dir` (pass the directory the text came from), which is
+    /// also the default root and the default `cwd`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use asynctask_process::ProcessRunnerConfig;
+    ///
+    /// let text = r#"
+    /// [subagents.tester]
+    /// command = ["sh", "-c", "make test"]
+    /// cwd = "project"
+    /// "#;
+    /// let config = ProcessRunnerConfig::from_toml_str(text, Path::new("/etc/agents")).unwrap();
+    /// let tester = &config.subagents["tester"];
+    /// assert_eq!((tester.command.program(), tester.command.args()), ("sh", &["-c".to_owned(), "make test".to_owned()][..]));
+    /// assert_eq!(tester.cwd.as_deref(), Some(Path::new("/etc/agents/project")));
+    ///
+    /// let typo = "[subagents.tester]\ncomand = [\"make\"]\n";
+    /// let err = ProcessRunnerConfig::from_toml_str(typo, Path::new(".")).unwrap_err();
+    /// assert!(err.to_string().starts_with("invalid config <string>: unknown field `comand`"));
+    /// assert!(err.to_string().ends_with("at line 2, column 1"));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] (with path `<string>`) for bad TOML, unknown
+    /// keys, a value that breaks its rule ([`InvalidValue`]), or a working
+    /// directory outside the `roots` (the message names the subagent).
+    pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
+        Self::parse(text, base_dir, Path::new("<string>"))
+    }
+
+    /// Reads and parses a config file; relative `cwd`s are relative to the
+    /// file's directory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_process::ProcessRunnerConfig;
+    ///
+    /// let file = std::env::temp_dir().join(format!("asynctask-doc-{}.toml", std::process::id()));
+    /// std::fs::write(&file, "[subagents.echo]\ncommand = [\"echo\", \"hi\"]\n")?;
+    /// let config = ProcessRunnerConfig::load(&file);
+    /// std::fs::remove_file(&file)?;
+    /// assert_eq!(config?.subagents["echo"].command.program(), "echo");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Read`] when the file cannot be read, or
+    /// [`ConfigError::Invalid`] (naming `path`) as for
+    /// [`from_toml_str`](Self::from_toml_str), or when it is not UTF-8.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|err| ConfigError::Invalid {
+            path: path.to_owned(),
+            message: format!(
+                "not UTF-8 (invalid byte at offset {})",
+                err.utf8_error().valid_up_to()
+            ),
+        })?;
+        // An absolute base keeps relative `cwd`s right even if the host later
+        // changes its own working directory.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        let base_dir = absolute.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base_dir, path)
+    }
+
+    fn parse(text: &str, base_dir: &Path, origin: &Path) -> Result<Self, ConfigError> {
+        let mut config: Self = toml::from_str(text).map_err(|err| ConfigError::Invalid {
+            path: origin.to_owned(),
+            message: one_line_toml_error(&err, text),
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: origin.to_owned(),
+            message,
+        };
+        let roots = if config.roots.is_empty() {
+            vec![base_dir.to_owned()]
+        } else {
+            config
+                .roots
+                .iter()
+                .map(|root| base_dir.join(root))
+                .collect()
+        };
+        config.roots = roots
+            .iter()
+            .map(|root| {
+                resolve(root).map_err(|err| {
+                    invalid(format!("root {} cannot be resolved: {err}", root.display()))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        for (name, command) in &mut config.subagents {
+            let cwd = command.cwd.get_or_insert_with(|| base_dir.to_owned());
+            if cwd.is_relative() {
+                *cwd = base_dir.join(&*cwd);
+            }
+            let resolved = resolve(cwd).map_err(|err| {
+                invalid(format!(
+                    "subagent '{name}': working directory {} cannot be resolved: {err}",
+                    cwd.display()
+                ))
+            })?;
+            if !config.roots.iter().any(|root| resolved.starts_with(root)) {
+                let roots: Vec<String> = config
+                    .roots
+                    .iter()
+                    .map(|root| root.display().to_string())
+                    .collect();
+                return Err(invalid(format!(
+                    "subagent '{name}': working directory {} is not under any of the roots ({}); \
+                     add a `roots` entry that holds it",
+                    resolved.display(),
+                    roots.join(", ")
+                )));
+            }
+        }
+        Ok(config)
+    }
+}
+
+impl SubagentCommand {
+    /// A subagent that runs `command`, with no description, working directory
+    /// or environment of its own.
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, SubagentCommand};
+    /// let echo = SubagentCommand::new(CommandLine::new(["echo", "hi"])?);
+    /// assert!(echo.cwd.is_none() && echo.env.is_empty());
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn new(command: CommandLine) -> Self {
+        SubagentCommand {
+            command,
+            description: None,
+            cwd: None,
+            env: BTreeMap::new(),
+            inherit_env: Vec::new(),
+            stdin: StdinMode::Goal,
+        }
+    }
+
+    /// Sets what the subagent is for.
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, SubagentCommand};
+    /// let echo = SubagentCommand::new(CommandLine::new(["echo"])?).with_description("Echoes");
+    /// assert_eq!(echo.description.as_deref(), Some("Echoes"));
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Sets the working directory (used as it is: a config built in code is not
+    /// checked against roots).
+    ///
+    /// ```
+    /// # use std::path::{Path, PathBuf};
+    /// # use asynctask_process::{CommandLine, SubagentCommand};
+    /// let pwd = SubagentCommand::new(CommandLine::new(["pwd"])?).with_cwd(PathBuf::from("/tmp"));
+    /// assert_eq!(pwd.cwd.as_deref(), Some(Path::new("/tmp")));
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_cwd(mut self, cwd: PathBuf) -> Self {
+        self.cwd = Some(cwd);
+        self
+    }
+
+    /// Adds (or replaces) an environment variable.
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, EnvName, EnvValue, SubagentCommand};
+    /// let env = SubagentCommand::new(CommandLine::new(["env"])?)
+    ///     .with_env(EnvName::new("MODE")?, EnvValue::new("fast")?);
+    /// assert_eq!(env.env["MODE"].as_str(), "fast");
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_env(mut self, name: EnvName, value: EnvValue) -> Self {
+        self.env.insert(name, value);
+        self
+    }
+
+    /// Adds the name of a variable passed through from our own environment.
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, EnvName, SubagentCommand};
+    /// let env = SubagentCommand::new(CommandLine::new(["env"])?)
+    ///     .with_inherit_env(EnvName::new("API_KEY")?);
+    /// assert_eq!(env.inherit_env[0].as_str(), "API_KEY");
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_inherit_env(mut self, name: EnvName) -> Self {
+        self.inherit_env.push(name);
+        self
+    }
+
+    /// Sets what the subagent reads on stdin.
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, StdinMode, SubagentCommand};
+    /// let chat = SubagentCommand::new(CommandLine::new(["my-agent"])?).with_stdin(StdinMode::Jsonl);
+    /// assert_eq!(chat.stdin, StdinMode::Jsonl);
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_stdin(mut self, stdin: StdinMode) -> Self {
+        self.stdin = stdin;
+        self
+    }
+}
+
+/// `path` made absolute, with symlinks resolved as far as it exists and the rest
+/// (which does not exist yet) normalized lexically, so a working directory that
+/// is created later is still checked against the roots, and `..` cannot climb
+/// out of them.
+fn resolve(path: &Path) -> std::io::Result<PathBuf> {
+    let absolute = std::path::absolute(path)?;
+    let mut resolved = PathBuf::new();
+    let mut exists = true;
+    for component in absolute.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => resolved.push(component),
+            Component::CurDir => {}
+            // After a resolved prefix this is the physical parent, as the kernel
+            // would take it.
+            Component::ParentDir => {
+                resolved.pop();
+            }
+            Component::Normal(part) => {
+                resolved.push(part);
+                if exists {
+                    match resolved.canonicalize() {
+                        Ok(canonical) => resolved = canonical,
+                        Err(_) => exists = false,
+                    }
+                }
+            }
+        }
+    }
+    Ok(resolved)
+}
+
+/// A TOML error as one line: its message, then where it is
+/// (`unknown field `comand`, expected ... at line 3, column 1`).
+fn one_line_toml_error(err: &toml::de::Error, text: &str) -> String {
+    let message = err
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    match err.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+            let column = before[line_start..].chars().count() + 1;
+            format!("{message} at line {line}, column {column}")
+        }
+        None => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn config_errors_carry_the_location() {
+        let err =
+            ProcessRunnerConfig::from_toml_str("[subagents.a]\ncommand = []\n", Path::new("."))
+                .expect_err("empty command");
+        assert_eq!(
+            err.to_string(),
+            "invalid config <string>: `command` must not be empty: give the program and its arguments at line 2, column 11"
+        );
+    }
+
+    #[test]
+    fn a_read_error_keeps_its_io_error_as_the_source() {
+        use std::error::Error as _;
+        let err = ProcessRunnerConfig::load(Path::new("/no/such/asynctask.toml"))
+            .expect_err("missing file");
+        let source = err.source().expect("a source");
+        assert_eq!(
+            source
+                .downcast_ref::<std::io::Error>()
+                .map(std::io::Error::kind),
+            Some(std::io::ErrorKind::NotFound)
+        );
+    }
+
+    #[test]
+    fn names_look_maps_up_by_str() {
+        let config = ProcessRunnerConfig::from_toml_str(
+            "[subagents.a]\ncommand = [\"x\"]\nenv = { K = \"v\" }\n",
+            Path::new("/"),
+        )
+        .expect("valid");
+        assert_eq!(config.subagents["a"].env["K"].as_str(), "v");
+        assert_eq!(
+            ProcessRunnerConfig::from_toml_str(
+                "[subagents.a]\ncommand = [\"x\"]\nenv = { K = \"a\\u0000b\" }\n",
+                Path::new("/"),
+            )
+            .expect_err("NUL")
+            .to_string(),
+            "invalid config <string>: an environment variable value must not contain NUL bytes at line 3, column 13"
+        );
+    }
+}

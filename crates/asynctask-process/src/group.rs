@@ -1,0 +1,218 @@
+//! Process groups and signals: the group a subagent leads, how it is ended
+//! (directly, or through the reaper), the registry of every live subagent of
+//! a runner, and how a child's exit is described.
+
+use std::collections::BTreeMap;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::process::Child;
+
+/// The live subagents of a runner and all its clones, so that
+/// [`terminate_all`](Self::terminate_all) can end them at once.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    live: Mutex<BTreeMap<u64, Leader>>,
+    next: AtomicU64,
+}
+
+impl Registry {
+    /// Ends every live subagent at once (see [`Leader::kill_now`]) and says
+    /// how many there were. It only sends signals: it never waits.
+    pub(crate) fn terminate_all(&self) -> usize {
+        // Copied out so that no signal is sent under the lock.
+        let live: Vec<Leader> = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .copied()
+            .collect();
+        for leader in &live {
+            leader.kill_now();
+        }
+        live.len()
+    }
+
+    fn insert(&self, leader: Leader) -> u64 {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, leader);
+        key
+    }
+
+    fn remove(&self, key: u64) {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
+    }
+}
+
+/// The process a run started: it leads its own process group (pgid = pid),
+/// and is either the subagent's command itself or the reaper running it.
+#[derive(Debug, Clone, Copy)]
+struct Leader {
+    pid: Pid,
+    via_reaper: bool,
+}
+
+impl Leader {
+    /// Asks the subagent to end: `SIGTERM` to the reaper, which forwards it
+    /// to every descendant and ends them after its grace; or, without one,
+    /// to the whole group.
+    fn terminate(self) {
+        if self.via_reaper {
+            signal_process(self.pid, Signal::SIGTERM);
+        } else {
+            signal_group(self.pid, Signal::SIGTERM);
+        }
+    }
+
+    /// Ends the subagent now: the reaper's "kill everything now" (`SIGUSR1`:
+    /// it `SIGKILL`s every descendant, reaps them and exits), or, without
+    /// one, `SIGKILL` to the group. A reaper is never sent `SIGKILL`: it
+    /// would leave the descendants it adopted to init.
+    fn kill_now(self) {
+        if self.via_reaper {
+            signal_process(self.pid, Signal::SIGUSR1);
+        } else {
+            signal_group(self.pid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// A run's live subagent, registered with its runner while the run lasts.
+/// Dropped while armed — the run's future dropped mid-run — it ends the
+/// subagent at once ([`Leader::kill_now`]).
+#[derive(Debug)]
+pub(crate) struct ProcessGroup {
+    leader: Leader,
+    armed: bool,
+    registry: Arc<Registry>,
+    key: u64,
+}
+
+impl ProcessGroup {
+    /// Registers `child` (the leader of its own group) as live.
+    pub(crate) fn register(
+        child: &Child,
+        via_reaper: bool,
+        registry: Arc<Registry>,
+    ) -> Option<Self> {
+        let pid = Pid::from_raw(i32::try_from(child.id()?).ok()?);
+        let leader = Leader { pid, via_reaper };
+        let key = registry.insert(leader);
+        Some(ProcessGroup {
+            leader,
+            armed: true,
+            registry,
+            key,
+        })
+    }
+
+    pub(crate) fn pgid(&self) -> Pid {
+        self.leader.pid
+    }
+
+    pub(crate) fn via_reaper(&self) -> bool {
+        self.leader.via_reaper
+    }
+
+    /// See [`Leader::terminate`].
+    pub(crate) fn terminate(&self) {
+        self.leader.terminate();
+    }
+
+    /// See [`Leader::kill_now`].
+    pub(crate) fn kill_now(&self) {
+        self.leader.kill_now();
+    }
+
+    /// `SIGKILL`s the group (after its leader has exited: whatever it left
+    /// behind), and takes it off the live list; nothing is left to do on drop.
+    pub(crate) fn kill(&mut self) {
+        signal_group(self.leader.pid, Signal::SIGKILL);
+        self.disarm();
+    }
+
+    fn disarm(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.registry.remove(self.key);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if self.armed {
+            self.leader.kill_now();
+            self.disarm();
+        }
+    }
+}
+
+/// Signals every process in group `pgid`; an empty group is not an error.
+fn signal_group(pgid: Pid, signal: Signal) {
+    match killpg(pgid, signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(err) => {
+            tracing::warn!(%pgid, %signal, %err, "cannot signal subagent process group");
+        }
+    }
+}
+
+/// Signals one process; one that is gone is not an error.
+fn signal_process(pid: Pid, signal: Signal) {
+    match kill(pid, signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(err) => {
+            tracing::warn!(%pid, %signal, %err, "cannot signal the subagent's reaper");
+        }
+    }
+}
+
+/// How a child that did not succeed ended, after `subagent 'x' `.
+pub(crate) fn describe_exit(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        format!("exited with status {code}")
+    } else if let Some(number) = status.signal() {
+        match Signal::try_from(number) {
+            Ok(signal) => format!("was killed by signal {number} ({})", signal.as_str()),
+            Err(_) => format!("was killed by signal {number}"),
+        }
+    } else {
+        format!("ended with {status}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn exits_are_described_by_code_or_signal() {
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(3 << 8)),
+            "exited with status 3"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(9)),
+            "was killed by signal 9 (SIGKILL)"
+        );
+    }
+
+    #[test]
+    fn an_empty_registry_terminates_nothing() {
+        assert_eq!(Registry::default().terminate_all(), 0);
+    }
+}
