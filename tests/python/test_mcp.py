@@ -26,198 +26,38 @@ The binary is ``$ASYNCTASK_BIN`` (``cargo xtask ci`` sets it) or ``target/debug/
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, StdioServerParameters, stdio_client
-from mcp_types import CallToolResult, TextContent
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-CONFIG = HERE / "subagents.toml"
-
-REMINDER_HEADER = "---\nSystem Note: Async Task Status"
-LAUNCH_PREFIX = "Async task launched: subagent 'quick'"
-TOOLS = {"task", "check_async_tasks", "message_async_task", "wait_async_tasks", "end_async_task"}
-
-# Time limits, all on the real clock. The `quick` subagent answers after 0.3 s; a test
-# normally takes about a second (the progress test 6 s: the server reports every 5 s).
-TEST_DEADLINE = 15.0  # hard limit per test, connect and shutdown included
-CALL_TIMEOUT = 12.0  # client-side read timeout of any one request
-WAIT_SECONDS = 8  # `timeout_seconds` of a wait_async_tasks call that must not time out
+from helpers import (
+    LAUNCH_PREFIX,
+    REMINDER_HEADER,
+    TOOLS,
+    WAIT_SECONDS,
+    Transcript,
+    assert_group_ends,
+    binary,
+    connect,
+    group_alive,
+    launched_id,
+    peek_status,
+    progress_recorder,
+    slow_group,
+    texts,
+)
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=["legacy", "auto"])
-def mode(request: pytest.FixtureRequest) -> str:
-    """The SDK's `Client(mode=...)`: the legacy initialize handshake, or discover-first."""
-    return request.param
-
-
-def binary() -> Path:
-    path = Path(os.environ.get("ASYNCTASK_BIN") or REPO / "target" / "debug" / "asynctask")
-    if not path.is_file():
-        pytest.fail(f"no asynctask binary at {path}: run `cargo build -p asynctask-cli` or set ASYNCTASK_BIN")
-    return path
-
-
-@asynccontextmanager
-async def connect(mode: str, tmp_path: Path, *extra_args: str) -> AsyncIterator[Client]:
-    """A connected client of a fresh server; the server's stderr is printed afterwards
-    (pytest shows it when the test fails). On a clean exit it also checks that the
-    server ended by itself once its stdin closed (on EOF it cancels everything, waits
-    for the processes and exits), without a panic."""
-    params = StdioServerParameters(
-        command=str(binary()),
-        args=["mcp", "--config", str(CONFIG), *extra_args],
-        env={"ASYNCTASK_TEST_DIR": str(tmp_path)},  # where `slow` leaves its pid
-        cwd=str(REPO),
-    )
-    log = tmp_path / "server-stderr.log"
-    with log.open("w") as errlog:
-        try:
-            with anyio.fail_after(TEST_DEADLINE):
-                transport = stdio_client(params, errlog=errlog)
-                async with Client(transport, mode=mode, read_timeout_seconds=CALL_TIMEOUT) as client:
-                    print(f"mode={mode}: negotiated protocol {client.protocol_version}")
-                    yield client
-                    closing = time.monotonic()
-                # The SDK closes the server's stdin, waits up to PROCESS_TERMINATION_TIMEOUT
-                # (2 s) for it to exit, and only then signals its process group.
-                closed_after = time.monotonic() - closing
-        finally:
-            errlog.flush()
-            print(f"--- server stderr ({' '.join(params.args)}) ---\n{log.read_text()}")
-    assert "panicked" not in log.read_text(), f"the server panicked:\n{log.read_text()}"
-    assert closed_after < 1.9, f"the server did not exit on EOF by itself (closing took {closed_after:.1f} s)"
-
-
-def slow_group(tmp_path: Path, task_id: str) -> int:
-    """The process group of task `task_id` of the `slow` subagent (its shell's pid)."""
-    pid_file = tmp_path / f"slow-{task_id}.pid"
-    deadline = time.monotonic() + 5
-    while not (pid_file.is_file() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline, f"`slow` never wrote {pid_file}"
-        time.sleep(0.02)
-    return int(pid_file.read_text())
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs. Zombies do not count: a killed
-    subagent's grandchild is reparented to PID 1, which may reap it only later."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            return True
-    return False
-
-
-async def assert_group_ends(pgid: int, within: float = 4.0) -> None:
-    """The subagent's whole process group ends (SIGTERM, SIGKILL after a 2 s grace)."""
-    deadline = time.monotonic() + within
-    while group_alive(pgid):
-        assert time.monotonic() < deadline, f"process group {pgid} of the subagent still runs after {within} s"
-        await anyio.sleep(0.05)
-
-
-def texts(result: CallToolResult) -> list[str]:
-    return [block.text for block in result.content if isinstance(block, TextContent)]
-
-
-def launched_id(result: CallToolResult) -> str:
-    """The task id in `Async task launched: subagent '<name>' (ID: <id>). ...`."""
-    first = texts(result)[0]
-    found = re.search(r"\(ID: ([^)\s]+)\)", first)
-    assert found, f"no task id in the launch text: {first!r}"
-    return found.group(1)
-
-
-def peek_status(result: CallToolResult, task_id: str) -> str:
-    """The `status` of a `check_async_tasks` peek (`task_id` given): the pretty JSON
-    of the task's details, as the first text block (a reminder may follow it)."""
-    assert not result.is_error, texts(result)
-    details = json.loads(texts(result)[0])
-    assert details["id"] == task_id, details
-    return details["status"]
-
-
-class Transcript:
-    """Every tool call of a test and its result, so reminders can be counted across calls."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self.calls: list[tuple[str, dict[str, Any], CallToolResult]] = []
-
-    async def call(self, tool: str, arguments: dict[str, Any], **kwargs: Any) -> CallToolResult:
-        result = await self.client.call_tool(tool, arguments, **kwargs)
-        self.record(tool, arguments, result)
-        return result
-
-    def record(self, tool: str, arguments: dict[str, Any], result: CallToolResult) -> None:
-        print(f"{tool}({arguments}) -> isError={result.is_error} {texts(result)!r}")
-        where = f"{tool}({arguments})"
-        # Reminders ride on tool results as text only: no structuredContent.
-        assert result.structured_content is None, f"{where} returned structuredContent"
-        assert result.content, f"{where} returned no content"
-        assert all(isinstance(block, TextContent) for block in result.content), f"{where}: non-text content"
-        blocks = texts(result)
-        for i, block in enumerate(blocks):
-            if REMINDER_HEADER in block:
-                assert i == len(blocks) - 1, f"{where}: the reminder is not the last text block: {blocks!r}"
-                assert block.rstrip().endswith("---"), f"{where}: the reminder is not closed by ---: {block!r}"
-        self.calls.append((tool, arguments, result))
-
-    def reminders(self) -> list[str]:
-        return [block for _, _, result in self.calls for block in texts(result) if REMINDER_HEADER in block]
-
-    def reminder_count(self) -> int:
-        return sum(block.count(REMINDER_HEADER) for block in self.reminders())
-
-    def dump(self) -> str:
-        return "\n".join(f"{tool}({args}) -> {texts(result)!r}" for tool, args, result in self.calls)
 
 
 def test_binary_exists() -> None:
     assert binary().is_file()
 
 
-
-def progress_recorder():
-    """A list of progress notifications, and the callback that fills it."""
-    progress: list[tuple[float, float | None, str | None]] = []
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, total, message))
-
-    return progress, on_progress
 
 async def test_protocol_era(mode: str, tmp_path: Path) -> None:
     """"legacy" speaks the initialize handshake; "auto" reaches the modern era (server/discover)."""

@@ -51,6 +51,10 @@ struct ProgressState {
     lines: VecDeque<String>,
     /// The line being written (no `\n` yet).
     current: String,
+    /// Its length in characters (at most [`TaskProgress::LINE_CHARS`]).
+    current_chars: usize,
+    /// A `\r` was read last: the line is redrawn if anything but `\n` follows.
+    pending_cr: bool,
     /// The start of a character split across chunks.
     split: Vec<u8>,
     output_bytes: u64,
@@ -138,6 +142,8 @@ impl TaskProgress {
     pub fn report(&self, line: &str) {
         let mut state = self.lock();
         let current = std::mem::take(&mut state.current);
+        state.current_chars = 0;
+        state.pending_cr = false;
         if !current.is_empty() {
             state.push_line(current);
         }
@@ -177,24 +183,58 @@ impl TaskProgress {
 }
 
 impl ProgressState {
-    fn push_text(&mut self, text: &str) {
-        let mut pieces = text.split('\n').peekable();
-        while let Some(piece) = pieces.next() {
-            // A `\r` redraws the line: keep what follows the last one.
-            let piece = match piece.rfind('\r') {
-                Some(at) => {
-                    self.current.clear();
-                    &piece[at + 1..]
-                }
-                None => piece,
-            };
-            let room = TaskProgress::LINE_CHARS.saturating_sub(self.current.chars().count());
-            self.current.extend(piece.chars().take(room));
-            if pieces.peek().is_some() {
-                let line = std::mem::take(&mut self.current);
-                self.push_line(line);
-            }
+    fn push_text(&mut self, mut text: &str) {
+        // Only the last `LINES_KEPT` complete lines (and the line after them)
+        // can survive this text: skip what comes before them without building
+        // it, so a flood of short lines costs one scan, not one string each.
+        if let Some((at, _)) = text.rmatch_indices('\n').nth(TaskProgress::LINES_KEPT) {
+            self.lines.clear();
+            self.clear_current();
+            self.pending_cr = false;
+            text = &text[at + 1..];
         }
+        while !text.is_empty() {
+            let Some(at) = text.find(['\r', '\n']) else {
+                self.extend_current(text);
+                return;
+            };
+            self.extend_current(&text[..at]);
+            if text.as_bytes()[at] == b'\n' {
+                // `\r\n` ends a line like `\n` does.
+                self.pending_cr = false;
+                let line = std::mem::take(&mut self.current);
+                self.current_chars = 0;
+                self.push_line(line);
+            } else {
+                // A `\r` redraws the line, but only once something follows it
+                // (it may be the first half of a `\r\n` split across chunks).
+                if self.pending_cr {
+                    self.clear_current();
+                }
+                self.pending_cr = true;
+            }
+            text = &text[at + 1..];
+        }
+    }
+
+    /// Appends to the line being written, up to [`TaskProgress::LINE_CHARS`].
+    fn extend_current(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if std::mem::take(&mut self.pending_cr) {
+            self.clear_current();
+        }
+        let room = TaskProgress::LINE_CHARS - self.current_chars;
+        for c in text.chars().take(room) {
+            self.current.push(c);
+            self.current_chars += 1;
+        }
+    }
+
+    fn clear_current(&mut self) {
+        self.current.clear();
+        self.current_chars = 0;
     }
 
     fn push_line(&mut self, mut line: String) {
@@ -390,4 +430,48 @@ pub enum MessageError {
     /// The inbox refused the message.
     #[error(transparent)]
     Inbox(#[from] InboxError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_flood_of_lines_keeps_the_last_ones_whatever_the_chunking() {
+        let text: String = (0..1_000).map(|n| format!("line {n}\r\n")).collect();
+        let whole = TaskProgress::new();
+        whole.record_output(text.as_bytes());
+        let bytewise = TaskProgress::new();
+        for byte in text.as_bytes() {
+            bytewise.record_output(std::slice::from_ref(byte));
+        }
+        let expected: Vec<String> = (980..1_000).map(|n| format!("line {n}")).collect();
+        assert_eq!(whole.snapshot().last_lines, expected);
+        assert_eq!(bytewise.snapshot(), whole.snapshot());
+        assert_eq!(whole.snapshot().output_bytes, text.len() as u64);
+    }
+
+    #[test]
+    fn characters_split_across_chunks_and_invalid_bytes_are_decoded() {
+        let progress = TaskProgress::new();
+        let euro = "€".as_bytes();
+        progress.record_output(&euro[..1]);
+        progress.record_output(&euro[1..]);
+        progress.record_output(b" \xff ok\n");
+        assert_eq!(progress.snapshot().last_lines, ["€ \u{fffd} ok"]);
+    }
+
+    #[test]
+    fn a_carriage_return_redraws_the_line_and_lines_are_bounded() {
+        let progress = TaskProgress::new();
+        progress.record_output(b"10%\r50%\r100%\n");
+        progress.record_output("x".repeat(1_000).as_bytes());
+        let snapshot = progress.snapshot();
+        assert_eq!(snapshot.last_lines[0], "100%");
+        assert_eq!(
+            snapshot.last_lines[1].chars().count(),
+            TaskProgress::LINE_CHARS
+        );
+    }
 }

@@ -1,0 +1,186 @@
+"""`asynctask mcp` and the processes it starts: no subagent outlives its server, even
+one killed with SIGKILL, nor its task, even a descendant that left the process group;
+and the server exits promptly on SIGINT or SIGTERM whatever its stdin is.
+
+These tests speak raw JSON-RPC over the server's stdio (the SDK client owns the
+process it starts, and these tests must signal and kill it themselves). Every process
+they start is ended by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import socket
+import subprocess
+import termios
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from helpers import CONFIG, binary, process_gone, wait_for_file
+
+#: How long the server may take to exit after SIGINT: Claude Code sends SIGTERM
+#: 100 ms after SIGINT, and SIGKILL 400 ms after that.
+PROMPT_EXIT = 0.1
+
+
+class RawServer:
+    """`asynctask mcp` on stdio the test controls: `stdin` is a pipe, a socketpair
+    or a terminal; stdout is a pipe or a socketpair."""
+
+    def __init__(self, tmp_path: Path, stdin_kind: str, *extra_args: str) -> None:
+        env = {**os.environ, "ASYNCTASK_TEST_DIR": str(tmp_path)}
+        args = [str(binary()), "mcp", "--config", str(CONFIG), *extra_args]
+        self._keep: list[Any] = []
+        self.stderr = (tmp_path / "server-stderr.log").open("w")
+        if stdin_kind == "socketpair":
+            ours_in, theirs_in = socket.socketpair()
+            ours_out, theirs_out = socket.socketpair()
+            self.process = subprocess.Popen(
+                args, stdin=theirs_in.fileno(), stdout=theirs_out.fileno(), stderr=self.stderr, env=env
+            )
+            theirs_in.close()
+            theirs_out.close()
+            self._keep += [ours_in, ours_out]
+            self._send: Callable[[bytes], None] = ours_in.sendall
+            self._read = ours_out.makefile("rb")
+        elif stdin_kind == "terminal":
+            master, slave = pty.openpty()
+            # No echo, no line editing: the terminal passes the JSON through as is.
+            attrs = termios.tcgetattr(slave)
+            attrs[3] &= ~(termios.ECHO | termios.ICANON)
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            self.process = subprocess.Popen(
+                args, stdin=slave, stdout=subprocess.PIPE, stderr=self.stderr, env=env
+            )
+            os.close(slave)
+            self._keep.append(master)
+            self._send = lambda data: os.write(master, data) and None
+            self._read = self.process.stdout
+        else:
+            self.process = subprocess.Popen(
+                args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env
+            )
+            self._send = lambda data: (self.process.stdin.write(data), self.process.stdin.flush()) and None
+            self._read = self.process.stdout
+        self._next = 0
+        self.request("initialize", {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test_processes", "version": "1"},
+        })
+        self._send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._next += 1
+        message = {"jsonrpc": "2.0", "id": self._next, "method": method, "params": params}
+        self._send((json.dumps(message) + "\n").encode())
+        while True:
+            line = self._read.readline()
+            assert line, "the server closed its stdout"
+            answer = json.loads(line)
+            if answer.get("id") == self._next:
+                return answer
+
+    def launch(self, subagent: str) -> str:
+        answer = self.request(
+            "tools/call", {"name": "task", "arguments": {"subagent_name": subagent, "goal_prompt": "x", "async": True}}
+        )
+        text = answer["result"]["content"][0]["text"]
+        return text.split("(ID: ")[1].split(")")[0]
+
+    def end(self) -> None:
+        """Ends the server by pid, whatever state it is in."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for kept in self._keep:
+            if isinstance(kept, int):
+                os.close(kept)
+            else:
+                kept.close()
+        self.stderr.close()
+
+
+def pids_of(path: Path) -> list[int]:
+    return [int(line) for line in wait_for_file(path).split()]
+
+
+def assert_all_gone(pids: list[int], within: float) -> float:
+    """Waits until every pid is gone (zombies count as gone); returns how long it took."""
+    started = time.monotonic()
+    while not all(process_gone(pid) for pid in pids):
+        elapsed = time.monotonic() - started
+        left = [pid for pid in pids if not process_gone(pid)]
+        if elapsed > within:
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"processes {left} still ran {elapsed:.1f} s later (killed now)")
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+def test_a_killed_server_leaves_no_subagent(tmp_path: Path) -> None:
+    """A server killed with SIGKILL runs no code, yet its subagent ends within 2 s —
+    the subagent's shell, a grandchild that called setsid and a double-forked one."""
+    server = RawServer(tmp_path, "pipe")
+    try:
+        task_id = server.launch("orphans")
+        pids = pids_of(tmp_path / f"orphans-{task_id}.pids")
+        assert len(pids) == 3 and not any(process_gone(pid) for pid in pids), pids
+        server.process.kill()
+        server.process.wait()
+        took = assert_all_gone(pids, within=2.0)
+        print(f"every subagent process gone {took * 1000:.0f} ms after SIGKILL")
+    finally:
+        server.end()
+
+
+def test_descendants_that_left_the_group_end_with_their_task(tmp_path: Path) -> None:
+    """Cancelling a task ends all of its processes, also those that left its process group."""
+    server = RawServer(tmp_path, "pipe")
+    try:
+        task_id = server.launch("orphans")
+        pids = pids_of(tmp_path / f"orphans-{task_id}.pids")
+        answer = server.request(
+            "tools/call", {"name": "end_async_task", "arguments": {"task_id": task_id}}
+        )
+        assert not answer["result"].get("isError"), answer
+        assert_all_gone(pids, within=4.0)
+        assert server.process.poll() is None, "the server goes on"
+    finally:
+        server.end()
+
+
+@pytest.mark.parametrize("stdin_kind", ["socketpair", "pipe", "terminal"])
+@pytest.mark.parametrize("first_signal", [signal.SIGINT, signal.SIGTERM])
+def test_the_server_exits_within_100_ms_of_a_signal(
+    tmp_path: Path, stdin_kind: str, first_signal: signal.Signals
+) -> None:
+    """As Claude Code stops its servers (the signal, then SIGTERM 100 ms later, then
+    SIGKILL 400 ms after that), the server exits by itself before the second signal,
+    after ending its subagents — here one that ignores SIGTERM."""
+    server = RawServer(tmp_path, stdin_kind)
+    try:
+        task_id = server.launch("stubborn")
+        (stubborn,) = pids_of(tmp_path / f"stubborn-{task_id}.pid")
+        started = time.monotonic()
+        server.process.send_signal(first_signal)
+        try:
+            status = server.process.wait(timeout=PROMPT_EXIT)
+        except subprocess.TimeoutExpired:
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(0.4)
+            server.process.kill()
+            pytest.fail(f"still running {PROMPT_EXIT * 1000:.0f} ms after {first_signal.name} ({stdin_kind} stdin)")
+        took = time.monotonic() - started
+        print(f"{stdin_kind}, {first_signal.name}: exited with {status} after {took * 1000:.0f} ms")
+        assert status == 0, f"exit status {status}"
+        assert_all_gone([stubborn], within=1.0)
+    finally:
+        server.end()
