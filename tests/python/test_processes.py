@@ -35,7 +35,10 @@ class RawServer:
 
     def __init__(self, tmp_path: Path, stdin_kind: str, *extra_args: str) -> None:
         env = {**os.environ, "ASYNCTASK_TEST_DIR": str(tmp_path)}
-        args = [str(binary()), "mcp", "--config", str(CONFIG), *extra_args]
+        # Outputs go to the test's directory: a server killed here leaves nothing
+        # elsewhere.
+        state = ["--state-dir", str(tmp_path / "state")]
+        args = [str(binary()), "mcp", "--config", str(CONFIG), *state, *extra_args]
         self._keep: list[Any] = []
         self.stderr = (tmp_path / "server-stderr.log").open("w")
         if stdin_kind == "socketpair":
@@ -95,8 +98,13 @@ class RawServer:
         return text.split("(ID: ")[1].split(")")[0]
 
     def end(self) -> None:
-        """Ends the server by pid, whatever state it is in."""
-        if self.process.poll() is None:
+        """Ends the server: as a client does (end of input), then by pid if it
+        lingers."""
+        if self.process.poll() is None and self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=3)
+        except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
         for kept in self._keep:

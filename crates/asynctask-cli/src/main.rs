@@ -9,7 +9,7 @@ use std::time::Duration;
 use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
 use asynctask_cli::serve::{
     REAPER_ARG, ServeOptions, load_runner, mcp, mcp_durable, supervisor_run, supervisor_status,
-    supervisor_stop,
+    supervisor_stop, wants_durable,
 };
 use asynctask_cli::{CliError, DEMO_CONFIG, run_once, schemas};
 use asynctask_mcp::StateDir;
@@ -61,7 +61,7 @@ enum Command {
         serve: ServeArgs,
         /// Keep tasks and results beyond this session: relay to the workspace's
         /// supervisor (started if none runs), which owns the tasks and their
-        /// subagents.
+        /// subagents. Also `durable = true` at the top of the config.
         #[arg(long)]
         durable: bool,
     },
@@ -259,7 +259,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         // stdout is the protocol channel from here on: nothing else is printed.
         Command::Mcp { serve, durable } => {
             let options = serve.options();
-            if durable {
+            if wants_durable(&options, durable)? {
                 mcp_durable(&options, start_supervisor).await?;
             } else {
                 mcp(&options).await?;

@@ -107,6 +107,21 @@ fn runner_for(options: &ServeOptions, state: Option<&StateDir>) -> Result<Proces
     })
 }
 
+/// Whether `asynctask mcp` serves durably: `--durable`, or `durable = true` at
+/// the top of the config.
+///
+/// # Errors
+///
+/// [`CliError`] for a config that cannot be loaded.
+pub fn wants_durable(options: &ServeOptions, flag: bool) -> Result<bool, CliError> {
+    if flag {
+        return Ok(true);
+    }
+    ProcessRunnerConfig::load(&options.config)
+        .map(|config| config.durable)
+        .map_err(|err| CliError(err.to_string()))
+}
+
 /// `asynctask mcp`: one server on stdio, its tasks ending with it.
 ///
 /// # Errors

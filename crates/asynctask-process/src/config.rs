@@ -14,6 +14,7 @@ use serde::Deserialize;
 ///
 /// ```toml
 /// roots = ["..", "/srv/checkouts"]  # default: this file's directory; before any table
+/// durable = true                    # for `asynctask mcp`: tasks outlive the session
 ///
 /// [subagents.researcher]
 /// command = ["my-agent", "--mode", "research"]
@@ -57,6 +58,11 @@ pub struct ProcessRunnerConfig {
     /// in code: no restriction.
     #[serde(default)]
     pub roots: Vec<PathBuf>,
+    /// Whether a server of these subagents keeps their tasks beyond its
+    /// session (`asynctask mcp` serves as with `--durable`). The runner itself
+    /// does not read it.
+    #[serde(default)]
+    pub durable: bool,
 }
 
 /// How to run one subagent: the `[subagents.<name>]` table.
@@ -464,6 +470,13 @@ impl ProcessRunnerConfig {
     #[must_use]
     pub fn with_roots(mut self, roots: Vec<PathBuf>) -> Self {
         self.roots = roots;
+        self
+    }
+
+    /// Sets [`durable`](Self::durable).
+    #[must_use]
+    pub fn with_durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
         self
     }
 

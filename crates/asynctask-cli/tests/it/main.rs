@@ -2,7 +2,7 @@
 
 mod mcp;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use pretty_assertions::assert_eq;
@@ -18,13 +18,49 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// A config file in a fresh temporary directory.
-fn config(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("asynctask-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+/// A fresh directory under the system's temporary directory, removed (with all
+/// it holds) when dropped.
+pub(crate) struct TempDir(PathBuf);
+
+impl TempDir {
+    pub(crate) fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("asynctask-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A config file in a fresh temporary directory (the directory, and the file in it).
+fn config(name: &str, text: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(name);
     let path = dir.join("subagents.toml");
     std::fs::write(&path, text).expect("config written");
-    path
+    (dir, path)
+}
+
+#[test]
+fn version_prints_the_name_and_version() {
+    let output = asynctask(&["--version"]);
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("asynctask {}\n", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
@@ -74,7 +110,7 @@ fn bad_input_is_one_clear_line_and_a_failure() {
     assert_eq!(stderr(&missing).lines().count(), 1, "{}", stderr(&missing));
     assert!(stderr(&missing).starts_with("asynctask: cannot read /nonexistent/asynctask.toml"));
 
-    let broken = config("broken", "[subagents.x]\ncomand = [\"echo\"]\n");
+    let (_dir, broken) = config("broken", "[subagents.x]\ncomand = [\"echo\"]\n");
     let output = asynctask(&["run", "--config", broken.to_str().unwrap(), "x", "goal"]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
@@ -88,7 +124,7 @@ fn bad_input_is_one_clear_line_and_a_failure() {
 
 #[test]
 fn run_prints_the_completion_json_and_reports_failures() {
-    let path = config(
+    let (_dir, path) = config(
         "run",
         "[subagents.echoer]\ncommand = [\"cat\"]\n[subagents.fails]\ncommand = [\"sh\", \"-c\", \"echo oops >&2; exit 3\"]\n",
     );
@@ -124,7 +160,7 @@ fn run_prints_the_completion_json_and_reports_failures() {
 #[test]
 fn the_demo_runs_with_a_users_config() {
     // Fast stand-ins for the bundled subagents' roles, so the session is quick.
-    let path = config(
+    let (_dir, path) = config(
         "demo",
         "[subagents.a]\ncommand = [\"sh\", \"-c\", \"sleep 0.2; echo found it\"]\n\
          [subagents.b]\ncommand = [\"sh\", \"-c\", \"sleep 0.4; echo passed\"]\n\

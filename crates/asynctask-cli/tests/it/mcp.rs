@@ -4,7 +4,7 @@
 //! Every wait is a poll with a deadline, never a fixed sleep; each test stays
 //! within a few seconds of real time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -14,6 +14,8 @@ use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
+
+use crate::TempDir;
 use tokio::time::Instant;
 
 /// The subagents: each gets its goal on stdin and in `$ASYNCTASK_GOAL`.
@@ -35,11 +37,9 @@ command = ["sh", "-c", "cat > /dev/null; echo instant done"]
 command = ["sh", "-c", "echo $$ > \"$ASYNCTASK_GOAL.tmp\"; sleep 60 & echo $! >> \"$ASYNCTASK_GOAL.tmp\"; mv \"$ASYNCTASK_GOAL.tmp\" \"$ASYNCTASK_GOAL\"; wait"]
 "#;
 
-/// A fresh directory holding the config.
-fn config_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("asynctask-mcp-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
+/// A fresh directory holding the config, removed when dropped.
+fn config_dir(name: &str) -> TempDir {
+    let dir = TempDir::new(&format!("mcp-{name}"));
     std::fs::write(dir.join("subagents.toml"), CONFIG).expect("config written");
     dir
 }

@@ -1352,7 +1352,7 @@ fn config_errors_are_one_line_with_the_location() {
         ),
         (
             "[subagent.a]\ncommand = [\"x\"]\n",
-            "invalid config <string>: unknown field `subagent`, expected `subagents` or `roots` at line 1, column 2",
+            "invalid config <string>: unknown field `subagent`, expected one of `subagents`, `roots`, `durable` at line 1, column 2",
         ),
         (
             "[subagents.a]\ncommand = []\n",
