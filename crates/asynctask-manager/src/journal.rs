@@ -33,6 +33,12 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
 ///   the lock is released.
 /// - **Panics are failures.** A panicking `record` is caught and treated as a
 ///   failed write with the panic's message.
+/// - **Entries can repeat.** A terminal transition or a removal whose write
+///   failed is sent again, ahead of the next change, until a write succeeds
+///   (see below). A write reported as failed may have been recorded all the
+///   same (an `fsync` that failed after the data was written, say), so a
+///   journal must accept a `Finished`, `Notified` or `Removed` entry whose
+///   effect it already holds.
 ///
 /// # When a write fails
 ///
@@ -40,8 +46,8 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
 /// |---|---|
 /// | a registration | refused with [`RegisterError::Journal`](crate::RegisterError::Journal): nothing runs that the store does not know |
 /// | `mark_notified` | not applied: the result stays pending, so it is delivered again rather than lost |
-/// | a terminal transition | applied in memory anyway (a task must never stay running forever) and logged at error level; after a restart the task comes back as interrupted |
-/// | pruning alone (`set_max_async_tasks`) | applied in memory anyway and logged; a restore prunes the store again |
+/// | a terminal transition | applied in memory anyway (a task must never stay running forever) and logged at error level; written again ahead of every later change until one succeeds. If the process ends first, the task comes back as interrupted |
+/// | pruning alone (`set_max_async_tasks`) | applied in memory anyway and logged; written again like a terminal transition (and a restore prunes the store again) |
 ///
 /// # Examples
 ///

@@ -170,6 +170,15 @@ pub(crate) struct Finished {
     pub(crate) journal_error: Option<JournalError>,
 }
 
+/// A change applied in memory whose journal write failed.
+#[derive(Debug)]
+enum Unjournaled {
+    /// Task `Seq` reached its terminal state.
+    Finished(Seq),
+    /// The task with this id was pruned.
+    Removed(Arc<str>),
+}
+
 /// Every task, with one index per question the manager answers.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -195,6 +204,11 @@ pub(crate) struct Registry {
     /// Who launched each task, for the tasks that say (most do not, so it
     /// costs them nothing).
     origins: BTreeMap<Seq, Arc<str>>,
+    /// Changes applied although their journal write failed, oldest first:
+    /// written again ahead of the next change, until a write succeeds, so
+    /// that a journal that failed once catches up instead of missing them for
+    /// good (a task it still holds as running would refuse every later mark).
+    unjournaled: Vec<Unjournaled>,
 }
 
 impl Registry {
@@ -212,6 +226,49 @@ impl Registry {
             delivered: BTreeMap::new(),
             finished_by_status: [0; 3],
             origins: BTreeMap::new(),
+            unjournaled: Vec::new(),
+        }
+    }
+
+    /// Writes `change` to the journal, preceded by the changes it missed.
+    fn write_change<'a>(
+        &'a self,
+        journal: &dyn Journal,
+        change: impl IntoIterator<Item = JournalEntry<'a>>,
+    ) -> Result<(), JournalError> {
+        let missed = self.unjournaled.iter().filter_map(|missed| match missed {
+            Unjournaled::Finished(seq) => self.tasks.get(seq)?.finished_entry(),
+            Unjournaled::Removed(id) => Some(JournalEntry::Removed { id }),
+        });
+        let entries: Vec<JournalEntry<'a>> = missed.chain(change).collect();
+        write(journal, &entries)
+    }
+
+    /// After a write of the transitions of `finished` and the removal of
+    /// `pruned` (not removed yet): on success the journal has caught up; on
+    /// failure they join the changes it missed.
+    fn settle(
+        &mut self,
+        written: Result<(), JournalError>,
+        finished: &[Seq],
+        pruned: &[Seq],
+    ) -> Option<JournalError> {
+        match written {
+            Ok(()) => {
+                self.unjournaled.clear();
+                None
+            }
+            Err(error) => {
+                self.unjournaled
+                    .extend(finished.iter().copied().map(Unjournaled::Finished));
+                let removed: Vec<Unjournaled> = pruned
+                    .iter()
+                    .filter_map(|seq| self.tasks.get(seq))
+                    .map(|record| Unjournaled::Removed(Arc::clone(&record.id)))
+                    .collect();
+                self.unjournaled.extend(removed);
+                Some(error)
+            }
         }
     }
 
@@ -234,10 +291,13 @@ impl Registry {
             _ => 0,
         };
         let pruned = self.prune_plan();
-        let error = journal.and_then(|journal| {
-            let entries: Vec<JournalEntry<'_>> = self.removed_entries(&pruned).collect();
-            write(journal, &entries).err()
+        if pruned.is_empty() {
+            return None;
+        }
+        let written = journal.map_or(Ok(()), |journal| {
+            self.write_change(journal, self.removed_entries(&pruned))
         });
+        let error = self.settle(written, &[], &pruned);
         self.remove(&pruned);
         error
     }
@@ -300,9 +360,12 @@ impl Registry {
                 launched_at: now_ms,
                 origin: input.origin.as_deref(),
             };
-            let written = journal.map_or(Ok(()), |journal| write(journal, &[entry]));
+            let written = journal.map_or(Ok(()), |journal| self.write_change(journal, [entry]));
             written.err().map(RegisterError::Journal)
         });
+        if refused.is_none() && journal.is_some() {
+            self.unjournaled.clear();
+        }
         if let Some(refused) = refused {
             if reserved {
                 self.release_reservation();
@@ -370,17 +433,17 @@ impl Registry {
         self.pending.insert(seq);
         self.release_admission();
         let pruned = self.prune_plan();
-        let journal_error = journal.and_then(|journal| {
+        let written = journal.map_or(Ok(()), |journal| {
             let finished = self
                 .tasks
                 .get(&seq)
                 .and_then(|record| record.finished_entry());
-            let entries: Vec<JournalEntry<'_>> = finished
-                .into_iter()
-                .chain(self.removed_entries(&pruned))
-                .collect();
-            write(journal, &entries).err()
+            self.write_change(
+                journal,
+                finished.into_iter().chain(self.removed_entries(&pruned)),
+            )
         });
+        let journal_error = self.settle(written, &[seq], &pruned);
         self.remove(&pruned);
         Some(Finished {
             task,
@@ -417,10 +480,10 @@ impl Registry {
                 id,
                 notified_at: now_ms,
             };
-            let entries: Vec<JournalEntry<'_>> = std::iter::once(notified)
-                .chain(self.removed_entries(&pruned))
-                .collect();
-            write(journal, &entries)
+            self.write_change(
+                journal,
+                std::iter::once(notified).chain(self.removed_entries(&pruned)),
+            )
         });
         if let Err(error) = written {
             self.delivered.remove(&key);
@@ -430,6 +493,7 @@ impl Registry {
             }
             return Err(error);
         }
+        self.unjournaled.clear();
         self.remove(&pruned);
         Ok(true)
     }
@@ -570,14 +634,13 @@ impl Registry {
             }
         }
         let pruned = registry.prune_plan();
-        let journal_error = journal.and_then(|journal| {
-            let entries: Vec<JournalEntry<'_>> = interrupted
+        let written = journal.map_or(Ok(()), |journal| {
+            let finished = interrupted
                 .iter()
-                .filter_map(|seq| registry.tasks.get(seq)?.finished_entry())
-                .chain(registry.removed_entries(&pruned))
-                .collect();
-            write(journal, &entries).err()
+                .filter_map(|seq| registry.tasks.get(seq)?.finished_entry());
+            registry.write_change(journal, finished.chain(registry.removed_entries(&pruned)))
         });
+        let journal_error = registry.settle(written, &interrupted, &pruned);
         registry.remove(&pruned);
         Ok((registry, journal_error))
     }
@@ -741,6 +804,18 @@ impl Registry {
             .find(|seq| !self.tasks.contains_key(seq))
         {
             return Err(format!("an origin is kept for task #{seq}, which is gone"));
+        }
+        for missed in &self.unjournaled {
+            if let Unjournaled::Finished(seq) = missed
+                && self
+                    .tasks
+                    .get(seq)
+                    .is_none_or(|record| !record.status().is_terminal())
+            {
+                return Err(format!(
+                    "a transition awaiting the journal names task #{seq}, which is not held terminal"
+                ));
+            }
         }
         let terminal = pending.len() + delivered.len();
         let history = self.max.history_limit();

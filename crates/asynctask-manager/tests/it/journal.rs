@@ -191,6 +191,35 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_and_restores_as_in
 }
 
 #[test]
+fn a_transition_the_journal_missed_is_written_again_ahead_of_the_next_change() {
+    let (manager, replica, clock) = journaled(1); // history 2
+    for id in ["a", "b"] {
+        manager.register_task(input(id)).unwrap();
+        manager.cancel_task(id);
+        manager.mark_notified(id);
+    }
+    manager.register_task(input("c")).unwrap();
+    clock.advance(5);
+    // Completing "c" prunes "a"; the write fails, so the store misses both,
+    // and the next one fails too.
+    replica.fail_next();
+    assert!(manager.complete_task("c", goal()));
+    assert_eq!(replica.tasks().len(), 3);
+    replica.fail_next();
+    assert!(
+        !manager.mark_notified("c"),
+        "a mark is only applied once written"
+    );
+    assert_eq!(replica.tasks().len(), 3);
+    check_invariants(&manager).unwrap();
+    // The next write carries what the store missed, then the mark.
+    assert!(manager.mark_notified("c"));
+    assert_eq!(replica.infos(), manager.tasks());
+    assert_eq!(replica.problems(), Vec::<String>::new());
+    check_invariants(&manager).unwrap();
+}
+
+#[test]
 fn pruning_by_a_lowered_limit_is_journaled_and_applied_even_when_the_write_fails() {
     let (manager, replica, _) = journaled(3); // history 6
     for id in ["a", "b", "c", "d"] {
@@ -216,6 +245,21 @@ fn pruning_by_a_lowered_limit_is_journaled_and_applied_even_when_the_write_fails
     let restored = restart(&replica, 1, 9_000);
     assert_eq!(restored.tasks(), manager.tasks());
     assert_eq!(replica.infos(), manager.tasks());
+    drop(restored);
+
+    // So does the next change, when the process goes on.
+    let (manager, replica, _) = journaled(3);
+    for id in ["a", "b", "c"] {
+        manager.register_task(input(id)).unwrap();
+        manager.cancel_task(id);
+        manager.mark_notified(id);
+    }
+    replica.fail_next();
+    manager.set_max_async_tasks(MaxAsyncTasks::new(1).unwrap());
+    assert_eq!(replica.tasks().len(), 3);
+    manager.register_task(input("d")).unwrap();
+    assert_eq!(replica.infos(), manager.tasks());
+    assert_eq!(replica.problems(), Vec::<String>::new());
 }
 
 /// A journal that panics.

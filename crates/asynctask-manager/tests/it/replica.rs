@@ -102,13 +102,24 @@ impl Journal for Replica {
                     },
                     Some(i),
                 ) => {
-                    if !outcome.apply(&mut tasks[i].info, completed_at) {
+                    let mut finished = tasks[i].info.clone();
+                    if outcome.apply(&mut finished, completed_at) {
+                        tasks[i].info = finished;
+                        tasks[i].finish_order = finish_order;
+                    } else if (
+                        tasks[i].info.status,
+                        tasks[i].info.completed_at,
+                        tasks[i].finish_order,
+                    ) != (outcome.status(), Some(completed_at), finish_order)
+                    {
+                        // Not a repeat of what it holds.
                         self.problem(format!("{entry:?} on a terminal task"));
                     }
-                    tasks[i].finish_order = finish_order;
                 }
                 (JournalEntry::Notified { notified_at, .. }, Some(i)) => {
-                    if !tasks[i].info.mark_notified(notified_at) {
+                    if !tasks[i].info.mark_notified(notified_at)
+                        && tasks[i].info.notified_at != Some(notified_at)
+                    {
                         self.problem(format!("{entry:?} refused by the model"));
                     }
                 }
@@ -120,6 +131,8 @@ impl Journal for Replica {
                     }
                     tasks.remove(i);
                 }
+                // A repeated removal: already gone.
+                (JournalEntry::Removed { .. }, None) => {}
                 (entry, index) => self.problem(format!("{entry:?} with the task at {index:?}")),
             }
         }
