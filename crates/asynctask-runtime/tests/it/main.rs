@@ -3,6 +3,7 @@
 
 mod continuation;
 mod delivery;
+mod journal;
 mod reminders;
 mod shutdown;
 
