@@ -37,8 +37,9 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
 ///   failed is sent again, ahead of the next change, until a write succeeds
 ///   (see below). A write reported as failed may have been recorded all the
 ///   same (an `fsync` that failed after the data was written, say), so a
-///   journal must accept a `Finished`, `Notified` or `Removed` entry whose
-///   effect it already holds.
+///   journal must accept a `Finished` or `Removed` entry whose effect it
+///   already holds, and a `Notified` entry for a task it holds as notified
+///   (the result was delivered again: keep the later time).
 ///
 /// # When a write fails
 ///

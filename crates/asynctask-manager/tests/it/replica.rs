@@ -117,9 +117,11 @@ impl Journal for Replica {
                     }
                 }
                 (JournalEntry::Notified { notified_at, .. }, Some(i)) => {
-                    if !tasks[i].info.mark_notified(notified_at)
-                        && tasks[i].info.notified_at != Some(notified_at)
-                    {
+                    let task = &mut tasks[i].info;
+                    if task.notified_at.is_some() {
+                        // A repeat: delivered again, so the later time.
+                        task.notified_at = Some(notified_at);
+                    } else if !task.mark_notified(notified_at) {
                         self.problem(format!("{entry:?} refused by the model"));
                     }
                 }
