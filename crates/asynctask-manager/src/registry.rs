@@ -290,13 +290,15 @@ impl Registry {
             Some(limit) if admitted > limit => admitted,
             _ => 0,
         };
+        let Some(journal) = journal else {
+            self.prune();
+            return None;
+        };
         let pruned = self.prune_plan();
         if pruned.is_empty() {
             return None;
         }
-        let written = journal.map_or(Ok(()), |journal| {
-            self.write_change(journal, self.removed_entries(&pruned))
-        });
+        let written = self.write_change(journal, self.removed_entries(&pruned));
         let error = self.settle(written, &[], &pruned);
         self.remove(&pruned);
         error
@@ -432,19 +434,26 @@ impl Registry {
         self.running.remove(&seq);
         self.pending.insert(seq);
         self.release_admission();
-        let pruned = self.prune_plan();
-        let written = journal.map_or(Ok(()), |journal| {
-            let finished = self
-                .tasks
-                .get(&seq)
-                .and_then(|record| record.finished_entry());
-            self.write_change(
-                journal,
-                finished.into_iter().chain(self.removed_entries(&pruned)),
-            )
-        });
-        let journal_error = self.settle(written, &[seq], &pruned);
-        self.remove(&pruned);
+        let journal_error = match journal {
+            None => {
+                self.prune();
+                None
+            }
+            Some(journal) => {
+                let pruned = self.prune_plan();
+                let finished = self
+                    .tasks
+                    .get(&seq)
+                    .and_then(|record| record.finished_entry());
+                let written = self.write_change(
+                    journal,
+                    finished.into_iter().chain(self.removed_entries(&pruned)),
+                );
+                let error = self.settle(written, &[seq], &pruned);
+                self.remove(&pruned);
+                error
+            }
+        };
         Some(Finished {
             task,
             token,
@@ -474,17 +483,19 @@ impl Registry {
         let key = record.delivered_key();
         self.pending.remove(&seq);
         self.delivered.insert(key, seq);
+        let Some(journal) = journal else {
+            self.prune();
+            return Ok(true);
+        };
         let pruned = self.prune_plan();
-        let written = journal.map_or(Ok(()), |journal| {
-            let notified = JournalEntry::Notified {
-                id,
-                notified_at: now_ms,
-            };
-            self.write_change(
-                journal,
-                std::iter::once(notified).chain(self.removed_entries(&pruned)),
-            )
-        });
+        let notified = JournalEntry::Notified {
+            id,
+            notified_at: now_ms,
+        };
+        let written = self.write_change(
+            journal,
+            std::iter::once(notified).chain(self.removed_entries(&pruned)),
+        );
         if let Err(error) = written {
             self.delivered.remove(&key);
             self.pending.insert(seq);
@@ -496,6 +507,24 @@ impl Registry {
         self.unjournaled.clear();
         self.remove(&pruned);
         Ok(true)
+    }
+
+    /// Removes the oldest-finished notified tasks until at most the history limit
+    /// of terminal tasks remain — in place, for a registry with no journal to
+    /// tell (what [`prune_plan`](Self::prune_plan) and [`remove`](Self::remove)
+    /// do in two steps, without allocating the plan).
+    fn prune(&mut self) {
+        let limit = self.max.history_limit();
+        while self.pending.len() + self.delivered.len() > limit {
+            let Some((_, seq)) = self.delivered.pop_first() else {
+                break;
+            };
+            if let Some(record) = self.tasks.remove(&seq) {
+                self.ids.remove(&*record.id);
+                self.origins.remove(&seq);
+                self.finished_by_status[status_slot(record.status())] -= 1;
+            }
+        }
     }
 
     /// The notified tasks that pruning removes now, oldest-finished first: as
