@@ -6,9 +6,10 @@
 //!   block there says why it is sound in a `// SAFETY:` comment right above;
 //! - every member inherits the workspace lints and takes every dependency from
 //!   `[workspace.dependencies]`;
-//! - the layers point one way: each crate depends only on crates below it; the
-//!   model crate does not depend on tokio, nor the runtime on process spawning,
-//!   even indirectly.
+//! - the layers point one way: each crate depends only on crates below it (its
+//!   tests, examples and benchmarks may use any layer); the model crate does not
+//!   depend on tokio, nor the runtime on process spawning, nor the manager or the
+//!   runtime on a database, even indirectly.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -19,11 +20,14 @@ use serde_json::Value;
 /// The layers, bottom first. A crate may depend only on crates of the layers
 /// before its own: crates that share a layer never depend on each other (a host
 /// takes the runtime without process spawning, or process spawning without the
-/// runtime).
+/// runtime; the tools without the store, or the store without the tools).
+/// Dev-dependencies are exempt: a crate's tests and docs may show it under the
+/// layers above (the store's, under the runtime), which changes nothing a host
+/// takes.
 const LAYERS: &[&[&str]] = &[
     &["asynctask-model"],
     &["asynctask-manager"],
-    &["asynctask-tools"],
+    &["asynctask-tools", "asynctask-store"],
     &["asynctask-runtime", "asynctask-process"],
     &["asynctask-mcp"],
     &["asynctask-cli"],
@@ -36,6 +40,31 @@ const UNSAFE_ALLOWED: &str = "crates/asynctask-process/src/sys.rs";
 
 /// Members outside the layering that must depend on no member at all.
 const STANDALONE: &[&str] = &["xtask"];
+
+/// Packages a member must not reach through normal dependencies, even
+/// indirectly, and why.
+const BANNED: &[(&str, &[&str], &str)] = &[
+    (
+        "asynctask-model",
+        &["tokio", "tokio-util"],
+        "the model is plain data",
+    ),
+    (
+        "asynctask-manager",
+        &["asynctask-store", "rusqlite", "libsqlite3-sys"],
+        "the manager holds no database: a store is a journal it is handed",
+    ),
+    (
+        "asynctask-runtime",
+        &["asynctask-process", "nix", "toml"],
+        "process spawning lives in asynctask-process",
+    ),
+    (
+        "asynctask-runtime",
+        &["asynctask-store", "rusqlite", "libsqlite3-sys"],
+        "the runtime takes any journal and never depends on a database",
+    ),
+];
 
 /// Runs every rule and reports every violation at once.
 pub(crate) fn check(root: &Path) -> Result<(), String> {
@@ -219,7 +248,7 @@ fn check_layers(metadata: &Value) -> Vec<String> {
             .unwrap_or_default();
         for dep in deps {
             let dep_name = str_field(dep, "name");
-            if !member_names.contains(dep_name.as_str()) {
+            if !member_names.contains(dep_name.as_str()) || dep["kind"] == "dev" {
                 continue;
             }
             let allowed = match layer {
@@ -235,35 +264,22 @@ fn check_layers(metadata: &Value) -> Vec<String> {
             }
         }
     }
-    if let Some(runtime_id) = members
-        .iter()
-        .find(|(_, name)| *name == "asynctask-runtime")
-        .map(|(id, _)| id)
-    {
-        for banned in ["asynctask-process", "nix", "toml"] {
-            if normal_closure(metadata, runtime_id)
+    for (member, banned, why) in BANNED {
+        let Some(member_id) = members
+            .iter()
+            .find(|(_, name)| name == member)
+            .map(|(id, _)| id)
+        else {
+            continue;
+        };
+        let closure = normal_closure(metadata, member_id);
+        for banned in *banned {
+            if closure
                 .iter()
-                .any(|id| package_name(metadata, id) == banned)
+                .any(|id| package_name(metadata, id) == *banned)
             {
                 problems.push(format!(
-                    "asynctask-runtime must not depend on {banned}, even indirectly: \
-                     process spawning lives in asynctask-process"
-                ));
-            }
-        }
-    }
-    if let Some(model_id) = members
-        .iter()
-        .find(|(_, name)| *name == "asynctask-model")
-        .map(|(id, _)| id)
-    {
-        for banned in ["tokio", "tokio-util"] {
-            if normal_closure(metadata, model_id)
-                .iter()
-                .any(|id| package_name(metadata, id) == banned)
-            {
-                problems.push(format!(
-                    "asynctask-model must not depend on {banned}, even indirectly"
+                    "{member} must not depend on {banned}, even indirectly: {why}"
                 ));
             }
         }
@@ -491,7 +507,33 @@ mod tests {
         });
         assert_eq!(
             check_layers(&metadata),
-            ["asynctask-model must not depend on tokio, even indirectly"]
+            ["asynctask-model must not depend on tokio, even indirectly: the model is plain data"]
+        );
+    }
+
+    #[test]
+    fn a_database_under_the_runtime_is_reported_but_an_upward_dev_dependency_is_not() {
+        let metadata = serde_json::json!({
+            "workspace_members": ["r", "s"],
+            "packages": [
+                {"id": "r", "name": "asynctask-runtime", "dependencies": [{"name": "asynctask-store", "kind": null}]},
+                {"id": "s", "name": "asynctask-store", "dependencies": [{"name": "asynctask-runtime", "kind": "dev"}]},
+                {"id": "q", "name": "rusqlite", "dependencies": []},
+            ],
+            "resolve": {"nodes": [
+                {"id": "r", "deps": [{"pkg": "s", "dep_kinds": [{"kind": null}]}]},
+                {"id": "s", "deps": [
+                    {"pkg": "q", "dep_kinds": [{"kind": null}]},
+                    {"pkg": "r", "dep_kinds": [{"kind": "dev"}]},
+                ]},
+            ]},
+        });
+        assert_eq!(
+            check_layers(&metadata),
+            [
+                "asynctask-runtime must not depend on asynctask-store, even indirectly: the runtime takes any journal and never depends on a database",
+                "asynctask-runtime must not depend on rusqlite, even indirectly: the runtime takes any journal and never depends on a database",
+            ]
         );
     }
 }

@@ -2,6 +2,7 @@
 
 use tokio_util::sync::CancellationToken;
 
+use crate::journal::JournalError;
 use crate::live::{InboxSender, TaskProgress};
 
 /// What a host supplies to register a task.
@@ -137,4 +138,9 @@ pub enum RegisterError {
     /// The id is empty (an empty id would match every prefix).
     #[error("a task id must not be empty")]
     EmptyId,
+    /// The manager's [`Journal`](crate::Journal) could not record the
+    /// registration, so the task was not registered: nothing runs that the
+    /// store does not know about.
+    #[error("the task store could not record the task, so it was not started")]
+    Journal(#[source] JournalError),
 }

@@ -18,10 +18,17 @@
 //!   limit, oldest-finished first; an un-notified task never blocks the removal of
 //!   others, so memory stays bounded.
 //! - **Costs do not grow with history.** Every operation is O(log n) or better.
+//! - **Results can outlive the process.** A [`Journal`] is told of every change
+//!   before it is visible; [`AsyncTaskManager::restore`] rebuilds the registry
+//!   from what a store kept, and reports tasks that were running as interrupted
+//!   failures. The manager itself holds no database: `asynctask-store` is one
+//!   journal (SQLite).
 //!
 //! It deliberately spawns and awaits nothing, and never runs user code (event
-//! handlers, the clock) while holding its lock. [`check_invariants`] lets hosts
-//! assert the registry's invariants in their own property tests.
+//! handlers, the clock) while holding its lock — except the journal, whose
+//! contract is to be a short synchronous write that never calls back.
+//! [`check_invariants`] lets hosts assert the registry's invariants in their own
+//! property tests.
 //!
 //! # Example
 //!
@@ -45,12 +52,17 @@
 
 mod admission;
 mod events;
+mod journal;
 mod live;
 mod manager;
 mod registry;
 
 pub use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
 pub use crate::events::TaskEvent;
+pub use crate::journal::{
+    INTERRUPTED_ERROR, Journal, JournalEntry, JournalError, RestoreError, StoredTask,
+    TerminalOutcome,
+};
 pub use crate::live::{
     Inbox, InboxError, InboxSender, MessageError, ProgressSnapshot, TaskProgress,
 };

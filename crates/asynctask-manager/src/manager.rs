@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
 use crate::events::{Dispatcher, Handler, TaskEvent};
+use crate::journal::{Journal, JournalError, RestoreError, StoredTask};
 use crate::live::{MessageError, TaskProgress};
 use crate::registry::{Finished, Registry, Terminal};
 use crate::{PrefixMatch, TaskCounts};
@@ -22,6 +23,13 @@ use crate::{PrefixMatch, TaskCounts};
 ///
 /// Every operation is O(log n) in the number of tasks held, plus O(k) to return k
 /// results. All queries return snapshots in registration order.
+///
+/// # Journal
+///
+/// A manager built with [`restore`](Self::restore) tells its [`Journal`] of
+/// every change before the change is visible (see the trait for the contract
+/// and what happens when a write fails); one built with [`new`](Self::new) or
+/// [`with_clock`](Self::with_clock) keeps everything in memory.
 ///
 /// # Events
 ///
@@ -60,6 +68,8 @@ pub struct AsyncTaskManager {
 /// What every clone of a manager shares.
 struct Shared {
     clock: Arc<dyn Clock>,
+    /// Told of every change under the lock; `None` keeps everything in memory.
+    journal: Option<Arc<dyn Journal>>,
     state: Mutex<State>,
 }
 
@@ -95,19 +105,110 @@ impl AsyncTaskManager {
     /// A manager with the given limit and clock (use a `ManualClock` in tests).
     #[must_use]
     pub fn with_clock(max: MaxAsyncTasks, clock: Arc<dyn Clock>) -> Self {
+        AsyncTaskManager::from_parts(clock, None, Registry::new(max))
+    }
+
+    fn from_parts(
+        clock: Arc<dyn Clock>,
+        journal: Option<Arc<dyn Journal>>,
+        registry: Registry,
+    ) -> Self {
         AsyncTaskManager {
             shared: Arc::new(Shared {
                 clock,
+                journal,
                 state: Mutex::new(State {
-                    registry: Registry::new(max),
+                    registry,
                     events: Dispatcher::new(),
                 }),
             }),
         }
     }
 
+    /// A manager that journals every change to `journal`, holding `tasks` —
+    /// what the journal's store held, in registration order (an empty `Vec`
+    /// for a new store).
+    ///
+    /// Every index is rebuilt. Tasks stored as running ran in a process that
+    /// has ended, so they come back **failed** with an error that says they
+    /// were interrupted ([`StoredTask::interrupted_error`]), completed now: they
+    /// are pending, and delivered like any other result. Then the history limit
+    /// applies: the oldest-finished notified tasks beyond it are pruned. Both
+    /// are journaled, as one change; if that write fails it is logged and the
+    /// manager is built all the same (as for any terminal transition). No event
+    /// is emitted.
+    ///
+    /// # Errors
+    ///
+    /// [`RestoreError`] when the tasks are not a registry: an empty or repeated
+    /// id, or a task that breaks the model's rules (a completed task without an
+    /// output, say). Nothing is journaled then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, StoredTask};
+    /// use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks};
+    ///
+    /// /// Counts the changes it is told of.
+    /// #[derive(Default)]
+    /// struct Count(Mutex<usize>);
+    /// impl Journal for Count {
+    ///     fn record(&self, entries: &[JournalEntry<'_>]) -> Result<(), JournalError> {
+    ///         *self.0.lock().map_err(|_| JournalError::new("poisoned"))? += entries.len();
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let mut done = AsyncTaskInfo::new("b2", "tester", "run the suite", 1_000);
+    /// done.fail("exit status 2", 2_000);
+    /// let stored = vec![
+    ///     StoredTask::new(AsyncTaskInfo::new("a1", "researcher", "map the code", 1_000)).with_process("pid 4242"),
+    ///     StoredTask::new(done),
+    /// ];
+    /// let journal = Arc::new(Count::default());
+    /// let clock = Arc::new(ManualClock::new(9_000));
+    /// let manager = AsyncTaskManager::restore(MaxAsyncTasks::default(), clock, journal.clone(), stored)?;
+    ///
+    /// let a1 = manager.task("a1").unwrap();
+    /// assert_eq!((a1.status, a1.completed_at), (AsyncTaskStatus::Failed, Some(9_000)));
+    /// assert!(a1.error.unwrap().starts_with("interrupted: the process running this task ended"));
+    /// assert_eq!(manager.pending_notifications().len(), 2, "both results await delivery");
+    /// assert_eq!(*journal.0.lock().unwrap(), 1, "the interruption was journaled");
+    /// # Ok::<(), asynctask_manager::RestoreError>(())
+    /// ```
+    pub fn restore(
+        max: MaxAsyncTasks,
+        clock: Arc<dyn Clock>,
+        journal: Arc<dyn Journal>,
+        tasks: Vec<StoredTask>,
+    ) -> Result<Self, RestoreError> {
+        // The host's clock is user code: read before building anything.
+        let now = clock.now_ms();
+        let (registry, error) = Registry::restore(max, tasks, now, Some(journal.as_ref()))?;
+        if let Some(error) = error {
+            tracing::error!(
+                error = %error.chain(),
+                "the journal could not record the tasks restored as interrupted (or the history \
+                 pruned on restore); restored in memory anyway, and a later restore redoes it"
+            );
+        }
+        let counts = registry.counts();
+        tracing::debug!(
+            held = counts.total(),
+            pending = counts.pending_notifications,
+            "async task registry restored"
+        );
+        Ok(AsyncTaskManager::from_parts(clock, Some(journal), registry))
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.shared.lock()
+    }
+
+    fn journal(&self) -> Option<&dyn Journal> {
+        self.shared.journal.as_deref()
     }
 
     fn now(&self) -> u64 {
@@ -130,8 +231,18 @@ impl AsyncTaskManager {
     /// Changes the running limit and prunes the history to the new history limit
     /// at once. Tasks already running (and reservations already held) are kept
     /// even when they exceed a lowered limit; new ones wait until they fit.
+    ///
+    /// The pruning is journaled; when that write fails it is logged and applied
+    /// in memory anyway (the limit must hold; a restore prunes the store again).
     pub fn set_max_async_tasks(&self, max: MaxAsyncTasks) {
-        self.lock().registry.set_max(max);
+        let error = self.lock().registry.set_max(max, self.journal());
+        if let Some(error) = error {
+            tracing::error!(
+                error = %error.chain(),
+                "the journal could not record the history pruned by a new task-max-async; \
+                 pruned in memory anyway"
+            );
+        }
         tracing::debug!(max = max.get(), "task-max-async changed");
     }
 
@@ -170,19 +281,37 @@ impl AsyncTaskManager {
     ///
     /// [`RegisterError::LimitReached`] when the limit is full,
     /// [`RegisterError::DuplicateId`] when the id is taken (the task holding it is
-    /// untouched), [`RegisterError::EmptyId`] for an empty id.
+    /// untouched), [`RegisterError::EmptyId`] for an empty id,
+    /// [`RegisterError::Journal`] when the journal could not record it.
     pub fn register_task(&self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
-        let now = self.now();
-        let task = self.lock().registry.register(input, now, false)?;
-        tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, "async task registered");
-        Ok(task)
+        self.register(input, false)
     }
 
-    fn register_reserved(&self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
+    fn register(
+        &self,
+        input: RegisterTaskInput,
+        reserved: bool,
+    ) -> Result<AsyncTaskInfo, RegisterError> {
         let now = self.now();
-        let task = self.lock().registry.register(input, now, true)?;
-        tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, "async task registered (reserved)");
-        Ok(task)
+        let id = (self.journal().is_some()).then(|| input.id.clone());
+        let registered = self
+            .lock()
+            .registry
+            .register(input, now, reserved, self.journal());
+        match &registered {
+            Ok(task) => {
+                tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, reserved, "async task registered");
+            }
+            Err(RegisterError::Journal(error)) => {
+                tracing::error!(
+                    task_id = id.as_deref().unwrap_or_default(),
+                    error = %error.chain(),
+                    "the journal could not record a registration; the task was refused"
+                );
+            }
+            Err(_) => {}
+        }
+        registered
     }
 
     /// Completes a running task with its output. Returns `false`, changing
@@ -217,7 +346,22 @@ impl AsyncTaskManager {
         let (drain, token) = {
             let mut state = self.lock();
             let snapshot = state.events.has_subscribers();
-            let Finished { task, token } = state.registry.finish(id, terminal, now, snapshot)?;
+            let Finished {
+                task,
+                token,
+                journal_error,
+            } = state
+                .registry
+                .finish(id, terminal, now, snapshot, self.journal())?;
+            if let Some(error) = journal_error {
+                tracing::error!(
+                    task_id = %id,
+                    error = %error.chain(),
+                    "the journal could not record a terminal transition; applied in memory anyway \
+                     (a task must never stay running forever): after a restart the task comes back \
+                     as interrupted"
+                );
+            }
             tracing::debug!(task_id = %id, "async task finished");
             let drain = match task.and_then(TaskEvent::from_task) {
                 Some(event) => state.events.push(event),
@@ -376,25 +520,63 @@ impl AsyncTaskManager {
     }
 
     /// Records that the model was told how the task ended, then prunes. Returns
-    /// `false` when the task is unknown, still running, or already marked.
+    /// `false` when the task is unknown, still running, or already marked — or
+    /// when the journal could not record the mark (logged): the result then
+    /// stays pending, to be delivered again rather than lost.
     ///
     /// Call it only after the delivery succeeded.
     pub fn mark_notified(&self, id: &str) -> bool {
+        self.try_mark_notified(id).unwrap_or(false)
+    }
+
+    /// [`mark_notified`](Self::mark_notified), saying when the journal failed.
+    ///
+    /// # Errors
+    ///
+    /// [`JournalError`] when the journal could not record the mark; nothing
+    /// changed, and the task is still pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    ///
+    /// let manager = AsyncTaskManager::default();
+    /// manager.register_task(RegisterTaskInput::new("a1", "researcher", "g"))?;
+    /// assert_eq!(manager.try_mark_notified("a1"), Ok(false), "still running");
+    /// manager.cancel_task("a1");
+    /// assert_eq!(manager.try_mark_notified("a1"), Ok(true));
+    /// # Ok::<(), asynctask_manager::RegisterError>(())
+    /// ```
+    pub fn try_mark_notified(&self, id: &str) -> Result<bool, JournalError> {
         let now = self.now();
-        let marked = self.lock().registry.mark_notified(id, now);
-        if marked {
-            tracing::debug!(task_id = %id, "async task marked notified");
+        let marked = self.lock().registry.mark_notified(id, now, self.journal());
+        match &marked {
+            Ok(true) => tracing::debug!(task_id = %id, "async task marked notified"),
+            Ok(false) => {}
+            Err(error) => log_unmarked(id, error),
         }
         marked
     }
 
     /// [`mark_notified`](Self::mark_notified) for several ids under one lock;
-    /// returns how many were marked.
+    /// returns how many were marked. Each mark is journaled on its own: one the
+    /// journal could not record stays pending (logged), the others are marked.
     pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
         let now = self.now();
+        let journal = self.journal();
         let mut state = self.lock();
         ids.iter()
-            .filter(|id| state.registry.mark_notified(id.as_ref(), now))
+            .filter(|id| {
+                let id = id.as_ref();
+                match state.registry.mark_notified(id, now, journal) {
+                    Ok(marked) => marked,
+                    Err(error) => {
+                        log_unmarked(id, &error);
+                        false
+                    }
+                }
+            })
             .count()
     }
 
@@ -455,6 +637,14 @@ impl AsyncTaskManager {
     }
 }
 
+fn log_unmarked(id: &str, error: &JournalError) {
+    tracing::error!(
+        task_id = %id,
+        error = %error.chain(),
+        "the journal could not record a delivery; the task stays pending and will be delivered again"
+    );
+}
+
 impl Default for AsyncTaskManager {
     /// A manager with the default limit (5) on the system clock.
     fn default() -> Self {
@@ -469,6 +659,7 @@ impl fmt::Debug for AsyncTaskManager {
             .field("max_async_tasks", &state.registry.max().get())
             .field("counts", &state.registry.counts())
             .field("subscribers", &state.events.len())
+            .field("journal", &self.shared.journal.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -510,11 +701,12 @@ impl Reservation {
     ///
     /// # Errors
     ///
-    /// [`RegisterError::DuplicateId`] or [`RegisterError::EmptyId`]; the slot is
-    /// freed either way, since the reservation is spent.
+    /// [`RegisterError::DuplicateId`], [`RegisterError::EmptyId`] or
+    /// [`RegisterError::Journal`]; the slot is freed either way, since the
+    /// reservation is spent.
     pub fn register(mut self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
         self.spent = true;
-        self.manager.register_reserved(input)
+        self.manager.register(input, true)
     }
 }
 

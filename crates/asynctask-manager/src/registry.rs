@@ -2,7 +2,9 @@
 //!
 //! `Registry` is plain single-threaded data; `AsyncTaskManager` wraps it in a mutex.
 //! Keeping it free of locks, clocks and callbacks keeps every rule here testable and
-//! every operation short enough to run under the lock.
+//! every operation short enough to run under the lock. The one thing it calls out to
+//! is the journal it is handed, because *when* in an operation the journal is told
+//! (before the change is applied, or after with an undo) is the failure policy.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -11,6 +13,10 @@ use std::sync::Arc;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use tokio_util::sync::CancellationToken;
 
+use crate::journal::{
+    Journal, JournalEntry, JournalError, RestoreError, StoredTask, TerminalOutcome, inconsistency,
+    write,
+};
 use crate::live::{InboxSender, TaskProgress};
 use crate::{LimitReached, PrefixMatch, RegisterError, RegisterTaskInput, TaskCounts};
 
@@ -129,6 +135,28 @@ impl Record {
         self.notified_at = Some(now_ms);
         true
     }
+
+    /// The pruning queue's key: oldest-finished first, ties in finish order.
+    fn delivered_key(&self) -> (u64, u64) {
+        (self.completed_at, self.finish)
+    }
+
+    /// The journal entry of the terminal transition this task made (`None`
+    /// while it runs).
+    fn finished_entry(&self) -> Option<JournalEntry<'_>> {
+        let outcome = match &self.outcome {
+            Outcome::Running(_) => return None,
+            Outcome::Completed(output) => TerminalOutcome::Completed(output),
+            Outcome::Failed(error) => TerminalOutcome::Failed(error),
+            Outcome::Cancelled => TerminalOutcome::Cancelled,
+        };
+        Some(JournalEntry::Finished {
+            id: &self.id,
+            outcome,
+            completed_at: self.completed_at,
+            finish_order: self.finish,
+        })
+    }
 }
 
 /// What a successful terminal transition hands back to the manager.
@@ -138,6 +166,17 @@ pub(crate) struct Finished {
     pub(crate) task: Option<AsyncTaskInfo>,
     /// The task's cancellation token.
     pub(crate) token: CancellationToken,
+    /// The journal's write failed; the transition was applied all the same.
+    pub(crate) journal_error: Option<JournalError>,
+}
+
+/// A change applied in memory whose journal write failed.
+#[derive(Debug)]
+enum Unjournaled {
+    /// Task `Seq` reached its terminal state.
+    Finished(Seq),
+    /// The task with this id was pruned.
+    Removed(Arc<str>),
 }
 
 /// Every task, with one index per question the manager answers.
@@ -165,6 +204,11 @@ pub(crate) struct Registry {
     /// Who launched each task, for the tasks that say (most do not, so it
     /// costs them nothing).
     origins: BTreeMap<Seq, Arc<str>>,
+    /// Changes applied although their journal write failed, oldest first:
+    /// written again ahead of the next change, until a write succeeds, so
+    /// that a journal that failed once catches up instead of missing them for
+    /// good (a task it still holds as running would refuse every later mark).
+    unjournaled: Vec<Unjournaled>,
 }
 
 impl Registry {
@@ -182,6 +226,49 @@ impl Registry {
             delivered: BTreeMap::new(),
             finished_by_status: [0; 3],
             origins: BTreeMap::new(),
+            unjournaled: Vec::new(),
+        }
+    }
+
+    /// Writes `change` to the journal, preceded by the changes it missed.
+    fn write_change<'a>(
+        &'a self,
+        journal: &dyn Journal,
+        change: impl IntoIterator<Item = JournalEntry<'a>>,
+    ) -> Result<(), JournalError> {
+        let missed = self.unjournaled.iter().filter_map(|missed| match missed {
+            Unjournaled::Finished(seq) => self.tasks.get(seq)?.finished_entry(),
+            Unjournaled::Removed(id) => Some(JournalEntry::Removed { id }),
+        });
+        let entries: Vec<JournalEntry<'a>> = missed.chain(change).collect();
+        write(journal, &entries)
+    }
+
+    /// After a write of the transitions of `finished` and the removal of
+    /// `pruned` (not removed yet): on success the journal has caught up; on
+    /// failure they join the changes it missed.
+    fn settle(
+        &mut self,
+        written: Result<(), JournalError>,
+        finished: &[Seq],
+        pruned: &[Seq],
+    ) -> Option<JournalError> {
+        match written {
+            Ok(()) => {
+                self.unjournaled.clear();
+                None
+            }
+            Err(error) => {
+                self.unjournaled
+                    .extend(finished.iter().copied().map(Unjournaled::Finished));
+                let removed: Vec<Unjournaled> = pruned
+                    .iter()
+                    .filter_map(|seq| self.tasks.get(seq))
+                    .map(|record| Unjournaled::Removed(Arc::clone(&record.id)))
+                    .collect();
+                self.unjournaled.extend(removed);
+                Some(error)
+            }
         }
     }
 
@@ -190,15 +277,31 @@ impl Registry {
     }
 
     /// Changes the limit. Admitted tasks and reservations stay; the history is
-    /// pruned to the new history limit at once.
-    pub(crate) fn set_max(&mut self, max: MaxAsyncTasks) {
+    /// pruned to the new history limit at once — in memory even when the
+    /// journal's write fails (the error is returned), since the limit must hold.
+    pub(crate) fn set_max(
+        &mut self,
+        max: MaxAsyncTasks,
+        journal: Option<&dyn Journal>,
+    ) -> Option<JournalError> {
         self.max = max;
         let admitted = self.admitted();
         self.over_limit = match max.limit() {
             Some(limit) if admitted > limit => admitted,
             _ => 0,
         };
-        self.prune();
+        let Some(journal) = journal else {
+            self.prune();
+            return None;
+        };
+        let pruned = self.prune_plan();
+        if pruned.is_empty() {
+            return None;
+        }
+        let written = self.write_change(journal, self.removed_entries(&pruned));
+        let error = self.settle(written, &[], &pruned);
+        self.remove(&pruned);
+        error
     }
 
     /// Running tasks plus outstanding reservations.
@@ -233,12 +336,14 @@ impl Registry {
 
     /// Registers a running task. With `reserved`, the task takes a reservation's
     /// slot instead of being checked against the limit (the reservation is spent
-    /// whatever the outcome).
+    /// whatever the outcome). The journal is told before anything changes; a
+    /// registration it could not record is refused.
     pub(crate) fn register(
         &mut self,
         input: RegisterTaskInput,
         now_ms: u64,
         reserved: bool,
+        journal: Option<&dyn Journal>,
     ) -> Result<AsyncTaskInfo, RegisterError> {
         let refused = if input.id.is_empty() {
             Some(RegisterError::EmptyId)
@@ -249,6 +354,20 @@ impl Registry {
         } else {
             self.check_limit().err().map(RegisterError::LimitReached)
         };
+        let refused = refused.or_else(|| {
+            let entry = JournalEntry::Registered {
+                id: &input.id,
+                subagent_name: &input.subagent_name,
+                goal_prompt: &input.goal_prompt,
+                launched_at: now_ms,
+                origin: input.origin.as_deref(),
+            };
+            let written = journal.map_or(Ok(()), |journal| self.write_change(journal, [entry]));
+            written.err().map(RegisterError::Journal)
+        });
+        if refused.is_none() && journal.is_some() {
+            self.unjournaled.clear();
+        }
         if let Some(refused) = refused {
             if reserved {
                 self.release_reservation();
@@ -288,13 +407,17 @@ impl Registry {
     }
 
     /// Applies a terminal transition. `None` when the task is unknown or not
-    /// running (the first transition wins).
+    /// running (the first transition wins). The transition and its pruning are
+    /// journaled before they are visible, and applied even when the journal's
+    /// write fails (a task must never stay running forever): the error comes
+    /// back in [`Finished`].
     pub(crate) fn finish(
         &mut self,
         id: &str,
         outcome: Terminal,
         now_ms: u64,
         snapshot: bool,
+        journal: Option<&dyn Journal>,
     ) -> Option<Finished> {
         let seq = *self.ids.get(id)?;
         let record = self.tasks.get_mut(&seq)?;
@@ -306,38 +429,90 @@ impl Registry {
         let token = record.finish(outcome, now_ms, self.next_finish)?;
         self.next_finish += 1;
         let status = record.status();
-        let finished = Finished {
-            task: snapshot.then(|| record.info()),
-            token,
-        };
+        let task = snapshot.then(|| record.info());
         self.finished_by_status[status_slot(status)] += 1;
         self.running.remove(&seq);
         self.pending.insert(seq);
         self.release_admission();
-        self.prune();
-        Some(finished)
+        let journal_error = match journal {
+            None => {
+                self.prune();
+                None
+            }
+            Some(journal) => {
+                let pruned = self.prune_plan();
+                let finished = self
+                    .tasks
+                    .get(&seq)
+                    .and_then(|record| record.finished_entry());
+                let written = self.write_change(
+                    journal,
+                    finished.into_iter().chain(self.removed_entries(&pruned)),
+                );
+                let error = self.settle(written, &[seq], &pruned);
+                self.remove(&pruned);
+                error
+            }
+        };
+        Some(Finished {
+            task,
+            token,
+            journal_error,
+        })
     }
 
-    pub(crate) fn mark_notified(&mut self, id: &str, now_ms: u64) -> bool {
+    /// Marks a terminal task notified and prunes. `Ok(false)` when the task is
+    /// unknown, running or already marked. The journal is told before the mark
+    /// is visible; when its write fails the mark is undone (the result stays
+    /// pending, so it is delivered again rather than lost).
+    pub(crate) fn mark_notified(
+        &mut self,
+        id: &str,
+        now_ms: u64,
+        journal: Option<&dyn Journal>,
+    ) -> Result<bool, JournalError> {
         let Some(&seq) = self.ids.get(id) else {
-            return false;
+            return Ok(false);
         };
         let Some(record) = self.tasks.get_mut(&seq) else {
-            return false;
+            return Ok(false);
         };
         if !record.mark_notified(now_ms) {
-            return false;
+            return Ok(false);
         }
-        let key = (record.completed_at, record.finish);
+        let key = record.delivered_key();
         self.pending.remove(&seq);
         self.delivered.insert(key, seq);
-        self.prune();
-        true
+        let Some(journal) = journal else {
+            self.prune();
+            return Ok(true);
+        };
+        let pruned = self.prune_plan();
+        let notified = JournalEntry::Notified {
+            id,
+            notified_at: now_ms,
+        };
+        let written = self.write_change(
+            journal,
+            std::iter::once(notified).chain(self.removed_entries(&pruned)),
+        );
+        if let Err(error) = written {
+            self.delivered.remove(&key);
+            self.pending.insert(seq);
+            if let Some(record) = self.tasks.get_mut(&seq) {
+                record.notified_at = None;
+            }
+            return Err(error);
+        }
+        self.unjournaled.clear();
+        self.remove(&pruned);
+        Ok(true)
     }
 
     /// Removes the oldest-finished notified tasks until at most the history limit
-    /// of terminal tasks remain. Un-notified tasks are never removed and never stop
-    /// the removal of others.
+    /// of terminal tasks remain — in place, for a registry with no journal to
+    /// tell (what [`prune_plan`](Self::prune_plan) and [`remove`](Self::remove)
+    /// do in two steps, without allocating the plan).
     fn prune(&mut self) {
         let limit = self.max.history_limit();
         while self.pending.len() + self.delivered.len() > limit {
@@ -350,6 +525,153 @@ impl Registry {
                 self.finished_by_status[status_slot(record.status())] -= 1;
             }
         }
+    }
+
+    /// The notified tasks that pruning removes now, oldest-finished first: as
+    /// many as the terminal tasks exceed the history limit by. Un-notified tasks
+    /// are never removed and never stop the removal of others.
+    fn prune_plan(&self) -> Vec<Seq> {
+        let excess =
+            (self.pending.len() + self.delivered.len()).saturating_sub(self.max.history_limit());
+        self.delivered.values().take(excess).copied().collect()
+    }
+
+    /// The journal entries for removing `seqs`.
+    fn removed_entries<'a>(&'a self, seqs: &'a [Seq]) -> impl Iterator<Item = JournalEntry<'a>> {
+        seqs.iter()
+            .filter_map(|seq| self.tasks.get(seq))
+            .map(|record| JournalEntry::Removed { id: &record.id })
+    }
+
+    /// Removes terminal tasks (the ones [`prune_plan`](Self::prune_plan) chose).
+    fn remove(&mut self, seqs: &[Seq]) {
+        for seq in seqs {
+            if let Some(record) = self.tasks.remove(seq) {
+                self.delivered.remove(&record.delivered_key());
+                self.pending.remove(seq);
+                self.ids.remove(&*record.id);
+                self.origins.remove(seq);
+                self.finished_by_status[status_slot(record.status())] -= 1;
+            }
+        }
+    }
+
+    /// A registry rebuilt from stored tasks (in registration order), every
+    /// index with it. Tasks stored as running ran in a process that has ended:
+    /// they become failed with an [interrupted error](StoredTask::interrupted_error)
+    /// at `now_ms`, ending after every stored task. Then the history is pruned.
+    /// The interrupted tasks and the pruning are journaled as one change; a
+    /// failed write is returned, and the registry is built all the same (as for
+    /// any terminal transition).
+    pub(crate) fn restore(
+        max: MaxAsyncTasks,
+        stored: Vec<StoredTask>,
+        now_ms: u64,
+        journal: Option<&dyn Journal>,
+    ) -> Result<(Registry, Option<JournalError>), RestoreError> {
+        let mut registry = Registry::new(max);
+        // (completed_at, stored finish order, seq) of the tasks stored terminal.
+        let mut ended = Vec::new();
+        let mut interrupted = Vec::new();
+        let mut last_order = 0;
+        for (index, task) in stored.into_iter().enumerate() {
+            if task.info.id.is_empty() {
+                return Err(RestoreError::EmptyId { index });
+            }
+            if registry.ids.contains_key(task.info.id.as_str()) {
+                return Err(RestoreError::DuplicateId(task.info.id));
+            }
+            if let Some(problem) = inconsistency(&task.info) {
+                return Err(RestoreError::Inconsistent {
+                    id: task.info.id,
+                    problem,
+                });
+            }
+            let seq = registry.next_seq;
+            registry.next_seq += 1;
+            let running = task.info.status == AsyncTaskStatus::Running;
+            let interrupted_error = if running {
+                task.interrupted_error()
+            } else {
+                String::new()
+            };
+            let StoredTask {
+                info,
+                origin,
+                finish_order,
+                process: _,
+            } = task;
+            // `inconsistency` let through only these shapes; the last arm is
+            // the running task, which ends now.
+            let stored_end = info.completed_at.unwrap_or(now_ms);
+            let (outcome, completed_at) = match (info.status, info.output, info.error) {
+                (AsyncTaskStatus::Completed, Some(output), _) => {
+                    (Outcome::Completed(Box::new(output)), stored_end)
+                }
+                (AsyncTaskStatus::Failed, _, Some(error)) => {
+                    (Outcome::Failed(Box::new(error)), stored_end)
+                }
+                (AsyncTaskStatus::Cancelled, _, _) => (Outcome::Cancelled, stored_end),
+                _ => (Outcome::Failed(Box::new(interrupted_error)), now_ms),
+            };
+            if running {
+                interrupted.push(seq);
+            } else {
+                ended.push((completed_at, finish_order, seq));
+                last_order = last_order.max(finish_order);
+            }
+            let id: Arc<str> = Arc::from(info.id);
+            let record = Record {
+                id: Arc::clone(&id),
+                subagent_name: info.subagent_name.into_boxed_str(),
+                goal_prompt: info.goal_prompt.into_boxed_str(),
+                launched_at: info.launched_at,
+                completed_at,
+                notified_at: info.notified_at,
+                finish: 0,
+                outcome,
+            };
+            if let Some(origin) = origin {
+                registry.origins.insert(seq, Arc::from(origin));
+            }
+            registry.ids.insert(id, seq);
+            registry.tasks.insert(seq, Box::new(record));
+        }
+        // Finish orders are ranks here (ties broken by registration order);
+        // new ones start above every stored order, so that a store keeping the
+        // journaled numbers orders old and new tasks alike.
+        ended.sort_unstable();
+        let ranks = ended.iter().map(|(_, _, seq)| *seq);
+        for (rank, seq) in (1..).zip(ranks) {
+            if let Some(record) = registry.tasks.get_mut(&seq) {
+                record.finish = rank;
+            }
+        }
+        registry.next_finish = last_order.max(ended.len() as u64) + 1;
+        for seq in &interrupted {
+            if let Some(record) = registry.tasks.get_mut(seq) {
+                record.finish = registry.next_finish;
+                registry.next_finish += 1;
+            }
+        }
+        for (seq, record) in &registry.tasks {
+            registry.finished_by_status[status_slot(record.status())] += 1;
+            if record.notified_at.is_some() {
+                registry.delivered.insert(record.delivered_key(), *seq);
+            } else {
+                registry.pending.insert(*seq);
+            }
+        }
+        let pruned = registry.prune_plan();
+        let written = journal.map_or(Ok(()), |journal| {
+            let finished = interrupted
+                .iter()
+                .filter_map(|seq| registry.tasks.get(seq)?.finished_entry());
+            registry.write_change(journal, finished.chain(registry.removed_entries(&pruned)))
+        });
+        let journal_error = registry.settle(written, &interrupted, &pruned);
+        registry.remove(&pruned);
+        Ok((registry, journal_error))
     }
 
     pub(crate) fn task(&self, id: &str) -> Option<AsyncTaskInfo> {
@@ -512,6 +834,18 @@ impl Registry {
         {
             return Err(format!("an origin is kept for task #{seq}, which is gone"));
         }
+        for missed in &self.unjournaled {
+            if let Unjournaled::Finished(seq) = missed
+                && self
+                    .tasks
+                    .get(seq)
+                    .is_none_or(|record| !record.status().is_terminal())
+            {
+                return Err(format!(
+                    "a transition awaiting the journal names task #{seq}, which is not held terminal"
+                ));
+            }
+        }
         let terminal = pending.len() + delivered.len();
         let history = self.max.history_limit();
         // Pruning skips, never stops: above the limit, no notified task may remain.
@@ -571,7 +905,12 @@ mod tests {
 
     fn run(registry: &mut Registry, id: &str, now: u64) {
         registry
-            .register(RegisterTaskInput::new(id, "agent", "goal"), now, false)
+            .register(
+                RegisterTaskInput::new(id, "agent", "goal"),
+                now,
+                false,
+                None,
+            )
             .unwrap();
     }
 
@@ -587,12 +926,14 @@ mod tests {
         }
         // All finish at t=5, in the order c, a, b.
         for id in ["c", "a", "b"] {
-            registry.finish(id, Terminal::Cancelled, 5, false).unwrap();
+            registry
+                .finish(id, Terminal::Cancelled, 5, false, None)
+                .unwrap();
         }
         for id in ["a", "b", "c"] {
-            assert!(registry.mark_notified(id, 6));
+            assert_eq!(registry.mark_notified(id, 6, None), Ok(true));
         }
-        registry.set_max(MaxAsyncTasks::new(1).unwrap()); // history 2
+        assert_eq!(registry.set_max(MaxAsyncTasks::new(1).unwrap(), None), None); // history 2
         assert_eq!(
             ids(&registry),
             ["a", "b"],
@@ -608,21 +949,24 @@ mod tests {
             run(&mut registry, id, 0);
         }
         registry.reserve().unwrap();
-        registry.set_max(MaxAsyncTasks::new(2).unwrap());
+        assert_eq!(registry.set_max(MaxAsyncTasks::new(2).unwrap(), None), None);
         assert_eq!(registry.over_limit, 4);
         registry.check_invariants().unwrap();
         registry
-            .finish("a", Terminal::Failed("x".into()), 1, false)
+            .finish("a", Terminal::Failed("x".into()), 1, false, None)
             .unwrap();
         assert_eq!(registry.over_limit, 3);
         // Spending the reservation keeps the admitted count, and the allowance.
         registry
-            .register(RegisterTaskInput::new("r", "agent", "goal"), 2, true)
+            .register(RegisterTaskInput::new("r", "agent", "goal"), 2, true, None)
             .unwrap();
         assert_eq!((registry.admitted(), registry.over_limit), (3, 3));
         registry.check_invariants().unwrap();
         assert!(registry.check_limit().is_err());
-        registry.set_max(MaxAsyncTasks::new(10).unwrap());
+        assert_eq!(
+            registry.set_max(MaxAsyncTasks::new(10).unwrap(), None),
+            None
+        );
         assert_eq!(registry.over_limit, 0);
     }
 
@@ -632,12 +976,12 @@ mod tests {
         run(&mut registry, "t", 10);
         let output = OutputObject::new(TerminateReason::MaxTurns).with_final_message("bye");
         let finished = registry
-            .finish("t", Terminal::Completed(output.clone()), 20, true)
+            .finish("t", Terminal::Completed(output.clone()), 20, true, None)
             .unwrap();
         let mut expected = AsyncTaskInfo::new("t", "agent", "goal", 10);
         expected.complete(output, 20);
         assert_eq!(finished.task, Some(expected.clone()));
-        assert!(registry.mark_notified("t", 30));
+        assert_eq!(registry.mark_notified("t", 30, None), Ok(true));
         expected.mark_notified(30);
         assert_eq!(registry.task("t"), Some(expected));
     }
@@ -648,12 +992,12 @@ mod tests {
         run(&mut registry, "t", 0);
         assert!(
             registry
-                .finish("t", Terminal::Failed("first".into()), 1, false)
+                .finish("t", Terminal::Failed("first".into()), 1, false, None)
                 .is_some()
         );
         assert!(
             registry
-                .finish("t", Terminal::Cancelled, 2, false)
+                .finish("t", Terminal::Cancelled, 2, false, None)
                 .is_none()
         );
         let task = registry.task("t").unwrap();

@@ -19,10 +19,13 @@
 //! - [`TodoContinuationService`] nudges the model to keep working on active
 //!   todos, with fixed constants, conditions, reasons and prompt texts;
 //! - [`AsyncTaskRuntime`] wires it all: registry, tools, delivery, settings and
-//!   shutdown.
+//!   shutdown; with [`AsyncTaskRuntimeBuilder::journal`] the registry is kept in
+//!   a store and restored from it, so results survive a crashed host.
 //!
-//! What it does not do: talk to a model or run subagents. The host brings an
-//! [`AgentHost`] (optional) and a [`SubagentRunner`](asynctask_tools::SubagentRunner).
+//! What it does not do: talk to a model, run subagents, or hold a database. The
+//! host brings an [`AgentHost`] (optional), a
+//! [`SubagentRunner`](asynctask_tools::SubagentRunner), and, to survive restarts, a
+//! [`Journal`](asynctask_manager::Journal) (`asynctask-store` has one on SQLite).
 //!
 //! # Example
 //!

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, Subscription};
+use asynctask_manager::{AsyncTaskManager, Journal, RestoreError, StoredTask, Subscription};
 use asynctask_model::{Clock, InvalidMaxAsyncTasks, MaxAsyncTasks, SystemClock, Todo};
 use asynctask_tools::{
     CheckAsyncTasksTool, MessageAsyncTaskTool, PauseSignal, SubagentRunner, SyncDetach,
@@ -102,6 +102,7 @@ pub struct AsyncTaskRuntimeBuilder {
     runner: Option<Arc<dyn SubagentRunner>>,
     timeouts: TaskTimeouts,
     sync_detach: Option<SyncDetach>,
+    journal: Option<(Arc<dyn Journal>, Vec<StoredTask>)>,
 }
 
 impl AsyncTaskRuntimeBuilder {
@@ -149,11 +150,51 @@ impl AsyncTaskRuntimeBuilder {
         self
     }
 
+    /// Keeps the registry in `journal` — a store, such as `asynctask-store`'s
+    /// `Store` — starting from `restored`, the tasks the store held (in
+    /// registration order; empty for a new store). Without it the registry
+    /// lives in memory only.
+    ///
+    /// The registry is rebuilt with [`AsyncTaskManager::restore`]: tasks that
+    /// were running when the last process ended come back failed, as
+    /// interrupted; results the model was not told about are still pending.
+    /// With a [host](Self::host), pending results are delivered as soon as the
+    /// runtime is built (when the agent is idle); without one, the next
+    /// [`next_turn_reminder`](AsyncTaskRuntime::next_turn_reminder) carries
+    /// them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use asynctask_manager::{Journal, JournalEntry, JournalError, StoredTask};
+    /// use asynctask_model::AsyncTaskInfo;
+    /// use asynctask_runtime::AsyncTaskRuntime;
+    ///
+    /// /// Keeps nothing (a real host uses a store).
+    /// struct Nowhere;
+    /// impl Journal for Nowhere {
+    ///     fn record(&self, _: &[JournalEntry<'_>]) -> Result<(), JournalError> { Ok(()) }
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let was_running = StoredTask::new(AsyncTaskInfo::new("a1", "researcher", "map the code", 1_000));
+    /// let runtime = AsyncTaskRuntime::builder().journal(Arc::new(Nowhere), vec![was_running]).build();
+    /// let reminder = runtime.next_turn_reminder().expect("the interrupted task is pending");
+    /// assert!(reminder.text.contains("interrupted: the process running this task ended"));
+    /// # });
+    /// ```
+    pub fn journal(mut self, journal: Arc<dyn Journal>, restored: Vec<StoredTask>) -> Self {
+        self.journal = Some((journal, restored));
+        self
+    }
+
     /// Builds the runtime.
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime (the auto-trigger spawns its deliveries there). Use
+    /// Outside a tokio runtime (the auto-trigger spawns its deliveries there), or
+    /// when the [restored](Self::journal) tasks are not a registry. Use
     /// [`try_build`](Self::try_build) to get an error instead.
     #[must_use]
     pub fn build(self) -> AsyncTaskRuntime {
@@ -167,11 +208,20 @@ impl AsyncTaskRuntimeBuilder {
     ///
     /// # Errors
     ///
-    /// [`BuildError::NoTokioRuntime`] when called outside a tokio runtime.
+    /// [`BuildError::NoTokioRuntime`] when called outside a tokio runtime,
+    /// [`BuildError::Restore`] when the restored tasks are not a registry.
     pub fn try_build(self) -> Result<AsyncTaskRuntime, BuildError> {
         let handle = Handle::try_current().map_err(|_| BuildError::NoTokioRuntime)?;
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        let manager = AsyncTaskManager::with_clock(self.max_async_tasks, Arc::clone(&clock));
+        let manager = match self.journal {
+            Some((journal, restored)) => AsyncTaskManager::restore(
+                self.max_async_tasks,
+                Arc::clone(&clock),
+                journal,
+                restored,
+            )?,
+            None => AsyncTaskManager::with_clock(self.max_async_tasks, Arc::clone(&clock)),
+        };
         let reminders = AsyncTaskReminderService::new(manager.clone());
         let claims = Arc::new(ClaimLedger::new(manager.clone()));
         let delivery = Arc::new(Delivery::new(
@@ -205,6 +255,11 @@ impl AsyncTaskRuntimeBuilder {
         let message_tool = task_tool
             .as_ref()
             .map(|_| Arc::new(MessageAsyncTaskTool::new(manager.clone())));
+        // Results restored from a journal are delivered like any other; no
+        // event announces them.
+        if manager.has_pending_notifications() {
+            delivery.poke();
+        }
         Ok(AsyncTaskRuntime {
             check_tool: Arc::new(CheckAsyncTasksTool::new(manager.clone())),
             message_tool,
@@ -232,6 +287,10 @@ impl fmt::Debug for AsyncTaskRuntimeBuilder {
             .field("runner", &self.runner.is_some())
             .field("timeouts", &self.timeouts)
             .field("sync_detach", &self.sync_detach)
+            .field(
+                "journal",
+                &self.journal.as_ref().map(|(_, restored)| restored.len()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -243,6 +302,10 @@ pub enum BuildError {
     /// `build` was called outside a tokio runtime.
     #[error("AsyncTaskRuntime must be built inside a tokio runtime")]
     NoTokioRuntime,
+    /// The tasks given to [`journal`](AsyncTaskRuntimeBuilder::journal) are not
+    /// a registry.
+    #[error("the stored tasks cannot be restored")]
+    Restore(#[from] RestoreError),
 }
 
 /// A setting was refused; the `Display` is the message to show the user.

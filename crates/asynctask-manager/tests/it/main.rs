@@ -1,7 +1,9 @@
 //! Integration tests of `asynctask-manager` through its public API, as a host uses it.
 
 mod api;
+mod journal;
 mod races;
+mod replica;
 mod state_machine;
 
 use std::sync::Arc;

@@ -2,13 +2,21 @@
 //! operation sequences with `proptest-state-machine`. After every step every query
 //! is compared and `check_invariants` must pass.
 //!
+//! Most cases run a journaled manager whose journal is a [`Replica`]. After every
+//! step the replica must hold exactly the registry, and replaying it
+//! (`AsyncTaskManager::restore`) must rebuild exactly the registry the operations
+//! built — running tasks aside, which come back as interrupted failures. The
+//! `Restart` operation goes further: it replaces the manager with the restored
+//! one, and the model carries on, so the restored registry must also *behave*
+//! exactly like the original (pruning order, limits, origins).
+//!
 //! Cases default to 1,000; set `ASYNCTASK_PROPTEST_CASES` for longer runs.
 
 use std::sync::{Arc, Mutex};
 
 use asynctask_manager::{
-    AsyncTaskManager, PrefixMatch, RegisterError, Reservation, Subscription, TaskCounts,
-    check_invariants,
+    AsyncTaskManager, INTERRUPTED_ERROR, PrefixMatch, RegisterError, Reservation, Subscription,
+    TaskCounts, check_invariants,
 };
 use asynctask_model::arbitrary::{max_async_tasks, output_object};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject};
@@ -16,6 +24,8 @@ use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
+
+use crate::replica::{PROCESS, Replica};
 
 /// Ids that share prefixes and mix multi-byte characters.
 const IDS: &[&str] = &[
@@ -30,6 +40,8 @@ const IDS: &[&str] = &[
     "🦀x",
     "z",
 ];
+/// Who launches a task, when the registration says.
+const ORIGINS: &[&str] = &["session-1", "session-2"];
 /// Prefixes to query after every step.
 const PREFIXES: &[&str] = &[
     "",
@@ -54,7 +66,7 @@ fn cases() -> u32 {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Register(&'static str),
+    Register(&'static str, Option<&'static str>),
     Reserve,
     DropReservation(Index),
     RegisterReserved(Index, &'static str),
@@ -64,6 +76,8 @@ enum Op {
     MarkNotified(&'static str),
     SetMax(MaxAsyncTasks),
     Advance(u64),
+    /// The process ends and a new one restores the registry from the journal.
+    Restart,
 }
 
 /// What the last operation should have answered.
@@ -79,11 +93,14 @@ enum Outcome {
 #[derive(Debug, Clone)]
 struct RefTask {
     info: AsyncTaskInfo,
+    origin: Option<String>,
     finish: u64,
 }
 
 #[derive(Debug, Clone)]
 struct Model {
+    /// The manager journals to a replica (and may restart).
+    journaled: bool,
     max: MaxAsyncTasks,
     /// One flag per reservation ever taken: still held?
     reservations: Vec<bool>,
@@ -114,16 +131,35 @@ impl Model {
         self.tasks.iter_mut().find(|t| t.info.id == id)
     }
 
-    fn register(&mut self, id: &str) -> Outcome {
+    fn register(&mut self, id: &str, origin: Option<&str>) -> Outcome {
         if self.tasks.iter().any(|t| t.info.id == id) {
             return Outcome::Refused(RegisterError::DuplicateId(id.to_owned()));
         }
         let info = AsyncTaskInfo::new(id, "agent", format!("goal {id}"), self.now);
         self.tasks.push(RefTask {
             info: info.clone(),
+            origin: origin.map(str::to_owned),
             finish: 0,
         });
         Outcome::Registered(info)
+    }
+
+    /// The registry a restore from the journal builds: running tasks failed as
+    /// interrupted now, ending after every other task (in registration order),
+    /// reservations gone, then the history pruned. No events.
+    fn restarted(&self) -> Model {
+        let mut model = self.clone();
+        let error = format!("{INTERRUPTED_ERROR} ({PROCESS}, killed or crashed)");
+        let now = model.now;
+        for task in &mut model.tasks {
+            if task.info.fail(error.clone(), now) {
+                model.finish_counter += 1;
+                task.finish = model.finish_counter;
+            }
+        }
+        model.reservations.iter_mut().for_each(|held| *held = false);
+        model.prune();
+        model
     }
 
     fn finish(
@@ -182,8 +218,9 @@ impl ReferenceStateMachine for RegistryModel {
     type Transition = Op;
 
     fn init_state() -> BoxedStrategy<Model> {
-        max_async_tasks()
-            .prop_map(|max| Model {
+        (max_async_tasks(), prop::bool::weighted(0.75))
+            .prop_map(|(max, journaled)| Model {
+                journaled,
                 max,
                 reservations: Vec::new(),
                 now: 1_000,
@@ -195,10 +232,11 @@ impl ReferenceStateMachine for RegistryModel {
             .boxed()
     }
 
-    fn transitions(_state: &Model) -> BoxedStrategy<Op> {
+    fn transitions(state: &Model) -> BoxedStrategy<Op> {
         let id = || prop::sample::select(IDS);
-        prop_oneof![
-            6 => id().prop_map(Op::Register),
+        let origin = prop::option::of(prop::sample::select(ORIGINS));
+        let ops = prop_oneof![
+            6 => (id(), origin).prop_map(|(id, origin)| Op::Register(id, origin)),
             2 => Just(Op::Reserve),
             1 => any::<Index>().prop_map(Op::DropReservation),
             2 => (any::<Index>(), id()).prop_map(|(i, id)| Op::RegisterReserved(i, id)),
@@ -211,13 +249,23 @@ impl ReferenceStateMachine for RegistryModel {
                 1 => max_async_tasks(),
             ].prop_map(Op::SetMax),
             2 => prop_oneof![Just(0u64), 1u64..5_000].prop_map(Op::Advance),
-        ]
-        .boxed()
+        ];
+        if state.journaled {
+            // About two restarts in a 60-step case.
+            prop_oneof![26 => ops, 1 => Just(Op::Restart)].boxed()
+        } else {
+            ops.boxed()
+        }
+    }
+
+    fn preconditions(state: &Model, op: &Op) -> bool {
+        // Shrinking may drop the journal; a restart needs one.
+        state.journaled || !matches!(op, Op::Restart)
     }
 
     fn apply(mut state: Model, op: &Op) -> Model {
         state.outcome = match op {
-            Op::Register(id) => {
+            Op::Register(id, origin) => {
                 if state.tasks.iter().any(|t| t.info.id == *id) {
                     Outcome::Refused(RegisterError::DuplicateId((*id).to_owned()))
                 } else if !state.admits() {
@@ -227,7 +275,7 @@ impl ReferenceStateMachine for RegistryModel {
                         },
                     ))
                 } else {
-                    state.register(id)
+                    state.register(id, *origin)
                 }
             }
             Op::Reserve => {
@@ -251,7 +299,7 @@ impl ReferenceStateMachine for RegistryModel {
                     let i = index.index(state.reservations.len());
                     if state.reservations[i] {
                         state.reservations[i] = false;
-                        state.register(id)
+                        state.register(id, None)
                     } else {
                         Outcome::None
                     }
@@ -279,6 +327,10 @@ impl ReferenceStateMachine for RegistryModel {
                 state.now += ms;
                 Outcome::None
             }
+            Op::Restart => {
+                state = state.restarted();
+                Outcome::None
+            }
         };
         state
     }
@@ -287,9 +339,33 @@ impl ReferenceStateMachine for RegistryModel {
 struct System {
     manager: AsyncTaskManager,
     clock: ManualClock,
+    /// The journal, for a journaled model.
+    replica: Option<Arc<Replica>>,
     reservations: Vec<Option<Reservation>>,
     events: Arc<Mutex<Vec<(String, AsyncTaskStatus)>>>,
     _subscription: Subscription,
+}
+
+/// Logs every event into `events`.
+fn log_events(
+    manager: &AsyncTaskManager,
+    events: &Arc<Mutex<Vec<(String, AsyncTaskStatus)>>>,
+) -> Subscription {
+    let log = Arc::clone(events);
+    manager.subscribe(move |event| {
+        log.lock()
+            .expect("event log lock")
+            .push((event.task().id.clone(), event.status()));
+    })
+}
+
+/// The tasks as the model says a store holds them (running ones still running).
+fn stored(model: &Model) -> Vec<(AsyncTaskInfo, Option<String>)> {
+    model
+        .tasks
+        .iter()
+        .map(|t| (t.info.clone(), t.origin.clone()))
+        .collect()
 }
 
 struct ManagerTest;
@@ -300,17 +376,23 @@ impl StateMachineTest for ManagerTest {
 
     fn init_test(model: &Model) -> System {
         let clock = ManualClock::new(model.now);
-        let manager = AsyncTaskManager::with_clock(model.max, Arc::new(clock.clone()));
+        let replica = model.journaled.then(|| Arc::new(Replica::default()));
+        let manager = match &replica {
+            Some(replica) => AsyncTaskManager::restore(
+                model.max,
+                Arc::new(clock.clone()),
+                Arc::clone(replica) as _,
+                Vec::new(),
+            )
+            .expect("an empty restore"),
+            None => AsyncTaskManager::with_clock(model.max, Arc::new(clock.clone())),
+        };
         let events = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&events);
-        let subscription = manager.subscribe(move |event| {
-            log.lock()
-                .expect("event log lock")
-                .push((event.task().id.clone(), event.status()));
-        });
+        let subscription = log_events(&manager, &events);
         System {
             manager,
             clock,
+            replica,
             reservations: Vec::new(),
             events,
             _subscription: subscription,
@@ -325,7 +407,13 @@ impl StateMachineTest for ManagerTest {
             Err(err) => Outcome::Refused(err),
         };
         let outcome = match op {
-            Op::Register(id) => registered(sys.manager.register_task(input(id))),
+            Op::Register(id, origin) => {
+                let input = match origin {
+                    Some(origin) => input(id).with_origin(origin),
+                    None => input(id),
+                };
+                registered(sys.manager.register_task(input))
+            }
             Op::Reserve => match sys.manager.reserve() {
                 Ok(reservation) => {
                     sys.reservations.push(Some(reservation));
@@ -361,6 +449,20 @@ impl StateMachineTest for ManagerTest {
             }
             Op::Advance(ms) => {
                 sys.clock.advance(ms);
+                Outcome::None
+            }
+            Op::Restart => {
+                let replica = sys.replica.clone().expect("only journaled models restart");
+                // The old process is gone, and its reservations with it.
+                sys.reservations.iter_mut().for_each(|held| *held = None);
+                sys.manager = AsyncTaskManager::restore(
+                    model.max,
+                    Arc::new(sys.clock.clone()),
+                    Arc::clone(&replica) as _,
+                    replica.tasks(),
+                )
+                .expect("the replica holds a registry");
+                sys._subscription = log_events(&sys.manager, &sys.events);
                 Outcome::None
             }
         };
@@ -421,7 +523,53 @@ impl StateMachineTest for ManagerTest {
             );
         }
         assert_eq!(*sys.events.lock().expect("event log lock"), model.events);
+        for id in IDS {
+            let origin = model.tasks.iter().find(|t| t.info.id == *id);
+            assert_eq!(manager.origin(id), origin.and_then(|t| t.origin.clone()));
+        }
+        if let Some(replica) = &sys.replica {
+            check_replay(replica, model);
+        }
     }
+}
+
+/// The journal holds exactly the registry, and replaying it rebuilds the
+/// registry (running tasks as interrupted failures), itself journaled right.
+fn check_replay(replica: &Replica, model: &Model) {
+    assert_eq!(replica.problems(), Vec::<String>::new());
+    let held: Vec<(AsyncTaskInfo, Option<String>)> = replica
+        .tasks()
+        .into_iter()
+        .map(|t| (t.info, t.origin))
+        .collect();
+    assert_eq!(held, stored(model), "the journal holds the registry");
+
+    let expected = model.restarted();
+    let again = Arc::new(Replica::holding(replica.tasks()));
+    let clock = ManualClock::new(model.now);
+    let restored = AsyncTaskManager::restore(
+        model.max,
+        Arc::new(clock),
+        Arc::clone(&again) as _,
+        replica.tasks(),
+    )
+    .expect("the replica holds a registry");
+    check_invariants(&restored).expect("a restored registry keeps the invariants");
+    let rebuilt: Vec<(AsyncTaskInfo, Option<String>)> = restored
+        .tasks()
+        .into_iter()
+        .map(|t| {
+            let origin = restored.origin(&t.id);
+            (t, origin)
+        })
+        .collect();
+    assert_eq!(rebuilt, stored(&expected), "replay rebuilds the registry");
+    assert_eq!(restored.counts().running, 0);
+    assert_eq!(restored.max_async_tasks(), model.max);
+    // The restore journaled its interruptions and pruning: the store now holds
+    // the restored registry.
+    assert_eq!(again.problems(), Vec::<String>::new());
+    assert_eq!(again.infos(), restored.tasks());
 }
 
 prop_state_machine! {

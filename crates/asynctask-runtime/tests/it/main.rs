@@ -3,6 +3,7 @@
 
 mod continuation;
 mod delivery;
+mod journal;
 mod ledger;
 mod reminders;
 mod shutdown;

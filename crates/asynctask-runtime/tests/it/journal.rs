@@ -1,0 +1,123 @@
+//! The runtime on a journal: restored results are delivered at once, a
+//! delivery the journal cannot record is retried with backoff, and tasks that
+//! are not a registry are refused at build.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use asynctask_manager::{
+    INTERRUPTED_ERROR, Journal, JournalEntry, JournalError, RegisterTaskInput, RestoreError,
+    StoredTask,
+};
+use asynctask_model::{AsyncTaskInfo, ManualClock, OutputObject, TerminateReason};
+use asynctask_runtime::{AgentHost, AsyncTaskRuntime, BuildError};
+use pretty_assertions::assert_eq;
+
+use crate::{FakeHost, settle};
+
+/// A journal that keeps nothing, and refuses marks while `failing`.
+#[derive(Default)]
+struct Journaled {
+    failing: AtomicBool,
+}
+
+impl Journal for Journaled {
+    fn record(&self, entries: &[JournalEntry<'_>]) -> Result<(), JournalError> {
+        let marks = entries
+            .iter()
+            .any(|entry| matches!(entry, JournalEntry::Notified { .. }));
+        if marks && self.failing.load(Ordering::SeqCst) {
+            return Err(JournalError::new("injected: disk full"));
+        }
+        Ok(())
+    }
+}
+
+fn runtime_on(
+    host: &Arc<FakeHost>,
+    journal: &Arc<Journaled>,
+    restored: Vec<StoredTask>,
+) -> AsyncTaskRuntime {
+    AsyncTaskRuntime::builder()
+        .clock(Arc::new(ManualClock::new(50_000)))
+        .host(Arc::clone(host) as Arc<dyn AgentHost>)
+        .journal(Arc::clone(journal) as Arc<dyn Journal>, restored)
+        .build()
+}
+
+#[tokio::test(start_paused = true)]
+async fn restored_results_are_delivered_as_soon_as_the_runtime_is_built() {
+    let mut finished = AsyncTaskInfo::new("c1", "researcher", "map the code", 1_000);
+    finished.complete(OutputObject::new(TerminateReason::Goal), 2_000);
+    let mut delivered = AsyncTaskInfo::new("d1", "researcher", "old news", 1_000);
+    delivered.cancel(1_500);
+    delivered.mark_notified(1_600);
+    let restored = vec![
+        StoredTask::new(AsyncTaskInfo::new("r1", "tester", "run the suite", 1_000))
+            .with_process("pid 4242"),
+        StoredTask::new(finished),
+        StoredTask::new(delivered),
+    ];
+    let host = Arc::new(FakeHost::default());
+    let runtime = runtime_on(&host, &Arc::new(Journaled::default()), restored);
+    settle().await;
+    let woken = host.delivered();
+    assert_eq!(host.delivered_ids(), [["r1", "c1"]]);
+    assert!(
+        woken[0].text.contains(&format!(
+            "{INTERRUPTED_ERROR} (pid 4242, killed or crashed)"
+        )),
+        "{}",
+        woken[0].text
+    );
+    assert!(!runtime.reminders().has_pending_notifications());
+    runtime.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delivery_the_journal_cannot_record_is_retried_with_backoff_not_in_a_hot_loop() {
+    let host = Arc::new(FakeHost::default());
+    let journal = Arc::new(Journaled::default());
+    journal.failing.store(true, Ordering::SeqCst);
+    let runtime = runtime_on(&host, &journal, Vec::new());
+    runtime
+        .manager()
+        .register_task(RegisterTaskInput::new("a", "researcher", "goal"))
+        .expect("admitted");
+    runtime
+        .manager()
+        .complete_task("a", OutputObject::new(TerminateReason::Goal));
+    settle().await;
+    assert_eq!(host.attempts(), 1);
+    assert!(
+        runtime.reminders().has_pending_notifications(),
+        "not marked"
+    );
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(host.attempts(), 1, "no hot loop");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(host.attempts(), 2, "delivered again after 1 s");
+
+    journal.failing.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(host.attempts(), 3, "and after 2 s more, recorded this time");
+    assert!(!runtime.reminders().has_pending_notifications());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(host.delivered_ids(), [["a"], ["a"], ["a"]]);
+    runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn stored_tasks_that_are_not_a_registry_are_refused_at_build() {
+    let task = StoredTask::new(AsyncTaskInfo::new("a", "r", "g", 0));
+    let refused = AsyncTaskRuntime::builder()
+        .journal(Arc::new(Journaled::default()), vec![task.clone(), task])
+        .try_build()
+        .expect_err("a repeated id");
+    assert_eq!(
+        refused,
+        BuildError::Restore(RestoreError::DuplicateId("a".into()))
+    );
+    assert_eq!(refused.to_string(), "the stored tasks cannot be restored");
+}

@@ -1,0 +1,60 @@
+//! The latency distribution of one journaled round (register, complete,
+//! mark_notified) under each durability: median, p90, p99 and max, timed one
+//! round at a time (divan's benchmarks give medians only).
+//!
+//! Run with `cargo run --release -p asynctask-store --example latency -- 20000`
+//! (the argument is the number of rounds; 200 by default, to stay quick).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_store::{Durability, Store};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let rounds: usize = match std::env::args().nth(1) {
+        Some(rounds) => rounds.parse()?,
+        None => 200,
+    };
+    println!("{rounds} rounds of register + complete + mark_notified, one at a time");
+    println!("| durability | median | p90 | p99 | max |");
+    println!("|---|---|---|---|---|");
+    for durability in [Durability::PowerLoss, Durability::ProcessCrash] {
+        let dir = tempfile::tempdir()?;
+        let (store, restored) = Store::open_with(dir.path().join("tasks.db"), durability)?;
+        let manager = AsyncTaskManager::restore(
+            MaxAsyncTasks::UNLIMITED,
+            Arc::new(ManualClock::new(1_000)),
+            Arc::new(store),
+            restored,
+        )?;
+        let output = OutputObject::new(TerminateReason::Goal).with_final_message("done");
+        // Warm-up: the first rounds create the WAL and prepare the statements.
+        let warm_up = rounds / 10 + 10;
+        let mut samples = Vec::with_capacity(rounds);
+        for n in 0..warm_up + rounds {
+            let id = format!("{n:016x}");
+            let started = Instant::now();
+            manager.register_task(RegisterTaskInput::new(&*id, "researcher", "map the code"))?;
+            manager.complete_task(&id, output.clone());
+            manager.mark_notified(&id);
+            if n >= warm_up {
+                samples.push(started.elapsed());
+            }
+        }
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let index = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+            samples.get(index).copied().unwrap_or(Duration::ZERO)
+        };
+        println!(
+            "| {durability:?} | {:.1?} | {:.1?} | {:.1?} | {:.1?} |",
+            at(0.5),
+            at(0.9),
+            at(0.99),
+            samples.last().copied().unwrap_or(Duration::ZERO),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! Opening a store: a new one, one in use by another process (alive or dead),
+//! one written by a newer schema, a damaged or foreign file.
+
+use std::error::Error;
+use std::path::Path;
+
+use asynctask_store::{SCHEMA_VERSION, Store, StoreError};
+use pretty_assertions::assert_eq;
+
+use crate::ChildProcess;
+use crate::child::{GRANDCHILD_ENV, STORE_ENV};
+
+fn store_path(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("tasks.db")
+}
+
+#[test]
+fn a_new_store_creates_its_directory_and_records_its_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("one").join("two").join("tasks.db");
+    let (store, restored) = Store::open(&path).unwrap();
+    assert!(restored.is_empty());
+    assert_eq!(store.path(), path);
+    let holder = std::fs::read_to_string(dir.path().join("one/two/tasks.db.lock")).unwrap();
+    assert_eq!(holder, format!("{}\n", std::process::id()));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for created in ["one", "one/two"] {
+            let mode = std::fs::metadata(dir.path().join(created))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{created}");
+        }
+    }
+    drop(store);
+    let (_store, restored) = Store::open(&path).unwrap();
+    assert!(restored.is_empty(), "reopened");
+}
+
+#[test]
+fn a_second_open_in_this_process_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_store, _) = Store::open(store_path(&dir)).unwrap();
+    let refused = Store::open(store_path(&dir)).unwrap_err();
+    let StoreError::Locked { pid, .. } = &refused else {
+        panic!("expected Locked, got {refused:?}");
+    };
+    assert_eq!(*pid, Some(std::process::id()));
+}
+
+#[test]
+fn a_store_open_in_another_process_is_refused_naming_its_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    let mut holder = ChildProcess::start("hold", &[(STORE_ENV, path.display().to_string())]);
+    let line = holder.next_line().expect("the holder reports");
+    assert_eq!(line, format!("locked {}", holder.process.id()));
+
+    let refused = Store::open(&path).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "the task store {} is in use by another process (pid {})",
+            path.display(),
+            holder.process.id()
+        )
+    );
+    // The holder closes the store and exits: the store is ours.
+    drop(holder.process.stdin.take());
+    let status = holder.process.wait().unwrap();
+    assert!(status.success());
+    Store::open(&path).unwrap();
+}
+
+#[cfg(unix)]
+#[test]
+fn a_lock_held_by_a_killed_process_is_free_even_while_its_subagents_live() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    let mut holder = ChildProcess::start(
+        "hold",
+        &[
+            (STORE_ENV, path.display().to_string()),
+            (GRANDCHILD_ENV, "1".to_owned()),
+        ],
+    );
+    let grandchild: i32 = holder
+        .next_line()
+        .and_then(|line| line.strip_prefix("grandchild ")?.parse().ok())
+        .expect("the holder starts a subagent");
+    assert!(
+        holder
+            .next_line()
+            .is_some_and(|line| line.starts_with("locked"))
+    );
+    assert!(matches!(Store::open(&path), Err(StoreError::Locked { .. })));
+
+    holder.kill(); // SIGKILL: no destructor runs, the lock file stays behind
+    let grandchild = Pid::from_raw(grandchild);
+    assert_eq!(
+        kill(grandchild, None),
+        Ok(()),
+        "the subagent outlives its host"
+    );
+    let opened = Store::open(&path);
+    let _ = kill(grandchild, Signal::SIGKILL);
+    let (_store, _) = opened.expect("a dead holder's lock is free");
+}
+
+#[test]
+fn a_store_written_by_a_newer_schema_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    drop(Store::open(&path).unwrap());
+    let newer = SCHEMA_VERSION + 98;
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection
+        .pragma_update(None, "user_version", newer)
+        .unwrap();
+    connection
+        .pragma_update(None, "journal_mode", "delete")
+        .unwrap();
+    drop(connection);
+
+    let refused = Store::open(&path).unwrap_err();
+    assert!(matches!(
+        refused,
+        StoreError::NewerSchema { found, supported, .. } if found == newer && supported == SCHEMA_VERSION
+    ));
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "the task store {} has schema version {newer}, newer than the version {SCHEMA_VERSION} \
+             this asynctask knows: use a newer asynctask, or another store",
+            path.display()
+        )
+    );
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = connection
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete", "not even its journal mode was changed");
+}
+
+fn assert_corrupt(path: &Path) {
+    let error = Store::open(path).expect_err("a damaged file is refused");
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "the task store {} is not a database or is damaged",
+            path.display()
+        )
+    );
+    assert!(error.source().is_some(), "SQLite's own error is kept");
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    std::fs::write(&path, "{\"tasks\": []}\n".repeat(100)).unwrap();
+    assert_corrupt(&path);
+}
+
+#[test]
+fn a_damaged_database_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    let (store, _) = Store::open(&path).unwrap();
+    let manager = asynctask_manager::AsyncTaskManager::restore(
+        asynctask_model::MaxAsyncTasks::UNLIMITED,
+        std::sync::Arc::new(asynctask_model::SystemClock),
+        std::sync::Arc::new(store),
+        Vec::new(),
+    )
+    .unwrap();
+    for n in 0..300 {
+        let id = format!("task-{n}");
+        manager
+            .register_task(asynctask_manager::RegisterTaskInput::new(
+                &*id,
+                "tester",
+                "x".repeat(200),
+            ))
+            .unwrap();
+    }
+    drop(manager);
+    let wal = path.with_extension("db-wal");
+    assert!(!wal.exists(), "closing the store checkpointed its log");
+    // Scribble over everything after the file's 100-byte header: the schema
+    // and the tasks no longer parse.
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 16_384, "several pages");
+    for byte in &mut bytes[100..] {
+        *byte = 0xa5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    assert_corrupt(&path);
+}
+
+#[test]
+fn another_applications_database_is_not_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection
+        .execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+        .unwrap();
+    drop(connection);
+    let error = Store::open(&path).unwrap_err();
+    assert!(matches!(error, StoreError::NotAStore { .. }), "{error:?}");
+    assert!(error.to_string().contains(&path.display().to_string()));
+}
+
+#[test]
+fn a_directory_that_cannot_be_created_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let error = Store::open(file.join("tasks.db")).unwrap_err();
+    assert!(matches!(error, StoreError::CreateDir { .. }), "{error:?}");
+    assert!(error.source().is_some());
+}
