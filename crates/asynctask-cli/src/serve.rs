@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use asynctask_manager::StoredTask;
 use asynctask_mcp::{
     McpServerOptions, StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask,
     relay_stdio, serve_stdio,
 };
-use asynctask_model::MaxAsyncTasks;
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 use asynctask_runtime::AsyncTaskRuntime;
+use asynctask_store::{Store, StoreError};
 use asynctask_tools::SyncDetach;
 use serde_json::{Value, json};
 
@@ -188,9 +190,22 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
         );
         return Ok(None);
     };
+    let (store, restored) = open_store(&state).await?;
+    let interrupted = restored
+        .iter()
+        .filter(|task| task.info.status == AsyncTaskStatus::Running)
+        .count();
+    if !restored.is_empty() {
+        eprintln!(
+            "asynctask: {} task(s) restored from {} ({interrupted} interrupted)",
+            restored.len(),
+            state.store().display()
+        );
+    }
     let server = options.server_options();
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
+            .journal(Arc::new(store), restored)
             .runner(Arc::new(runner))
             .max_async_tasks(server.max_async_tasks)
             .sync_detach(
@@ -222,18 +237,63 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
     Ok(Some(exit))
 }
 
+/// How long a starting supervisor waits for the store another process holds
+/// for a moment (`supervisor status` reading it while none ran).
+const STORE_WAIT: Duration = Duration::from_secs(3);
+
+/// Opens the workspace's task store, waiting a little if another process holds
+/// it.
+async fn open_store(state: &StateDir) -> Result<(Store, Vec<StoredTask>), CliError> {
+    let deadline = tokio::time::Instant::now() + STORE_WAIT;
+    loop {
+        match Store::open(state.store()) {
+            Ok(opened) => return Ok(opened),
+            Err(StoreError::Locked { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => return Err(CliError(error_chain(&err))),
+        }
+    }
+}
+
 /// `asynctask supervisor status`: the supervisor's pid (`null` when none runs)
-/// and its tasks.
+/// and its tasks — when none runs, the tasks its store holds, those that were
+/// running when it died marked `interrupted` (the next supervisor reports them
+/// so).
 ///
 /// # Errors
 ///
-/// [`CliError`] when a supervisor answers with something unreadable.
+/// [`CliError`] when a supervisor answers with something unreadable, or the
+/// store cannot be read.
 pub async fn supervisor_status(state: &StateDir) -> Result<Value, CliError> {
     match ask(state, "status").await {
         Ok(status) => Ok(status),
-        Err(err) if no_supervisor(&err) => Ok(json!({"pid": null, "sessions": 0, "tasks": []})),
+        Err(err) if no_supervisor(&err) => stored_status(state),
         Err(err) => Err(CliError(format!("the supervisor did not answer: {err}"))),
     }
+}
+
+/// The status when no supervisor runs: what the store holds.
+fn stored_status(state: &StateDir) -> Result<Value, CliError> {
+    if !state.store().exists() {
+        return Ok(json!({"pid": null, "sessions": 0, "tasks": []}));
+    }
+    let (_store, tasks) = Store::open(state.store()).map_err(|err| CliError(error_chain(&err)))?;
+    let tasks: Vec<Value> = tasks
+        .iter()
+        .map(|task| {
+            let running = task.info.status == AsyncTaskStatus::Running;
+            json!({
+                "id": task.info.id,
+                "subagent": task.info.subagent_name,
+                "status": if running { "interrupted".to_owned() } else { task.info.status.to_string() },
+                "session": task.origin,
+                "delivered": task.info.notified_at.is_some(),
+                "running": false,
+            })
+        })
+        .collect();
+    Ok(json!({"pid": null, "sessions": 0, "tasks": tasks}))
 }
 
 /// `asynctask supervisor stop`: cancels every task, waits until the supervisor

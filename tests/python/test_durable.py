@@ -1,0 +1,244 @@
+"""`asynctask mcp --durable`: sessions relay to the workspace's supervisor, which owns
+the tasks, their subagents and a store — so a task outlives its session, a result
+survives a killed supervisor, and a running task whose supervisor died is reported
+interrupted, with no process left.
+
+Every test uses its own state directory, and ends with no supervisor and no subagent
+running (the `workspace` fixture stops the supervisor, and kills it by pid if it
+would not stop).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from helpers import (
+    CONFIG,
+    REMINDER_HEADER,
+    WAIT_SECONDS,
+    Transcript,
+    binary,
+    connect,
+    launched_id,
+    process_gone,
+    texts,
+    wait_for_file,
+)
+
+pytestmark = pytest.mark.anyio
+
+MODE = "legacy"
+
+
+class Workspace:
+    """A workspace's state directory, and the `asynctask supervisor` commands on it."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+
+    def args(self) -> list[str]:
+        return ["--durable", "--state-dir", str(self.state)]
+
+    def command(self, verb: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(binary()), "supervisor", verb, "--config", str(CONFIG), "--state-dir", str(self.state)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    def status(self) -> dict:
+        done = self.command("status")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def pid(self) -> int | None:
+        return self.status()["pid"]
+
+    def kill(self) -> int:
+        """SIGKILLs the running supervisor; returns its pid once it is gone."""
+        pid = self.pid()
+        assert pid, "no supervisor runs"
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while not process_gone(pid):
+            assert time.monotonic() < deadline, f"supervisor {pid} outlived SIGKILL"
+            time.sleep(0.02)
+        return pid
+
+    def log(self) -> str:
+        log = self.state / "supervisor.log"
+        return log.read_text() if log.is_file() else ""
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Workspace]:
+    workspace = Workspace(tmp_path / "state")
+    yield workspace
+    print(f"--- supervisor log ---\n{workspace.log()}")
+    pid = workspace.pid() if workspace.state.is_dir() else None
+    stopped = workspace.command("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    if pid and not process_gone(pid):
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"supervisor {pid} still ran after `supervisor stop` (killed now)")
+    assert "panicked" not in workspace.log(), workspace.log()
+
+
+def reminder_ids(transcript: Transcript) -> list[str]:
+    """The task ids the reminders of a transcript report, in order."""
+    return [found for reminder in transcript.reminders() for found in re.findall(r'"agent_id": "([^"]+)"', reminder)]
+
+
+async def test_a_task_outlives_its_session_and_reaches_the_next_once(tmp_path: Path, workspace: Workspace) -> None:
+    """Closing a durable session leaves its task running; its result reaches the next
+    session of the workspace exactly once."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        first = Transcript(client)
+        task_id = launched_id(
+            await first.call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
+        )
+    # The session is closed (the relay exited); the task goes on in the supervisor.
+    await anyio.sleep(1.0)
+    status = workspace.status()
+    assert status["pid"], status
+    (task,) = status["tasks"]
+    assert (task["id"], task["status"], task["delivered"]) == (task_id, "completed", False), task
+
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        second = Transcript(client)
+        await second.call("check_async_tasks", {})
+        await second.call("check_async_tasks", {})
+        assert reminder_ids(second) == [task_id], second.dump()
+        assert "quick done" in second.reminders()[0]
+    assert workspace.status()["tasks"][0]["delivered"] is True
+
+
+async def test_results_go_to_the_session_that_launched_them_while_it_is_connected(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """With two sessions open, a result rides only on the launching session's results;
+    each session lists the workspace's tasks, marked with the session that launched them."""
+    async with connect(MODE, tmp_path, *workspace.args()) as a, connect(MODE, tmp_path, *workspace.args()) as b:
+        ta, tb = Transcript(a), Transcript(b)
+        task_id = launched_id(await ta.call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True}))
+        await anyio.sleep(1.0)
+        listing = await tb.call("check_async_tasks", {})
+        assert re.search(rf"\[{task_id[:8]}\] quick - completed \(\d+s\) \(session [0-9a-f]{{8}}\)", texts(listing)[0]), (
+            texts(listing)
+        )
+        assert tb.reminder_count() == 0, f"another session's result reached b:\n{tb.dump()}"
+        mine = await ta.call("check_async_tasks", {})
+        assert f"[{task_id[:8]}] quick - completed" in texts(mine)[0] and "(this session)" in texts(mine)[0]
+        assert reminder_ids(ta) == [task_id], ta.dump()
+
+
+async def test_an_undelivered_result_survives_a_killed_supervisor(tmp_path: Path, workspace: Workspace) -> None:
+    """A finished, undelivered result is in the store: after SIGKILL the next session
+    starts a new supervisor, which delivers it, once."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        task_id = launched_id(
+            await Transcript(client).call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
+        )
+    await anyio.sleep(1.0)
+    killed = workspace.kill()
+    assert workspace.pid() is None
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        transcript = Transcript(client)
+        await transcript.call("check_async_tasks", {})
+        await transcript.call("check_async_tasks", {})
+        assert reminder_ids(transcript) == [task_id], transcript.dump()
+        assert "quick done" in transcript.reminders()[0]
+    assert workspace.pid() not in (None, killed)
+
+
+async def test_a_killed_supervisors_running_task_is_reported_interrupted(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """SIGKILL the supervisor while a subagent runs: every process of the subagent ends
+    with it (a setsid grandchild and a double-forked one too), and the next supervisor
+    reports the task as interrupted."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        task_id = launched_id(
+            await Transcript(client).call("task", {"subagent_name": "orphans", "goal_prompt": "x", "async": True})
+        )
+        pids = [int(pid) for pid in wait_for_file(tmp_path / f"orphans-{task_id}.pids").split()]
+    killed = workspace.kill()
+    deadline = time.monotonic() + 2.0
+    while not all(process_gone(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            left = [pid for pid in pids if not process_gone(pid)]
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"subagent processes {left} outlived their supervisor by 2 s (killed now)")
+        time.sleep(0.02)
+    stored = workspace.status()
+    assert stored["pid"] is None and stored["tasks"][0]["status"] == "interrupted", stored
+
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        transcript = Transcript(client)
+        await transcript.call("check_async_tasks", {})
+        assert reminder_ids(transcript) == [task_id], transcript.dump()
+        reminder = transcript.reminders()[0]
+        assert '"status": "failed"' in reminder, reminder
+        assert (
+            f"interrupted: the process running this task ended before it finished (pid {killed}, killed or crashed)"
+            in reminder
+        ), reminder
+
+
+async def test_supervisor_stop_ends_every_task(tmp_path: Path, workspace: Workspace) -> None:
+    """`asynctask supervisor stop` cancels every task, ends their processes, and exits 0;
+    afterwards no supervisor runs."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        task_id = launched_id(
+            await Transcript(client).call("task", {"subagent_name": "stubborn", "goal_prompt": "x", "async": True})
+        )
+        (stubborn,) = [int(pid) for pid in wait_for_file(tmp_path / f"stubborn-{task_id}.pid").split()]
+    pid = workspace.pid()
+    stopped = workspace.command("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stderr.strip() == f"asynctask: supervisor {pid} stopped", stopped.stderr
+    assert process_gone(pid) and process_gone(stubborn)
+    status = workspace.status()
+    assert status["pid"] is None
+    assert [(task["id"], task["status"]) for task in status["tasks"]] == [(task_id, "cancelled")]
+    again = workspace.command("stop")
+    assert (again.returncode, again.stderr.strip()) == (0, "asynctask: no supervisor runs")
+
+
+async def test_messages_reach_a_task_owned_by_the_supervisor(tmp_path: Path, workspace: Workspace) -> None:
+    """A task launched by a session that closed still takes messages from the next
+    session, and its result reaches that session."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        task_id = launched_id(
+            await Transcript(client).call("task", {"subagent_name": "listener", "goal_prompt": "x", "async": True})
+        )
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        transcript = Transcript(client)
+        for text in ("first", "second"):
+            sent = await transcript.call("message_async_task", {"task_id": task_id, "message": text})
+            assert not sent.is_error, texts(sent)
+        await transcript.call(
+            "wait_async_tasks", {"task_id_prefixes": [task_id], "timeout_seconds": WAIT_SECONDS}
+        )
+        assert reminder_ids(transcript) == [task_id], transcript.dump()
+        assert 'heard: {\\"type\\":\\"message\\",\\"text\\":\\"first\\"}' in transcript.reminders()[0]
+
+
+async def test_the_state_directory_is_private(tmp_path: Path, workspace: Workspace) -> None:
+    """The state directory is the user's alone (0700), and so is the socket in it."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        await Transcript(client).call("check_async_tasks", {})
+    assert workspace.state.stat().st_mode & 0o777 == 0o700
+    assert (workspace.state / "supervisor.sock").stat().st_mode & 0o077 == 0
