@@ -32,8 +32,9 @@ pub struct RegisterTaskInput {
     /// The token the subagent runner watches.
     pub cancellation: CancellationToken,
     /// Where the runner reports its progress, for `check_async_tasks` to show
-    /// (see [`AsyncTaskManager::progress`](crate::AsyncTaskManager::progress)).
-    pub progress: TaskProgress,
+    /// (see [`AsyncTaskManager::progress`](crate::AsyncTaskManager::progress));
+    /// `None` when it reports none.
+    pub progress: Option<TaskProgress>,
     /// The sending end of the runner's inbox, when it has one (see
     /// [`AsyncTaskManager::send_message`](crate::AsyncTaskManager::send_message)).
     pub inbox: Option<InboxSender>,
@@ -55,7 +56,7 @@ impl RegisterTaskInput {
             subagent_name: subagent_name.into(),
             goal_prompt: goal_prompt.into(),
             cancellation: CancellationToken::new(),
-            progress: TaskProgress::new(),
+            progress: None,
             inbox: None,
             origin: None,
         }
@@ -71,7 +72,7 @@ impl RegisterTaskInput {
     /// Replaces the progress handle (use the one the runner reports to).
     #[must_use]
     pub fn with_progress(mut self, progress: TaskProgress) -> Self {
-        self.progress = progress;
+        self.progress = Some(progress);
         self
     }
 

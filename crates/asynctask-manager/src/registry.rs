@@ -46,10 +46,10 @@ struct Record {
 }
 
 /// The status and what comes with it: a running task keeps its subagent's
-/// handles; a terminal one drops them and keeps its result.
+/// token; a terminal one drops it and keeps its result.
 #[derive(Debug)]
 enum Outcome {
-    Running(Box<Live>),
+    Running(CancellationToken),
     Completed(Box<OutputObject>),
     /// Boxed twice so that the enum stays 16 bytes: failures are rare.
     #[expect(
@@ -60,11 +60,11 @@ enum Outcome {
     Cancelled,
 }
 
-/// What a running task's subagent is reached through.
+/// What else a running task's subagent is reached through, for the tasks that
+/// have either (kept beside the records, so a task without costs nothing).
 #[derive(Debug)]
 struct Live {
-    token: CancellationToken,
-    progress: TaskProgress,
+    progress: Option<TaskProgress>,
     inbox: Option<InboxSender>,
 }
 
@@ -81,15 +81,11 @@ impl Record {
         }
     }
 
-    fn live(&self) -> Option<&Live> {
+    fn token(&self) -> Option<&CancellationToken> {
         match &self.outcome {
-            Outcome::Running(live) => Some(live),
+            Outcome::Running(token) => Some(token),
             _ => None,
         }
-    }
-
-    fn token(&self) -> Option<&CancellationToken> {
-        self.live().map(|live| &live.token)
     }
 
     fn info(&self) -> AsyncTaskInfo {
@@ -117,14 +113,12 @@ impl Record {
         if !matches!(self.outcome, Outcome::Running(_)) {
             return None;
         }
-        let Outcome::Running(live) = std::mem::replace(&mut self.outcome, outcome) else {
+        let Outcome::Running(token) = std::mem::replace(&mut self.outcome, outcome) else {
             return None;
         };
         self.completed_at = now_ms;
         self.finish = order;
-        // The inbox's sender and the progress handle go with `live`: a message
-        // sent from now on finds the task terminal.
-        Some(live.token)
+        Some(token)
     }
 
     /// Refused unless terminal and not yet notified.
@@ -204,6 +198,8 @@ pub(crate) struct Registry {
     /// Who launched each task, for the tasks that say (most do not, so it
     /// costs them nothing).
     origins: BTreeMap<Seq, Arc<str>>,
+    /// The progress and inbox of the running tasks that have either.
+    live: BTreeMap<Seq, Live>,
     /// Changes applied although their journal write failed, oldest first:
     /// written again ahead of the next change, until a write succeeds, so
     /// that a journal that failed once catches up instead of missing them for
@@ -226,6 +222,7 @@ impl Registry {
             delivered: BTreeMap::new(),
             finished_by_status: [0; 3],
             origins: BTreeMap::new(),
+            live: BTreeMap::new(),
             unjournaled: Vec::new(),
         }
     }
@@ -390,12 +387,17 @@ impl Registry {
             completed_at: 0,
             notified_at: None,
             finish: 0,
-            outcome: Outcome::Running(Box::new(Live {
-                token: input.cancellation,
-                progress: input.progress,
-                inbox: input.inbox,
-            })),
+            outcome: Outcome::Running(input.cancellation),
         };
+        if input.progress.is_some() || input.inbox.is_some() {
+            self.live.insert(
+                seq,
+                Live {
+                    progress: input.progress,
+                    inbox: input.inbox,
+                },
+            );
+        }
         let snapshot = record.info();
         if let Some(origin) = input.origin {
             self.origins.insert(seq, Arc::from(origin));
@@ -432,6 +434,9 @@ impl Registry {
         let task = snapshot.then(|| record.info());
         self.finished_by_status[status_slot(status)] += 1;
         self.running.remove(&seq);
+        // The inbox's sender and the progress handle go with the run: a message
+        // sent from now on finds the task terminal.
+        self.live.remove(&seq);
         self.pending.insert(seq);
         self.release_admission();
         let journal_error = match journal {
@@ -685,7 +690,7 @@ impl Registry {
 
     pub(crate) fn progress(&self, id: &str) -> Option<TaskProgress> {
         let seq = self.ids.get(id)?;
-        Some(self.tasks.get(seq)?.live()?.progress.clone())
+        self.live.get(seq)?.progress.clone()
     }
 
     /// The status of task `id` and, while it runs, its inbox's sender.
@@ -694,7 +699,7 @@ impl Registry {
         let record = self.tasks.get(seq)?;
         Some((
             record.status(),
-            record.live().and_then(|live| live.inbox.as_ref()),
+            self.live.get(seq).and_then(|live| live.inbox.as_ref()),
         ))
     }
 
@@ -833,6 +838,11 @@ impl Registry {
             .find(|seq| !self.tasks.contains_key(seq))
         {
             return Err(format!("an origin is kept for task #{seq}, which is gone"));
+        }
+        if let Some(seq) = self.live.keys().find(|seq| !self.running.contains(seq)) {
+            return Err(format!(
+                "a progress or inbox is kept for task #{seq}, which is not running"
+            ));
         }
         for missed in &self.unjournaled {
             if let Unjournaled::Finished(seq) = missed

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::server::{AsyncTaskMcpServer, McpError, McpServerOptions, Signals};
+use crate::server::{AsyncTaskMcpServer, McpError, McpServerOptions, Signals, log_task_ends};
 use crate::session::Sessions;
 use crate::transport::{AckMode, DELIVERED_NOTIFICATION};
 
@@ -284,6 +284,7 @@ impl Supervisor {
         })?;
         let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
         let mut signals = Signals::new()?;
+        let _log = log_task_ends(&self.runtime);
         let stop = CancellationToken::new();
         let mut connections = JoinSet::new();
         let mut idle_since = Some(tokio::time::Instant::now());

@@ -487,7 +487,7 @@ impl fmt::Debug for AsyncTaskMcpServer {
 
 /// One line on stderr for the human each time a task ends. stdout is the
 /// protocol channel and is never written to.
-fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
+pub(crate) fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
     let manager = runtime.manager().clone();
     runtime.manager().subscribe(move |event: &TaskEvent| {
         let task = event.task();
