@@ -6,7 +6,7 @@
 //! `check_async_tasks` and the slash commands query it, the reminder service
 //! renders what is pending, and the auto-trigger listens to its events.
 //!
-//! It improves on the design it replaces in four ways that hosts can rely on:
+//! Hosts can rely on five things:
 //!
 //! - **Atomic admission.** [`AsyncTaskManager::register_task`] checks the limit
 //!   and the id's uniqueness under one lock; [`AsyncTaskManager::reserve`] holds a

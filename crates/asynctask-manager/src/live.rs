@@ -4,11 +4,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use asynctask_model::AsyncTaskStatus;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 /// What a running subagent has reported so far: the last lines of its output,
 /// how much output there was, and where the whole output is kept.
@@ -262,8 +261,10 @@ impl fmt::Debug for TaskProgress {
 /// A cheap handle (clones share one queue). An in-process runner reads it
 /// whenever it likes ([`recv`](Self::recv), [`try_recv`](Self::try_recv)); a
 /// runner that takes no messages [closes](Self::close) it, so senders are
-/// told at once instead of queueing messages nobody reads. Unused, it costs
-/// one channel allocation per task.
+/// told at once instead of queueing messages nobody reads, and a runner that
+/// stops reading takes back what it never read with
+/// [`close_and_take_unread`](Self::close_and_take_unread). An inbox is one
+/// small allocation shared by both ends; a [closed](Self::closed) one is none.
 ///
 /// # Examples
 ///
@@ -274,33 +275,51 @@ impl fmt::Debug for TaskProgress {
 /// sender.send("narrow the scope to src/io".to_owned())?;
 /// sender.send("skip the benches".to_owned())?;
 /// assert_eq!(inbox.try_recv().as_deref(), Some("narrow the scope to src/io"));
-/// assert_eq!(inbox.try_recv().as_deref(), Some("skip the benches"));
-/// assert_eq!(inbox.try_recv(), None);
-///
-/// inbox.close();
+/// sender.send("stop after the first failure".to_owned())?;
+/// assert_eq!(inbox.close_and_take_unread(), ["skip the benches", "stop after the first failure"]);
 /// assert_eq!(sender.send("too late".to_owned()), Err(InboxError::Closed));
 /// # Ok::<(), InboxError>(())
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Inbox {
-    receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<String>>>,
-    closed: Arc<AtomicBool>,
+    /// `None`: closed from the start (no sender ever existed).
+    shared: Option<Arc<InboxShared>>,
 }
 
 /// The sending end of a task's [`Inbox`], held by the registry while the task
 /// runs.
-#[derive(Clone)]
 pub struct InboxSender {
-    sender: mpsc::Sender<String>,
-    closed: Arc<AtomicBool>,
+    shared: Arc<InboxShared>,
+}
+
+/// What both ends of an inbox share.
+#[derive(Default)]
+struct InboxShared {
+    state: Mutex<InboxState>,
+    /// A message arrived, the inbox closed, or the last sender went away.
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct InboxState {
+    queue: VecDeque<String>,
+    closed: bool,
+    senders: usize,
+}
+
+impl InboxShared {
+    fn lock(&self) -> MutexGuard<'_, InboxState> {
+        // A queue and two counters, consistent after every statement.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Why a message could not be queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InboxError {
-    /// The runner closed its inbox (it takes no messages) or has ended.
-    #[error("the subagent takes no messages")]
+    /// The runner closed its inbox: it takes no messages, or no more.
+    #[error("the subagent takes no more messages")]
     Closed,
     /// [`Inbox::CAPACITY`] messages are waiting unread.
     #[error("the subagent has not read its last {} messages", Inbox::CAPACITY)]
@@ -314,86 +333,141 @@ impl Inbox {
     /// A new inbox and the sender that feeds it.
     #[must_use]
     pub fn channel() -> (InboxSender, Inbox) {
-        let (sender, receiver) = mpsc::channel(Self::CAPACITY);
-        let closed = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(InboxShared {
+            state: Mutex::new(InboxState {
+                senders: 1,
+                ..InboxState::default()
+            }),
+            changed: Notify::new(),
+        });
         (
             InboxSender {
-                sender,
-                closed: Arc::clone(&closed),
+                shared: Arc::clone(&shared),
             },
             Inbox {
-                receiver: Arc::new(tokio::sync::Mutex::new(receiver)),
-                closed,
+                shared: Some(shared),
             },
         )
     }
 
-    /// An inbox that is closed from the start (no sender exists).
+    /// An inbox that is closed from the start: no sender exists, and it costs
+    /// no allocation.
     #[must_use]
     pub fn closed() -> Self {
-        let (sender, inbox) = Inbox::channel();
-        drop(sender);
-        inbox.close();
-        inbox
+        Inbox { shared: None }
     }
 
-    /// The next message, waiting for one; `None` once the inbox is closed or
-    /// the task has ended (its sender is gone) and nothing is left unread.
+    /// The next message, waiting for one; `None` once nothing is left unread and
+    /// no more can come (the inbox is closed, or the task has ended and its
+    /// sender is gone).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a message is either returned or left in the inbox.
     pub async fn recv(&self) -> Option<String> {
-        if self.is_closed() {
-            return None;
+        let shared = self.shared.as_ref()?;
+        loop {
+            let changed = shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut state = shared.lock();
+                if let Some(message) = state.queue.pop_front() {
+                    return Some(message);
+                }
+                if state.closed || state.senders == 0 {
+                    return None;
+                }
+            }
+            changed.await;
         }
-        self.receiver.lock().await.recv().await
     }
 
-    /// The next message if one is waiting (and no other reader holds the
-    /// inbox right now).
+    /// The next message if one is waiting.
     #[must_use]
     pub fn try_recv(&self) -> Option<String> {
-        if self.is_closed() {
-            return None;
-        }
-        self.receiver.try_lock().ok()?.try_recv().ok()
+        self.shared.as_ref()?.lock().queue.pop_front()
     }
 
     /// Takes no more messages: senders get [`InboxError::Closed`] from now on.
+    /// What was queued before stays readable.
     pub fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
+        if let Some(shared) = &self.shared {
+            shared.lock().closed = true;
+            shared.changed.notify_waiters();
+        }
     }
 
-    /// Whether [`close`](Self::close) was called.
+    /// [`close`](Self::close), and takes back what was queued and never read
+    /// (oldest first): a runner whose subagent stopped reading reports them
+    /// instead of losing them silently.
+    #[must_use]
+    pub fn close_and_take_unread(&self) -> Vec<String> {
+        let Some(shared) = &self.shared else {
+            return Vec::new();
+        };
+        let unread = {
+            let mut state = shared.lock();
+            state.closed = true;
+            state.queue.drain(..).collect()
+        };
+        shared.changed.notify_waiters();
+        unread
+    }
+
+    /// Whether [`close`](Self::close) was called (or the inbox was made closed).
     #[must_use]
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
-    }
-}
-
-impl Default for Inbox {
-    /// A closed inbox (see [`Inbox::closed`]).
-    fn default() -> Self {
-        Inbox::closed()
+        self.shared
+            .as_ref()
+            .is_none_or(|shared| shared.lock().closed)
     }
 }
 
 impl InboxSender {
-    /// Queues `message` without waiting.
+    /// Queues `message` without waiting. The check and the queueing happen
+    /// under one lock, so a message is never queued after the inbox closed.
     ///
     /// # Errors
     ///
-    /// [`InboxError::Closed`] when the runner closed its inbox or dropped it,
+    /// [`InboxError::Closed`] when the runner closed its inbox,
     /// [`InboxError::Full`] when [`Inbox::CAPACITY`] messages wait unread.
     pub fn send(&self, message: String) -> Result<(), InboxError> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(InboxError::Closed);
+        {
+            let mut state = self.shared.lock();
+            if state.closed {
+                return Err(InboxError::Closed);
+            }
+            if state.queue.len() >= Inbox::CAPACITY {
+                return Err(InboxError::Full);
+            }
+            state.queue.push_back(message);
         }
-        self.sender.try_send(message).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(_) => InboxError::Full,
-            mpsc::error::TrySendError::Closed(_) => InboxError::Closed,
-        })
+        self.shared.changed.notify_one();
+        Ok(())
+    }
+}
+
+impl Clone for InboxSender {
+    fn clone(&self) -> Self {
+        self.shared.lock().senders += 1;
+        InboxSender {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl Drop for InboxSender {
+    fn drop(&mut self) {
+        let last = {
+            let mut state = self.shared.lock();
+            state.senders = state.senders.saturating_sub(1);
+            state.senders == 0
+        };
+        if last {
+            // A reader waiting for more learns there will be none.
+            self.shared.changed.notify_waiters();
+        }
     }
 }
 
@@ -408,7 +482,7 @@ impl fmt::Debug for Inbox {
 impl fmt::Debug for InboxSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InboxSender")
-            .field("closed", &self.closed.load(Ordering::SeqCst))
+            .field("closed", &self.shared.lock().closed)
             .finish_non_exhaustive()
     }
 }

@@ -219,6 +219,7 @@ fn supervise(args: &Args) -> Result<ExitCode, Failure> {
         child: spawn(&args.program, &args.args, &signals)?,
         status: None,
     };
+    release_stdin();
 
     loop {
         let signal = signals
@@ -288,6 +289,16 @@ fn spawn(program: &OsStr, args: &[OsString], handled: &SigSet) -> Result<Pid, Fa
     let actions = PosixSpawnFileActions::init().map_err(setup)?;
     posix_spawnp(&path, &actions, &attr, &argv, &envp)
         .map_err(|err| cannot_start(std::io::Error::from(err).to_string()))
+}
+
+/// Lets go of the reaper's own copy of stdin, now that the command has its own:
+/// the runner's pipe must close when the *command* stops reading, so that a
+/// runner forwarding messages sees it (a write fails) instead of filling a pipe
+/// nobody reads. Best effort: without `/dev/null` the copy stays.
+fn release_stdin() {
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(&null);
+    }
 }
 
 /// Linux: adopt orphaned descendants, and get `SIGTERM` when the parent dies;

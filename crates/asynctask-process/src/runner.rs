@@ -610,11 +610,14 @@ impl ProcessRunner {
         // full pipe while we wait for something else. Their captures are shared
         // so that what was read survives a reader that has to be aborted.
         let stdin = child.stdin.take();
+        // Messages the forwarder took from the inbox but could not write.
+        let unwritten = Arc::new(Mutex::new(Vec::new()));
         let feeder = match spec.stdin {
             StdinMode::Jsonl => Reader::spawn(forward(
                 stdin,
                 request.goal_prompt.clone(),
                 request.inbox.clone(),
+                Arc::clone(&unwritten),
             )),
             // `StdinMode` may grow; every other mode takes no messages.
             _ => {
@@ -622,7 +625,7 @@ impl ProcessRunner {
                 Reader::spawn(feed(stdin, request.goal_prompt.clone()))
             }
         };
-        // Whatever the mode, nothing is forwarded once the run is over.
+        // Whatever happens to the run, its inbox closes with it.
         let _close_inbox = CloseOnDrop(request.inbox.clone());
         let stdout = Arc::new(Mutex::new(StdoutSink {
             file: Some(output.file),
@@ -645,8 +648,19 @@ impl ProcessRunner {
             status = child.wait() => Some(status),
         };
         // The task is ending: stdin closes (a hint to a child that is still
-        // there) and no message is forwarded any more.
+        // there) and no message is forwarded any more. Senders are told so from
+        // now on; what was sent but never written is reported with the result.
         drop(feeder);
+        let mut undelivered = take(&unwritten);
+        undelivered.extend(request.inbox.close_and_take_unread());
+        if !undelivered.is_empty() {
+            tracing::debug!(
+                subagent = name,
+                count = undelivered.len(),
+                "messages were sent after the subagent stopped reading"
+            );
+        }
+        let note = undelivered_note(&undelivered);
         let Some(status) = ended else {
             self.end_cancelled(&mut child, &mut group).await;
             tracing::debug!(
@@ -654,7 +668,7 @@ impl ProcessRunner {
                 "subagent process group ended after a cancel"
             );
             return Err(SubagentError::new(format!(
-                "subagent '{name}' was cancelled"
+                "subagent '{name}' was cancelled{note}"
             )));
         };
         // The child is gone; whatever it left in its group goes too, which also
@@ -678,7 +692,8 @@ impl ProcessRunner {
         if status.success() {
             let emitted_vars = read_vars(name, &output.vars)?;
             let text = take(&stdout).finish(&output.path);
-            let text = text.trim_end();
+            let text = format!("{}{note}", text.trim_end());
+            let text = text.trim_start_matches('\n');
             let mut output = OutputObject::new(TerminateReason::Goal);
             output.final_message = (!text.is_empty()).then(|| text.to_owned());
             output.emitted_vars = emitted_vars;
@@ -694,6 +709,7 @@ impl ProcessRunner {
             }
             message.push_str(tail);
         }
+        message.push_str(&note);
         Err(SubagentError::new(message))
     }
 
@@ -976,31 +992,87 @@ async fn feed(stdin: Option<ChildStdin>, goal: String) {
 /// JSON lines, in order, until the inbox ends or the task does (this task is
 /// aborted). A child that stops reading ends the forwarding: the inbox is
 /// closed, so later senders are told instead of queueing messages nobody
-/// reads.
-async fn forward(stdin: Option<ChildStdin>, goal: String, inbox: Inbox) {
+/// reads, and the message that could not be written goes to `unwritten`.
+async fn forward(
+    stdin: Option<ChildStdin>,
+    goal: String,
+    inbox: Inbox,
+    unwritten: Arc<Mutex<Vec<String>>>,
+) {
     let Some(mut stdin) = stdin else {
         inbox.close();
         return;
     };
-    let mut line = json_line("goal", &goal);
+    let mut line = StdinLine::Goal(goal);
     loop {
-        if let Err(err) = stdin.write_all(line.as_bytes()).await {
+        if let Err(err) = stdin.write_all(line.to_json().as_bytes()).await {
             tracing::debug!(%err, "the subagent stopped reading its stdin: no more messages are forwarded");
             inbox.close();
+            if let StdinLine::Message(message) = line {
+                unwritten
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(message);
+            }
             return;
         }
         match inbox.recv().await {
-            Some(message) => line = json_line("message", &message),
+            Some(message) => line = StdinLine::Message(message),
             None => return,
         }
     }
 }
 
-/// One line of the `jsonl` stdin: `{"type":<kind>,"text":<text>}` and `\n`.
-fn json_line(kind: &str, text: &str) -> String {
-    let mut line = serde_json::json!({"type": kind, "text": text}).to_string();
-    line.push('\n');
-    line
+/// One line of the `jsonl` stdin: `{"type":"goal"|"message","text":…}`.
+#[derive(serde::Serialize)]
+#[serde(tag = "type", content = "text", rename_all = "lowercase")]
+enum StdinLine {
+    Goal(String),
+    Message(String),
+}
+
+impl StdinLine {
+    /// The line, with its `\n`.
+    fn to_json(&self) -> String {
+        // A string-only enum always serializes.
+        let mut line = serde_json::to_string(self).unwrap_or_default();
+        line.push('\n');
+        line
+    }
+}
+
+/// How many characters of each undelivered message a result quotes.
+const UNDELIVERED_QUOTE_CHARS: usize = 200;
+/// How many undelivered messages a result quotes; the rest are counted.
+const UNDELIVERED_QUOTED: usize = 5;
+
+/// The note a result carries about messages that reached its task but never
+/// its subagent (sent after it stopped reading, or as it ended); empty when
+/// there are none.
+fn undelivered_note(messages: &[String]) -> String {
+    use std::fmt::Write as _;
+    if messages.is_empty() {
+        return String::new();
+    }
+    let count = messages.len();
+    let mut note = format!(
+        "\n\n[{count} message{} sent to this task never reached the subagent, which had stopped reading its stdin:",
+        if count == 1 { "" } else { "s" }
+    );
+    for message in messages.iter().take(UNDELIVERED_QUOTED) {
+        let quoted: String = message.chars().take(UNDELIVERED_QUOTE_CHARS).collect();
+        let cut = if quoted.len() < message.len() {
+            "..."
+        } else {
+            ""
+        };
+        let _ = write!(note, "\n- {quoted:?}{cut}");
+    }
+    if count > UNDELIVERED_QUOTED {
+        let _ = write!(note, "\n- and {} more", count - UNDELIVERED_QUOTED);
+    }
+    note.push(']');
+    note
 }
 
 /// Closes an inbox when dropped: the run is over.

@@ -1,6 +1,7 @@
 //! The asynctask runtime: delivering background results to the model.
 //!
-//! This is the top library layer, on `asynctask-tools`. A background task is only
+//! This is the delivery layer, on `asynctask-tools` (beside `asynctask-process`,
+//! which it never depends on; the MCP server builds on it). A background task is only
 //! useful once the model hears how it ended; this crate makes sure it does —
 //! exactly once, and never lost:
 //!

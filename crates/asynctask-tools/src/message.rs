@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::lookup::{LookupError, find_task};
-use crate::params::{MessageAsyncTaskParams, ToolParams};
+use crate::params::{InvalidParams, MessageAsyncTaskParams, ToolParams};
 use crate::render;
 use crate::result::{ToolErrorType, ToolResult};
 use crate::slash::CommandOutput;
@@ -23,19 +23,31 @@ enum Refusal {
     Lookup(LookupError),
     /// The task has ended.
     Finished(Box<AsyncTaskInfo>),
-    /// Its subagent takes no messages (or was registered without an inbox).
+    /// Its subagent takes no messages at all (registered without an inbox).
     NotTaking(Box<AsyncTaskInfo>),
+    /// Its subagent took messages but has stopped reading them (it is
+    /// finishing, or it closed its input).
+    StoppedReading(Box<AsyncTaskInfo>),
+    /// The message itself is malformed (blank, or too long).
+    Invalid(InvalidParams),
     /// Its subagent has not read the last messages sent to it.
     Full(Box<AsyncTaskInfo>),
 }
 
 /// Queues `message` for the running task named by `task_id` (an id or a unique
-/// prefix). Never changes the task's state.
+/// prefix). Never changes the task's state. The parameters are checked here, so
+/// the tool and `/task msg` refuse the same inputs.
 fn send(
     manager: &AsyncTaskManager,
     task_id: &str,
     message: &str,
 ) -> Result<AsyncTaskInfo, Refusal> {
+    MessageAsyncTaskParams {
+        task_id: task_id.to_owned(),
+        message: message.to_owned(),
+    }
+    .validate()
+    .map_err(Refusal::Invalid)?;
     let task = find_task(manager, task_id).map_err(Refusal::Lookup)?;
     match manager.send_message(&task.id, message.to_owned()) {
         Ok(()) => Ok(task),
@@ -49,6 +61,10 @@ fn send(
             query: task_id.to_owned(),
         })),
         Err(MessageError::Inbox(InboxError::Full)) => Err(Refusal::Full(Box::new(task))),
+        Err(MessageError::Inbox(InboxError::Closed)) => {
+            Err(Refusal::StoppedReading(Box::new(task)))
+        }
+        // `NoInbox`, and any reason a later version adds: nothing was queued.
         Err(_) => Err(Refusal::NotTaking(Box::new(task))),
     }
 }
@@ -57,13 +73,20 @@ fn send(
 /// which its subagent reads while it works (to narrow its scope, skip a file,
 /// stop after the first failure…).
 ///
+/// Steering is a queue, not an interrupt: the message is handed to the
+/// subagent after any earlier ones, and what it does with it is up to the
+/// subagent. Nothing answers the message except the task's result. Only
+/// subagents whose runner says they read messages
+/// ([`SubagentRunner::accepts_messages`](crate::SubagentRunner::accepts_messages))
+/// take them.
+///
 /// `task_id` is an id or a unique prefix (the same lookup and texts as
 /// `check_async_tasks`); `message` is not blank and at most
 /// [`MAX_MESSAGE_CHARS`](crate::MAX_MESSAGE_CHARS) characters. The answer says the
 /// message was queued, or refuses it with a text that says what to do instead:
 /// for a finished task (naming its status: launch a new task with its result as
-/// context), for a subagent that takes no messages, and for one that has not
-/// read its last messages. A message never changes a task's state, and messages
+/// context), for a subagent that takes no messages, for one that has stopped
+/// reading them, and for one that has not read its last messages. A message never changes a task's state, and messages
 /// to one task are never seen by another.
 ///
 /// # Examples
@@ -112,11 +135,7 @@ impl TypedTool for MessageAsyncTaskTool {
         ToolSpec::new(
             Self::NAME,
             "Message Async Task",
-            "Send a message to a running background async task, to steer it without \
-             cancelling it (narrow its scope, skip something, stop after the first failure). \
-             Its subagent reads messages while it works, in the order they were sent; the \
-             task's state does not change, and its result is still reported when it finishes. \
-             Only subagents that read messages accept them.",
+            render::MESSAGE_TOOL_DESCRIPTION,
             MessageAsyncTaskParams::schema(),
         )
         .with_annotations(
@@ -137,16 +156,23 @@ impl TypedTool for MessageAsyncTaskTool {
                 )
             }
             Err(Refusal::Lookup(error)) => error.to_tool_result(),
+            Err(Refusal::Invalid(error)) => error.to_tool_result(Self::NAME),
             Err(refusal) => {
                 let (short, text) = refusal_texts(&refusal);
-                ToolResult::failure(ToolErrorType::ExecutionFailed, short, text.clone(), text)
+                let result =
+                    ToolResult::failure(ToolErrorType::ExecutionFailed, short, text.clone(), text);
+                match refused_task(&refusal) {
+                    Some(task) => result.with_metadata(
+                        json!({ "agentId": task.id, "status": task.status.to_string() }),
+                    ),
+                    None => result,
+                }
             }
         }
     }
 }
 
-/// A refusal's short message and its full text (never a lookup failure: those
-/// have their own texts).
+/// A refusal's short message and its full text.
 fn refusal_texts(refusal: &Refusal) -> (&'static str, String) {
     match refusal {
         Refusal::Finished(task) => ("Task already finished", render::message_to_finished(task)),
@@ -154,8 +180,24 @@ fn refusal_texts(refusal: &Refusal) -> (&'static str, String) {
             "Subagent takes no messages",
             render::message_not_taken(task),
         ),
+        Refusal::StoppedReading(task) => (
+            "Subagent stopped reading messages",
+            render::message_stopped_reading(task),
+        ),
         Refusal::Full(task) => ("Inbox full", render::message_inbox_full(task)),
         Refusal::Lookup(error) => ("Task not found", error.to_string()),
+        Refusal::Invalid(error) => ("Invalid message", error.to_string()),
+    }
+}
+
+/// The task a refusal is about, when it found one.
+fn refused_task(refusal: &Refusal) -> Option<&AsyncTaskInfo> {
+    match refusal {
+        Refusal::Finished(task)
+        | Refusal::NotTaking(task)
+        | Refusal::StoppedReading(task)
+        | Refusal::Full(task) => Some(task),
+        Refusal::Lookup(_) | Refusal::Invalid(_) => None,
     }
 }
 

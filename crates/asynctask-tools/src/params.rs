@@ -80,8 +80,8 @@ pub struct MessageAsyncTaskParams {
     /// The ID of the running task, or a unique prefix of it.
     #[schemars(extend("pattern" = r"\S"))]
     pub task_id: String,
-    /// What to tell its subagent (at most 8000 characters).
-    #[schemars(length(min = 1, max = 8000), extend("pattern" = r"\S"))]
+    /// What to tell its subagent.
+    #[schemars(length(min = 1, max = MAX_MESSAGE_CHARS), extend("pattern" = r"\S"))]
     pub message: String,
 }
 

@@ -196,21 +196,35 @@ pub(crate) fn panicked(payload: &str) -> String {
     format!("subagent panicked: {payload}")
 }
 
+/// The `message_async_task` tool's description.
+pub(crate) const MESSAGE_TOOL_DESCRIPTION: &str = "Send a message to a running background \
+     async task, to steer it without cancelling it (narrow its scope, skip something, stop \
+     after the first failure). The message is handed to the task's subagent after any earlier \
+     ones, and the subagent decides how to act on it: it is not an interrupt, and no reply \
+     comes except the task's result, which is reported when it finishes as usual. The task's \
+     state does not change. Only subagents that read messages accept them (the task tool's \
+     description says which).";
+
 /// A message was queued for a running task.
 pub(crate) fn message_queued(task: &AsyncTaskInfo) -> String {
     format!(
-        "Message queued for async task {} (subagent '{}'). Its subagent reads it while it \
-         runs; the task's result will still be reported when it finishes.",
+        "Message queued for async task {} (subagent '{}'). It is handed to the subagent after \
+         any earlier messages; the subagent decides how to act on it. No reply comes except \
+         the task's result, which will be reported when it finishes.",
         task.id, task.subagent_name
     )
 }
 
 /// A message to a task that has ended.
 pub(crate) fn message_to_finished(task: &AsyncTaskInfo) -> String {
+    let next = if task.status == AsyncTaskStatus::Cancelled {
+        "To act on what you wanted to say, launch a new task with the new instructions."
+    } else {
+        "To act on what you wanted to say, launch a new task and give it this task's result \
+         as context."
+    };
     format!(
-        "Async task {} (subagent '{}') is already {}: its subagent reads no more messages. \
-         To act on what you wanted to say, launch a new task and give it this task's result \
-         as context.",
+        "Async task {} (subagent '{}') is already {}: its subagent reads no more messages. {next}",
         task.id, task.subagent_name, task.status
     )
 }
@@ -224,11 +238,21 @@ pub(crate) fn message_not_taken(task: &AsyncTaskInfo) -> String {
     )
 }
 
+/// A message to a task whose subagent has stopped reading them.
+pub(crate) fn message_stopped_reading(task: &AsyncTaskInfo) -> String {
+    format!(
+        "Subagent '{}' (async task {}) has stopped reading messages: it is finishing, or it \
+         closed its input. Wait for its result, or cancel it and launch a new task with the \
+         new instructions.",
+        task.subagent_name, task.id
+    )
+}
+
 /// A message to a task whose subagent has not read its last ones.
 pub(crate) fn message_inbox_full(task: &AsyncTaskInfo) -> String {
     format!(
         "Async task {} (subagent '{}') has not read the last {} messages sent to it; wait \
-         before sending more.",
+         for it to catch up before sending more.",
         task.id,
         task.subagent_name,
         asynctask_manager::Inbox::CAPACITY
@@ -361,6 +385,14 @@ mod tests {
             (
                 "message not taken",
                 message_not_taken(&sample_task(AsyncTaskStatus::Running)),
+            ),
+            (
+                "message to a cancelled task",
+                message_to_finished(&sample_task(AsyncTaskStatus::Cancelled)),
+            ),
+            (
+                "message stopped reading",
+                message_stopped_reading(&sample_task(AsyncTaskStatus::Running)),
             ),
             (
                 "message inbox full",

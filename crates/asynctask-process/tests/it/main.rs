@@ -392,7 +392,6 @@ stdin = "jsonl"
         async move { runner.run(request, CancellationToken::new()).await }
     });
     sender.send("first".to_owned()).expect("queued");
-    tokio::time::sleep(Duration::from_millis(20)).await;
     sender
         .send("second, \"quoted\"\non two lines".to_owned())
         .expect("queued");
@@ -451,7 +450,57 @@ async fn a_jsonl_subagent_that_stops_reading_does_not_block_its_run() {
         sender.send("m".repeat(10_000)).expect("queued");
     }
     let result = run(&runner, request("deaf", "x").with_inbox(inbox)).await;
-    assert_eq!(result, Ok(output(Some("read one"))));
+    // What a pipe held was written; the rest never reached the subagent and
+    // the result says so rather than dropping it silently.
+    let text = result
+        .expect("it succeeded")
+        .final_message
+        .expect("a message");
+    let (read, note) = text.split_once("\n\n").expect("a note after the output");
+    assert_eq!(read, "read one");
+    let count: usize = note
+        .strip_prefix('[')
+        .and_then(|note| note.split_once(' '))
+        .and_then(|(count, _)| count.parse().ok())
+        .unwrap_or_else(|| panic!("a count in {note:?}"));
+    assert!(
+        (50..=60).contains(&count),
+        "{count} unwritten of 60: {note}"
+    );
+    assert!(
+        note.contains(
+            "sent to this task never reached the subagent, which had stopped reading its stdin"
+        ) && note.ends_with(&format!("- and {} more]", count - 5)),
+        "{note}"
+    );
+    assert_eq!(sender.send("later".to_owned()), Err(InboxError::Closed));
+}
+
+#[tokio::test]
+async fn a_message_to_a_subagent_that_closed_its_stdin_is_reported_with_the_result() {
+    let dir = TempDir::new();
+    // Reads the goal line, closes its stdin, says so, and works a while.
+    let runner = runner(
+        "[subagents.brief]\ncommand = [\"sh\", \"-c\", \"read -r line; exec 0<&-; echo $$ >> pids; sleep 0.3; echo bye\"]\nstdin = \"jsonl\"\n",
+        dir.path(),
+    );
+    let (sender, inbox) = Inbox::channel();
+    let run = tokio::spawn({
+        let request = request("brief", "x").with_inbox(inbox);
+        async move { runner.run(request, CancellationToken::new()).await }
+    });
+    wait_for_pids(&dir.path().join("pids"), 1).await;
+    sender
+        .send("never read \"quoted\"".to_owned())
+        .expect("queued: the runner cannot know yet");
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(
+        result,
+        Ok(output(Some(
+            "bye\n\n[1 message sent to this task never reached the subagent, which had \
+             stopped reading its stdin:\n- \"never read \\\"quoted\\\"\"]"
+        )))
+    );
 }
 
 #[tokio::test]

@@ -330,8 +330,19 @@ impl TaskTool {
     /// The request for the runner — defaults filled in, the timeout resolved and
     /// capped, a fresh id whose first 8 characters no held task shares, a
     /// progress handle and an inbox — and the inbox's sender, for the registry.
-    fn request(&self, params: TaskParams) -> (SubagentRequest, InboxSender) {
-        let (sender, inbox) = Inbox::channel();
+    fn request(
+        &self,
+        params: TaskParams,
+        takes_messages: bool,
+    ) -> (SubagentRequest, Option<InboxSender>) {
+        // A subagent that reads no messages gets a closed inbox and no sender
+        // is registered: a message to it is refused at once.
+        let (sender, inbox) = if takes_messages {
+            let (sender, inbox) = Inbox::channel();
+            (Some(sender), inbox)
+        } else {
+            (None, Inbox::closed())
+        };
         let run_async = params.run_async.unwrap_or(false);
         // A synchronous run reports into its call's progress, when a server
         // follows the call; a background task gets its own.
@@ -369,7 +380,7 @@ impl TaskTool {
     async fn run_sync(
         &self,
         request: SubagentRequest,
-        inbox: InboxSender,
+        inbox: Option<InboxSender>,
         cancel: &CancellationToken,
     ) -> ToolResult {
         let id = request.task_id.clone();
@@ -514,9 +525,8 @@ impl TaskTool {
         } = detach;
         let input = RegisterTaskInput::new(id.clone(), name.clone(), goal)
             .with_cancellation(run.token().clone())
-            .with_progress(progress)
-            .with_inbox(inbox);
-        let input = with_call_origin(input);
+            .with_progress(progress);
+        let input = with_call_origin(with_inbox(input, inbox));
         if let Err(err) = self.manager.register_task(input) {
             tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
             return Err(run);
@@ -541,7 +551,7 @@ impl TaskTool {
     }
 
     /// Registers the task under the limit and starts it in the background.
-    fn launch(&self, request: SubagentRequest, inbox: InboxSender) -> ToolResult {
+    fn launch(&self, request: SubagentRequest, inbox: Option<InboxSender>) -> ToolResult {
         let id = request.task_id.clone();
         let name = request.subagent_name.clone();
         // A fresh token, not a child of the call's: a background task outlives the
@@ -549,9 +559,8 @@ impl TaskTool {
         let token = CancellationToken::new();
         let input = RegisterTaskInput::new(id.clone(), name.clone(), request.goal_prompt.clone())
             .with_cancellation(token.clone())
-            .with_progress(request.progress.clone())
-            .with_inbox(inbox);
-        let input = with_call_origin(input);
+            .with_progress(request.progress.clone());
+        let input = with_call_origin(with_inbox(input, inbox));
         match self.manager.register_task(input) {
             Ok(_) => {}
             Err(RegisterError::LimitReached(limit)) => {
@@ -620,13 +629,21 @@ fn with_call_origin(input: RegisterTaskInput) -> RegisterTaskInput {
     }
 }
 
+/// Registers the inbox's sender, when the subagent has one.
+fn with_inbox(input: RegisterTaskInput, inbox: Option<InboxSender>) -> RegisterTaskInput {
+    match inbox {
+        Some(inbox) => input.with_inbox(inbox),
+        None => input,
+    }
+}
+
 /// What [`TaskTool::detach`] needs to know about the synchronous run.
 struct Detach {
     id: String,
     name: String,
     goal: String,
     progress: TaskProgress,
-    inbox: InboxSender,
+    inbox: Option<InboxSender>,
     started: Instant,
     deadline: Instant,
 }
@@ -667,13 +684,7 @@ impl TypedTool for TaskTool {
         {
             return refusal;
         }
-        // A subagent the catalog says reads no messages gets a closed inbox, so a
-        // message to it is refused at once instead of queued for nobody.
-        let takes_messages = catalog.as_deref().is_none_or(|catalog| {
-            catalog
-                .iter()
-                .any(|info| info.name == params.subagent_name && info.accepts_messages)
-        });
+        let takes_messages = self.runner.accepts_messages(&params.subagent_name);
         if self.shutdown.is_cancelled() {
             return ToolResult::failure(
                 ToolErrorType::ExecutionFailed,
@@ -682,10 +693,7 @@ impl TypedTool for TaskTool {
                 render::SHUTTING_DOWN,
             );
         }
-        let (request, inbox) = self.request(params);
-        if !takes_messages {
-            request.inbox.close();
-        }
+        let (request, inbox) = self.request(params, takes_messages);
         if request.run_async {
             self.launch(request, inbox)
         } else {

@@ -42,6 +42,23 @@ pub trait SubagentRunner: Send + Sync {
         None
     }
 
+    /// Whether `subagent` reads its [inbox](SubagentRequest::inbox) while it
+    /// runs. The `task` tool gives any other subagent a closed inbox and
+    /// registers no sender, so `message_async_task` refuses messages to it at
+    /// once instead of queueing them for nobody.
+    ///
+    /// The default asks the [catalog](Self::catalog)
+    /// ([`SubagentInfo::accepts_messages`]); without a catalog, no subagent
+    /// takes messages. A runner without a catalog whose subagents read their
+    /// inbox overrides this.
+    fn accepts_messages(&self, subagent: &str) -> bool {
+        self.catalog().is_some_and(|catalog| {
+            catalog
+                .iter()
+                .any(|info| info.name == subagent && info.accepts_messages)
+        })
+    }
+
     /// Ends every subagent this runner is running, at once and without grace:
     /// the host is exiting now (a termination signal, with a deadline of its
     /// own). The runs then end as their subagents die. The default does

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use asynctask_manager::{AsyncTaskManager, Inbox, RegisterTaskInput};
 use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
 use asynctask_tools::{
-    CommandOutputKind, MessageAsyncTaskTool, SubagentError, SubagentInfo, SubagentRequest,
-    SubagentRunner, TaskTool, ToolErrorType, run_slash_command,
+    CommandOutputKind, MAX_MESSAGE_CHARS, MessageAsyncTaskTool, SubagentError, SubagentInfo,
+    SubagentRequest, SubagentRunner, TaskTool, Tool, ToolErrorType, run_slash_command,
 };
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
@@ -63,8 +63,8 @@ async fn refusals_say_why_and_what_to_do() {
     while inbox.try_recv().is_some() {}
 
     inbox.close();
-    let not_taken = call(&tool, message("hello")).await;
-    insta::assert_snapshot!("not_taken", redacted(&not_taken, &[]));
+    let stopped = call(&tool, message("hello")).await;
+    insta::assert_snapshot!("stopped_reading", redacted(&stopped, &[]));
 
     manager.complete_task(ID, OutputObject::new(TerminateReason::Goal));
     let finished = call(&tool, message("hello")).await;
@@ -84,6 +84,60 @@ async fn refusals_say_why_and_what_to_do() {
         blank.llm_content,
         "Invalid parameters for message_async_task: message: must not be blank"
     );
+    let long = "é".repeat(MAX_MESSAGE_CHARS + 1);
+    let too_long = call(&tool, json!({"task_id": "0f3a", "message": long})).await;
+    assert_eq!(
+        too_long.llm_content,
+        format!(
+            "Invalid parameters for message_async_task: message: must be at most \
+             {MAX_MESSAGE_CHARS} characters (got {})",
+            MAX_MESSAGE_CHARS + 1
+        )
+    );
+    let cancelled = AsyncTaskManager::default();
+    cancelled
+        .register_task(RegisterTaskInput::new(ID, "tester", "g").with_inbox(Inbox::channel().0))
+        .expect("registered");
+    cancelled.cancel_task(ID);
+    let to_cancelled = call(&MessageAsyncTaskTool::new(cancelled), message("hello")).await;
+    insta::assert_snapshot!("cancelled", redacted(&to_cancelled, &[]));
+}
+
+#[tokio::test]
+async fn an_ambiguous_prefix_lists_the_candidates_and_queues_nothing() {
+    let manager = AsyncTaskManager::new(MaxAsyncTasks::UNLIMITED);
+    let mut inboxes = Vec::new();
+    for id in ["0f3a9c21-aaaa", "0f3b0000-bbbb"] {
+        let (sender, inbox) = Inbox::channel();
+        manager
+            .register_task(RegisterTaskInput::new(id, "tester", "g").with_inbox(sender))
+            .expect("registered");
+        inboxes.push(inbox);
+    }
+    let tool = MessageAsyncTaskTool::new(manager.clone());
+    let ambiguous = call(&tool, json!({"task_id": "0f3", "message": "hi"})).await;
+    insta::assert_snapshot!("ambiguous", redacted(&ambiguous, &[]));
+    assert_eq!(
+        ambiguous.error.map(|error| error.kind),
+        Some(ToolErrorType::InvalidToolParams)
+    );
+    let slash = run_slash_command(&manager, "/task msg 0f3 hi").expect("ours");
+    assert_eq!(slash.kind, CommandOutputKind::Error);
+    assert!(
+        slash.text.starts_with("Ambiguous task ID."),
+        "{}",
+        slash.text
+    );
+    assert!(inboxes.iter().all(|inbox| inbox.try_recv().is_none()));
+}
+
+#[test]
+fn the_schema_bounds_the_message_as_validation_does() {
+    let spec = MessageAsyncTaskTool::new(AsyncTaskManager::default()).spec();
+    let message = &spec.parameters["properties"]["message"];
+    assert_eq!(message["maxLength"], json!(MAX_MESSAGE_CHARS));
+    assert_eq!(message["minLength"], json!(1));
+    assert!(!spec.annotations.destructive && !spec.annotations.idempotent);
 }
 
 #[tokio::test]
@@ -121,6 +175,69 @@ async fn the_slash_command_sends_the_rest_of_the_line() {
     }
     let missing = run_slash_command(&manager, "/task msg ffff hi").expect("ours");
     assert_eq!(missing.text, "Task not found: ffff");
+    let long = format!("/task msg 0f3a {}", "x".repeat(MAX_MESSAGE_CHARS + 1));
+    let too_long = run_slash_command(&manager, &long).expect("ours");
+    assert_eq!(
+        (too_long.kind, too_long.text.as_str()),
+        (
+            CommandOutputKind::Error,
+            format!(
+                "message: must be at most {MAX_MESSAGE_CHARS} characters (got {})",
+                MAX_MESSAGE_CHARS + 1
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(
+        inbox.try_recv(),
+        None,
+        "nothing queued for a refused message"
+    );
+}
+
+/// Reads its inbox, but has no catalog: it must say itself which subagents
+/// read messages.
+struct Uncatalogued {
+    reads_messages: bool,
+}
+
+#[async_trait::async_trait]
+impl SubagentRunner for Uncatalogued {
+    fn accepts_messages(&self, subagent: &str) -> bool {
+        self.reads_messages && subagent == "listener"
+    }
+
+    async fn run(
+        &self,
+        request: SubagentRequest,
+        cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        Listener.run(request, cancel).await
+    }
+}
+
+#[tokio::test]
+async fn without_a_catalog_only_subagents_the_runner_names_take_messages() {
+    for reads_messages in [false, true] {
+        let manager = AsyncTaskManager::new(MaxAsyncTasks::UNLIMITED);
+        let task = TaskTool::new(manager.clone(), Arc::new(Uncatalogued { reads_messages }));
+        let launched = call(
+            &task,
+            json!({"subagent_name": "listener", "goal_prompt": "g", "async": true}),
+        )
+        .await;
+        let id = launched.metadata["agentId"].as_str().expect("an id");
+        let messages = MessageAsyncTaskTool::new(manager.clone());
+        let sent = call(&messages, json!({"task_id": id, "message": "hello"})).await;
+        if reads_messages {
+            assert_eq!(sent.error, None, "{}", sent.llm_content);
+        } else {
+            insta::assert_snapshot!("not_taken", redacted(&sent, &[(id, "<id>")]));
+        }
+        manager.cancel_task(id);
+        task.tracker().close();
+        task.tracker().wait().await;
+    }
 }
 
 /// Reads its inbox until it reads `done` (or its token is cancelled), and
@@ -277,4 +394,115 @@ proptest! {
         }
         prop_assert_eq!(read, accepted, "each task read exactly its accepted messages, in order");
     }
+}
+
+/// Real threads: senders, a thread ending tasks, and readers all at once.
+/// Every accepted message is read by its own task, in the order its sender
+/// sent it; every refused one was refused with a reason.
+#[test]
+fn messages_race_completions_and_cancels_without_loss_or_crosstalk() {
+    const TASKS: usize = 6;
+    const SENDERS: usize = 3;
+    const PER_SENDER: usize = 400;
+    let manager = AsyncTaskManager::new(MaxAsyncTasks::UNLIMITED);
+    let mut inboxes = Vec::new();
+    for i in 0..TASKS {
+        let (sender, inbox) = Inbox::channel();
+        manager
+            .register_task(RegisterTaskInput::new(format!("task-{i}"), "s", "g").with_inbox(sender))
+            .expect("unlimited");
+        inboxes.push(Arc::new(inbox));
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (accepted, read) = std::thread::scope(|scope| {
+        let senders: Vec<_> = (0..SENDERS)
+            .map(|s| {
+                let manager = manager.clone();
+                scope.spawn(move || {
+                    let mut accepted = Vec::new();
+                    for n in 0..PER_SENDER {
+                        let i = (n * 7 + s) % TASKS;
+                        let text = format!("{s}:{n}:{i}");
+                        let out =
+                            asynctask_tools::message_task(&manager, &format!("task-{i}"), &text);
+                        match out.kind {
+                            CommandOutputKind::Info => accepted.push((i, text)),
+                            _ => assert!(
+                                out.text.contains("already") || out.text.contains("has not read"),
+                                "{}",
+                                out.text
+                            ),
+                        }
+                    }
+                    accepted
+                })
+            })
+            .collect();
+        let ender = {
+            let manager = manager.clone();
+            scope.spawn(move || {
+                for i in 0..TASKS {
+                    std::thread::yield_now();
+                    let id = format!("task-{i}");
+                    if i % 2 == 0 {
+                        manager.complete_task(&id, OutputObject::new(TerminateReason::Goal));
+                    } else {
+                        manager.cancel_task(&id);
+                    }
+                }
+            })
+        };
+        let readers: Vec<_> = inboxes
+            .iter()
+            .map(|inbox| {
+                let (inbox, stop) = (Arc::clone(inbox), Arc::clone(&stop));
+                scope.spawn(move || {
+                    let mut read = Vec::new();
+                    loop {
+                        let done = stop.load(std::sync::atomic::Ordering::Acquire);
+                        while let Some(message) = inbox.try_recv() {
+                            read.push(message);
+                        }
+                        if done {
+                            return read;
+                        }
+                        std::thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        let accepted: Vec<(usize, String)> = senders
+            .into_iter()
+            .flat_map(|sender| sender.join().expect("sender"))
+            .collect();
+        ender.join().expect("ender");
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let read: Vec<Vec<String>> = readers
+            .into_iter()
+            .map(|reader| reader.join().expect("reader"))
+            .collect();
+        (accepted, read)
+    });
+    for (i, read) in read.iter().enumerate() {
+        for s in 0..SENDERS {
+            let sent: Vec<&String> = accepted
+                .iter()
+                .filter(|(task, text)| *task == i && text.starts_with(&format!("{s}:")))
+                .map(|(_, text)| text)
+                .collect();
+            let got: Vec<&String> = read
+                .iter()
+                .filter(|text| text.starts_with(&format!("{s}:")))
+                .collect();
+            assert_eq!(
+                got, sent,
+                "task {i}, sender {s}: its accepted messages, in order"
+            );
+        }
+        assert!(
+            read.iter().all(|text| text.ends_with(&format!(":{i}"))),
+            "task {i} read only its own messages"
+        );
+    }
+    assert_eq!(manager.counts().running, 0);
 }
