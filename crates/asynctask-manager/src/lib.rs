@@ -66,7 +66,7 @@ pub use crate::journal::{
 pub use crate::live::{
     Inbox, InboxError, InboxSender, MessageError, ProgressSnapshot, TaskProgress,
 };
-pub use crate::manager::{AsyncTaskManager, Reservation, Subscription};
+pub use crate::manager::{AsyncTaskManager, Reservation, Subscription, WeakAsyncTaskManager};
 pub use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks};
 pub use tokio_util::sync::CancellationToken;
 

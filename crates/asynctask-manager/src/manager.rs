@@ -71,6 +71,44 @@ struct Shared {
     /// Told of every change under the lock; `None` keeps everything in memory.
     journal: Option<Arc<dyn Journal>>,
     state: Mutex<State>,
+    /// Signalled (one stored permit) when a journal write failed and left
+    /// changes waiting: see [`AsyncTaskManager::journal_failed`].
+    journal_failed: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Whoever waits for a failure learns there will be none.
+        self.journal_failed.notify_one();
+    }
+}
+
+/// A handle on an [`AsyncTaskManager`] that does not keep it alive.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::AsyncTaskManager;
+///
+/// let manager = AsyncTaskManager::default();
+/// let weak = manager.downgrade();
+/// assert!(weak.upgrade().is_some());
+/// drop(manager);
+/// assert!(weak.upgrade().is_none());
+/// ```
+#[derive(Clone, Debug)]
+pub struct WeakAsyncTaskManager {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl WeakAsyncTaskManager {
+    /// The manager, while any handle on it is alive.
+    #[must_use]
+    pub fn upgrade(&self) -> Option<AsyncTaskManager> {
+        self.shared
+            .upgrade()
+            .map(|shared| AsyncTaskManager { shared })
+    }
 }
 
 /// Everything behind the one lock.
@@ -113,7 +151,8 @@ impl AsyncTaskManager {
         journal: Option<Arc<dyn Journal>>,
         registry: Registry,
     ) -> Self {
-        AsyncTaskManager {
+        let backlog = registry.has_backlog();
+        let manager = AsyncTaskManager {
             shared: Arc::new(Shared {
                 clock,
                 journal,
@@ -121,8 +160,106 @@ impl AsyncTaskManager {
                     registry,
                     events: Dispatcher::new(),
                 }),
+                journal_failed: Arc::new(tokio::sync::Notify::new()),
             }),
+        };
+        if backlog {
+            manager.shared.journal_failed.notify_one();
         }
+        manager
+    }
+
+    /// After an operation that wrote to the journal: announces the held tasks
+    /// the journal caught up with (their transitions' events were held back
+    /// with them), and signals [`journal_failed`](Self::journal_failed) when
+    /// changes still wait. Returns whether events wait to be drained.
+    fn after_journal(&self, state: &mut State) -> bool {
+        if self.shared.journal.is_none() {
+            return false;
+        }
+        if state.registry.has_backlog() {
+            self.shared.journal_failed.notify_one();
+        }
+        let mut drain = false;
+        for task in state.registry.take_released() {
+            tracing::info!(task_id = %task.id, "the journal caught up: the task's result may now be delivered");
+            if let Some(event) = TaskEvent::from_task(task) {
+                drain |= state.events.push(event);
+            }
+        }
+        drain
+    }
+
+    /// Resolves when a journal write fails and leaves changes waiting (at once
+    /// if one failed since the last wait), or when the last handle on the
+    /// manager is dropped: a host then calls
+    /// [`retry_journal`](Self::retry_journal), with a backoff of its choosing,
+    /// until it succeeds. Never returns for a manager without a journal.
+    ///
+    /// A terminal transition whose write failed is applied in memory (its slot
+    /// is free) but its result is *held*: not offered for delivery, nor
+    /// markable, until the journal has recorded it — a result the store does
+    /// not hold must never reach the model. The next successful write of any
+    /// change catches up too. `AsyncTaskRuntime` runs this loop for its host.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a failure signalled while nobody waits is kept for the
+    /// next wait. The future holds no handle on the manager, so a task that
+    /// waits on it (with a [`WeakAsyncTaskManager`] for the retries) does not
+    /// keep the manager, or its journal's store, alive.
+    pub fn journal_failed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let journaled = self.shared.journal.is_some();
+        let failed = Arc::clone(&self.shared.journal_failed);
+        async move {
+            if !journaled {
+                std::future::pending::<()>().await;
+            }
+            failed.notified().await;
+        }
+    }
+
+    /// A handle that does not keep the manager alive (see
+    /// [`journal_failed`](Self::journal_failed)).
+    #[must_use]
+    pub fn downgrade(&self) -> WeakAsyncTaskManager {
+        WeakAsyncTaskManager {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
+    /// Writes the changes the journal missed. `Ok(true)` when there were some
+    /// and they are recorded now (held results become deliverable, and their
+    /// events are delivered); `Ok(false)` when nothing waited (or there is no
+    /// journal).
+    ///
+    /// # Errors
+    ///
+    /// The [`JournalError`] of the write; the changes keep waiting.
+    pub fn retry_journal(&self) -> Result<bool, JournalError> {
+        let Some(journal) = self.journal() else {
+            return Ok(false);
+        };
+        let (written, drain) = {
+            let mut state = self.lock();
+            if !state.registry.has_backlog() {
+                return Ok(false);
+            }
+            let written = state.registry.retry_journal(journal);
+            let drain = written.is_ok() && self.after_journal(&mut state);
+            (written, drain)
+        };
+        if drain {
+            self.drain_events();
+        }
+        written.map(|()| true)
+    }
+
+    /// Whether some changes wait for the journal (a write failed and no later
+    /// write succeeded yet).
+    #[must_use]
+    pub fn has_journal_backlog(&self) -> bool {
+        self.lock().registry.has_backlog()
     }
 
     /// A manager that journals every change to `journal`, holding `tasks` —
@@ -235,7 +372,14 @@ impl AsyncTaskManager {
     /// The pruning is journaled; when that write fails it is logged and applied
     /// in memory anyway (the limit must hold; a restore prunes the store again).
     pub fn set_max_async_tasks(&self, max: MaxAsyncTasks) {
-        let error = self.lock().registry.set_max(max, self.journal());
+        let (error, drain) = {
+            let mut state = self.lock();
+            let error = state.registry.set_max(max, self.journal());
+            (error, self.after_journal(&mut state))
+        };
+        if drain {
+            self.drain_events();
+        }
         if let Some(error) = error {
             tracing::error!(
                 error = %error.chain(),
@@ -294,10 +438,16 @@ impl AsyncTaskManager {
     ) -> Result<AsyncTaskInfo, RegisterError> {
         let now = self.now();
         let id = (self.journal().is_some()).then(|| input.id.clone());
-        let registered = self
-            .lock()
-            .registry
-            .register(input, now, reserved, self.journal());
+        let (registered, drain) = {
+            let mut state = self.lock();
+            let registered = state
+                .registry
+                .register(input, now, reserved, self.journal());
+            (registered, self.after_journal(&mut state))
+        };
+        if drain {
+            self.drain_events();
+        }
         match &registered {
             Ok(task) => {
                 tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, reserved, "async task registered");
@@ -353,20 +503,23 @@ impl AsyncTaskManager {
             } = state
                 .registry
                 .finish(id, terminal, now, snapshot, self.journal())?;
+            let held = journal_error.is_some();
             if let Some(error) = journal_error {
                 tracing::error!(
                     task_id = %id,
                     error = %error.chain(),
                     "the journal could not record a terminal transition; applied in memory anyway \
-                     (a task must never stay running forever): after a restart the task comes back \
-                     as interrupted"
+                     (a task must never stay running forever), its result held back until the \
+                     journal records it"
                 );
             }
             tracing::debug!(task_id = %id, "async task finished");
-            let drain = match task.and_then(TaskEvent::from_task) {
-                Some(event) => state.events.push(event),
-                None => false,
+            // A held task's event waits for the journal, like its result.
+            let mut drain = match task.and_then(TaskEvent::from_task) {
+                Some(event) if !held => state.events.push(event),
+                _ => false,
             };
+            drain |= self.after_journal(&mut state);
             (drain, token)
         };
         if cancel {
@@ -550,7 +703,14 @@ impl AsyncTaskManager {
     /// ```
     pub fn try_mark_notified(&self, id: &str) -> Result<bool, JournalError> {
         let now = self.now();
-        let marked = self.lock().registry.mark_notified(id, now, self.journal());
+        let (marked, drain) = {
+            let mut state = self.lock();
+            let marked = state.registry.mark_notified(id, now, self.journal());
+            (marked, self.after_journal(&mut state))
+        };
+        if drain {
+            self.drain_events();
+        }
         match &marked {
             Ok(true) => tracing::debug!(task_id = %id, "async task marked notified"),
             Ok(false) => {}
@@ -565,19 +725,27 @@ impl AsyncTaskManager {
     pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
         let now = self.now();
         let journal = self.journal();
-        let mut state = self.lock();
-        ids.iter()
-            .filter(|id| {
-                let id = id.as_ref();
-                match state.registry.mark_notified(id, now, journal) {
-                    Ok(marked) => marked,
-                    Err(error) => {
-                        log_unmarked(id, &error);
-                        false
+        let (marked, drain) = {
+            let mut state = self.lock();
+            let marked = ids
+                .iter()
+                .filter(|id| {
+                    let id = id.as_ref();
+                    match state.registry.mark_notified(id, now, journal) {
+                        Ok(marked) => marked,
+                        Err(error) => {
+                            log_unmarked(id, &error);
+                            false
+                        }
                     }
-                }
-            })
-            .count()
+                })
+                .count();
+            (marked, self.after_journal(&mut state))
+        };
+        if drain {
+            self.drain_events();
+        }
+        marked
     }
 
     /// Subscribes to every terminal transition. See the type-level docs for when

@@ -205,6 +205,14 @@ pub(crate) struct Registry {
     /// that a journal that failed once catches up instead of missing them for
     /// good (a task it still holds as running would refuse every later mark).
     unjournaled: Vec<Unjournaled>,
+    /// Pending tasks whose terminal transition the journal has not recorded
+    /// yet (its write failed): they are terminal in memory, so their slot is
+    /// free, but they are not offered for delivery — a result the store does
+    /// not hold must never reach the model — until a write catches up.
+    held: BTreeSet<Seq>,
+    /// Held tasks the journal has caught up with since the manager last
+    /// looked: it announces them, as their transition could not be.
+    released: Vec<Seq>,
 }
 
 impl Registry {
@@ -224,7 +232,44 @@ impl Registry {
             origins: BTreeMap::new(),
             live: BTreeMap::new(),
             unjournaled: Vec::new(),
+            held: BTreeSet::new(),
+            released: Vec::new(),
         }
+    }
+
+    /// The journal has recorded every change: nothing is missed any more, and
+    /// the held tasks become deliverable.
+    fn caught_up(&mut self) {
+        self.unjournaled.clear();
+        if !self.held.is_empty() {
+            self.released.extend(std::mem::take(&mut self.held));
+        }
+    }
+
+    /// The held tasks released since the last call, oldest-registered first,
+    /// as snapshots (for their events).
+    pub(crate) fn take_released(&mut self) -> Vec<AsyncTaskInfo> {
+        if self.released.is_empty() {
+            return Vec::new();
+        }
+        let released = std::mem::take(&mut self.released);
+        self.infos(released.iter())
+    }
+
+    /// Whether some changes still wait for the journal.
+    pub(crate) fn has_backlog(&self) -> bool {
+        !self.unjournaled.is_empty()
+    }
+
+    /// Writes the changes the journal missed, alone. `Ok` when there were none
+    /// or they are written now.
+    pub(crate) fn retry_journal(&mut self, journal: &dyn Journal) -> Result<(), JournalError> {
+        if self.unjournaled.is_empty() {
+            return Ok(());
+        }
+        self.write_change(journal, std::iter::empty())?;
+        self.caught_up();
+        Ok(())
     }
 
     /// Writes `change` to the journal, preceded by the changes it missed.
@@ -252,12 +297,13 @@ impl Registry {
     ) -> Option<JournalError> {
         match written {
             Ok(()) => {
-                self.unjournaled.clear();
+                self.caught_up();
                 None
             }
             Err(error) => {
                 self.unjournaled
                     .extend(finished.iter().copied().map(Unjournaled::Finished));
+                self.held.extend(finished.iter().copied());
                 let removed: Vec<Unjournaled> = pruned
                     .iter()
                     .filter_map(|seq| self.tasks.get(seq))
@@ -363,7 +409,7 @@ impl Registry {
             written.err().map(RegisterError::Journal)
         });
         if refused.is_none() && journal.is_some() {
-            self.unjournaled.clear();
+            self.caught_up();
         }
         if let Some(refused) = refused {
             if reserved {
@@ -412,7 +458,8 @@ impl Registry {
     /// running (the first transition wins). The transition and its pruning are
     /// journaled before they are visible, and applied even when the journal's
     /// write fails (a task must never stay running forever): the error comes
-    /// back in [`Finished`].
+    /// back in [`Finished`], and the task is held back from delivery until a
+    /// later write records it.
     pub(crate) fn finish(
         &mut self,
         id: &str,
@@ -482,7 +529,7 @@ impl Registry {
         let Some(record) = self.tasks.get_mut(&seq) else {
             return Ok(false);
         };
-        if !record.mark_notified(now_ms) {
+        if self.held.contains(&seq) || !record.mark_notified(now_ms) {
             return Ok(false);
         }
         let key = record.delivered_key();
@@ -509,7 +556,7 @@ impl Registry {
             }
             return Err(error);
         }
-        self.unjournaled.clear();
+        self.caught_up();
         self.remove(&pruned);
         Ok(true)
     }
@@ -554,6 +601,7 @@ impl Registry {
             if let Some(record) = self.tasks.remove(seq) {
                 self.delivered.remove(&record.delivered_key());
                 self.pending.remove(seq);
+                self.held.remove(seq);
                 self.ids.remove(&*record.id);
                 self.origins.remove(seq);
                 self.finished_by_status[status_slot(record.status())] -= 1;
@@ -749,12 +797,16 @@ impl Registry {
             .collect()
     }
 
+    /// The pending tasks that may be delivered (held ones wait for the journal).
     pub(crate) fn pending_notifications(&self) -> Vec<AsyncTaskInfo> {
-        self.infos(self.pending.iter())
+        if self.held.is_empty() {
+            return self.infos(self.pending.iter());
+        }
+        self.infos(self.pending.difference(&self.held))
     }
 
     pub(crate) fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
+        self.pending.len() > self.held.len()
     }
 
     pub(crate) fn counts(&self) -> TaskCounts {
@@ -764,7 +816,7 @@ impl Registry {
             completed,
             failed,
             cancelled,
-            pending_notifications: self.pending.len(),
+            pending_notifications: self.pending.len() - self.held.len(),
             reserved: self.reserved,
         }
     }
@@ -855,6 +907,23 @@ impl Registry {
                     "a transition awaiting the journal names task #{seq}, which is not held terminal"
                 ));
             }
+        }
+        if !self.held.is_subset(&self.pending) {
+            return Err("a task held for the journal is not pending".to_owned());
+        }
+        let missed: BTreeSet<Seq> = self
+            .unjournaled
+            .iter()
+            .filter_map(|missed| match missed {
+                Unjournaled::Finished(seq) => Some(*seq),
+                Unjournaled::Removed(_) => None,
+            })
+            .collect();
+        if !self.held.is_subset(&missed) {
+            return Err(
+                "a task is held for the journal although its transition is not awaiting it"
+                    .to_owned(),
+            );
         }
         let terminal = pending.len() + delivered.len();
         let history = self.max.history_limit();

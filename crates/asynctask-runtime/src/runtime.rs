@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, Journal, RestoreError, StoredTask, Subscription};
+use asynctask_manager::{
+    AsyncTaskManager, Journal, RestoreError, StoredTask, Subscription, WeakAsyncTaskManager,
+};
 use asynctask_model::{Clock, InvalidMaxAsyncTasks, MaxAsyncTasks, SystemClock, Todo};
 use asynctask_tools::{
     CheckAsyncTasksTool, MessageAsyncTaskTool, PauseSignal, SubagentRunner, SyncDetach,
@@ -213,6 +215,7 @@ impl AsyncTaskRuntimeBuilder {
     pub fn try_build(self) -> Result<AsyncTaskRuntime, BuildError> {
         let handle = Handle::try_current().map_err(|_| BuildError::NoTokioRuntime)?;
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let journaled = self.journal.is_some();
         let manager = match self.journal {
             Some((journal, restored)) => AsyncTaskManager::restore(
                 self.max_async_tasks,
@@ -224,14 +227,20 @@ impl AsyncTaskRuntimeBuilder {
         };
         let reminders = AsyncTaskReminderService::new(manager.clone());
         let claims = Arc::new(ClaimLedger::new(manager.clone()));
+        let tracker = TaskTracker::new();
+        let stopping = CancellationToken::new();
+        if journaled {
+            tracker.spawn_on(
+                retry_journal(manager.downgrade(), stopping.clone()),
+                &handle,
+            );
+        }
         let delivery = Arc::new(Delivery::new(
             Arc::clone(&claims),
             reminders.clone(),
             self.host,
             handle,
         ));
-        let tracker = TaskTracker::new();
-        let stopping = CancellationToken::new();
         let sync_detach = self.sync_detach;
         let task_tool = self.runner.map(|runner| {
             let tool = TaskTool::new(manager.clone(), runner)
@@ -276,6 +285,52 @@ impl AsyncTaskRuntimeBuilder {
             shut_down: AtomicBool::new(false),
             stopping,
         })
+    }
+}
+
+/// The first wait before writing again what a journal missed; it doubles after
+/// each failure, up to [`JOURNAL_RETRY_MAX`].
+const JOURNAL_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two attempts to catch a journal up.
+const JOURNAL_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Catches the journal up after a failed write, with backoff, until the
+/// runtime stops: the results its failure held back become deliverable (and
+/// are announced, so the auto-trigger delivers them) even when nothing else
+/// happens to write.
+async fn retry_journal(manager: WeakAsyncTaskManager, stopping: CancellationToken) {
+    loop {
+        // Holds no handle while it waits: a runtime dropped without a shutdown
+        // still releases its manager (and the journal's store).
+        let failed = match manager.upgrade() {
+            Some(manager) => manager.journal_failed(),
+            None => return,
+        };
+        tokio::select! {
+            () = stopping.cancelled() => return,
+            () = failed => {}
+        }
+        let mut wait = JOURNAL_RETRY_FIRST;
+        loop {
+            tokio::select! {
+                () = stopping.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            let Some(manager) = manager.upgrade() else {
+                return;
+            };
+            match manager.retry_journal() {
+                Ok(_) => break,
+                Err(error) => {
+                    wait = (wait * 2).min(JOURNAL_RETRY_MAX);
+                    tracing::warn!(
+                        error = %error.chain(),
+                        retry_in_s = wait.as_secs(),
+                        "the journal still cannot record what it missed"
+                    );
+                }
+            }
+        }
     }
 }
 

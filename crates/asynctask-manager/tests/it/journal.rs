@@ -152,8 +152,13 @@ fn a_mark_the_journal_cannot_record_is_not_applied_and_the_result_stays_pending(
 }
 
 #[test]
-fn a_terminal_transition_the_journal_cannot_record_is_applied_and_restores_as_interrupted() {
+fn a_terminal_transition_the_journal_cannot_record_is_applied_but_held_back_from_delivery() {
     let (manager, replica, clock) = journaled(2);
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _subscription = manager.subscribe({
+        let events = Arc::clone(&events);
+        move |event| events.lock().unwrap().push(event.task().id.clone())
+    });
     manager.register_task(input("a")).unwrap();
     replica.fail_next();
     clock.advance(50);
@@ -168,6 +173,12 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_and_restores_as_in
         AsyncTaskStatus::Running,
         "the store never heard"
     );
+    // The store does not hold the result: nothing may deliver it yet.
+    assert!(manager.pending_notifications().is_empty());
+    assert_eq!(manager.counts().pending_notifications, 0);
+    assert_eq!(manager.try_mark_notified("a"), Ok(false));
+    assert!(events.lock().unwrap().is_empty(), "its event waits too");
+    assert!(manager.has_journal_backlog());
     check_invariants(&manager).unwrap();
 
     drop(manager);
@@ -190,6 +201,47 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_and_restores_as_in
     );
 }
 
+#[tokio::test]
+async fn a_held_result_is_released_once_a_retry_writes_it() {
+    let (manager, replica, _clock) = journaled(2);
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _subscription = manager.subscribe({
+        let events = Arc::clone(&events);
+        move |event| events.lock().unwrap().push(event.task().id.clone())
+    });
+    manager.register_task(input("a")).unwrap();
+    replica.fail_next();
+    assert!(manager.complete_task("a", goal()));
+    // The failure is signalled to whoever retries, even if it waits later.
+    tokio::time::timeout(std::time::Duration::from_secs(5), manager.journal_failed())
+        .await
+        .expect("signalled");
+    replica.fail_next();
+    assert!(
+        manager.retry_journal().is_err(),
+        "still failing: still held"
+    );
+    assert!(manager.pending_notifications().is_empty());
+    assert_eq!(manager.retry_journal(), Ok(true));
+    assert_eq!(
+        manager
+            .pending_notifications()
+            .into_iter()
+            .map(|task| task.id)
+            .collect::<Vec<_>>(),
+        ["a"]
+    );
+    assert_eq!(
+        *events.lock().unwrap(),
+        ["a"],
+        "announced once, when released"
+    );
+    assert_eq!(replica.infos(), manager.tasks());
+    assert_eq!(manager.retry_journal(), Ok(false), "nothing waits any more");
+    assert!(manager.mark_notified("a"));
+    check_invariants(&manager).unwrap();
+}
+
 #[test]
 fn a_transition_the_journal_missed_is_written_again_ahead_of_the_next_change() {
     let (manager, replica, clock) = journaled(1); // history 2
@@ -201,18 +253,23 @@ fn a_transition_the_journal_missed_is_written_again_ahead_of_the_next_change() {
     manager.register_task(input("c")).unwrap();
     clock.advance(5);
     // Completing "c" prunes "a"; the write fails, so the store misses both,
-    // and the next one fails too.
+    // and "c" is held back from delivery.
     replica.fail_next();
     assert!(manager.complete_task("c", goal()));
     assert_eq!(replica.tasks().len(), 3);
-    replica.fail_next();
     assert!(
         !manager.mark_notified("c"),
-        "a mark is only applied once written"
+        "a held result cannot be marked"
     );
+    // The next change fails too: still missed, still held.
+    replica.fail_next();
+    assert!(manager.register_task(input("d")).is_err());
     assert_eq!(replica.tasks().len(), 3);
+    assert!(manager.pending_notifications().is_empty());
     check_invariants(&manager).unwrap();
-    // The next write carries what the store missed, then the mark.
+    // The next write carries what the store missed, then its own change.
+    manager.register_task(input("d")).unwrap();
+    assert_eq!(manager.pending_notifications().len(), 1, "c is released");
     assert!(manager.mark_notified("c"));
     assert_eq!(replica.infos(), manager.tasks());
     assert_eq!(replica.problems(), Vec::<String>::new());

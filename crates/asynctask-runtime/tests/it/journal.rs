@@ -1,6 +1,7 @@
 //! The runtime on a journal: restored results are delivered at once, a
-//! delivery the journal cannot record is retried with backoff, and tasks that
-//! are not a registry are refused at build.
+//! delivery the journal cannot record is retried with backoff, a result the
+//! journal missed waits for a retry that records it, and tasks that are not a
+//! registry are refused at build.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,10 +17,12 @@ use pretty_assertions::assert_eq;
 
 use crate::{FakeHost, settle};
 
-/// A journal that keeps nothing, and refuses marks while `failing`.
+/// A journal that keeps nothing, and refuses marks while `failing` (and
+/// terminal transitions while `failing_ends`).
 #[derive(Default)]
 struct Journaled {
     failing: AtomicBool,
+    failing_ends: AtomicBool,
 }
 
 impl Journal for Journaled {
@@ -28,6 +31,12 @@ impl Journal for Journaled {
             .iter()
             .any(|entry| matches!(entry, JournalEntry::Notified { .. }));
         if marks && self.failing.load(Ordering::SeqCst) {
+            return Err(JournalError::new("injected: disk full"));
+        }
+        let ends = entries
+            .iter()
+            .any(|entry| matches!(entry, JournalEntry::Finished { .. }));
+        if ends && self.failing_ends.load(Ordering::SeqCst) {
             return Err(JournalError::new("injected: disk full"));
         }
         Ok(())
@@ -105,6 +114,36 @@ async fn a_delivery_the_journal_cannot_record_is_retried_with_backoff_not_in_a_h
     assert!(!runtime.reminders().has_pending_notifications());
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(host.delivered_ids(), [["a"], ["a"], ["a"]]);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_result_the_journal_missed_is_delivered_once_a_retry_records_it() {
+    let host = Arc::new(FakeHost::default());
+    let journal = Arc::new(Journaled::default());
+    journal.failing_ends.store(true, Ordering::SeqCst);
+    let runtime = runtime_on(&host, &journal, Vec::new());
+    runtime
+        .manager()
+        .register_task(RegisterTaskInput::new("a", "researcher", "goal"))
+        .expect("admitted");
+    runtime
+        .manager()
+        .complete_task("a", OutputObject::new(TerminateReason::Goal));
+    settle().await;
+    assert_eq!(host.attempts(), 0, "held back: the store does not hold it");
+    assert!(runtime.next_turn_reminder().is_none());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(host.attempts(), 0, "retries (1 s, 2 s) failed: still held");
+
+    journal.failing_ends.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        host.delivered_ids(),
+        [["a"]],
+        "the next retry (4 s) wrote it"
+    );
+    assert!(!runtime.reminders().has_pending_notifications());
     runtime.shutdown().await;
 }
 
