@@ -705,7 +705,10 @@ impl AsyncTaskManager {
         let now = self.now();
         let (marked, drain) = {
             let mut state = self.lock();
-            let marked = state.registry.mark_notified(id, now, self.journal());
+            let marked = state
+                .registry
+                .mark_notified(&[id], now, self.journal())
+                .map(|marked| marked == 1);
             (marked, self.after_journal(&mut state))
         };
         if drain {
@@ -720,26 +723,23 @@ impl AsyncTaskManager {
     }
 
     /// [`mark_notified`](Self::mark_notified) for several ids under one lock;
-    /// returns how many were marked. Each mark is journaled on its own: one the
-    /// journal could not record stays pending (logged), the others are marked.
+    /// returns how many were marked. The marks are one journal write: when the
+    /// journal cannot record it (logged), none is applied and every result
+    /// stays pending.
     pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
         let now = self.now();
         let journal = self.journal();
         let (marked, drain) = {
             let mut state = self.lock();
-            let marked = ids
-                .iter()
-                .filter(|id| {
-                    let id = id.as_ref();
-                    match state.registry.mark_notified(id, now, journal) {
-                        Ok(marked) => marked,
-                        Err(error) => {
-                            log_unmarked(id, &error);
-                            false
-                        }
+            let marked = match state.registry.mark_notified(ids, now, journal) {
+                Ok(marked) => marked,
+                Err(error) => {
+                    for id in ids {
+                        log_unmarked(id.as_ref(), &error);
                     }
-                })
-                .count();
+                    0
+                }
+            };
             (marked, self.after_journal(&mut state))
         };
         if drain {

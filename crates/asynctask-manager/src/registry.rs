@@ -513,52 +513,59 @@ impl Registry {
         })
     }
 
-    /// Marks a terminal task notified and prunes. `Ok(false)` when the task is
-    /// unknown, running or already marked. The journal is told before the mark
-    /// is visible; when its write fails the mark is undone (the result stays
-    /// pending, so it is delivered again rather than lost).
-    pub(crate) fn mark_notified(
+    /// Marks terminal tasks notified and prunes; returns how many were marked
+    /// (a task that is unknown, running, held for the journal or already
+    /// marked is skipped). The marks and the pruning are one journal write,
+    /// told before they are visible; when it fails every mark is undone (the
+    /// results stay pending, so they are delivered again rather than lost).
+    pub(crate) fn mark_notified<S: AsRef<str>>(
         &mut self,
-        id: &str,
+        ids: &[S],
         now_ms: u64,
         journal: Option<&dyn Journal>,
-    ) -> Result<bool, JournalError> {
-        let Some(&seq) = self.ids.get(id) else {
-            return Ok(false);
-        };
-        let Some(record) = self.tasks.get_mut(&seq) else {
-            return Ok(false);
-        };
-        if self.held.contains(&seq) || !record.mark_notified(now_ms) {
-            return Ok(false);
+    ) -> Result<usize, JournalError> {
+        let mut marked: Vec<(Seq, usize)> = Vec::new();
+        for (index, id) in ids.iter().enumerate() {
+            let Some(&seq) = self.ids.get(id.as_ref()) else {
+                continue;
+            };
+            let Some(record) = self.tasks.get_mut(&seq) else {
+                continue;
+            };
+            if self.held.contains(&seq) || !record.mark_notified(now_ms) {
+                continue;
+            }
+            let key = record.delivered_key();
+            self.pending.remove(&seq);
+            self.delivered.insert(key, seq);
+            marked.push((seq, index));
         }
-        let key = record.delivered_key();
-        self.pending.remove(&seq);
-        self.delivered.insert(key, seq);
+        if marked.is_empty() {
+            return Ok(0);
+        }
         let Some(journal) = journal else {
             self.prune();
-            return Ok(true);
+            return Ok(marked.len());
         };
         let pruned = self.prune_plan();
-        let notified = JournalEntry::Notified {
-            id,
+        let notified = marked.iter().map(|&(_, index)| JournalEntry::Notified {
+            id: ids[index].as_ref(),
             notified_at: now_ms,
-        };
-        let written = self.write_change(
-            journal,
-            std::iter::once(notified).chain(self.removed_entries(&pruned)),
-        );
+        });
+        let written = self.write_change(journal, notified.chain(self.removed_entries(&pruned)));
         if let Err(error) = written {
-            self.delivered.remove(&key);
-            self.pending.insert(seq);
-            if let Some(record) = self.tasks.get_mut(&seq) {
-                record.notified_at = None;
+            for &(seq, _) in &marked {
+                if let Some(record) = self.tasks.get_mut(&seq) {
+                    self.delivered.remove(&record.delivered_key());
+                    record.notified_at = None;
+                    self.pending.insert(seq);
+                }
             }
             return Err(error);
         }
         self.caught_up();
         self.remove(&pruned);
-        Ok(true)
+        Ok(marked.len())
     }
 
     /// Removes the oldest-finished notified tasks until at most the history limit
@@ -1010,7 +1017,7 @@ mod tests {
                 .unwrap();
         }
         for id in ["a", "b", "c"] {
-            assert_eq!(registry.mark_notified(id, 6, None), Ok(true));
+            assert_eq!(registry.mark_notified(&[id], 6, None), Ok(1));
         }
         assert_eq!(registry.set_max(MaxAsyncTasks::new(1).unwrap(), None), None); // history 2
         assert_eq!(
@@ -1060,7 +1067,7 @@ mod tests {
         let mut expected = AsyncTaskInfo::new("t", "agent", "goal", 10);
         expected.complete(output, 20);
         assert_eq!(finished.task, Some(expected.clone()));
-        assert_eq!(registry.mark_notified("t", 30, None), Ok(true));
+        assert_eq!(registry.mark_notified(&["t"], 30, None), Ok(1));
         expected.mark_notified(30);
         assert_eq!(registry.task("t"), Some(expected));
     }
