@@ -354,6 +354,13 @@ impl AsyncTaskRuntime {
     /// The claim ledger every delivery goes through: the auto-trigger, the
     /// next-turn reminders, and whatever requests a serving layer (an MCP
     /// server) claims results for.
+    ///
+    /// It is the only ledger to use with this runtime: a ledger built apart
+    /// ([`ClaimLedger::new`]) over the same manager does not see this one's
+    /// claims, so the two could deliver one result twice. Claim as
+    /// [`ClaimOwner::Request`](crate::ClaimOwner::Request) owners;
+    /// [`AutoTrigger`](crate::ClaimOwner::AutoTrigger) and
+    /// [`NextTurn`](crate::ClaimOwner::NextTurn) are the runtime's own.
     #[must_use]
     pub fn claims(&self) -> &Arc<ClaimLedger> {
         &self.claims

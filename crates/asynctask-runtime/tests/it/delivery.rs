@@ -243,6 +243,9 @@ enum Step {
     Ack,
     /// A serving layer's request `k` claims what is pending (an MCP tool call).
     RequestClaim(usize),
+    /// Request `k` claims only the even-numbered tasks' results (an MCP
+    /// session taking its own).
+    RequestClaimSome(usize),
     /// Request `k`'s response was written: acknowledge its claim.
     RequestAck(usize),
     /// Request `k` was cancelled before its response was written: release it.
@@ -261,6 +264,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => Just(Step::NextTurn),
         2 => Just(Step::Ack),
         2 => (0..2usize).prop_map(Step::RequestClaim),
+        1 => (0..2usize).prop_map(Step::RequestClaimSome),
         2 => (0..2usize).prop_map(Step::RequestAck),
         1 => (0..2usize).prop_map(Step::RequestRelease),
         2 => prop_oneof![Just(1u64), Just(50), Just(2_000)].prop_map(Step::Wait),
@@ -313,6 +317,16 @@ proptest! {
                     Step::RequestClaim(k) => {
                         if let Some(reminder) = claims.claim(&request(k)) {
                             prop_assert!(requested[k].is_empty(), "one claim per owner");
+                            requested[k] = reminder.task_ids;
+                        }
+                    }
+                    Step::RequestClaimSome(k) => {
+                        let even = |task: &asynctask_model::AsyncTaskInfo| {
+                            task.id.ends_with(['0', '2', '4'])
+                        };
+                        if let Some(reminder) = claims.claim_matching(&request(k), even) {
+                            prop_assert!(requested[k].is_empty(), "one claim per owner");
+                            prop_assert!(reminder.task_ids.iter().all(|id| id.ends_with(['0', '2', '4'])));
                             requested[k] = reminder.task_ids;
                         }
                     }
