@@ -316,7 +316,7 @@ pub enum BuildError {
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let runtime = asynctask_runtime::AsyncTaskRuntime::builder().build();
 /// let refused = runtime.set_setting("task-max-async", serde_json::json!(0)).unwrap_err();
-/// assert_eq!(refused.to_string(), "task-max-async must be -1 (unlimited) or an integer between 1 and 100");
+/// assert_eq!(refused.to_string(), "task-max-async must be -1 (unlimited) or an integer between 1 and 100, not 0");
 /// # });
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -428,8 +428,10 @@ impl AsyncTaskRuntime {
                     serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
                     _ => None,
                 };
-                // Not an integer at all: the model's convention for "no value".
-                let max = MaxAsyncTasks::new(raw.unwrap_or(i64::MIN))?;
+                let max = match raw {
+                    Some(raw) => MaxAsyncTasks::new(raw)?,
+                    None => return Err(InvalidMaxAsyncTasks::NOT_AN_INTEGER.into()),
+                };
                 self.manager.set_max_async_tasks(max);
                 Ok(())
             }
