@@ -34,6 +34,36 @@ pub const DEMO_CONFIG: &str = include_str!("demo.toml");
 #[error("{0}")]
 pub struct CliError(pub String);
 
+/// An error and its sources on one line, as the CLI prints it: each link's
+/// `Display`, joined by `: ` (a link of several lines has them joined by `; `).
+///
+/// # Examples
+///
+/// ```
+/// let cause = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+/// let err = asynctask_runtime::TriggerError::new("cannot start a turn").with_source(cause);
+/// assert_eq!(asynctask_cli::error_chain(&err), "cannot start a turn: no such file");
+/// ```
+#[must_use]
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut links = vec![one_line(&err.to_string())];
+    let mut source = err.source();
+    while let Some(cause) = source {
+        links.push(one_line(&cause.to_string()));
+        source = cause.source();
+    }
+    links.join(": ")
+}
+
+/// `text`'s non-blank lines, trimmed, joined by `; `.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// A runner for commands that only need tool specs: it runs nothing.
 struct SpecOnly;
 

@@ -11,7 +11,7 @@ use asynctask_cli::serve::{
     REAPER_ARG, ServeOptions, load_runner, mcp, mcp_durable, supervisor_run, supervisor_status,
     supervisor_stop, wants_durable,
 };
-use asynctask_cli::{CliError, DEMO_CONFIG, run_once, schemas};
+use asynctask_cli::{CliError, DEMO_CONFIG, error_chain, run_once, schemas};
 use asynctask_mcp::StateDir;
 use asynctask_model::MaxAsyncTasks;
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
@@ -213,7 +213,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                 }
                 None => {
                     let config = ProcessRunnerConfig::from_toml_str(DEMO_CONFIG, Path::new("."))
-                        .map_err(|err| CliError(err.to_string()))?;
+                        .map_err(|err| CliError(error_chain(&err)))?;
                     (ProcessRunner::new(config), bundled_subagents())
                 }
             };

@@ -17,7 +17,7 @@ use asynctask_store::{Store, StoreError};
 use asynctask_tools::SyncDetach;
 use serde_json::{Value, json};
 
-use crate::CliError;
+use crate::{CliError, error_chain};
 
 /// What `asynctask mcp` and `asynctask supervisor run` are given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,11 +85,11 @@ pub const REAPER_ARG: &str = "__asynctask-reaper";
 ///
 /// # Errors
 ///
-/// [`CliError`] with the config error's one line.
+/// [`CliError`] with the config error and its causes, on one line.
 pub fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
     let runner = ProcessRunnerConfig::load(path)
         .map(ProcessRunner::new)
-        .map_err(|err| CliError(err.to_string()))?;
+        .map_err(|err| CliError(error_chain(&err)))?;
     Ok(match std::env::current_exe() {
         Ok(exe) => runner.with_reaper(exe, vec![REAPER_ARG.into()]),
         // No path to ourselves (deleted binary): the parent-death signal on
@@ -121,7 +121,7 @@ pub fn wants_durable(options: &ServeOptions, flag: bool) -> Result<bool, CliErro
     }
     ProcessRunnerConfig::load(&options.config)
         .map(|config| config.durable)
-        .map_err(|err| CliError(err.to_string()))
+        .map_err(|err| CliError(error_chain(&err)))
 }
 
 /// `asynctask mcp`: one server on stdio, its tasks ending with it.
@@ -351,16 +351,4 @@ fn process_exists(pid: u32) -> bool {
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
-}
-
-/// An error and its sources, as one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    line
 }
