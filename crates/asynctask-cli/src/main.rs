@@ -183,7 +183,7 @@ fn main() -> ExitCode {
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|err| CliError(format!("cannot start the async runtime: {err}")))
+        .map_err(CliError::AsyncRuntime)
         .and_then(|runtime| {
             let result = runtime.block_on(run(cli.command));
             // Everything we started has ended by now. What may be left is a
@@ -196,7 +196,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("asynctask: {error}");
+            // The one place an error becomes text: with every cause, on one line.
+            eprintln!("asynctask: {}", error_chain(&error));
             ExitCode::FAILURE
         }
     }
@@ -212,8 +213,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                     (runner, subagents)
                 }
                 None => {
-                    let config = ProcessRunnerConfig::from_toml_str(DEMO_CONFIG, Path::new("."))
-                        .map_err(|err| CliError(error_chain(&err)))?;
+                    let config = ProcessRunnerConfig::from_toml_str(DEMO_CONFIG, Path::new("."))?;
                     (ProcessRunner::new(config), bundled_subagents())
                 }
             };
@@ -236,15 +236,11 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             let runner = load_runner(&config)?;
             let names = runner.subagent_names();
             if !names.contains(&subagent) {
-                return Err(CliError(format!(
-                    "unknown subagent '{subagent}' in {}; configured: {}",
-                    config.display(),
-                    if names.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
-                )));
+                return Err(CliError::UnknownSubagent {
+                    subagent,
+                    config,
+                    configured: names,
+                });
             }
             let result = run_once(Arc::new(runner), &subagent, &goal).await;
             println!("{}", result.llm_content);

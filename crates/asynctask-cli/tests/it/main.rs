@@ -125,6 +125,21 @@ fn bad_input_is_one_clear_line_and_a_failure() {
         )
     );
 
+    let (_dir, fine) = config("state", "[subagents.x]\ncommand = [\"true\"]\n");
+    let output = asynctask(&[
+        "mcp",
+        "--durable",
+        "--config",
+        fine.to_str().unwrap(),
+        "--state-dir",
+        "/dev/null/state",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "asynctask: cannot use the state directory /dev/null/state: Not a directory (os error 20)\n"
+    );
+
     let (_dir, empty) = config("empty", "[subagents.x]\ncommand = []\n");
     let output = asynctask(&["mcp", "--config", empty.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(1));
