@@ -11,7 +11,7 @@ use asynctask_cli::serve::{
     REAPER_ARG, ServeOptions, load_runner, mcp, mcp_durable, supervisor_run, supervisor_status,
     supervisor_stop, wants_durable,
 };
-use asynctask_cli::{CliError, DEMO_CONFIG, error_chain, run_once, schemas};
+use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, run_once, schemas};
 use asynctask_mcp::StateDir;
 use asynctask_model::MaxAsyncTasks;
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
@@ -40,8 +40,8 @@ enum Command {
         /// The provider format.
         #[arg(long)]
         provider: ProviderArg,
-        /// Print only this tool (task, check_async_tasks, todo_pause).
-        #[arg(long)]
+        // The help names every tool, read from the tool list itself.
+        #[arg(long, help = tool_help())]
         tool: Option<String>,
     },
     /// Run one subagent synchronously through the task tool and print its result.
@@ -156,20 +156,32 @@ struct ProviderArg(Provider);
 
 impl ValueEnum for ProviderArg {
     fn value_variants<'a>() -> &'a [Self] {
-        const ALL: [ProviderArg; 6] = [
-            ProviderArg(Provider::ALL[0]),
-            ProviderArg(Provider::ALL[1]),
-            ProviderArg(Provider::ALL[2]),
-            ProviderArg(Provider::ALL[3]),
-            ProviderArg(Provider::ALL[4]),
-            ProviderArg(Provider::ALL[5]),
-        ];
+        // Built from `Provider::ALL`, element by element, at compile time: a
+        // provider added there is a value here.
+        const ALL: [ProviderArg; Provider::ALL.len()] = {
+            let mut all = [ProviderArg(Provider::ALL[0]); Provider::ALL.len()];
+            let mut i = 1;
+            while i < all.len() {
+                all[i] = ProviderArg(Provider::ALL[i]);
+                i += 1;
+            }
+            all
+        };
         &ALL
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
         Some(PossibleValue::new(self.0.name()))
     }
+}
+
+/// The `--tool` help: every tool's name, in the order hosts list them.
+fn tool_help() -> String {
+    let names: Vec<String> = all_tools()
+        .iter()
+        .map(|tool| tool.name().to_owned())
+        .collect();
+    format!("Print only this tool ({})", names.join(", "))
 }
 
 fn main() -> ExitCode {
@@ -315,4 +327,28 @@ fn start_supervisor(options: &ServeOptions) -> std::io::Result<()> {
 
 fn pretty(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|err| format!("{{\"error\": \"{err}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn every_provider_is_a_value() {
+        let values: Vec<&str> = ProviderArg::value_variants()
+            .iter()
+            .map(|value| value.0.name())
+            .collect();
+        let providers: Vec<&str> = Provider::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(values, providers);
+    }
+
+    #[test]
+    fn the_tool_help_names_every_tool() {
+        assert_eq!(
+            tool_help(),
+            "Print only this tool (task, check_async_tasks, message_async_task, todo_pause)"
+        );
+    }
 }

@@ -90,6 +90,23 @@ fn schemas_print_every_tool_or_one() {
 }
 
 #[test]
+fn the_schemas_help_names_every_tool_and_provider() {
+    let help = asynctask(&["schemas", "--help"]);
+    assert!(help.status.success(), "{}", stderr(&help));
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains(
+            "Print only this tool (task, check_async_tasks, message_async_task, todo_pause)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("openai-chat, openai-responses, anthropic, gemini, gemini-openapi, mcp"),
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_input_is_one_clear_line_and_a_failure() {
     let unknown_tool = asynctask(&["schemas", "--provider", "mcp", "--tool", "nope"]);
     assert_eq!(unknown_tool.status.code(), Some(1));
