@@ -65,15 +65,13 @@ pub fn bundled_subagents() -> [String; 4] {
 ///
 /// # Errors
 ///
-/// [`CliError`] when the config has no subagent at all.
+/// [`CliError::NoSubagents`] when the config has no subagent at all.
 pub fn pick_subagents(names: &[String]) -> Result<[String; 4], CliError> {
     let bundled = bundled_subagents();
     if bundled.iter().all(|name| names.contains(name)) {
         return Ok(bundled);
     }
-    let last = names
-        .last()
-        .ok_or_else(|| CliError("the config defines no subagents".to_owned()))?;
+    let last = names.last().ok_or(CliError::NoSubagents)?;
     Ok(std::array::from_fn(|i| {
         names.get(i).unwrap_or(last).clone()
     }))
@@ -142,7 +140,7 @@ impl Transcript<'_> {
         self.out
             .write_all(text.as_bytes())
             .and_then(|()| self.out.flush())
-            .map_err(|err| CliError(format!("cannot write the transcript: {err}")))
+            .map_err(CliError::Transcript)
     }
 }
 

@@ -15,7 +15,9 @@
 pub mod demo;
 pub mod serve;
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
@@ -30,9 +32,150 @@ use tokio_util::sync::CancellationToken;
 pub const DEMO_CONFIG: &str = include_str!("demo.toml");
 
 /// A failure the CLI reports as one line on stderr.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct CliError(pub String);
+///
+/// The `Display` says what failed; the error that caused it, when there is
+/// one, is its [`source`](std::error::Error::source) and is not repeated.
+/// [`error_chain`] makes the line the user sees.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_cli::{CliError, error_chain};
+///
+/// let cause = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
+/// let err = CliError::Transcript(cause);
+/// assert_eq!(err.to_string(), "cannot write the transcript");
+/// assert_eq!(error_chain(&err), "cannot write the transcript: broken pipe");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// The subagents config cannot be loaded.
+    #[error(transparent)]
+    Config(#[from] asynctask_process::ConfigError),
+    /// No tool has this name.
+    #[error("unknown tool '{name}'; expected one of: {}", expected.join(", "))]
+    UnknownTool {
+        /// The name asked for.
+        name: String,
+        /// Every tool's name.
+        expected: Vec<String>,
+    },
+    /// The config defines no subagent of this name.
+    #[error(
+        "unknown subagent '{subagent}' in {}; configured: {}",
+        config.display(),
+        names_or_none(configured)
+    )]
+    UnknownSubagent {
+        /// The name asked for.
+        subagent: String,
+        /// The config.
+        config: PathBuf,
+        /// The subagents it defines.
+        configured: Vec<String>,
+    },
+    /// The config defines no subagent at all.
+    #[error("the config defines no subagents")]
+    NoSubagents,
+    /// The demo's transcript cannot be written.
+    #[error("cannot write the transcript")]
+    Transcript(#[source] std::io::Error),
+    /// The async runtime cannot start.
+    #[error("cannot start the async runtime")]
+    AsyncRuntime(#[source] std::io::Error),
+    /// The task runtime cannot be built (or its stored tasks restored).
+    #[error(transparent)]
+    TaskRuntime(#[from] asynctask_runtime::BuildError),
+    /// The state directory cannot be made or read.
+    #[error("cannot use the state directory {}", path.display())]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The supervisor's lock cannot be taken.
+    #[error("cannot lock {}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The task store cannot be opened or read.
+    #[error(transparent)]
+    Store(#[from] asynctask_store::StoreError),
+    /// Serving failed: the MCP session, the supervisor's socket, signals.
+    #[error(transparent)]
+    Serve(#[from] asynctask_mcp::McpError),
+    /// The supervisor did not answer a question.
+    #[error("the supervisor did not answer")]
+    SupervisorSilent(#[source] std::io::Error),
+    /// The supervisor answered something this CLI does not understand.
+    #[error("the supervisor answered {answer}")]
+    SupervisorAnswer {
+        /// Its answer.
+        answer: Value,
+    },
+    /// The supervisor did not exit after it was stopped.
+    #[error("supervisor {pid} did not exit within {} s", waited.as_secs())]
+    SupervisorStuck {
+        /// Its process id.
+        pid: u32,
+        /// How long it was waited for.
+        waited: Duration,
+    },
+}
+
+/// `names` joined by `, `, or `none`.
+fn names_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// An error and its sources on one line, as the CLI prints it: each link's
+/// `Display`, joined by `: ` (a link of several lines has them joined by `; `).
+///
+/// # Examples
+///
+/// ```
+/// let cause = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+/// let err = asynctask_runtime::TriggerError::new("cannot start a turn").with_source(cause);
+/// assert_eq!(asynctask_cli::error_chain(&err), "cannot start a turn: no such file");
+/// ```
+///
+/// A cause whose `Display` runs over several lines stays on the one line:
+///
+/// ```
+/// let cause = std::io::Error::other("unknown field `x`\nin `subagents.a`\n");
+/// let err = asynctask_runtime::TriggerError::new("bad config").with_source(cause);
+/// assert_eq!(asynctask_cli::error_chain(&err), "bad config: unknown field `x`; in `subagents.a`");
+/// ```
+#[must_use]
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut links = vec![one_line(&err.to_string())];
+    let mut source = err.source();
+    while let Some(cause) = source {
+        links.push(one_line(&cause.to_string()));
+        source = cause.source();
+    }
+    links.join(": ")
+}
+
+/// `text`'s non-blank lines, trimmed, joined by `; `.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
 
 /// A runner for commands that only need tool specs: it runs nothing.
 struct SpecOnly;
@@ -65,7 +208,7 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
 ///
 /// # Errors
 ///
-/// [`CliError`] naming the valid tools.
+/// [`CliError::UnknownTool`], naming the valid tools.
 ///
 /// # Examples
 ///
@@ -89,14 +232,10 @@ pub fn schemas(provider: Provider, tool: Option<&str>) -> Result<Value, CliError
         )),
         Some(name) => match tools.iter().find(|t| t.name() == name) {
             Some(tool) => Ok(tool.spec().for_provider(provider)),
-            None => Err(CliError(format!(
-                "unknown tool '{name}'; expected one of: {}",
-                tools
-                    .iter()
-                    .map(|t| t.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
+            None => Err(CliError::UnknownTool {
+                name: name.to_owned(),
+                expected: tools.iter().map(|t| t.name().to_owned()).collect(),
+            }),
         },
     }
 }

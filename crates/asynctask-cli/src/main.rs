@@ -11,7 +11,7 @@ use asynctask_cli::serve::{
     REAPER_ARG, ServeOptions, load_runner, mcp, mcp_durable, supervisor_run, supervisor_status,
     supervisor_stop, wants_durable,
 };
-use asynctask_cli::{CliError, DEMO_CONFIG, run_once, schemas};
+use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, run_once, schemas};
 use asynctask_mcp::StateDir;
 use asynctask_model::MaxAsyncTasks;
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
@@ -40,8 +40,8 @@ enum Command {
         /// The provider format.
         #[arg(long)]
         provider: ProviderArg,
-        /// Print only this tool (task, check_async_tasks, todo_pause).
-        #[arg(long)]
+        // The help names every tool, read from the tool list itself.
+        #[arg(long, help = tool_help())]
         tool: Option<String>,
     },
     /// Run one subagent synchronously through the task tool and print its result.
@@ -156,20 +156,32 @@ struct ProviderArg(Provider);
 
 impl ValueEnum for ProviderArg {
     fn value_variants<'a>() -> &'a [Self] {
-        const ALL: [ProviderArg; 6] = [
-            ProviderArg(Provider::ALL[0]),
-            ProviderArg(Provider::ALL[1]),
-            ProviderArg(Provider::ALL[2]),
-            ProviderArg(Provider::ALL[3]),
-            ProviderArg(Provider::ALL[4]),
-            ProviderArg(Provider::ALL[5]),
-        ];
+        // Built from `Provider::ALL`, element by element, at compile time: a
+        // provider added there is a value here.
+        const ALL: [ProviderArg; Provider::ALL.len()] = {
+            let mut all = [ProviderArg(Provider::ALL[0]); Provider::ALL.len()];
+            let mut i = 1;
+            while i < all.len() {
+                all[i] = ProviderArg(Provider::ALL[i]);
+                i += 1;
+            }
+            all
+        };
         &ALL
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
         Some(PossibleValue::new(self.0.name()))
     }
+}
+
+/// The `--tool` help: every tool's name, in the order hosts list them.
+fn tool_help() -> String {
+    let names: Vec<String> = all_tools()
+        .iter()
+        .map(|tool| tool.name().to_owned())
+        .collect();
+    format!("Print only this tool ({})", names.join(", "))
 }
 
 fn main() -> ExitCode {
@@ -183,7 +195,7 @@ fn main() -> ExitCode {
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|err| CliError(format!("cannot start the async runtime: {err}")))
+        .map_err(CliError::AsyncRuntime)
         .and_then(|runtime| {
             let result = runtime.block_on(run(cli.command));
             // Everything we started has ended by now. What may be left is a
@@ -196,7 +208,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("asynctask: {error}");
+            // The one place an error becomes text: with every cause, on one line.
+            eprintln!("asynctask: {}", error_chain(&error));
             ExitCode::FAILURE
         }
     }
@@ -212,8 +225,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                     (runner, subagents)
                 }
                 None => {
-                    let config = ProcessRunnerConfig::from_toml_str(DEMO_CONFIG, Path::new("."))
-                        .map_err(|err| CliError(err.to_string()))?;
+                    let config = ProcessRunnerConfig::from_toml_str(DEMO_CONFIG, Path::new("."))?;
                     (ProcessRunner::new(config), bundled_subagents())
                 }
             };
@@ -236,15 +248,11 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             let runner = load_runner(&config)?;
             let names = runner.subagent_names();
             if !names.contains(&subagent) {
-                return Err(CliError(format!(
-                    "unknown subagent '{subagent}' in {}; configured: {}",
-                    config.display(),
-                    if names.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
-                )));
+                return Err(CliError::UnknownSubagent {
+                    subagent,
+                    config,
+                    configured: names,
+                });
             }
             let result = run_once(Arc::new(runner), &subagent, &goal).await;
             println!("{}", result.llm_content);
@@ -319,4 +327,28 @@ fn start_supervisor(options: &ServeOptions) -> std::io::Result<()> {
 
 fn pretty(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|err| format!("{{\"error\": \"{err}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn every_provider_is_a_value() {
+        let values: Vec<&str> = ProviderArg::value_variants()
+            .iter()
+            .map(|value| value.0.name())
+            .collect();
+        let providers: Vec<&str> = Provider::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(values, providers);
+    }
+
+    #[test]
+    fn the_tool_help_names_every_tool() {
+        assert_eq!(
+            tool_help(),
+            "Print only this tool (task, check_async_tasks, message_async_task, todo_pause)"
+        );
+    }
 }

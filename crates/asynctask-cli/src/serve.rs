@@ -85,11 +85,9 @@ pub const REAPER_ARG: &str = "__asynctask-reaper";
 ///
 /// # Errors
 ///
-/// [`CliError`] with the config error's one line.
+/// [`CliError::Config`] when the config cannot be loaded.
 pub fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
-    let runner = ProcessRunnerConfig::load(path)
-        .map(ProcessRunner::new)
-        .map_err(|err| CliError(err.to_string()))?;
+    let runner = ProcessRunner::new(ProcessRunnerConfig::load(path)?);
     Ok(match std::env::current_exe() {
         Ok(exe) => runner.with_reaper(exe, vec![REAPER_ARG.into()]),
         // No path to ourselves (deleted binary): the parent-death signal on
@@ -114,14 +112,12 @@ fn runner_for(options: &ServeOptions, state: Option<&StateDir>) -> Result<Proces
 ///
 /// # Errors
 ///
-/// [`CliError`] for a config that cannot be loaded.
+/// [`CliError::Config`] for a config that cannot be loaded.
 pub fn wants_durable(options: &ServeOptions, flag: bool) -> Result<bool, CliError> {
     if flag {
         return Ok(true);
     }
-    ProcessRunnerConfig::load(&options.config)
-        .map(|config| config.durable)
-        .map_err(|err| CliError(err.to_string()))
+    Ok(ProcessRunnerConfig::load(&options.config)?.durable)
 }
 
 /// `asynctask mcp`: one server on stdio, its tasks ending with it.
@@ -139,9 +135,7 @@ pub async fn mcp(options: &ServeOptions) -> Result<(), CliError> {
         "asynctask: MCP server on stdio; subagents: {}",
         runner.subagent_names().join(", ")
     );
-    serve_stdio(Arc::new(runner), options.server_options())
-        .await
-        .map_err(|err| CliError(error_chain(&err)))
+    Ok(serve_stdio(Arc::new(runner), options.server_options()).await?)
 }
 
 /// `asynctask mcp --durable`: relays stdio to the workspace's supervisor,
@@ -160,9 +154,7 @@ pub async fn mcp_durable(
     load_runner(&options.config)?;
     let state = options.state();
     create_state(&state)?;
-    relay_stdio(&state, || start(options))
-        .await
-        .map_err(|err| CliError(error_chain(&err)))
+    Ok(relay_stdio(&state, || start(options)).await?)
 }
 
 /// `asynctask supervisor run`: the workspace's supervisor, until it is stopped,
@@ -177,11 +169,9 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
     let state = options.state();
     create_state(&state)?;
     let runner = runner_for(options, Some(&state))?;
-    let Some(lock) = SupervisorLock::acquire(&state).map_err(|err| {
-        CliError(format!(
-            "cannot lock {}: {err}",
-            state.lock_file().display()
-        ))
+    let Some(lock) = SupervisorLock::acquire(&state).map_err(|source| CliError::Lock {
+        path: state.lock_file(),
+        source,
     })?
     else {
         eprintln!(
@@ -212,14 +202,14 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
                 SyncDetach::after(server.sync_detach_after)
                     .with_follow_up(asynctask_mcp::DETACH_FOLLOW_UP),
             )
-            .try_build()
-            .map_err(|err| CliError(err.to_string()))?,
+            .try_build()?,
     );
     eprintln!(
         "asynctask: supervisor {} serving {}",
         std::process::id(),
         state.socket().display()
     );
+    let state_path = state.path().to_owned();
     let supervisor = Supervisor::new(
         runtime,
         state,
@@ -228,11 +218,11 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
             .with_server(server)
             .with_idle_exit(options.idle_exit),
     )
-    .map_err(|err| CliError(err.to_string()))?;
-    let exit = supervisor
-        .run()
-        .await
-        .map_err(|err| CliError(error_chain(&err)))?;
+    .map_err(|source| CliError::StateDir {
+        path: state_path,
+        source,
+    })?;
+    let exit = supervisor.run().await?;
     eprintln!("asynctask: supervisor ended ({exit:?})");
     Ok(Some(exit))
 }
@@ -251,7 +241,7 @@ async fn open_store(state: &StateDir) -> Result<(Store, Vec<StoredTask>), CliErr
             Err(StoreError::Locked { .. }) if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(err) => return Err(CliError(error_chain(&err))),
+            Err(err) => return Err(err.into()),
         }
     }
 }
@@ -263,13 +253,13 @@ async fn open_store(state: &StateDir) -> Result<(Store, Vec<StoredTask>), CliErr
 ///
 /// # Errors
 ///
-/// [`CliError`] when a supervisor answers with something unreadable, or the
-/// store cannot be read.
+/// [`CliError::SupervisorSilent`] when a supervisor answers with something
+/// unreadable, [`CliError::Store`] when the store cannot be read.
 pub async fn supervisor_status(state: &StateDir) -> Result<Value, CliError> {
     match ask(state, "status").await {
         Ok(status) => Ok(status),
         Err(err) if no_supervisor(&err) => stored_status(state),
-        Err(err) => Err(CliError(format!("the supervisor did not answer: {err}"))),
+        Err(err) => Err(CliError::SupervisorSilent(err)),
     }
 }
 
@@ -278,7 +268,7 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
     if !state.store().exists() {
         return Ok(json!({"pid": null, "sessions": 0, "tasks": []}));
     }
-    let (_store, tasks) = Store::open(state.store()).map_err(|err| CliError(error_chain(&err)))?;
+    let (_store, tasks) = Store::open(state.store())?;
     let tasks: Vec<Value> = tasks
         .iter()
         .map(|task| {
@@ -301,24 +291,27 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 ///
 /// # Errors
 ///
-/// [`CliError`] when the supervisor does not answer or does not exit.
+/// [`CliError::SupervisorSilent`] or [`CliError::SupervisorAnswer`] when the
+/// supervisor does not answer as it should, [`CliError::SupervisorStuck`] when
+/// it does not exit.
 pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> {
     let answer = match ask(state, "stop").await {
         Ok(answer) => answer,
         Err(err) if no_supervisor(&err) => return Ok(None),
-        Err(err) => return Err(CliError(format!("the supervisor did not answer: {err}"))),
+        Err(err) => return Err(CliError::SupervisorSilent(err)),
     };
-    let pid = answer["pid"]
+    let Some(pid) = answer["pid"]
         .as_u64()
         .and_then(|pid| u32::try_from(pid).ok())
-        .ok_or_else(|| CliError(format!("the supervisor answered {answer}")))?;
+    else {
+        return Err(CliError::SupervisorAnswer { answer });
+    };
     // It has ended every task's processes before answering; now it exits.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let waited = Duration::from_secs(15);
+    let deadline = tokio::time::Instant::now() + waited;
     while process_exists(pid) {
         if tokio::time::Instant::now() >= deadline {
-            return Err(CliError(format!(
-                "supervisor {pid} did not exit within 15 s"
-            )));
+            return Err(CliError::SupervisorStuck { pid, waited });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -326,11 +319,9 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
 }
 
 fn create_state(state: &StateDir) -> Result<(), CliError> {
-    state.create().map_err(|err| {
-        CliError(format!(
-            "cannot use the state directory {}: {err}",
-            state.path().display()
-        ))
+    state.create().map_err(|source| CliError::StateDir {
+        path: state.path().to_owned(),
+        source,
     })
 }
 
@@ -351,16 +342,4 @@ fn process_exists(pid: u32) -> bool {
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
-}
-
-/// An error and its sources, as one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    line
 }

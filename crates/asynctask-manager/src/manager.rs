@@ -576,6 +576,33 @@ impl AsyncTaskManager {
         self.lock().registry.pending_notifications()
     }
 
+    /// [`pending_notifications`](Self::pending_notifications) and how many tasks
+    /// run, read under one lock: a task that finishes meanwhile is counted in
+    /// exactly one of them (running before, pending after), never in neither
+    /// nor in both.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    ///
+    /// let manager = AsyncTaskManager::default();
+    /// manager.register_task(RegisterTaskInput::new("a", "researcher", "g"))?;
+    /// manager.register_task(RegisterTaskInput::new("b", "tester", "g"))?;
+    /// manager.cancel_task("a");
+    /// let (pending, running) = manager.pending_and_running();
+    /// assert_eq!((pending.len(), pending[0].id.as_str(), running), (1, "a", 1));
+    /// # Ok::<(), asynctask_manager::RegisterError>(())
+    /// ```
+    #[must_use]
+    pub fn pending_and_running(&self) -> (Vec<AsyncTaskInfo>, usize) {
+        let state = self.lock();
+        (
+            state.registry.pending_notifications(),
+            state.registry.counts().running,
+        )
+    }
+
     /// Whether any terminal task awaits delivery. O(1).
     #[must_use]
     pub fn has_pending_notifications(&self) -> bool {

@@ -332,6 +332,33 @@ impl Supervisor {
     }
 }
 
+/// Why a connection to the supervisor was refused or failed (logged; the
+/// supervisor goes on).
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("cannot read the peer's credentials")]
+    PeerCredentials(#[source] io::Error),
+    #[error(
+        "a connection from uid {peer} refused: only the state directory's owner (uid {owner}) \
+         may use this supervisor"
+    )]
+    Stranger { peer: u32, owner: u32 },
+    #[error("no preamble within {} s", PREAMBLE_TIMEOUT.as_secs())]
+    NoPreamble,
+    #[error("cannot read the preamble")]
+    ReadPreamble(#[source] io::Error),
+    #[error("a bad preamble")]
+    BadPreamble(#[source] serde_json::Error),
+    #[error("an unknown preamble: {0}")]
+    UnknownPreamble(Value),
+    #[error("cannot serve the session")]
+    Server(#[source] McpError),
+    #[error("the session ended abnormally")]
+    Session(#[source] tokio::task::JoinError),
+    #[error("cannot answer")]
+    Answer(#[source] io::Error),
+}
+
 /// What a connection handler needs from its supervisor.
 struct ConnectionContext {
     runtime: Arc<AsyncTaskRuntime>,
@@ -344,21 +371,22 @@ struct ConnectionContext {
 impl ConnectionContext {
     async fn serve(self, stream: UnixStream) {
         if let Err(why) = self.serve_checked(stream).await {
-            tracing::warn!(%why, "connection refused or failed");
+            tracing::warn!(
+                error = &why as &dyn std::error::Error,
+                "connection refused or failed"
+            );
         }
     }
 
-    async fn serve_checked(self, stream: UnixStream) -> Result<(), String> {
+    async fn serve_checked(self, stream: UnixStream) -> Result<(), ConnectionError> {
         let peer = stream
             .peer_cred()
-            .map_err(|err| format!("cannot read the peer's credentials: {err}"))?;
+            .map_err(ConnectionError::PeerCredentials)?;
         if peer.uid() != self.owner {
-            return Err(format!(
-                "a connection from uid {} refused: only the state directory's owner (uid {}) may \
-                 use this supervisor",
-                peer.uid(),
-                self.owner
-            ));
+            return Err(ConnectionError::Stranger {
+                peer: peer.uid(),
+                owner: self.owner,
+            });
         }
         let (read, mut write) = stream.into_split();
         let mut reader = BufReader::new(read);
@@ -367,10 +395,10 @@ impl ConnectionContext {
         let read = limited.read_until(b'\n', &mut line);
         tokio::time::timeout(PREAMBLE_TIMEOUT, read)
             .await
-            .map_err(|_| "no preamble".to_owned())?
-            .map_err(|err| format!("cannot read the preamble: {err}"))?;
+            .map_err(|_| ConnectionError::NoPreamble)?
+            .map_err(ConnectionError::ReadPreamble)?;
         let preamble: Value =
-            serde_json::from_slice(&line).map_err(|err| format!("a bad preamble: {err}"))?;
+            serde_json::from_slice(&line).map_err(ConnectionError::BadPreamble)?;
         match preamble.get("asynctask").and_then(Value::as_str) {
             Some("session") => self.session(reader, write).await,
             Some("status") => {
@@ -386,11 +414,11 @@ impl ConnectionContext {
                 self.stop.cancel();
                 written
             }
-            _ => Err(format!("an unknown preamble: {preamble}")),
+            _ => Err(ConnectionError::UnknownPreamble(preamble)),
         }
     }
 
-    async fn session<R, W>(self, reader: R, writer: W) -> Result<(), String>
+    async fn session<R, W>(self, reader: R, writer: W) -> Result<(), ConnectionError>
     where
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
@@ -399,7 +427,7 @@ impl ConnectionContext {
         tracing::info!(session = session.id(), "session connected");
         let server =
             AsyncTaskMcpServer::for_session(Arc::clone(&self.runtime), Arc::clone(&session))
-                .map_err(|err| err.to_string())?
+                .map_err(ConnectionError::Server)?
                 .with_progress_interval(self.options.server.progress_interval);
         let calls = server.calls().clone();
         let transport = server.transport(
@@ -411,8 +439,8 @@ impl ConnectionContext {
                 .waiting()
                 .await
                 .map(drop)
-                .map_err(|err| err.to_string()),
-            Err(err) => Err(format!("the session did not start: {err}")),
+                .map_err(ConnectionError::Session),
+            Err(err) => Err(ConnectionError::Server(McpError::Session(Box::new(err)))),
         };
         calls.cancel();
         tracing::info!(session = session.id(), "session disconnected");
@@ -440,13 +468,16 @@ fn status(runtime: &AsyncTaskRuntime, sessions: usize) -> Value {
     json!({"pid": std::process::id(), "sessions": sessions, "tasks": tasks})
 }
 
-async fn write_line(write: &mut (impl AsyncWrite + Unpin), value: &Value) -> Result<(), String> {
+async fn write_line(
+    write: &mut (impl AsyncWrite + Unpin),
+    value: &Value,
+) -> Result<(), ConnectionError> {
     let mut line = value.to_string();
     line.push('\n');
     write
         .write_all(line.as_bytes())
         .await
-        .map_err(|err| format!("cannot answer: {err}"))
+        .map_err(ConnectionError::Answer)
 }
 
 /// Connects to the supervisor of `state` for `kind` (`session`, `status` or

@@ -2,6 +2,7 @@
 //! of the runtime's claim ledger.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use asynctask_runtime::{ClaimLedger, ClaimOwner, Reminder, RequestKey};
@@ -43,7 +44,10 @@ enum Call {
 ///
 /// Calls that do not come through the transport
 /// ([`AsyncTaskMcpServer::call`](crate::AsyncTaskMcpServer::call)) claim and
-/// acknowledge at once: nothing later tells the server about them.
+/// acknowledge at once: nothing later tells the server about them. So do all
+/// calls of a gate no acking transport [tracks](Self::track) (the server
+/// served over a transport of the caller's): nothing would ever end their
+/// claims, and their results would never be delivered.
 ///
 /// Served to one session of several ([`for_session`](Self::for_session)), a
 /// call claims only the results that session may take (see
@@ -54,6 +58,10 @@ pub(crate) struct ReminderGate {
     ledger: Arc<ClaimLedger>,
     calls: Arc<Mutex<HashMap<RequestId, Call>>>,
     session: Option<Arc<Session>>,
+    /// An acking transport tells this gate about every `tools/call`: a request
+    /// it does not know was cancelled or answered. Without one, no request is
+    /// ever opened.
+    tracked: Arc<AtomicBool>,
 }
 
 impl ReminderGate {
@@ -62,7 +70,15 @@ impl ReminderGate {
             ledger,
             calls: Arc::new(Mutex::new(HashMap::new())),
             session: None,
+            tracked: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// An acking transport serves this gate's calls from now on: it opens
+    /// each request, and ends each claim when the response is written or
+    /// cancelled.
+    pub(crate) fn track(&self) {
+        self.tracked.store(true, Ordering::SeqCst);
     }
 
     /// A gate for one of several sessions sharing `ledger`.
@@ -138,7 +154,14 @@ impl ReminderGate {
     /// pending, when `cancel` fired, when the request is unknown (cancelled
     /// already) or answered, or when it holds a claim already (nothing is
     /// appended after a reminder).
+    ///
+    /// Without an acking transport ([`track`](Self::track)) no request is
+    /// known: the results are claimed and acknowledged at once, delivered by
+    /// the response this call is about to send.
     pub(crate) fn claim(&self, id: &RequestId, cancel: &CancellationToken) -> Option<Reminder> {
+        if !self.tracked.load(Ordering::SeqCst) {
+            return self.take_now(cancel);
+        }
         // Held across the claim: a cancel that arrives meanwhile waits, then
         // releases what was claimed.
         let calls = self.lock();
@@ -231,6 +254,7 @@ mod tests {
             assert!(runtime.manager().cancel_task(id));
         }
         let gate = ReminderGate::new(Arc::clone(runtime.claims()));
+        gate.track();
         (runtime, gate)
     }
 
@@ -301,6 +325,22 @@ mod tests {
         assert_eq!(gate.claim(&id(1), &CancellationToken::new()), None);
         assert_eq!(gate.claim(&id(9), &CancellationToken::new()), None);
         assert_eq!(pending(&runtime), 1);
+        runtime.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn without_an_acking_transport_a_call_claims_and_acknowledges_at_once() {
+        let (runtime, _) = gate_with_finished(&["aaaaaaaa-1"]);
+        let untracked = ReminderGate::new(Arc::clone(runtime.claims()));
+        let cancelled = CancellationToken::new();
+        cancelled.cancel();
+        assert_eq!(untracked.claim(&id(1), &cancelled), None);
+        let reminder = untracked
+            .claim(&id(1), &CancellationToken::new())
+            .expect("never opened, claimed all the same");
+        assert_eq!(reminder.task_ids, ["aaaaaaaa-1"]);
+        assert_eq!(pending(&runtime), 0, "acknowledged at once");
+        assert_eq!(untracked.claim(&id(2), &CancellationToken::new()), None);
         runtime.shutdown().await;
     }
 

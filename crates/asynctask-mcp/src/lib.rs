@@ -9,9 +9,9 @@
 //!   each tool's [`ToolSpec::to_mcp`](asynctask_tools::ToolSpec::to_mcp), so no
 //!   schema or text exists twice;
 //! - the tools `task` (with sync-detach: a synchronous call that runs too long
-//!   becomes a background task), `check_async_tasks`, and this crate's own
-//!   `wait_async_tasks` ([`WaitAsyncTasksParams`]) and `end_async_task`
-//!   ([`EndAsyncTaskParams`]);
+//!   becomes a background task), `check_async_tasks`, `message_async_task`,
+//!   and this crate's own `wait_async_tasks` ([`WaitAsyncTasksParams`]) and
+//!   `end_async_task` ([`EndAsyncTaskParams`]);
 //! - [`serve_stdio`] — the whole server, as `asynctask mcp` runs it.
 //!
 //! An MCP server cannot start a turn in its client, and clients show the model
@@ -21,7 +21,9 @@
 //! call (under one lock, so parallel calls never share it) and marked delivered
 //! only once the transport wrote the response carrying it; a call the client
 //! cancels before that releases it for the next call. So each result reaches
-//! the client exactly once. A reminder that would only say how many tasks still
+//! the client exactly once. (Served over a transport of your own, the server
+//! cannot see the write: a result is marked delivered when its response is
+//! handed to rmcp; see [`AsyncTaskMcpServer`].) A reminder that would only say how many tasks still
 //! run is not appended: results stay short.
 //!
 //! What it does not do: run subagents (a [`SubagentRunner`](asynctask_tools::SubagentRunner),

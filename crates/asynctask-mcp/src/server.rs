@@ -123,6 +123,15 @@ pub enum McpError {
         #[source]
         source: serde_json::Error,
     },
+    /// A tool answers to one name but its spec lists another (a bug in the
+    /// tool): clients would call a name the server does not find.
+    #[error("tool '{name}' is listed as '{listed}' in its spec")]
+    ToolName {
+        /// The name the tool answers to ([`Tool::name`]).
+        name: String,
+        /// The name its spec gives clients (`ToolSpec::name`).
+        listed: String,
+    },
     /// The runtime could not be built (no tokio runtime).
     #[error("cannot start the task runtime")]
     Runtime(#[from] asynctask_runtime::BuildError),
@@ -152,18 +161,30 @@ pub enum McpError {
     },
 }
 
-/// The MCP server: serves `task`, `check_async_tasks`, `wait_async_tasks` and
-/// `end_async_task` from one [`AsyncTaskRuntime`].
+/// The MCP server: serves `task`, `check_async_tasks`, `message_async_task`,
+/// `wait_async_tasks` and `end_async_task` from one [`AsyncTaskRuntime`]
+/// (`task` and `message_async_task` when the runtime has a runner).
 ///
 /// Every tool call runs the tool (with the request's cancellation token, so a
 /// `notifications/cancelled` reaches the subagent of a synchronous `task`),
 /// reports progress every [`progress_interval`](McpServerOptions::progress_interval)
 /// while it runs if the request carries a progress token, and then — unless the
 /// call was cancelled — appends the pending reminder as the last text block.
-/// Served by [`serve_stdio`], the reminder is marked delivered only once the
-/// response carrying it was written; a call the client cancels before that
-/// leaves it pending for the next call. Results never carry `structuredContent`;
-/// `isError` is set when the tool's result has an error.
+/// Served by [`serve_stdio`] (or a durable supervisor), the reminder is marked
+/// delivered only once the response carrying it was written; a call the client
+/// cancels before that leaves it pending for the next call. Results never carry
+/// `structuredContent`; `isError` is set when the tool's result has an error.
+///
+/// # Serving it yourself
+///
+/// The server is an rmcp [`ServerHandler`]: it can be served over any rmcp
+/// transport (`server.serve(transport)`). Such a transport does not tell the
+/// server when a response was written or a request cancelled, so each call
+/// claims the pending results and marks them delivered at once, as it hands
+/// its response to rmcp: every result is still carried by exactly one
+/// response, but one that rmcp then fails to write (the connection broke, or
+/// the client cancelled the request in that instant) takes its results with
+/// it. `wait_async_tasks` works the same way.
 ///
 /// # Examples
 ///
@@ -210,7 +231,9 @@ impl AsyncTaskMcpServer {
     /// # Errors
     ///
     /// [`McpError::ToolDefinition`] if a tool's [`ToolSpec::to_mcp`](asynctask_tools::ToolSpec::to_mcp)
-    /// is not a valid MCP tool (never, for these tools).
+    /// is not a valid MCP tool, [`McpError::ToolName`] if a tool's
+    /// [`name`](Tool::name) is not the one its spec lists (never, for these
+    /// tools).
     pub fn new(runtime: Arc<AsyncTaskRuntime>) -> Result<Self, McpError> {
         let gate = ReminderGate::new(Arc::clone(runtime.claims()));
         Self::with_gate(runtime, gate, None)
@@ -243,16 +266,7 @@ impl AsyncTaskMcpServer {
             gate.clone(),
         )));
         tools.push(Arc::new(EndAsyncTaskTool::new(manager)));
-        let definitions = tools
-            .iter()
-            .map(|tool| {
-                let spec = tool.spec();
-                serde_json::from_value(spec.to_mcp()).map_err(|source| McpError::ToolDefinition {
-                    tool: spec.name.clone(),
-                    source,
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        let definitions = definitions(&tools)?;
         Ok(AsyncTaskMcpServer {
             runtime,
             tools,
@@ -325,6 +339,27 @@ impl AsyncTaskMcpServer {
     pub(crate) fn calls(&self) -> &CancellationToken {
         &self.calls
     }
+}
+
+/// The `tools/list` entry of each tool, checking that each is a valid MCP tool
+/// listed under the name the tool answers to.
+fn definitions(tools: &[Arc<dyn Tool>]) -> Result<Vec<rmcp::model::Tool>, McpError> {
+    tools
+        .iter()
+        .map(|tool| {
+            let spec = tool.spec();
+            if spec.name != tool.name() {
+                return Err(McpError::ToolName {
+                    name: tool.name().to_owned(),
+                    listed: spec.name,
+                });
+            }
+            serde_json::from_value(spec.to_mcp()).map_err(|source| McpError::ToolDefinition {
+                tool: spec.name.clone(),
+                source,
+            })
+        })
+        .collect()
 }
 
 /// The MCP result: the tool's text, then the reminder as the last block.
@@ -637,6 +672,38 @@ mod tests {
     use super::*;
     use asynctask_manager::RegisterTaskInput;
     use pretty_assertions::assert_eq;
+
+    /// A tool whose spec lists another name than the one it answers to.
+    struct Misnamed;
+
+    #[async_trait::async_trait]
+    impl Tool for Misnamed {
+        fn name(&self) -> &str {
+            "wait"
+        }
+
+        fn spec(&self) -> asynctask_tools::ToolSpec {
+            asynctask_tools::ToolSpec::new("wait_for_it", "Wait", "Waits.", serde_json::json!({}))
+        }
+
+        async fn execute(&self, _params: Value, _cancel: CancellationToken) -> ToolResult {
+            ToolResult::success("", "", Value::Null)
+        }
+    }
+
+    #[test]
+    fn a_tool_listed_under_another_name_is_refused() {
+        let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Misnamed)];
+        let err = definitions(&tools).expect_err("names differ");
+        assert!(
+            matches!(&err, McpError::ToolName { name, listed } if name == "wait" && listed == "wait_for_it"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "tool 'wait' is listed as 'wait_for_it' in its spec"
+        );
+    }
 
     #[test]
     fn progress_messages_prefer_the_call_then_a_running_task() {

@@ -56,8 +56,9 @@ impl fmt::Debug for Sessions {
 /// The first 8 hex digits of a random UUID: short enough to show the model, and
 /// with 32 random bits, new every time for all practical purposes.
 fn uuid_head() -> String {
-    let id = asynctask_tools::new_task_id(&AsyncTaskManager::default());
-    id.chars().take(8).collect()
+    let mut id = uuid::Uuid::new_v4().simple().to_string();
+    id.truncate(8);
+    id
 }
 
 /// One connected session; leaving drops it from its [`Sessions`].
@@ -106,6 +107,12 @@ mod tests {
         let sessions = Sessions::default();
         let (a, b) = (sessions.join(), sessions.join());
         assert_ne!(a.id(), b.id());
+        for id in [a.id(), b.id()] {
+            assert!(
+                id.len() == 8 && id.chars().all(|c| c.is_ascii_hexdigit()),
+                "{id}"
+            );
+        }
         assert_eq!(sessions.len(), 2);
         let manager = AsyncTaskManager::default();
         let register = |id: &str, origin: Option<&str>| {

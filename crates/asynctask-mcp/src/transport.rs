@@ -59,6 +59,7 @@ impl<T> AckingTransport<T> {
         calls: CancellationToken,
         mode: AckMode,
     ) -> Self {
+        gate.track();
         AckingTransport {
             inner,
             gate,

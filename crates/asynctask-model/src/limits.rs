@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(MaxAsyncTasks::UNLIMITED.history_limit(), 10);
 /// assert_eq!(
 ///     MaxAsyncTasks::new(0).unwrap_err().to_string(),
-///     "task-max-async must be -1 (unlimited) or an integer between 1 and 100",
+///     "task-max-async must be -1 (unlimited) or an integer between 1 and 100, not 0",
 /// );
 /// # Ok::<(), asynctask_model::InvalidMaxAsyncTasks>(())
 /// ```
@@ -48,7 +48,7 @@ impl MaxAsyncTasks {
         match value {
             -1 => Ok(MaxAsyncTasks::UNLIMITED),
             1..=100 => Ok(MaxAsyncTasks(value as i8)),
-            _ => Err(InvalidMaxAsyncTasks { value }),
+            _ => Err(InvalidMaxAsyncTasks { value: Some(value) }),
         }
     }
 
@@ -135,34 +135,60 @@ impl From<MaxAsyncTasks> for i64 {
 impl FromStr for MaxAsyncTasks {
     type Err = InvalidMaxAsyncTasks;
 
-    /// Parses the setting as text (`"-1"`, `"5"`); anything that is not an integer
-    /// in range is refused with the same message.
+    /// Parses the setting as text (`"-1"`, `"5"`); text that is not an integer
+    /// is refused with [`InvalidMaxAsyncTasks::NOT_AN_INTEGER`].
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().parse::<i64>() {
             Ok(value) => MaxAsyncTasks::new(value),
-            // The text did not even parse: report it as out of range, keeping the
-            // one message users see for every bad value.
-            Err(_) => Err(InvalidMaxAsyncTasks { value: i64::MIN }),
+            Err(_) => Err(InvalidMaxAsyncTasks::NOT_AN_INTEGER),
         }
     }
 }
 
-/// A `task-max-async` value outside `-1` and `1..=100`.
+/// A `task-max-async` value outside `-1` and `1..=100`, or not an integer at
+/// all.
 ///
-/// Its `Display` is the user-facing refusal, word for word.
+/// Its `Display` is the user-facing refusal: the rule, then what was given.
 ///
 /// # Examples
 ///
 /// ```
-/// use asynctask_model::MaxAsyncTasks;
+/// use asynctask_model::{InvalidMaxAsyncTasks, MaxAsyncTasks};
+///
 /// let err = MaxAsyncTasks::new(101).unwrap_err();
-/// assert_eq!(err.value, 101);
+/// assert_eq!(err.value, Some(101));
+/// assert_eq!(err.to_string(), "task-max-async must be -1 (unlimited) or an integer between 1 and 100, not 101");
+///
+/// let err = "five".parse::<MaxAsyncTasks>().unwrap_err();
+/// assert_eq!(err, InvalidMaxAsyncTasks::NOT_AN_INTEGER);
+/// assert_eq!(err.to_string(), "task-max-async must be -1 (unlimited) or an integer between 1 and 100; the value given is not an integer");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("task-max-async must be -1 (unlimited) or an integer between 1 and 100")]
+#[error(
+    "task-max-async must be -1 (unlimited) or an integer between 1 and 100{}",
+    Given(*value)
+)]
 pub struct InvalidMaxAsyncTasks {
-    /// The value that was refused (`i64::MIN` when the text was not an integer).
-    pub value: i64,
+    /// The integer that was refused; `None` when the value was not an integer.
+    pub value: Option<i64>,
+}
+
+impl InvalidMaxAsyncTasks {
+    /// The refusal of a value that is not an integer (text that does not
+    /// parse, a fraction, a boolean, `null`).
+    pub const NOT_AN_INTEGER: InvalidMaxAsyncTasks = InvalidMaxAsyncTasks { value: None };
+}
+
+/// What an [`InvalidMaxAsyncTasks`] was given, as the end of its message.
+struct Given(Option<i64>);
+
+impl fmt::Display for Given {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(value) => write!(f, ", not {value}"),
+            None => f.write_str("; the value given is not an integer"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -181,7 +207,7 @@ mod tests {
         for v in [i64::MIN, i64::MAX, -2, 0, 101] {
             assert_eq!(
                 MaxAsyncTasks::new(v),
-                Err(InvalidMaxAsyncTasks { value: v })
+                Err(InvalidMaxAsyncTasks { value: Some(v) })
             );
         }
     }
@@ -220,12 +246,12 @@ mod tests {
         let err = serde_json::from_str::<MaxAsyncTasks>("0").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "task-max-async must be -1 (unlimited) or an integer between 1 and 100"
+            "task-max-async must be -1 (unlimited) or an integer between 1 and 100, not 0"
         );
     }
 
     #[test]
-    fn from_str_refuses_non_integers_with_the_same_message() {
+    fn from_str_refuses_non_integers_saying_so() {
         assert_eq!("12".parse::<MaxAsyncTasks>().unwrap().get(), 12);
         assert_eq!(
             " -1 ".parse::<MaxAsyncTasks>().unwrap(),
@@ -234,8 +260,13 @@ mod tests {
         for bad in ["", "five", "2.5", "1e3"] {
             assert_eq!(
                 bad.parse::<MaxAsyncTasks>().unwrap_err().to_string(),
-                "task-max-async must be -1 (unlimited) or an integer between 1 and 100"
+                "task-max-async must be -1 (unlimited) or an integer between 1 and 100; \
+                 the value given is not an integer"
             );
         }
+        assert_eq!(
+            "0".parse::<MaxAsyncTasks>(),
+            Err(InvalidMaxAsyncTasks { value: Some(0) })
+        );
     }
 }

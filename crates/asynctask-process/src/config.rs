@@ -397,23 +397,31 @@ fn check_env_value(value: &str) -> Result<(), InvalidValue> {
     }
 }
 
-/// Why a config could not be loaded. The `Display` is one line for the user.
+/// Why a config could not be loaded.
+///
+/// The `Display` is one line naming the file and what went wrong with it; the
+/// error that caused it, when there is one, is its
+/// [`source`](std::error::Error::source) and is not repeated: show the whole
+/// chain to the user (`invalid config subagents.toml at line 2, column 11:
+/// \`command\` must not be empty: give the program and its arguments`).
 ///
 /// # Examples
 ///
 /// ```
+/// use std::error::Error as _;
 /// use std::path::Path;
 /// use asynctask_process::{ConfigError, ProcessRunnerConfig};
 ///
 /// let err = ProcessRunnerConfig::load(Path::new("/no/such/subagents.toml")).unwrap_err();
 /// assert!(matches!(err, ConfigError::Read { .. }));
-/// assert_eq!(err.to_string(), "cannot read /no/such/subagents.toml: No such file or directory (os error 2)");
+/// assert_eq!(err.to_string(), "cannot read /no/such/subagents.toml");
+/// assert_eq!(err.source().map(|s| s.to_string()).as_deref(), Some("No such file or directory (os error 2)"));
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
@@ -421,14 +429,131 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not a valid config.
+    /// The file is not UTF-8 text.
+    #[error("invalid config {}: not UTF-8", path.display())]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// Where the first invalid byte is.
+        #[source]
+        source: std::string::FromUtf8Error,
+    },
+    /// The text is not TOML, or not a config: a syntax error, an unknown key,
+    /// a missing or mistyped value, or a value that breaks its rule
+    /// ([`InvalidValue`]).
+    #[error("invalid config {}{}", path.display(), At(*position))]
+    Parse {
+        /// The file (`<string>` when parsed from a string).
+        path: PathBuf,
+        /// Where in the text, when the parser said.
+        position: Option<ConfigPosition>,
+        /// What is wrong. Its `Display` is the parser's message alone (the
+        /// quoted line is left out: `position` says where).
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    /// A root or a working directory cannot be made absolute.
+    #[error("invalid config {}: {what} cannot be resolved", path.display())]
+    Resolve {
+        /// The file (`<string>` when parsed from a string).
+        path: PathBuf,
+        /// Which directory.
+        what: ConfigDir,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config breaks a rule of its own (a working directory outside the
+    /// roots).
     #[error("invalid config {}: {message}", path.display())]
     Invalid {
         /// The file (`<string>` when parsed from a string).
         path: PathBuf,
-        /// What is wrong, with the TOML location (`at line 3, column 1`).
+        /// What is wrong.
         message: String,
     },
+}
+
+/// Where in a config's text something is: 1-based line and column (in
+/// characters).
+///
+/// ```
+/// # use asynctask_process::ConfigPosition;
+/// assert_eq!(ConfigPosition { line: 3, column: 1 }.to_string(), "line 3, column 1");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConfigPosition {
+    /// The line, from 1.
+    pub line: usize,
+    /// The column, from 1, in characters.
+    pub column: usize,
+}
+
+impl ConfigPosition {
+    /// The position of byte `offset` in `text` (clamped to the text).
+    fn of(text: &str, offset: usize) -> Self {
+        let before = text.get(..offset).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+        ConfigPosition {
+            line: before.matches('\n').count() + 1,
+            column: before[line_start..].chars().count() + 1,
+        }
+    }
+}
+
+impl fmt::Display for ConfigPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}, column {}", self.line, self.column)
+    }
+}
+
+/// ` at line L, column C` when the position is known.
+struct At(Option<ConfigPosition>);
+
+impl fmt::Display for At {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(position) => write!(f, " at {position}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A directory a config names, as its errors name it.
+///
+/// ```
+/// # use std::path::PathBuf;
+/// # use asynctask_process::ConfigDir;
+/// let cwd = ConfigDir::WorkingDir { subagent: "tester".into(), path: PathBuf::from("work") };
+/// assert_eq!(cwd.to_string(), "subagent 'tester': working directory work");
+/// assert_eq!(ConfigDir::Root(PathBuf::from("/srv")).to_string(), "root /srv");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigDir {
+    /// An entry of `roots` (or the config's directory, the default root).
+    Root(PathBuf),
+    /// A subagent's working directory (its `cwd`, or the config's directory).
+    WorkingDir {
+        /// The subagent.
+        subagent: String,
+        /// The directory, as the config gives it (made relative to the
+        /// config's directory).
+        path: PathBuf,
+    },
+}
+
+impl fmt::Display for ConfigDir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigDir::Root(path) => write!(f, "root {}", path.display()),
+            ConfigDir::WorkingDir { subagent, path } => write!(
+                f,
+                "subagent '{subagent}': working directory {}",
+                path.display()
+            ),
+        }
+    }
 }
 
 impl ProcessRunnerConfig {
@@ -502,15 +627,18 @@ impl ProcessRunnerConfig {
     ///
     /// let typo = "[subagents.tester]\ncomand = [\"make\"]\n";
     /// let err = ProcessRunnerConfig::from_toml_str(typo, Path::new(".")).unwrap_err();
-    /// assert!(err.to_string().starts_with("invalid config <string>: unknown field `comand`"));
-    /// assert!(err.to_string().ends_with("at line 2, column 1"));
+    /// assert_eq!(err.to_string(), "invalid config <string> at line 2, column 1");
+    /// let why = std::error::Error::source(&err).unwrap().to_string();
+    /// assert!(why.starts_with("unknown field `comand`"), "{why}");
     /// ```
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] (with path `<string>`) for bad TOML, unknown
-    /// keys, a value that breaks its rule ([`InvalidValue`]), or a working
-    /// directory outside the `roots` (the message names the subagent).
+    /// All with path `<string>`: [`ConfigError::Parse`] for bad TOML, unknown
+    /// keys, or a value that breaks its rule ([`InvalidValue`]);
+    /// [`ConfigError::Resolve`] for a root or working directory that cannot be
+    /// made absolute; [`ConfigError::Invalid`] for a working directory outside
+    /// the `roots` (the message names the subagent).
     pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
         Self::parse(text, base_dir, Path::new("<string>"))
     }
@@ -533,20 +661,17 @@ impl ProcessRunnerConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Read`] when the file cannot be read, or
-    /// [`ConfigError::Invalid`] (naming `path`) as for
-    /// [`from_toml_str`](Self::from_toml_str), or when it is not UTF-8.
+    /// [`ConfigError::Read`] when the file cannot be read,
+    /// [`ConfigError::NotUtf8`] when it is not UTF-8, or any error of
+    /// [`from_toml_str`](Self::from_toml_str), naming `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let text = String::from_utf8(bytes).map_err(|err| ConfigError::Invalid {
+        let text = String::from_utf8(bytes).map_err(|source| ConfigError::NotUtf8 {
             path: path.to_owned(),
-            message: format!(
-                "not UTF-8 (invalid byte at offset {})",
-                err.utf8_error().valid_up_to()
-            ),
+            source,
         })?;
         // An absolute base keeps relative `cwd`s right even if the host later
         // changes its own working directory.
@@ -556,13 +681,27 @@ impl ProcessRunnerConfig {
     }
 
     fn parse(text: &str, base_dir: &Path, origin: &Path) -> Result<Self, ConfigError> {
-        let mut config: Self = toml::from_str(text).map_err(|err| ConfigError::Invalid {
-            path: origin.to_owned(),
-            message: one_line_toml_error(&err, text),
+        let mut config: Self = toml::from_str(text).map_err(|mut source| {
+            let position = source
+                .span()
+                .map(|span| ConfigPosition::of(text, span.start));
+            // The error's `Display` would quote the line: the position says
+            // where, and the message alone stays on one line.
+            source.set_input(None);
+            ConfigError::Parse {
+                path: origin.to_owned(),
+                position,
+                source: Box::new(source),
+            }
         })?;
         let invalid = |message: String| ConfigError::Invalid {
             path: origin.to_owned(),
             message,
+        };
+        let unresolved = |what: ConfigDir, source: std::io::Error| ConfigError::Resolve {
+            path: origin.to_owned(),
+            what,
+            source,
         };
         let roots = if config.roots.is_empty() {
             vec![base_dir.to_owned()]
@@ -575,11 +714,7 @@ impl ProcessRunnerConfig {
         };
         config.roots = roots
             .iter()
-            .map(|root| {
-                resolve(root).map_err(|err| {
-                    invalid(format!("root {} cannot be resolved: {err}", root.display()))
-                })
-            })
+            .map(|root| resolve(root).map_err(|err| unresolved(ConfigDir::Root(root.clone()), err)))
             .collect::<Result<_, _>>()?;
         for (name, command) in &mut config.subagents {
             let cwd = command.cwd.get_or_insert_with(|| base_dir.to_owned());
@@ -587,10 +722,11 @@ impl ProcessRunnerConfig {
                 *cwd = base_dir.join(&*cwd);
             }
             let resolved = resolve(cwd).map_err(|err| {
-                invalid(format!(
-                    "subagent '{name}': working directory {} cannot be resolved: {err}",
-                    cwd.display()
-                ))
+                let what = ConfigDir::WorkingDir {
+                    subagent: name.to_string(),
+                    path: cwd.clone(),
+                };
+                unresolved(what, err)
             })?;
             if !config.roots.iter().any(|root| resolved.starts_with(root)) {
                 let roots: Vec<String> = config
@@ -738,41 +874,95 @@ fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     Ok(resolved)
 }
 
-/// A TOML error as one line: its message, then where it is
-/// (`unknown field `comand`, expected ... at line 3, column 1`).
-fn one_line_toml_error(err: &toml::de::Error, text: &str) -> String {
-    let message = err
-        .message()
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
-    match err.span() {
-        Some(span) => {
-            let before = text.get(..span.start).unwrap_or(text);
-            let line = before.matches('\n').count() + 1;
-            let line_start = before.rfind('\n').map_or(0, |at| at + 1);
-            let column = before[line_start..].chars().count() + 1;
-            format!("{message} at line {line}, column {column}")
-        }
-        None => message,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
     #[test]
-    fn config_errors_carry_the_location() {
+    fn config_errors_carry_the_location_and_the_parsers_error() {
+        use std::error::Error as _;
         let err =
             ProcessRunnerConfig::from_toml_str("[subagents.a]\ncommand = []\n", Path::new("."))
                 .expect_err("empty command");
         assert_eq!(
             err.to_string(),
-            "invalid config <string>: `command` must not be empty: give the program and its arguments at line 2, column 11"
+            "invalid config <string> at line 2, column 11"
+        );
+        assert!(
+            matches!(
+                err,
+                ConfigError::Parse {
+                    position: Some(ConfigPosition {
+                        line: 2,
+                        column: 11
+                    }),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let ConfigError::Parse { source: parsed, .. } = &err else {
+            panic!("not a parse error: {err:?}")
+        };
+        assert_eq!(parsed.span(), Some(24..26));
+        let source = err.source().expect("the parser's error");
+        assert_eq!(
+            source.to_string(),
+            "`command` must not be empty: give the program and its arguments\n\
+             in `subagents.a.command`\n",
+            "the parser's message and key, without the quoted line"
+        );
+    }
+
+    #[test]
+    fn positions_count_lines_and_characters() {
+        let text = "a\nbé = 1\n";
+        assert_eq!(
+            ConfigPosition::of(text, text.find('=').expect("an =")),
+            ConfigPosition { line: 2, column: 4 }
+        );
+        assert_eq!(
+            ConfigPosition::of(text, 99),
+            ConfigPosition { line: 3, column: 1 }
+        );
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_resolved_keeps_the_io_error() {
+        use std::error::Error as _;
+        // An empty path cannot be made absolute.
+        let err = ProcessRunnerConfig::from_toml_str("", Path::new("")).expect_err("empty root");
+        assert!(
+            matches!(&err, ConfigError::Resolve { what: ConfigDir::Root(root), .. } if root.as_os_str().is_empty()),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "invalid config <string>: root  cannot be resolved"
+        );
+        assert!(
+            err.source()
+                .is_some_and(|source| source.is::<std::io::Error>())
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_keeps_the_utf8_error() {
+        use std::error::Error as _;
+        let file =
+            std::env::temp_dir().join(format!("asynctask-not-utf8-{}.toml", std::process::id()));
+        std::fs::write(&file, b"[subagents.a]\ncommand = [\"\xff\"]\n").expect("written");
+        let err = ProcessRunnerConfig::load(&file).expect_err("not UTF-8");
+        std::fs::remove_file(&file).expect("removed");
+        assert_eq!(
+            err.to_string(),
+            format!("invalid config {}: not UTF-8", file.display())
+        );
+        let source = err.source().expect("the UTF-8 error");
+        assert_eq!(
+            source.to_string(),
+            "invalid utf-8 sequence of 1 bytes from index 26"
         );
     }
 
@@ -805,7 +995,7 @@ mod tests {
             )
             .expect_err("NUL")
             .to_string(),
-            "invalid config <string>: an environment variable value must not contain NUL bytes at line 3, column 13"
+            "invalid config <string> at line 3, column 13"
         );
     }
 }

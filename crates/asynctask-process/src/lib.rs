@@ -54,8 +54,8 @@ mod runner;
 mod sys;
 
 pub use config::{
-    CommandLine, ConfigError, EnvName, EnvValue, InvalidValue, ProcessRunnerConfig, StdinMode,
-    SubagentCommand, SubagentName,
+    CommandLine, ConfigDir, ConfigError, ConfigPosition, EnvName, EnvValue, InvalidValue,
+    ProcessRunnerConfig, StdinMode, SubagentCommand, SubagentName,
 };
 #[cfg(unix)]
 pub use runner::ProcessRunner;

@@ -196,20 +196,28 @@ impl Delivery {
     }
 
     /// After a failed delivery: ends this delivery and, unless too many failed in
-    /// a row, schedules a retry with backoff (1, 2, 4, 8 s).
+    /// a row, schedules a retry with backoff (1, 2, 4, 8 s). An event that
+    /// arrived while the delivery ran (a completion, `agent_idle`) starts a new
+    /// one at once: it is what "the next event tries again" means, also after
+    /// the last delayed retry.
     fn schedule_retry(self: &Arc<Self>) {
-        let retry = {
+        let (retry, again) = {
             let mut state = self.lock();
             state.failures += 1;
-            state.in_flight = false;
-            state.again = false;
+            let again = state.end_attempt();
             let retry =
                 !state.retry_scheduled && !state.stopped && state.failures <= MAX_DELAYED_RETRIES;
             if retry {
                 state.retry_scheduled = true;
             }
-            retry.then(|| RETRY_BASE * 2u32.pow(state.failures - 1))
+            (
+                retry.then(|| RETRY_BASE * 2u32.pow(state.failures - 1)),
+                again,
+            )
         };
+        if again {
+            self.poke();
+        }
         if let Some(delay) = retry {
             let this = Arc::clone(self);
             self.tracker.spawn_on(
@@ -262,20 +270,33 @@ impl Delivery {
     }
 }
 
+impl State {
+    /// Ends the delivery in flight; returns whether an event arrived while it
+    /// ran (the caller then pokes, to start a new one).
+    fn end_attempt(&mut self) -> bool {
+        self.in_flight = false;
+        std::mem::take(&mut self.again) && !self.stopped
+    }
+}
+
 /// Resets the in-flight state when a delivery unwinds from a panicking host
-/// callback; does nothing on a normal return (the loop keeps the state right).
-struct ReleaseOnPanic<'a>(&'a Delivery);
+/// callback (and starts a new delivery if an event arrived meanwhile); does
+/// nothing on a normal return (the loop keeps the state right).
+struct ReleaseOnPanic<'a>(&'a Arc<Delivery>);
 
 impl Drop for ReleaseOnPanic<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.0.ledger.release(&ClaimOwner::AutoTrigger);
-            let mut state = self.0.lock();
-            state.in_flight = false;
-            state.again = false;
-            state.failures += 1;
-            drop(state);
+            let again = {
+                let mut state = self.0.lock();
+                state.failures += 1;
+                state.end_attempt()
+            };
             tracing::error!("the agent host panicked during a delivery; the tasks stay pending");
+            if again {
+                self.0.poke();
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The claim ledger: which delivery carries each finished task's result.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,9 +26,18 @@ use crate::reminder::{Reminder, render};
 #[non_exhaustive]
 pub enum ClaimOwner {
     /// The auto-trigger's turn in flight (it wakes an idle agent).
+    ///
+    /// Reserved for the runtime's own delivery: on a runtime's ledger
+    /// ([`AsyncTaskRuntime::claims`](crate::AsyncTaskRuntime::claims)), claim
+    /// as this owner and the auto-trigger's claims get mixed up with yours.
     AutoTrigger,
     /// The reminder a host took with `next_turn_reminder` for its next model
     /// request.
+    ///
+    /// Reserved for the runtime's own delivery: a host goes through
+    /// [`next_turn_reminder`](crate::AsyncTaskRuntime::next_turn_reminder) and
+    /// [`ack_delivered`](crate::AsyncTaskRuntime::ack_delivered), not through
+    /// the ledger as this owner.
     NextTurn,
     /// A request whose response will carry the result (an MCP `tools/call`, say).
     Request(RequestKey),
@@ -73,16 +83,42 @@ impl fmt::Display for RequestKey {
 struct State {
     /// Each owner's claim: the tasks its delivery carries.
     claims: BTreeMap<ClaimOwner, Vec<String>>,
-    /// Every claimed task id, for the exclusion test.
-    claimed: BTreeSet<String>,
+    /// Every task no claim may take, for the exclusion test, with how many
+    /// holds it has: one per claim that carries it, and one per acknowledgement
+    /// still marking it notified in the registry.
+    claimed: BTreeMap<String, usize>,
 }
 
 impl State {
-    fn remove(&mut self, owner: &ClaimOwner) -> Vec<String> {
-        let ids = self.claims.remove(owner).unwrap_or_default();
-        for id in &ids {
-            self.claimed.remove(id);
+    fn is_held(&self, id: &str) -> bool {
+        self.claimed.contains_key(id)
+    }
+
+    fn hold(&mut self, id: &str) {
+        *self.claimed.entry(id.to_owned()).or_default() += 1;
+    }
+
+    fn unhold(&mut self, ids: &[String]) {
+        for id in ids {
+            if let Entry::Occupied(mut holds) = self.claimed.entry(id.clone()) {
+                *holds.get_mut() -= 1;
+                if *holds.get() == 0 {
+                    holds.remove();
+                }
+            }
         }
+    }
+
+    /// Ends `owner`'s claim and returns its tasks, which stay held: the caller
+    /// [`unhold`](Self::unhold)s them.
+    fn take_claim(&mut self, owner: &ClaimOwner) -> Vec<String> {
+        self.claims.remove(owner).unwrap_or_default()
+    }
+
+    /// Ends `owner`'s claim and lets its tasks go.
+    fn remove(&mut self, owner: &ClaimOwner) -> Vec<String> {
+        let ids = self.take_claim(owner);
+        self.unhold(&ids);
         ids
     }
 }
@@ -95,9 +131,11 @@ impl State {
 /// or a request — and the claim then ends exactly once:
 ///
 /// - **acknowledged** ([`acknowledge`](Self::acknowledge)): the delivery
-///   succeeded; the tasks are marked notified in the registry, under the
-///   ledger's lock, so no other owner ever sees them as neither claimed nor
-///   delivered;
+///   succeeded; the tasks are marked notified in the registry. They stay held
+///   until the registry has marked them, so no other owner ever sees a
+///   finished result as neither claimed nor delivered; the marking itself
+///   (the manager's clock, its journal's write) runs without the ledger's
+///   lock, so other owners never wait for it;
 /// - **released** ([`release`](Self::release)): the delivery did not happen;
 ///   the tasks are pending again and the next claim takes them.
 ///
@@ -105,6 +143,10 @@ impl State {
 /// carries exactly the tasks it claimed. An owner holds at most one claim at a
 /// time. [`changed`](Self::changed) wakes waiters when a claim ends or a task
 /// finishes, so they look again instead of polling.
+///
+/// A runtime has one ledger, [`AsyncTaskRuntime::claims`](crate::AsyncTaskRuntime::claims),
+/// shared by every delivery: a second ledger over the same manager would not
+/// see the first one's claims, and the two could deliver one result twice.
 ///
 /// # Examples
 ///
@@ -169,21 +211,49 @@ impl ClaimLedger {
     /// `None` when nothing is left to claim or `owner` already holds a claim.
     #[must_use]
     pub fn claim(&self, owner: &ClaimOwner) -> Option<Reminder> {
-        self.claim_matching(owner, |_| true)
+        let mut state = self.lock();
+        self.claim_locked(&mut state, owner, |pending| !pending.is_empty())
     }
 
     /// [`claim`](Self::claim), taking only the pending results that `pick`
     /// accepts (a server with several sessions, say, gives each its own
     /// tasks' results).
+    ///
+    /// `pick` runs without the ledger's lock, on the unclaimed pending results
+    /// of a moment before the claim: it may call into the ledger or the
+    /// manager. What it accepts is claimed only if it is still pending and
+    /// unclaimed when the claim is made (under the lock); a result that
+    /// finished meanwhile waits for the next claim (and is not among the tasks
+    /// the reminder says still run: it has finished).
     #[must_use]
     pub fn claim_matching(
         &self,
         owner: &ClaimOwner,
         pick: impl Fn(&AsyncTaskInfo) -> bool,
     ) -> Option<Reminder> {
+        let pending = self.manager.pending_notifications();
+        let candidates: Vec<AsyncTaskInfo> = {
+            let state = self.lock();
+            if state.claims.contains_key(owner) {
+                return None;
+            }
+            pending
+                .into_iter()
+                .filter(|task| !state.is_held(&task.id))
+                .collect()
+        };
+        // The caller's code, with no lock held.
+        let picked: BTreeSet<String> = candidates
+            .into_iter()
+            .filter(|task| pick(task))
+            .map(|task| task.id)
+            .collect();
+        if picked.is_empty() {
+            return None;
+        }
         let mut state = self.lock();
         self.claim_locked(&mut state, owner, |pending| {
-            pending.retain(|task| pick(task));
+            pending.retain(|task| picked.contains(&task.id));
             !pending.is_empty()
         })
     }
@@ -218,7 +288,8 @@ impl ClaimLedger {
     }
 
     /// Claims, for `owner`, the unclaimed pending tasks left by `accept` (which
-    /// may filter them, and says whether to claim at all).
+    /// may filter them, and says whether to claim at all). `accept` is this
+    /// module's code: it runs under the lock.
     fn claim_locked(
         &self,
         state: &mut State,
@@ -228,17 +299,20 @@ impl ClaimLedger {
         if state.claims.contains_key(owner) {
             return None;
         }
-        let mut pending: Vec<AsyncTaskInfo> = self
-            .manager
-            .pending_notifications()
+        // One read of the registry: a task that finishes meanwhile is either
+        // still counted as running or pending here, never missing from both.
+        let (pending, running) = self.manager.pending_and_running();
+        let mut pending: Vec<AsyncTaskInfo> = pending
             .into_iter()
-            .filter(|task| !state.claimed.contains(&task.id))
+            .filter(|task| !state.is_held(&task.id))
             .collect();
         if !accept(&mut pending) || pending.is_empty() {
             return None;
         }
-        let reminder = render(&pending, self.manager.counts().running)?;
-        state.claimed.extend(reminder.task_ids.iter().cloned());
+        let reminder = render(&pending, running)?;
+        for id in &reminder.task_ids {
+            state.hold(id);
+        }
         state
             .claims
             .insert(owner.clone(), reminder.task_ids.clone());
@@ -249,15 +323,17 @@ impl ClaimLedger {
     /// The delivery `owner` holds succeeded: its tasks are marked notified, and
     /// its claim ends. Returns the ids it carried (empty when it held none).
     pub fn acknowledge(&self, owner: &ClaimOwner) -> Vec<String> {
-        let mut state = self.lock();
-        let ids = state.remove(owner);
+        // The claim ends, but its tasks stay held while the registry marks
+        // them: no other owner sees them as neither claimed nor delivered, and
+        // none waits for the marking (the manager's clock and journal run
+        // without the ledger's lock).
+        let ids = self.lock().take_claim(owner);
         if ids.is_empty() {
             return ids;
         }
-        // Marked while the lock is held: no other owner can see these tasks as
-        // neither claimed nor delivered.
         self.manager.mark_all_notified(&ids);
-        drop(state);
+        // Marked (or, if the journal refused, pending again): let them go.
+        self.lock().unhold(&ids);
         tracing::debug!(%owner, task_ids = ?ids, "results acknowledged");
         self.changed.notify_waiters();
         ids
@@ -267,22 +343,34 @@ impl ClaimLedger {
     /// not): they are marked notified and leave `owner`'s claim; what is left
     /// of the claim stays held.
     pub fn acknowledge_ids(&self, owner: &ClaimOwner, task_ids: &[String]) {
-        let mut state = self.lock();
-        self.manager.mark_all_notified(task_ids);
-        let mut emptied = false;
-        if let Some(held) = state.claims.get_mut(owner) {
-            held.retain(|id| !task_ids.contains(id));
-            emptied = held.is_empty();
-        }
-        if emptied {
-            state.claims.remove(owner);
-        }
-        for id in task_ids {
-            if !state.claims.values().any(|held| held.contains(id)) {
-                state.claimed.remove(id);
+        {
+            let mut state = self.lock();
+            // Each task leaves `owner`'s claim keeping its hold, or (claimed by
+            // nobody, or by another owner) gets one now: held until marked,
+            // like in `acknowledge`.
+            let mut unclaimed = Vec::new();
+            match state.claims.get_mut(owner) {
+                Some(held) => {
+                    for id in task_ids {
+                        match held.iter().position(|h| h == id) {
+                            Some(at) => {
+                                held.remove(at);
+                            }
+                            None => unclaimed.push(id),
+                        }
+                    }
+                    if held.is_empty() {
+                        state.claims.remove(owner);
+                    }
+                }
+                None => unclaimed.extend(task_ids),
+            }
+            for id in unclaimed {
+                state.hold(id);
             }
         }
-        drop(state);
+        self.manager.mark_all_notified(task_ids);
+        self.lock().unhold(task_ids);
         tracing::debug!(%owner, task_ids = ?task_ids, "results acknowledged");
         self.changed.notify_waiters();
     }
@@ -304,10 +392,11 @@ impl ClaimLedger {
         self.lock().claims.get(owner).cloned().unwrap_or_default()
     }
 
-    /// Whether task `id` is claimed by some owner.
+    /// Whether task `id` is claimed by some owner (or being marked notified
+    /// after its claim was acknowledged).
     #[must_use]
     pub fn is_claimed(&self, id: &str) -> bool {
-        self.lock().claimed.contains(id)
+        self.lock().is_held(id)
     }
 
     /// Resolves the next time a claim ends (acknowledged or released) or a task
@@ -418,6 +507,98 @@ mod tests {
     }
 
     #[test]
+    fn pick_runs_without_the_lock_and_takes_only_what_is_still_unclaimed() {
+        let ledger = ledger_with(&[
+            ("a", AsyncTaskStatus::Completed),
+            ("b", AsyncTaskStatus::Completed),
+        ]);
+        let mine = ledger
+            .claim_matching(&request("1"), |task| {
+                // Back into the ledger from `pick`: another owner takes "a"
+                // between the look and the claim.
+                if task.id == "a" {
+                    let theirs = ledger.claim_matching(&request("2"), |t| t.id == "a");
+                    assert_eq!(theirs.map(|r| r.task_ids), Some(vec!["a".to_owned()]));
+                }
+                true
+            })
+            .expect("b is still unclaimed");
+        assert_eq!(mine.task_ids, ["b"]);
+        assert_eq!(ledger.held_by(&request("2")), ["a"]);
+    }
+
+    /// A clock that, when armed, looks at the ledger from inside the
+    /// manager's marking (the manager reads its clock there).
+    #[derive(Debug, Default)]
+    struct ProbingClock {
+        ledger: std::sync::OnceLock<std::sync::Weak<ClaimLedger>>,
+        armed: std::sync::atomic::AtomicBool,
+        /// What another owner could claim, and whether "a" was claimed, at
+        /// each probe.
+        probes: Mutex<Vec<(Option<Vec<String>>, bool)>>,
+    }
+
+    impl asynctask_model::Clock for ProbingClock {
+        fn now_ms(&self) -> u64 {
+            let armed = self.armed.swap(false, std::sync::atomic::Ordering::SeqCst);
+            if let Some(ledger) = self.ledger.get().and_then(std::sync::Weak::upgrade)
+                && armed
+            {
+                let other = ledger.claim(&request("prober")).map(|r| r.task_ids);
+                let probe = (other, ledger.is_claimed("a"));
+                self.probes.lock().expect("probes").push(probe);
+            }
+            1_000
+        }
+    }
+
+    #[test]
+    fn acknowledging_marks_without_the_lock_and_never_lets_a_result_go() {
+        let clock = Arc::new(ProbingClock::default());
+        let manager = AsyncTaskManager::with_clock(
+            asynctask_model::MaxAsyncTasks::UNLIMITED,
+            Arc::clone(&clock) as Arc<dyn asynctask_model::Clock>,
+        );
+        for id in ["a", "b"] {
+            manager
+                .register_task(RegisterTaskInput::new(id, "sub", "goal"))
+                .expect("registered");
+            manager.complete_task(id, OutputObject::new(TerminateReason::Goal));
+        }
+        let ledger = Arc::new(ClaimLedger::new(manager));
+        clock.ledger.set(Arc::downgrade(&ledger)).expect("set once");
+
+        // `acknowledge`: while the registry marks "a", another owner (the
+        // clock, here) gets nothing, and sees "a" still claimed.
+        assert!(
+            ledger
+                .claim_matching(&request("1"), |t| t.id == "a")
+                .is_some()
+        );
+        clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(ledger.acknowledge(&request("1")), ["a"]);
+        assert_eq!(
+            *clock.probes.lock().expect("probes"),
+            [(Some(vec!["b".to_owned()]), true)]
+        );
+        assert!(!ledger.is_claimed("a"));
+        assert_eq!(ledger.release(&request("prober")), ["b"]);
+
+        // `acknowledge_ids` of a task nobody claimed: held while it is marked.
+        clock.probes.lock().expect("probes").clear();
+        clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        ledger.acknowledge_ids(&ClaimOwner::NextTurn, &["b".to_owned()]);
+        let probes = clock.probes.lock().expect("probes").clone();
+        assert_eq!(
+            probes,
+            [(None, false)],
+            "b held while marked: nothing to claim"
+        );
+        assert!(!ledger.is_claimed("b"));
+        assert!(ledger.manager().pending_notifications().is_empty());
+    }
+
+    #[test]
     fn reclaim_and_partial_acknowledgement() {
         let ledger = ledger_with(&[
             ("a", AsyncTaskStatus::Completed),
@@ -432,5 +613,11 @@ mod tests {
         assert_eq!(ledger.held_by(&ClaimOwner::NextTurn), ["b"]);
         assert!(!ledger.is_claimed("a"));
         assert_eq!(ledger.manager().pending_notifications().len(), 1);
+        // Acknowledging a task held by another owner leaves that owner's hold.
+        assert!(ledger.claim(&request("1")).is_none(), "b is held");
+        ledger.acknowledge_ids(&request("1"), &["b".to_owned()]);
+        assert!(ledger.is_claimed("b"), "still in the next turn's claim");
+        assert_eq!(ledger.acknowledge(&ClaimOwner::NextTurn), ["b"]);
+        assert!(!ledger.is_claimed("b"));
     }
 }

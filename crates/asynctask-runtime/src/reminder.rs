@@ -91,10 +91,8 @@ impl AsyncTaskReminderService {
     /// two deliveries.
     #[must_use]
     pub fn reminder(&self) -> Option<Reminder> {
-        render(
-            &self.manager.pending_notifications(),
-            self.manager.counts().running,
-        )
+        let (pending, running) = self.manager.pending_and_running();
+        render(&pending, running)
     }
 
     /// The reminder that only says how many tasks still run (no ids); `None`

@@ -371,7 +371,7 @@ pub enum BuildError {
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let runtime = asynctask_runtime::AsyncTaskRuntime::builder().build();
 /// let refused = runtime.set_setting("task-max-async", serde_json::json!(0)).unwrap_err();
-/// assert_eq!(refused.to_string(), "task-max-async must be -1 (unlimited) or an integer between 1 and 100");
+/// assert_eq!(refused.to_string(), "task-max-async must be -1 (unlimited) or an integer between 1 and 100, not 0");
 /// # });
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -409,6 +409,13 @@ impl AsyncTaskRuntime {
     /// The claim ledger every delivery goes through: the auto-trigger, the
     /// next-turn reminders, and whatever requests a serving layer (an MCP
     /// server) claims results for.
+    ///
+    /// It is the only ledger to use with this runtime: a ledger built apart
+    /// ([`ClaimLedger::new`]) over the same manager does not see this one's
+    /// claims, so the two could deliver one result twice. Claim as
+    /// [`ClaimOwner::Request`](crate::ClaimOwner::Request) owners;
+    /// [`AutoTrigger`](crate::ClaimOwner::AutoTrigger) and
+    /// [`NextTurn`](crate::ClaimOwner::NextTurn) are the runtime's own.
     #[must_use]
     pub fn claims(&self) -> &Arc<ClaimLedger> {
         &self.claims
@@ -476,8 +483,10 @@ impl AsyncTaskRuntime {
                     serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
                     _ => None,
                 };
-                // Not an integer at all: the model's convention for "no value".
-                let max = MaxAsyncTasks::new(raw.unwrap_or(i64::MIN))?;
+                let max = match raw {
+                    Some(raw) => MaxAsyncTasks::new(raw)?,
+                    None => return Err(InvalidMaxAsyncTasks::NOT_AN_INTEGER.into()),
+                };
                 self.manager.set_max_async_tasks(max);
                 Ok(())
             }

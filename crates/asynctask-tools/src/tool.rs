@@ -138,7 +138,8 @@ impl<T: TypedTool> Tool for T {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ToolSpec {
-    /// The name the model calls (`task`, `check_async_tasks`, `todo_pause`).
+    /// The name the model calls (`task`, `check_async_tasks`,
+    /// `message_async_task`, `todo_pause`).
     pub name: String,
     /// A human-readable name (`Check Async Tasks`).
     pub display_name: String,
@@ -146,7 +147,9 @@ pub struct ToolSpec {
     pub description: String,
     /// The canonical JSON Schema of the parameters.
     pub parameters: Value,
-    /// Behaviour hints for clients (MCP annotations).
+    /// Behaviour hints for clients (MCP annotations). Deserializing, a spec
+    /// without them gets [`ToolAnnotations::DEFAULT`].
+    #[serde(default)]
     pub annotations: ToolAnnotations,
 }
 
@@ -154,6 +157,7 @@ pub struct ToolSpec {
 ///
 /// Start from [`DEFAULT`](Self::DEFAULT) (MCP's own defaults) or
 /// [`READ_ONLY`](Self::READ_ONLY) and adjust with the `with_*` methods.
+/// Deserializing, a hint left out takes its value from `DEFAULT`.
 ///
 /// # Examples
 ///
@@ -164,6 +168,7 @@ pub struct ToolSpec {
 /// assert!(end.destructive && end.idempotent && !end.read_only && !end.open_world);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct ToolAnnotations {
     /// The tool changes nothing.

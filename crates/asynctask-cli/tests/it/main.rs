@@ -90,6 +90,27 @@ fn schemas_print_every_tool_or_one() {
 }
 
 #[test]
+fn the_schemas_help_names_every_tool_and_provider() {
+    let help = asynctask(&["schemas", "--help"]);
+    assert!(help.status.success(), "{}", stderr(&help));
+    // Words only: clap wraps the help to the terminal's width.
+    let text = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        text.contains(
+            "Print only this tool (task, check_async_tasks, message_async_task, todo_pause)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("openai-chat, openai-responses, anthropic, gemini, gemini-openapi, mcp"),
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_input_is_one_clear_line_and_a_failure() {
     let unknown_tool = asynctask(&["schemas", "--provider", "mcp", "--tool", "nope"]);
     assert_eq!(unknown_tool.status.code(), Some(1));
@@ -107,19 +128,50 @@ fn bad_input_is_one_clear_line_and_a_failure() {
 
     let missing = asynctask(&["run", "--config", "/nonexistent/asynctask.toml", "a", "b"]);
     assert_eq!(missing.status.code(), Some(1));
-    assert_eq!(stderr(&missing).lines().count(), 1, "{}", stderr(&missing));
-    assert!(stderr(&missing).starts_with("asynctask: cannot read /nonexistent/asynctask.toml"));
+    assert_eq!(
+        stderr(&missing),
+        "asynctask: cannot read /nonexistent/asynctask.toml: No such file or directory (os error 2)\n"
+    );
 
     let (_dir, broken) = config("broken", "[subagents.x]\ncomand = [\"echo\"]\n");
     let output = asynctask(&["run", "--config", broken.to_str().unwrap(), "x", "goal"]);
     assert_eq!(output.status.code(), Some(1));
-    let message = stderr(&output);
-    assert_eq!(message.lines().count(), 1, "{message}");
-    assert!(
-        message.contains("unknown field `comand`") && message.contains("line 2"),
-        "{message}"
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "asynctask: invalid config {} at line 2, column 1: unknown field `comand`, expected \
+             one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`; in \
+             `subagents.x`\n",
+            broken.display()
+        )
     );
-    assert!(!message.contains("panicked"));
+
+    let (_dir, fine) = config("state", "[subagents.x]\ncommand = [\"true\"]\n");
+    let output = asynctask(&[
+        "mcp",
+        "--durable",
+        "--config",
+        fine.to_str().unwrap(),
+        "--state-dir",
+        "/dev/null/state",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "asynctask: cannot use the state directory /dev/null/state: Not a directory (os error 20)\n"
+    );
+
+    let (_dir, empty) = config("empty", "[subagents.x]\ncommand = []\n");
+    let output = asynctask(&["mcp", "--config", empty.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "asynctask: invalid config {} at line 2, column 11: `command` must not be empty: \
+             give the program and its arguments; in `subagents.x.command`\n",
+            empty.display()
+        )
+    );
 }
 
 #[test]

@@ -195,3 +195,157 @@ async fn unknown_tools_are_not_served() {
     );
     runtime.shutdown().await;
 }
+
+#[tokio::test]
+async fn every_tool_answers_to_the_name_its_spec_lists() {
+    let (runtime, server) = server();
+    let names: Vec<String> = server
+        .tools()
+        .iter()
+        .map(|tool| tool.name().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "task",
+            "check_async_tasks",
+            "message_async_task",
+            "wait_async_tasks",
+            "end_async_task"
+        ]
+    );
+    for tool in runtime.tools().iter().chain(server.tools()) {
+        assert_eq!(tool.name(), tool.spec().name);
+    }
+    runtime.shutdown().await;
+}
+
+/// A client on the other end of an in-memory pipe, speaking JSON lines.
+struct LineClient {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    next_id: u64,
+}
+
+impl LineClient {
+    async fn send(&mut self, message: Value) {
+        use tokio::io::AsyncWriteExt as _;
+        let mut line = message.to_string();
+        line.push('\n');
+        self.write
+            .write_all(line.as_bytes())
+            .await
+            .expect("written");
+    }
+
+    /// Sends a request and returns its response (skipping notifications).
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let line = self
+                .lines
+                .next_line()
+                .await
+                .expect("readable")
+                .expect("a response");
+            let message: Value = serde_json::from_str(&line).expect("JSON");
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    /// The text blocks of a `tools/call` response.
+    async fn call(&mut self, name: &str, arguments: Value) -> Vec<String> {
+        let response = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        response["result"]["content"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a tool result: {response}"))
+            .iter()
+            .map(|block| block["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+/// Served over a plain rmcp transport (not the crate's own), results still
+/// ride on tool results, each exactly once.
+#[tokio::test(start_paused = true)]
+async fn served_over_a_plain_transport_results_arrive_exactly_once() {
+    use rmcp::ServiceExt as _;
+    use tokio::io::AsyncBufReadExt as _;
+
+    let (runtime, server) = server();
+    let (client_end, server_end) = tokio::io::duplex(1 << 16);
+    let serving = tokio::spawn(async move {
+        let service = server
+            .serve(tokio::io::split(server_end))
+            .await
+            .expect("initialized");
+        let _ = service.waiting().await;
+    });
+    let (read, write) = tokio::io::split(client_end);
+    let mut client = LineClient {
+        lines: tokio::io::BufReader::new(read).lines(),
+        write,
+        next_id: 0,
+    };
+    let init = client
+        .request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "line-client", "version": "0"},
+            }),
+        )
+        .await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "asynctask", "{init}");
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+
+    let mut seen = Vec::new();
+    seen.extend(client.call("task", launch(1)).await);
+    seen.extend(client.call("task", launch(3)).await);
+    // wait_async_tasks answers with the first result once it is in.
+    let waited = client
+        .call("wait_async_tasks", json!({"timeout_seconds": 10}))
+        .await;
+    assert!(
+        waited[0].contains("\"final_message\": \"slept 1\""),
+        "{waited:#?}"
+    );
+    seen.extend(waited);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The second rides on the next call, as its last block.
+    let checked = client.call("check_async_tasks", json!({})).await;
+    assert_eq!(checked.len(), 2, "{checked:#?}");
+    assert!(checked[1].contains("\"final_message\": \"slept 3\""));
+    seen.extend(checked);
+    seen.extend(client.call("check_async_tasks", json!({})).await);
+    seen.extend(
+        client
+            .call("wait_async_tasks", json!({"timeout_seconds": 1}))
+            .await,
+    );
+    for message in ["slept 1", "slept 3"] {
+        let times: usize = seen
+            .iter()
+            .map(|text| {
+                text.matches(&format!("\"final_message\": \"{message}\""))
+                    .count()
+            })
+            .sum();
+        assert_eq!(times, 1, "{message} delivered {times} times: {seen:#?}");
+    }
+    assert!(runtime.manager().pending_notifications().is_empty());
+
+    drop(client);
+    serving.await.expect("served until the client left");
+    runtime.shutdown().await;
+}

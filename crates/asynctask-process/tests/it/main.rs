@@ -1343,9 +1343,29 @@ async fn a_chatty_stderr_does_not_deadlock() {
 // ---- config ------------------------------------------------------------------
 
 fn parse_error(toml: &str) -> String {
-    ProcessRunnerConfig::from_toml_str(toml, Path::new("/base"))
-        .expect_err("invalid")
-        .to_string()
+    chain(&ProcessRunnerConfig::from_toml_str(toml, Path::new("/base")).expect_err("invalid"))
+}
+
+/// An error and its sources on one line, as the command line prints them:
+/// links joined by `: `, the lines of a link by `; `.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut links = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(cause) = source {
+        links.push(cause.to_string());
+        source = cause.source();
+    }
+    links
+        .iter()
+        .map(|link| {
+            link.lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 #[test]
@@ -1389,51 +1409,51 @@ command = ["make", "test"]
 }
 
 #[test]
-fn config_errors_are_one_line_with_the_location() {
+fn config_errors_name_the_position_then_the_parsers_message() {
     let cases = [
         (
             "[subagents.a\ncommand = [\"x\"]\n",
-            "invalid config <string>: unclosed table, expected `]` at line 1, column 13",
+            "invalid config <string> at line 1, column 13: unclosed table, expected `]`",
         ),
         (
             "[subagents.a]\ncomand = [\"x\"]\n",
-            "invalid config <string>: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin` at line 2, column 1",
+            "invalid config <string> at line 2, column 1: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`; in `subagents.a`",
         ),
         (
             "[subagent.a]\ncommand = [\"x\"]\n",
-            "invalid config <string>: unknown field `subagent`, expected one of `subagents`, `roots`, `durable` at line 1, column 2",
+            "invalid config <string> at line 1, column 2: unknown field `subagent`, expected one of `subagents`, `roots`, `durable`",
         ),
         (
             "[subagents.a]\ncommand = []\n",
-            "invalid config <string>: `command` must not be empty: give the program and its arguments at line 2, column 11",
+            "invalid config <string> at line 2, column 11: `command` must not be empty: give the program and its arguments; in `subagents.a.command`",
         ),
         (
             "[subagents.a]\ncommand = [\"\", \"x\"]\n",
-            "invalid config <string>: the program (`command[0]`) must not be blank at line 2, column 11",
+            "invalid config <string> at line 2, column 11: the program (`command[0]`) must not be blank; in `subagents.a.command`",
         ),
         (
             "[subagents.a]\ncommand = \"make test\"\n",
-            "invalid config <string>: invalid type: string \"make test\", expected a sequence at line 2, column 11",
+            "invalid config <string> at line 2, column 11: invalid type: string \"make test\", expected a sequence; in `subagents.a.command`",
         ),
         (
             "[subagents.a]\ndescription = \"no command\"\n",
-            "invalid config <string>: missing field `command` at line 1, column 1",
+            "invalid config <string> at line 1, column 1: missing field `command`; in `subagents.a`",
         ),
         (
             "[subagents.\" \"]\ncommand = [\"x\"]\n",
-            "invalid config <string>: a subagent name must not be blank at line 1, column 12",
+            "invalid config <string> at line 1, column 12: a subagent name must not be blank; in `subagents`",
         ),
         (
             "[subagents.\"a \"]\ncommand = [\"x\"]\n",
-            "invalid config <string>: subagent name \"a \" must not start or end with whitespace at line 1, column 12",
+            "invalid config <string> at line 1, column 12: subagent name \"a \" must not start or end with whitespace; in `subagents`",
         ),
         (
             "[subagents.a]\ncommand = [\"x\"]\nenv = { \"A=B\" = \"c\" }\n",
-            "invalid config <string>: environment variable name \"A=B\" must not contain `=` or NUL at line 3, column 9",
+            "invalid config <string> at line 3, column 9: environment variable name \"A=B\" must not contain `=` or NUL; in `subagents.a.env`",
         ),
         (
             "[subagents.a]\ncommand = [\"x\"]\ninherit_env = [\"\"]\n",
-            "invalid config <string>: an environment variable name must not be empty at line 3, column 15",
+            "invalid config <string> at line 3, column 15: an environment variable name must not be empty; in `subagents.a.inherit_env`",
         ),
     ];
     let seen: Vec<(&str, String)> = cases
@@ -1454,6 +1474,10 @@ fn load_names_the_file_in_its_errors() {
     let err = ProcessRunnerConfig::load(&missing).expect_err("no file");
     assert_eq!(
         err.to_string(),
+        format!("cannot read {}", missing.display())
+    );
+    assert_eq!(
+        chain(&err),
         format!(
             "cannot read {}: No such file or directory (os error 2)",
             missing.display()
@@ -1465,10 +1489,10 @@ fn load_names_the_file_in_its_errors() {
     std::fs::write(&file, "[subagents.a]\ncommand = [\"x\"]\nbogus = 1\n").expect("write");
     let err = ProcessRunnerConfig::load(&file).expect_err("invalid");
     assert_eq!(
-        err.to_string(),
+        chain(&err),
         format!(
-            "invalid config {}: unknown field `bogus`, expected one of `command`, \
-             `description`, `cwd`, `env`, `inherit_env`, `stdin` at line 3, column 1",
+            "invalid config {} at line 3, column 1: unknown field `bogus`, expected one of \
+             `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`; in `subagents.a`",
             file.display()
         )
     );

@@ -127,6 +127,53 @@ async fn repeated_failures_back_off_then_wait_for_the_next_event() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_completion_during_the_last_failing_attempt_is_delivered() {
+    let host = Arc::new(FakeHost::default());
+    for _ in 0..5 {
+        host.fail_next("down");
+    }
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    launch(&runtime, "b");
+    runtime.manager().complete_task("a", goal());
+    // Attempts at 0, 1, 3 and 7 s fail; the last delayed retry comes at 15 s.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(host.attempts(), 4);
+    let gate = host.gate();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(host.attempts(), 5, "the last delayed retry is in flight");
+    // b completes while it runs; then it fails, and no retry is left.
+    runtime.manager().complete_task("b", goal());
+    gate.add_permits(2);
+    settle().await;
+    assert_eq!(
+        host.delivered_ids(),
+        [["a", "b"]],
+        "b's completion tried again"
+    );
+    assert!(!runtime.reminders().has_pending_notifications());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completion_during_a_failing_attempt_is_not_lost() {
+    let host = Arc::new(FakeHost::default());
+    let gate = host.gate();
+    host.fail_next("down");
+    let runtime = runtime_with(&host);
+    launch(&runtime, "a");
+    launch(&runtime, "b");
+    runtime.manager().complete_task("a", goal());
+    settle().await;
+    assert_eq!(host.attempts(), 1, "held in flight by the gate");
+    runtime.manager().complete_task("b", goal());
+    gate.add_permits(2);
+    // No backoff to wait for: b's completion arrived during the attempt.
+    settle().await;
+    assert_eq!(host.attempts(), 2);
+    assert_eq!(host.delivered_ids(), [["a", "b"]]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_cancel_alone_wakes_nobody_but_is_in_the_next_reminder() {
     let host = Arc::new(FakeHost::default());
     let runtime = runtime_with(&host);
@@ -243,6 +290,9 @@ enum Step {
     Ack,
     /// A serving layer's request `k` claims what is pending (an MCP tool call).
     RequestClaim(usize),
+    /// Request `k` claims only the even-numbered tasks' results (an MCP
+    /// session taking its own).
+    RequestClaimSome(usize),
     /// Request `k`'s response was written: acknowledge its claim.
     RequestAck(usize),
     /// Request `k` was cancelled before its response was written: release it.
@@ -261,6 +311,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => Just(Step::NextTurn),
         2 => Just(Step::Ack),
         2 => (0..2usize).prop_map(Step::RequestClaim),
+        1 => (0..2usize).prop_map(Step::RequestClaimSome),
         2 => (0..2usize).prop_map(Step::RequestAck),
         1 => (0..2usize).prop_map(Step::RequestRelease),
         2 => prop_oneof![Just(1u64), Just(50), Just(2_000)].prop_map(Step::Wait),
@@ -313,6 +364,16 @@ proptest! {
                     Step::RequestClaim(k) => {
                         if let Some(reminder) = claims.claim(&request(k)) {
                             prop_assert!(requested[k].is_empty(), "one claim per owner");
+                            requested[k] = reminder.task_ids;
+                        }
+                    }
+                    Step::RequestClaimSome(k) => {
+                        let even = |task: &asynctask_model::AsyncTaskInfo| {
+                            task.id.ends_with(['0', '2', '4'])
+                        };
+                        if let Some(reminder) = claims.claim_matching(&request(k), even) {
+                            prop_assert!(requested[k].is_empty(), "one claim per owner");
+                            prop_assert!(reminder.task_ids.iter().all(|id| id.ends_with(['0', '2', '4'])));
                             requested[k] = reminder.task_ids;
                         }
                     }
@@ -375,10 +436,12 @@ async fn shutdown_with_nothing_running_is_quick_and_idempotent() {
     assert_eq!(host.attempts(), 0);
 }
 
-/// A host whose `trigger_agent_turn` panics the first time.
+/// A host whose `trigger_agent_turn` panics the first time (after waiting for
+/// the gate's permit, when it has one).
 #[derive(Default)]
 struct PanickyHost {
     calls: std::sync::Mutex<Vec<asynctask_runtime::Reminder>>,
+    gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 #[async_trait::async_trait]
@@ -396,6 +459,9 @@ impl asynctask_runtime::AgentHost for PanickyHost {
             calls.push(reminder);
             calls.len() == 1
         };
+        if let Some(gate) = &self.gate {
+            gate.acquire().await.expect("gate open").forget();
+        }
         if first {
             panic!("host bug");
         }
@@ -427,6 +493,30 @@ async fn a_panicking_host_strands_nothing() {
     settle().await;
     let calls = host.calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].task_ids, ["a", "b"]);
+    assert!(!runtime.reminders().has_pending_notifications());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completion_during_a_panicking_attempt_is_delivered() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let host = Arc::new(PanickyHost {
+        gate: Some(Arc::clone(&gate)),
+        ..PanickyHost::default()
+    });
+    let runtime = AsyncTaskRuntime::builder()
+        .host(Arc::clone(&host) as Arc<dyn asynctask_runtime::AgentHost>)
+        .build();
+    launch(&runtime, "a");
+    launch(&runtime, "b");
+    runtime.manager().complete_task("a", goal());
+    settle().await;
+    // b completes while the first delivery is in flight; then it panics.
+    runtime.manager().complete_task("b", goal());
+    gate.add_permits(2);
+    settle().await;
+    let calls = host.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "no further event was needed");
     assert_eq!(calls[1].task_ids, ["a", "b"]);
     assert!(!runtime.reminders().has_pending_notifications());
 }

@@ -73,20 +73,22 @@ async fn settings_apply_or_are_refused_with_the_user_message() {
     );
     runtime.set_setting("task-max-async", json!("7")).unwrap();
     assert_eq!(runtime.manager().max_async_tasks().get(), 7);
-    for bad in [
-        json!(0),
-        json!(101),
-        json!(2.5),
-        json!(null),
-        json!("five"),
-        json!(true),
+    let rule = "task-max-async must be -1 (unlimited) or an integer between 1 and 100";
+    for (bad, given) in [
+        (json!(0), ", not 0"),
+        (json!(101), ", not 101"),
+        (json!("-5"), ", not -5"),
+        (json!(2.5), "; the value given is not an integer"),
+        (json!(null), "; the value given is not an integer"),
+        (json!("five"), "; the value given is not an integer"),
+        (json!(true), "; the value given is not an integer"),
     ] {
         assert_eq!(
             runtime
                 .set_setting("task-max-async", bad.clone())
                 .unwrap_err()
                 .to_string(),
-            "task-max-async must be -1 (unlimited) or an integer between 1 and 100",
+            format!("{rule}{given}"),
             "{bad}"
         );
     }

@@ -14,7 +14,8 @@ use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
 use asynctask_tools::{
     CheckAsyncTasksTool, MessageAsyncTaskTool, Provider, SubagentError, SubagentInfo,
-    SubagentRequest, SubagentRunner, TaskTool, TodoPauseTool, Tool, ToolParams, ToolSpec,
+    SubagentRequest, SubagentRunner, TaskTool, TodoPauseTool, Tool, ToolAnnotations, ToolParams,
+    ToolSpec,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Map, Value, json};
@@ -1174,4 +1175,36 @@ fn a_catalog_becomes_an_enum_in_every_lowering() {
         "Available subagents (subagent_name):\n- researcher: Reads the code base\n- tester: Runs the \
          tests (reads messages sent with message_async_task while it runs)"
     ));
+}
+
+#[test]
+fn a_spec_deserializes_without_annotations_or_with_some_hints() {
+    let bare = json!({
+        "name": "greet",
+        "display_name": "Greet",
+        "description": "Say hello.",
+        "parameters": {"type": "object"},
+    });
+    let spec: ToolSpec = serde_json::from_value(bare.clone()).expect("annotations are optional");
+    assert_eq!(
+        spec,
+        ToolSpec::new("greet", "Greet", "Say hello.", json!({"type": "object"}))
+    );
+    assert_eq!(spec.annotations, ToolAnnotations::DEFAULT);
+
+    let mut some = bare;
+    some["annotations"] = json!({"read_only": true});
+    let spec: ToolSpec = serde_json::from_value(some).expect("hints are optional");
+    assert_eq!(
+        spec.annotations,
+        ToolAnnotations::DEFAULT.with_read_only(true)
+    );
+
+    // Every tool's spec round-trips.
+    for spec in specs() {
+        let back: ToolSpec =
+            serde_json::from_value(serde_json::to_value(&spec).expect("serializes"))
+                .expect("deserializes");
+        assert_eq!(back, spec);
+    }
 }
