@@ -1,0 +1,531 @@
+#!/usr/bin/env python3
+"""A scripted fake model endpoint for the real-host tests (`run_hosts.py`).
+
+Pure standard library. It listens on 127.0.0.1 only (port 0: the kernel picks one)
+and prints `PORT <n>` as its first line of stdout once it accepts connections. It
+speaks two wire protocols:
+
+- the Anthropic Messages API (`POST /v1/messages`, streaming SSE or not, and
+  `/v1/messages/count_tokens`), as Claude Code uses it with `ANTHROPIC_BASE_URL`;
+- the OpenAI Responses API (`POST /v1/responses`, streaming SSE), as Codex uses it
+  with a custom `model_provider` whose `wire_api = "responses"`.
+
+A request that offers the asynctask `task` tool is the agent's main loop; it gets
+the next step of the script, worked out from the conversation the request carries
+(so retries and side calls cannot shift it):
+
+1. call `task` with `async: true` for the configured subagent;
+2. after the `task` result: wait until the subagent has written its done file
+   (`--done-file`, plus a short margin so the server has reaped it), then call
+   `check_async_tasks`: its result should carry the finished task's result;
+3. after that: call `wait_async_tasks` (nothing is left to wait for, so its result
+   must not carry the result a second time);
+4. after that: a final text answer, ending the session.
+
+Any other request (a title, a quota probe, token counting, a model list) gets a
+short sensible answer. Requests through a proxy (`CONNECT host:port`, or an
+absolute URL) are refused and recorded: the harness points the clients' proxy
+variables here, so an attempt to reach any other address shows up in the log.
+
+Every request is recorded, its body parsed, in the JSON log (`--log`), rewritten
+after each request, so the harness can check what the client sent back to the
+model. Times are `time.monotonic()` (CLOCK_MONOTONIC, shared with the harness).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+# The asynctask server's tools, by their MCP names.
+ASYNCTASK_TOOLS = ("task", "check_async_tasks", "message_async_task", "wait_async_tasks", "end_async_task")
+
+# After the done file appears: time for the subagent to exit and the server to
+# reap it and record its result, before the model calls `check_async_tasks`.
+REAP_MARGIN = 0.7
+# The longest the script waits for the done file before calling the tool anyway.
+DONE_FILE_LIMIT = 30.0
+# A conversation that ran this many asynctask calls ends, whatever else happened.
+MAX_CALLS = 6
+
+FINAL_TEXT = "All done: the background subagent finished and its result arrived."
+
+
+# ---------------------------------------------------------------- the script
+
+
+class Call:
+    """One tool call the model made, with the output the client sent back."""
+
+    def __init__(self, call_id: str, name: str, arguments: Any) -> None:
+        self.call_id = call_id
+        self.name = name
+        self.arguments = arguments
+        self.output: str | None = None
+        self.is_error = False
+
+    @property
+    def bare(self) -> str | None:
+        """The asynctask tool this call is for, or None."""
+        return bare_tool_name(self.name)
+
+
+def bare_tool_name(name: str) -> str | None:
+    """`task` for `task`, `mcp__asynctask__task`, `asynctask.task`, ...; None for
+    any other tool. Longest names first, so `check_async_tasks` is not `task`."""
+    for tool in sorted(ASYNCTASK_TOOLS, key=len, reverse=True):
+        if name == tool:
+            return tool
+        for sep in ("__", ".", "/", ":"):
+            if name.endswith(sep + tool) and (tool != "task" or "asynctask" in name):
+                return tool
+    return None
+
+
+def text_of(content: Any) -> str:
+    """The text of a tool result's content, in either API's shapes."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(text_of(part) for part in content)
+    if isinstance(content, dict):
+        for key in ("text", "output", "content"):
+            if key in content:
+                return text_of(content[key])
+        return json.dumps(content)
+    return str(content)
+
+
+class Script:
+    """The scripted conversation; `next_step` is a pure function of the calls so far."""
+
+    def __init__(self, subagent: str, goal: str, done_file: Path | None) -> None:
+        self.subagent = subagent
+        self.goal = goal
+        self.done_file = done_file
+
+    def next_step(self, calls: list[Call]) -> tuple[str, dict[str, Any] | str]:
+        """("call", {"tool": bare name, "arguments": ...}) or ("text", answer)."""
+        ours = [call for call in calls if call.bare is not None]
+        if len(ours) >= MAX_CALLS:
+            return "text", f"Stopping: {len(ours)} asynctask calls already."
+        if not ours:
+            return "call", {
+                "tool": "task",
+                "arguments": {"subagent_name": self.subagent, "goal_prompt": self.goal, "async": True},
+            }
+        last = ours[-1]
+        if last.bare == "task":
+            if last.is_error or "Async task launched" not in (last.output or ""):
+                return "text", f"The task tool failed: {(last.output or '')[:500]}"
+            self.wait_for_done_file()
+            return "call", {"tool": "check_async_tasks", "arguments": {}}
+        if last.bare == "check_async_tasks":
+            return "call", {"tool": "wait_async_tasks", "arguments": {"timeout_seconds": 5}}
+        return "text", FINAL_TEXT
+
+    def wait_for_done_file(self) -> None:
+        if self.done_file is None:
+            time.sleep(2.0)
+            return
+        deadline = time.monotonic() + DONE_FILE_LIMIT
+        while not self.done_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(REAP_MARGIN)
+
+
+# ------------------------------------------------------------- the two APIs
+
+
+def offered_tools(tools: Any, prefix: str = "") -> list[str]:
+    """Every tool name a request offers (namespaced tools as `namespace.name`)."""
+    names: list[str] = []
+    for tool in tools or []:
+        if not isinstance(tool, dict):
+            continue
+        name = tool.get("name") or (tool.get("function") or {}).get("name")
+        if isinstance(tool.get("tools"), list):
+            names.extend(offered_tools(tool["tools"], f"{prefix}{name}." if name else prefix))
+        elif name:
+            names.append(prefix + name)
+    return names
+
+
+def resolve(tool: str, offered: list[str]) -> str | None:
+    """The offered name of asynctask's `tool`."""
+    matches = [name for name in offered if bare_tool_name(name) == tool]
+    return min(matches, key=len) if matches else None
+
+
+def anthropic_calls(body: dict[str, Any]) -> list[Call]:
+    calls: dict[str, Call] = {}
+    order: list[Call] = []
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                call = Call(block.get("id", ""), block.get("name", ""), block.get("input"))
+                calls[call.call_id] = call
+                order.append(call)
+            elif block.get("type") == "tool_result" and block.get("tool_use_id") in calls:
+                call = calls[block["tool_use_id"]]
+                call.output = text_of(block.get("content"))
+                call.is_error = bool(block.get("is_error"))
+    return order
+
+
+def responses_calls(body: dict[str, Any]) -> list[Call]:
+    calls: dict[str, Call] = {}
+    order: list[Call] = []
+    items = body.get("input")
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind in ("function_call", "custom_tool_call"):
+            name = item.get("name", "")
+            if item.get("namespace"):
+                name = f"{item['namespace']}.{name}"
+            raw = item.get("arguments", item.get("input"))
+            try:
+                arguments = json.loads(raw) if isinstance(raw, str) else raw
+            except json.JSONDecodeError:
+                arguments = raw
+            call = Call(item.get("call_id", ""), name, arguments)
+            calls[call.call_id] = call
+            order.append(call)
+        elif kind in ("function_call_output", "custom_tool_call_output") and item.get("call_id") in calls:
+            call = calls[item["call_id"]]
+            output = item.get("output")
+            call.output = text_of(output)
+            if isinstance(output, dict) and output.get("success") is False:
+                call.is_error = True
+    return order
+
+
+def tool_results(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every tool result a request carries: {"call_id", "name", "text", "is_error"}.
+    The harness uses this to count what reached the model."""
+    calls = anthropic_calls(body) if api == "anthropic" else responses_calls(body)
+    return [
+        {"call_id": c.call_id, "name": c.name, "tool": c.bare, "text": c.output, "is_error": c.is_error}
+        for c in calls
+        if c.output is not None
+    ]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+# ------------------------------------------------------------------- serving
+
+
+class FakeModel(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, script: Script, log_path: Path | None) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.script = script
+        self.log_path = log_path
+        self.records: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def record(self, entry: dict[str, Any]) -> None:
+        with self.lock:
+            entry["seq"] = len(self.records)
+            self.records.append(entry)
+            if self.log_path is not None:
+                tmp = self.log_path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(self.records, indent=1))
+                tmp.replace(self.log_path)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeModel
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        sys.stderr.write("fake_model: " + (format % args) + "\n")
+
+    # -- plumbing
+
+    def read_body(self) -> tuple[Any, str | None]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raw = self.read_chunked()
+        else:
+            raw = self.rfile.read(length) if length else b""
+        encoding = (self.headers.get("Content-Encoding") or "").lower()
+        try:
+            if encoding == "gzip":
+                raw = gzip.decompress(raw)
+            elif encoding == "deflate":
+                raw = zlib.decompress(raw)
+            elif encoding not in ("", "identity"):
+                return None, f"cannot decode Content-Encoding {encoding!r}"
+        except (OSError, zlib.error) as err:
+            return None, f"bad {encoding} body: {err}"
+        if not raw:
+            return None, None
+        try:
+            return json.loads(raw), None
+        except ValueError:
+            return raw.decode("utf-8", "replace"), None
+
+    def read_chunked(self) -> bytes:
+        data = b""
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return data
+            data += self.rfile.read(size)
+            self.rfile.readline()
+
+    def send_json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for name, data in events:
+            chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def entry(self, body: Any, error: str | None) -> dict[str, Any]:
+        keep = ("user-agent", "content-type", "anthropic-version", "anthropic-beta", "originator", "x-app")
+        return {
+            "t": time.monotonic(),
+            "method": self.command,
+            "path": self.path,
+            "headers": {k.lower(): v for k, v in self.headers.items() if k.lower() in keep},
+            "body": body,
+            "body_error": error,
+        }
+
+    # -- methods
+
+    def do_CONNECT(self) -> None:  # noqa: N802 (the http.server name)
+        self.refuse_proxy()
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        entry = self.entry(None, None)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        entry["api"], entry["kind"], entry["t_end"] = "other", "head", time.monotonic()
+        self.server.record(entry)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if not self.path.startswith("/"):
+            self.refuse_proxy()
+            return
+        entry = self.entry(None, None)
+        path = self.path.split("?")[0].rstrip("/")
+        if path.endswith("/models"):
+            model = {"id": "fake-model", "type": "model", "display_name": "Fake model", "created_at": "2025-01-01T00:00:00Z"}
+            self.send_json(200, {"object": "list", "data": [model], "has_more": False, "models": []})
+            entry["api"], entry["kind"] = "other", "models"
+        elif path in ("", "/v1"):
+            self.send_json(200, {})
+            entry["api"], entry["kind"] = "other", "root"
+        else:
+            self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {self.path}"}})
+            entry["api"], entry["kind"] = "other", "unknown"
+        entry["t_end"] = time.monotonic()
+        self.server.record(entry)
+
+    def do_POST(self) -> None:  # noqa: N802
+        if not self.path.startswith("/"):
+            self.refuse_proxy()
+            return
+        body, error = self.read_body()
+        entry = self.entry(body, error)
+        path = self.path.split("?")[0].rstrip("/")
+        try:
+            if not isinstance(body, dict):
+                self.send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": error or "not JSON"}})
+                entry["api"], entry["kind"] = "other", "bad"
+            elif path.endswith("/messages/count_tokens"):
+                self.send_json(200, {"input_tokens": max(1, len(json.dumps(body)) // 4)})
+                entry["api"], entry["kind"] = "anthropic", "count_tokens"
+            elif path.endswith("/messages"):
+                entry["api"] = "anthropic"
+                self.serve_anthropic(body, entry)
+            elif path.endswith("/responses"):
+                entry["api"] = "responses"
+                self.serve_responses(body, entry)
+            else:
+                self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {self.path}"}})
+                entry["api"], entry["kind"] = "other", "unknown"
+        finally:
+            entry["t_end"] = time.monotonic()
+            self.server.record(entry)
+
+    def refuse_proxy(self) -> None:
+        """A proxied request: somewhere other than this endpoint. Refused, recorded."""
+        self.server.record(
+            {"t": time.monotonic(), "t_end": time.monotonic(), "method": self.command, "path": self.path,
+             "api": "proxy", "kind": "refused", "headers": {}, "body": None, "body_error": None}
+        )
+        self.send_response(403, "asynctask host tests: no traffic beyond 127.0.0.1")
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    # -- the script, per API
+
+    def decide(self, offered: list[str], calls: list[Call], entry: dict[str, Any]) -> tuple[str, Any]:
+        """The main loop's next step, in the client's names; a side call's answer."""
+        task_tool = resolve("task", offered)
+        if task_tool is None:
+            entry["kind"] = "side"
+            return "text", "OK."
+        entry["kind"] = "main"
+        kind, step = self.server.script.next_step(calls)
+        if kind == "call":
+            name = resolve(step["tool"], offered)
+            if name is None:
+                entry["error"] = f"the client offers no {step['tool']} tool (offered: {offered})"
+                return "text", f"ERROR: {entry['error']}"
+            entry["action"] = {"call": name, "tool": step["tool"], "arguments": step["arguments"]}
+            return "call", {"name": name, "arguments": step["arguments"]}
+        entry["action"] = {"text": step}
+        return "text", step
+
+    def serve_anthropic(self, body: dict[str, Any], entry: dict[str, Any]) -> None:
+        kind, step = self.decide(offered_tools(body.get("tools")), anthropic_calls(body), entry)
+        if kind == "text" and entry["kind"] == "side" and "isNewTopic" in json.dumps(body.get("system", "")):
+            step = json.dumps({"isNewTopic": False, "title": None})
+        model = body.get("model", "fake-model")
+        message = {
+            "id": new_id("msg"), "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        }
+        if kind == "call":
+            block = {"type": "tool_use", "id": new_id("toolu"), "name": step["name"], "input": step["arguments"]}
+            stop = "tool_use"
+        else:
+            block = {"type": "text", "text": step}
+            stop = "end_turn"
+        if not body.get("stream"):
+            message.update(content=[block], stop_reason=stop)
+            message["usage"]["output_tokens"] = 20
+            self.send_json(200, message)
+            return
+        if block["type"] == "tool_use":
+            start = dict(block, input={})
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        else:
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        self.send_sse([
+            ("message_start", {"type": "message_start", "message": message}),
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
+            ("ping", {"type": "ping"}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                               "usage": {"output_tokens": 20}}),
+            ("message_stop", {"type": "message_stop"}),
+        ])
+
+    def serve_responses(self, body: dict[str, Any], entry: dict[str, Any]) -> None:
+        kind, step = self.decide(offered_tools(body.get("tools")), responses_calls(body), entry)
+        response_id = new_id("resp")
+        if kind == "call":
+            namespace, _, name = step["name"].rpartition(".")
+            item: dict[str, Any] = {
+                "type": "function_call", "id": new_id("fc"), "call_id": new_id("call"), "name": name,
+                "arguments": json.dumps(step["arguments"]), "status": "completed",
+            }
+            if namespace:
+                item["namespace"] = namespace
+        else:
+            item = {
+                "type": "message", "id": new_id("msg"), "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": step, "annotations": []}],
+            }
+        base = {"id": response_id, "object": "response", "created_at": int(time.time()),
+                "model": body.get("model", "fake-model"), "output": []}
+        usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
+                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 120}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("response.created", {"type": "response.created", "response": dict(base, status="in_progress")}),
+            ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0,
+                                            "item": dict(item, status="in_progress")}),
+        ]
+        if item["type"] == "message":
+            events.append(("response.output_text.delta", {
+                "type": "response.output_text.delta", "item_id": item["id"], "output_index": 0,
+                "content_index": 0, "delta": step}))
+        events += [
+            ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+            ("response.completed", {"type": "response.completed",
+                                    "response": dict(base, status="completed", output=[item], usage=usage)}),
+        ]
+        for number, (_, data) in enumerate(events):
+            data["sequence_number"] = number
+        self.send_sse(events)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--log", type=Path, help="the JSON log of every request")
+    parser.add_argument("--subagent", default="hello", help="the subagent the script launches")
+    parser.add_argument("--goal", default="Say hello from the background.", help="its goal")
+    parser.add_argument("--done-file", type=Path, help="the file the subagent writes when it is done")
+    args = parser.parse_args()
+    server = FakeModel(Script(args.subagent, args.goal, args.done_file), args.log)
+    if args.log is not None:
+        server.record({"t": time.monotonic(), "t_end": time.monotonic(), "method": "START", "path": "",
+                       "api": "other", "kind": "start", "headers": {}, "body": {"pid": os.getpid()}, "body_error": None})
+
+    def stop(_signum: int, _frame: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"PORT {server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.1)
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

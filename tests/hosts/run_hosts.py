@@ -1,0 +1,846 @@
+#!/usr/bin/env python3
+"""Runs `asynctask mcp` inside the real MCP clients, Claude Code and Codex CLI,
+against a scripted fake model (`fake_model.py`), and checks what reached the model.
+
+    python3 tests/hosts/run_hosts.py [--client claude|codex|all] [--binary PATH]
+
+It builds nothing: `--binary` (default `$ASYNCTASK_BIN`, else
+`target/release/asynctask` of this repository) must exist. For each client it
+
+1. writes a subagents config with one small subagent, `hello` (a shell command
+   that prints a result made for this run after about a second);
+2. starts the fake model on 127.0.0.1 and registers the server with the client
+   (Claude Code: `--mcp-config` with `--strict-mcp-config`; Codex: a
+   `config.toml` in a temporary `CODEX_HOME`), with a temporary `HOME`;
+3. runs one non-interactive session (`claude -p`, `codex exec`) in which the
+   fake model calls `task` with `async: true`, then `check_async_tasks`, then
+   `wait_async_tasks`, then answers;
+4. checks that the client called `task` and got the launch text back at once;
+   that the subagent's result reached the model exactly once across the whole
+   conversation, riding on a later tool result; that the session ended with the
+   final answer; that afterwards no process the client started (the server, its
+   subagents) is left, by pid (any left is killed, and the run fails); and how
+   the server ended (its exit status, when the kernel reports it).
+
+It measures the time from the client's start to the server's start, to the
+model's first request and to the first tool result reaching the model, and how
+long after the session's last answer the server exited.
+
+Every process is watched through the kernel's process events (the netlink
+process connector, root only), which give each exit's status; without them the
+harness polls /proc and cannot tell how the server ended. When it can (root), the
+harness first moves itself into a new network namespace with only a loopback
+interface, so nothing a client tries can reach any other address; Codex's proxy
+variables point at the fake model, which refuses and records such attempts.
+
+Exit status: 0 when every client run passed (a client that is not installed is
+skipped, unless it was asked for by name), 1 when one failed, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+import fake_model  # noqa: E402 (the script's own directory, added above)
+
+CLIENTS = ("claude", "codex")
+SUBAGENT = "hello"
+PROMPT = "Run the hello subagent in the background with the asynctask tools, then report what it said."
+# The model name the clients send; the fake model answers to any.
+CLAUDE_MODEL = "claude-sonnet-4-5"
+CODEX_MODEL = "fake-model"
+REAPER_ARG = "__asynctask-reaper"  # how the server starts a subagent's reaper
+# After the client exits, how long its processes may take to end.
+EXIT_GRACE = 5.0
+
+
+# ------------------------------------------------------------ process watch
+
+
+@dataclass
+class Proc:
+    """One process the harness saw: its parent, command line and life span."""
+
+    pid: int
+    ppid: int
+    cmdline: list[str] = field(default_factory=list)
+    starttime: int | None = None  # /proc/<pid>/stat field 22, to tell a reused pid
+    t_start: float | None = None  # monotonic seconds (fork)
+    t_exec: float | None = None  # monotonic seconds (last exec)
+    t_exit: float | None = None
+    status: int | None = None  # the wait status the kernel reported
+
+    def ended_how(self) -> str:
+        if self.status is None:
+            return "ended (status not observable)" if self.t_exit is not None else "unknown"
+        if self.status & 0x7F:
+            number = self.status & 0x7F
+            return f"killed by {signal.Signals(number).name}" if number in signal.valid_signals() else f"signal {number}"
+        return f"exited with status {self.status >> 8}"
+
+    @property
+    def killed_by(self) -> int | None:
+        return self.status & 0x7F if self.status is not None and self.status & 0x7F else None
+
+
+def read_stat(pid: int) -> tuple[int, str, int] | None:
+    """(ppid, state, starttime) of a live process, or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def read_cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part] or None
+
+
+def alive(proc: Proc) -> bool:
+    """Whether the process still runs (a zombie does not), and is the one we saw."""
+    if proc.t_exit is not None:
+        return False
+    stat = read_stat(proc.pid)
+    if stat is None or stat[1] in ("Z", "X"):
+        return False
+    return proc.starttime is None or stat[2] == proc.starttime
+
+
+class ProcessWatch:
+    """Every process descending from the harness, from the kernel's process
+    events when it gets them (root: the netlink process connector, which also
+    reports each exit's wait status), and from polling /proc in any case."""
+
+    NETLINK_CONNECTOR = 11
+    CN_IDX_PROC = 1
+    PROC_EVENT_FORK = 0x1
+    PROC_EVENT_EXEC = 0x2
+    PROC_EVENT_EXIT = 0x80000000
+
+    def __init__(self) -> None:
+        self.procs: dict[int, Proc] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.lost_events = False
+        self.sock: socket.socket | None = None
+        self.note = ""
+        me = os.getpid()
+        stat = read_stat(me)
+        self.procs[me] = Proc(me, stat[0] if stat else 0, sys.argv[:1], stat[2] if stat else None, time.monotonic())
+        try:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, self.NETLINK_CONNECTOR)
+            sock.bind((0, self.CN_IDX_PROC))
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+            listen = struct.pack("=IIIIHH", self.CN_IDX_PROC, 1, 0, 0, 4, 0) + struct.pack("=I", 1)
+            sock.send(struct.pack("=IHHII", 16 + len(listen), 3, 0, 0, 0) + listen)
+            sock.settimeout(0.2)
+            self.sock = sock
+            self.note = "kernel process events (exit statuses observable)"
+        except OSError as err:
+            self.note = f"polling /proc only (no process events: {err.strerror}); exit statuses not observable"
+
+    @property
+    def exact(self) -> bool:
+        return self.sock is not None
+
+    def start(self) -> None:
+        if self.sock is not None:
+            self.threads.append(threading.Thread(target=self.read_events, daemon=True))
+        self.threads.append(threading.Thread(target=self.poll, daemon=True))
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=2)
+        if self.sock is not None:
+            self.sock.close()
+
+    def tracked(self, pid: int) -> bool:
+        return pid in self.procs
+
+    def read_events(self) -> None:
+        assert self.sock is not None
+        while not self.stopping.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError as err:
+                if err.errno == errno.ENOBUFS:
+                    self.lost_events = True
+                    continue
+                return
+            offset = 0
+            while offset + 16 <= len(data):
+                length = struct.unpack_from("=I", data, offset)[0]
+                if length < 16:
+                    break
+                self.event(data[offset : offset + length])
+                offset += (length + 3) & ~3
+
+    def event(self, message: bytes) -> None:
+        if len(message) < 52:
+            return
+        what, _cpu, stamp = struct.unpack_from("=IIQ", message, 36)
+        when = stamp / 1e9  # CLOCK_MONOTONIC, as time.monotonic()
+        with self.lock:
+            if what == self.PROC_EVENT_FORK:
+                _ppid, ptgid, cpid, ctgid = struct.unpack_from("=IIII", message, 52)
+                if cpid == ctgid and ptgid in self.procs:
+                    known = self.procs.get(ctgid)
+                    if known is None or known.t_exit is not None:
+                        self.procs[ctgid] = Proc(ctgid, ptgid, [], None, when)
+            elif what == self.PROC_EVENT_EXEC:
+                _pid, tgid = struct.unpack_from("=II", message, 52)
+                proc = self.procs.get(tgid)
+                if proc is not None:
+                    proc.t_exec = when
+                    proc.cmdline = read_cmdline(tgid) or proc.cmdline
+                    stat = read_stat(tgid)
+                    if stat is not None and proc.starttime is None:
+                        proc.starttime = stat[2]
+            elif what == self.PROC_EVENT_EXIT:
+                pid, tgid, code, _sig = struct.unpack_from("=IIII", message, 52)
+                proc = self.procs.get(tgid)
+                if pid == tgid and proc is not None and proc.t_exit is None:
+                    proc.t_exit, proc.status = when, code
+
+    def poll(self) -> None:
+        while not self.stopping.wait(0.05):
+            self.scan()
+
+    def scan(self) -> None:
+        """One pass over /proc: new descendants, command lines, starttimes."""
+        try:
+            entries = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        except OSError:
+            return
+        found: dict[int, tuple[int, str, int]] = {}
+        for pid in entries:
+            stat = read_stat(pid)
+            if stat is not None:
+                found[pid] = stat
+        with self.lock:
+            grew = True
+            while grew:
+                grew = False
+                for pid, (ppid, state, start) in found.items():
+                    proc = self.procs.get(pid)
+                    if proc is not None and proc.starttime not in (None, start):
+                        if proc.t_exit is None:
+                            proc.t_exit = time.monotonic()  # reused pid: the one we knew is gone
+                        continue
+                    if proc is None and ppid in self.procs and state not in ("Z", "X"):
+                        self.procs[pid] = Proc(pid, ppid, [], start, time.monotonic())
+                        grew = True
+            for pid, (_ppid, state, start) in found.items():
+                proc = self.procs.get(pid)
+                if proc is None or proc.t_exit is not None or proc.starttime not in (None, start):
+                    continue
+                proc.starttime = start
+                if state not in ("Z", "X"):
+                    proc.cmdline = read_cmdline(pid) or proc.cmdline
+            if not self.exact:
+                now = time.monotonic()
+                for pid, proc in self.procs.items():
+                    if proc.t_exit is None and pid != os.getpid():
+                        stat = found.get(pid)
+                        if stat is None or stat[1] in ("Z", "X") or (proc.starttime not in (None, stat[2])):
+                            proc.t_exit = now
+
+    def descendants(self, root: int) -> list[Proc]:
+        """The root and every process it started, in the order they started."""
+        with self.lock:
+            children: dict[int, list[int]] = {}
+            for proc in self.procs.values():
+                children.setdefault(proc.ppid, []).append(proc.pid)
+            out: list[Proc] = []
+            todo = [root]
+            seen: set[int] = set()
+            while todo:
+                pid = todo.pop()
+                if pid in seen or pid not in self.procs:
+                    continue
+                seen.add(pid)
+                out.append(self.procs[pid])
+                todo.extend(children.get(pid, []))
+        return sorted(out, key=lambda p: p.t_start or 0)
+
+
+# --------------------------------------------------------- network isolation
+
+
+def isolate_network() -> str:
+    """Moves the harness (and so everything it starts) into a new network
+    namespace whose only interface is loopback. Returns what happened."""
+    if not sys.platform.startswith("linux"):
+        return "not isolated (not Linux)"
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newnet = 0x40000000
+    if libc.unshare(clone_newnet) != 0:
+        return f"not isolated (unshare: {os.strerror(ctypes.get_errno())})"
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifreq = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, 0x8913, ifreq))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(sock, 0x8914, struct.pack("16sH14x", b"lo", flags | 0x1))  # SIOCSIFFLAGS, IFF_UP
+    finally:
+        sock.close()
+    return "isolated: a network namespace with only loopback"
+
+
+# ------------------------------------------------------------- the fake model
+
+
+class FakeModelProcess:
+    """`fake_model.py` as a child process, on a port it picked."""
+
+    def __init__(self, run_dir: Path, done_file: Path) -> None:
+        self.log = run_dir / "model-requests.json"
+        self.stderr_path = run_dir / "fake-model.stderr"
+        with self.stderr_path.open("w") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(HERE / "fake_model.py"), "--log", str(self.log),
+                 "--subagent", SUBAGENT, "--done-file", str(done_file)],
+                stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, cwd=run_dir,
+            )
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 10)
+        line = self.proc.stdout.readline().decode() if ready else ""
+        if not line.startswith("PORT "):
+            self.stop()
+            raise RuntimeError(f"the fake model did not start: {line!r}; see {self.stderr_path}")
+        self.port = int(line.split()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def records(self) -> list[dict[str, Any]]:
+        try:
+            return json.loads(self.log.read_text())
+        except (OSError, ValueError):
+            return []
+
+    def stop(self) -> None:
+        """Ends it by its pid: SIGTERM, then SIGKILL."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+# ---------------------------------------------------------------- the clients
+
+
+@dataclass
+class Setup:
+    """Where one client run keeps its files."""
+
+    client: str
+    exe: Path
+    binary: Path
+    run_dir: Path
+    marker: str
+
+    @property
+    def home(self) -> Path:
+        return self.run_dir / "home"
+
+    @property
+    def work(self) -> Path:
+        return self.run_dir / "work"
+
+    @property
+    def done_file(self) -> Path:
+        return self.run_dir / "subagent.done"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / "subagent.pid"
+
+    @property
+    def server_log(self) -> Path:
+        return self.run_dir / "server.stderr"
+
+    @property
+    def config(self) -> Path:
+        return self.run_dir / "subagents.toml"
+
+
+def write_subagents_config(setup: Setup) -> None:
+    """One subagent: prints this run's marker after about a second. The marker is
+    in its environment only, so the model can only learn it from the result."""
+    script = (
+        'echo $$ > "$HOSTS_DIR/subagent.pid"; sleep 1; '
+        'echo "hello from the background: $HOSTS_MARKER"; touch "$HOSTS_DIR/subagent.done"'
+    )
+    setup.config.write_text(
+        f"roots = [{json.dumps(str(setup.run_dir))}]\n\n"
+        f"[subagents.{SUBAGENT}]\n"
+        'description = "Says hello from the background after about a second"\n'
+        f"command = [\"sh\", \"-c\", {json.dumps(script)}]\n"
+        f"cwd = {json.dumps(str(setup.work))}\n"
+        f"env = {{ HOSTS_DIR = {json.dumps(str(setup.run_dir))}, HOSTS_MARKER = {json.dumps(setup.marker)} }}\n"
+    )
+
+
+def server_command(setup: Setup) -> tuple[str, list[str]]:
+    """`asynctask mcp --config FILE`, with its stderr kept in a file. The shell
+    `exec`s the server, so the process the client starts and signals is the
+    server itself."""
+    return "/bin/sh", [
+        "-c", 'exec "$0" mcp --config "$1" 2>>"$2"',
+        str(setup.binary), str(setup.config), str(setup.server_log),
+    ]
+
+
+def base_env(setup: Setup) -> dict[str, str]:
+    """A clean environment: nothing inherited but the user's name, so no real API
+    key, proxy or config of the machine reaches the client."""
+    node = shutil.which("node")
+    path_dirs = [str(Path(node).parent)] if node else []
+    path_dirs += [str(setup.exe.parent), "/usr/local/bin", "/usr/bin", "/bin"]
+    env = {
+        "PATH": ":".join(dict.fromkeys(path_dirs)),
+        "HOME": str(setup.home),
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "NO_COLOR": "1",
+        "TMPDIR": str(setup.run_dir / "tmp"),
+    }
+    for name in ("USER", "LOGNAME"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def claude_invocation(setup: Setup, model_url: str) -> tuple[list[str], dict[str, str]]:
+    command, args = server_command(setup)
+    mcp_config = setup.run_dir / "mcp.json"
+    mcp_config.write_text(json.dumps({"mcpServers": {"asynctask": {"type": "stdio", "command": command, "args": args}}}, indent=2))
+    env = base_env(setup) | {
+        "ANTHROPIC_BASE_URL": model_url,
+        "ANTHROPIC_API_KEY": "fake-key-for-the-host-tests",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_BUG_COMMAND": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    argv = [
+        str(setup.exe), "-p", PROMPT,
+        "--output-format", "stream-json", "--verbose",
+        "--model", CLAUDE_MODEL,
+        "--mcp-config", str(mcp_config), "--strict-mcp-config",
+        "--debug-file", str(setup.run_dir / "claude-debug.log"),
+        "--allowedTools", "mcp__asynctask",
+    ]
+    return argv, env
+
+
+def codex_invocation(setup: Setup, model_url: str) -> tuple[list[str], dict[str, str]]:
+    command, args = server_command(setup)
+    codex_home = setup.run_dir / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        f'model = "{CODEX_MODEL}"\n'
+        'model_provider = "hosts_fake"\n'
+        'approval_policy = "never"\n'
+        'sandbox_mode = "read-only"\n'
+        "check_for_update_on_startup = false\n"
+        "\n[features]\nplugins = false\n"
+        "\n[analytics]\nenabled = false\n"
+        "\n[model_providers.hosts_fake]\n"
+        'name = "fake model of the host tests"\n'
+        f'base_url = "{model_url}/v1"\n'
+        'env_key = "HOSTS_FAKE_API_KEY"\n'
+        'wire_api = "responses"\n'
+        "\n[mcp_servers.asynctask]\n"
+        f"command = {json.dumps(command)}\n"
+        f"args = {json.dumps(args)}\n"
+        'default_tools_approval_mode = "approve"\n'
+    )
+    env = base_env(setup) | {
+        "CODEX_HOME": str(codex_home),
+        "HOSTS_FAKE_API_KEY": "fake-key-for-the-host-tests",
+        # Anything Codex tries to reach beyond the fake model goes to the fake
+        # model as a proxy request, which refuses it and records the address.
+        "HTTPS_PROXY": model_url,
+        "HTTP_PROXY": model_url,
+        "ALL_PROXY": model_url,
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    argv = [str(setup.exe), "exec", "--skip-git-repo-check", "--json", "-C", str(setup.work), PROMPT]
+    return argv, env
+
+
+INVOCATIONS = {"claude": claude_invocation, "codex": codex_invocation}
+
+
+def find_client(name: str, override: str | None) -> Path | None:
+    if override:
+        return Path(override)
+    env_override = os.environ.get(f"{name.upper()}_BIN")
+    if env_override:
+        return Path(env_override)
+    found = shutil.which(name)
+    return Path(found) if found else None
+
+
+def client_version(exe: Path, env: dict[str, str]) -> str:
+    try:
+        done = subprocess.run([str(exe), "--version"], env=env, capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({err})"
+    return (done.stdout.strip() or done.stderr.strip()).splitlines()[-1] if (done.stdout or done.stderr) else "unknown"
+
+
+# ------------------------------------------------------------------ one run
+
+
+@dataclass
+class Outcome:
+    client: str
+    version: str = ""
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    times: dict[str, float] = field(default_factory=dict)
+
+    def fail(self, message: str) -> None:
+        self.failures.append(message)
+
+
+def kill_leftovers(procs: list[Proc]) -> list[Proc]:
+    """SIGKILLs each process still running, by its pid; returns them."""
+    left = [proc for proc in procs if alive(proc) and proc.pid != os.getpid()]
+    for proc in left:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def describe(proc: Proc) -> str:
+    return f"pid {proc.pid} ({' '.join(proc.cmdline)[:160] or '?'})"
+
+
+def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: Path, timeout: float) -> Outcome:
+    outcome = Outcome(client)
+    run_dir = root / client
+    for sub in ("home", "work", "tmp"):
+        (run_dir / sub).mkdir(parents=True)
+    setup = Setup(client, exe, binary, run_dir, f"hosts-result-{uuid.uuid4().hex[:16]}")
+    write_subagents_config(setup)
+    outcome.version = client_version(exe, base_env(setup))
+    model = FakeModelProcess(run_dir, setup.done_file)
+    try:
+        argv, env = INVOCATIONS[client](setup, model.url)
+        (run_dir / "command.json").write_text(json.dumps({"argv": argv, "env": env}, indent=2))
+        stdout_path, stderr_path = run_dir / f"{client}.stdout", run_dir / f"{client}.stderr"
+        with stdout_path.open("w") as out, stderr_path.open("w") as err:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(argv, env=env, cwd=setup.work, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
+            try:
+                rc: int | None = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                rc = None
+            t_client_exit = time.monotonic()
+        if rc is None:
+            outcome.fail(f"the client did not finish within {timeout:.0f} s")
+            kill_leftovers(watch.descendants(proc.pid))
+            proc.wait()
+        elif rc != 0:
+            outcome.fail(f"the client exited with status {rc}; see {stderr_path}")
+        # The client's processes may end just after it: give them a moment.
+        deadline = time.monotonic() + EXIT_GRACE
+        while any(alive(p) for p in watch.descendants(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        watch.scan()
+        time.sleep(0.2)  # the last exit events
+        procs = watch.descendants(proc.pid)
+        (run_dir / "processes.json").write_text(json.dumps(
+            [{"pid": p.pid, "ppid": p.ppid, "cmdline": p.cmdline, "t_start": rel(p.t_start, t0),
+              "t_exec": rel(p.t_exec, t0), "t_exit": rel(p.t_exit, t0), "ended": p.ended_how()} for p in procs],
+            indent=1))
+        for left in kill_leftovers(procs):
+            outcome.fail(f"left running {EXIT_GRACE:.0f} s after the client exited (killed): {describe(left)}")
+        if setup.pid_file.exists():
+            group = int(setup.pid_file.read_text().strip() or 0)
+            if group and group_alive(group):
+                outcome.fail(f"the subagent's process group {group} is still alive (killed)")
+                os.killpg(group, signal.SIGKILL)
+        else:
+            outcome.fail("the subagent never ran (no pid file)")
+    finally:
+        model.stop()
+    check_conversation(outcome, setup, model.records(), t0)
+    check_processes(outcome, setup, watch, procs, t0, t_client_exit, model.records())
+    check_client_output(outcome, client, stdout_path)
+    return outcome
+
+
+def rel(t: float | None, t0: float) -> float | None:
+    return None if t is None else round(t - t0, 4)
+
+
+def group_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = read_stat(int(entry.name))
+            if stat is not None and stat[1] not in ("Z", "X"):
+                try:
+                    raw = (entry / "stat").read_text()
+                    if int(raw[raw.rindex(")") + 2 :].split()[2]) == pgid:
+                        return True
+                except (OSError, ValueError):
+                    continue
+    return False
+
+
+# ------------------------------------------------------------------ checking
+
+
+def check_conversation(outcome: Outcome, setup: Setup, records: list[dict[str, Any]], t0: float) -> None:
+    """What the client sent the model: the tool results, and the marker in them."""
+    main = [r for r in records if r.get("kind") == "main"]
+    api = "anthropic" if setup.client == "claude" else "responses"
+    for record in records:
+        if record.get("error"):
+            outcome.fail(f"model request {record['seq']}: {record['error']}")
+    if not main:
+        outcome.fail("the client never sent the model a request offering the asynctask tools")
+        return
+    outcome.times["first model request"] = main[0]["t"] - t0
+    # Every tool result, once per call id, with the first request that carried it.
+    results: dict[str, dict[str, Any]] = {}
+    for record in main:
+        for result in fake_model.tool_results(api, record["body"]):
+            results.setdefault(result["call_id"], dict(result, seq=record["seq"], t=record["t"]))
+    calls = [r for r in main if r.get("action", {}).get("call")]
+    task_calls = [r for r in calls if r["action"]["tool"] == "task"]
+    if not task_calls:
+        outcome.fail("the model never got to call `task`")
+        return
+    task_results = [r for r in results.values() if r["tool"] == "task"]
+    if not task_results:
+        outcome.fail("the client called `task` but no result of it reached the model")
+        return
+    launch = task_results[0]
+    if "Async task launched" not in (launch["text"] or "") or launch["is_error"]:
+        outcome.fail(f"`task` did not launch a background task: {launch['text']!r}")
+    outcome.times["first tool result at the model"] = launch["t"] - t0
+    outcome.times["`task` call round trip"] = launch["t"] - task_calls[0]["t_end"]
+    if launch["t"] - task_calls[0]["t_end"] > 5:
+        outcome.fail("`task` with async: true did not return at once")
+    # The subagent's result: exactly once over the whole conversation.
+    carriers = [r for r in results.values() if setup.marker in (r["text"] or "")]
+    count = sum((r["text"] or "").count(setup.marker) for r in results.values())
+    if count != 1:
+        where = ", ".join(f"{r['tool']} (request {r['seq']})" for r in carriers) or "nowhere"
+        outcome.fail(f"the subagent's result reached the model {count} times (in {where}), not once")
+    for carrier in carriers:
+        if carrier["tool"] == "task":
+            outcome.fail("the result rode on the `task` call's own result")
+        if "System Note: Async Task Status" not in carrier["text"]:
+            outcome.fail(f"the result in {carrier['tool']}'s result is not in a System Note reminder")
+        outcome.notes.append(f"the result rode on `{carrier['tool']}`'s result (model request {carrier['seq']})")
+        outcome.times["result at the model"] = carrier["t"] - t0
+    # The last request carries the whole conversation: the result in it once too.
+    final = main[-1]
+    history = fake_model.tool_results(api, final["body"])
+    in_history = sum((r["text"] or "").count(setup.marker) for r in history)
+    if in_history != 1:
+        outcome.fail(f"the last request's history holds the result {in_history} times, not once")
+    if final.get("action", {}).get("text") != fake_model.FINAL_TEXT:
+        outcome.fail(f"the conversation did not reach its final answer (last step: {final.get('action')})")
+    outcome.times["final answer sent"] = final["t_end"] - t0
+    tools = [r["action"]["tool"] for r in calls]
+    outcome.notes.append(f"tool calls: {' -> '.join(tools)}; {len(main)} main and "
+                         f"{len(records) - len(main) - 1} other requests to the model")
+    refused = sorted({r["path"] for r in records if r.get("api") == "proxy"})
+    if refused:
+        outcome.notes.append(f"refused {len(refused)} attempted outside address(es) (proxy): {', '.join(refused)}")
+    others = sorted({f"{r['method']} {r['path']}" for r in records if r.get("kind") not in ("main", "start", "refused")})
+    if others:
+        outcome.notes.append(f"other model requests answered: {', '.join(others)}")
+
+
+def check_processes(outcome: Outcome, setup: Setup, watch: ProcessWatch, procs: list[Proc], t0: float,
+                    t_client_exit: float, records: list[dict[str, Any]]) -> None:
+    binary = str(setup.binary)
+    servers = [p for p in procs if p.cmdline[:2] == [binary, "mcp"]]
+    subagents = [p for p in procs if any(s.pid == p.ppid for s in servers) or REAPER_ARG in p.cmdline]
+    outcome.times["client ran"] = t_client_exit - t0
+    if not servers:
+        outcome.fail("no `asynctask mcp` process was seen under the client")
+        return
+    if len(servers) > 1:
+        outcome.notes.append(f"the client started the server {len(servers)} times")
+    server = servers[0]
+    if server.t_exec is not None or server.t_start is not None:
+        outcome.times["server started"] = (server.t_exec or server.t_start or t0) - t0
+    outcome.notes.append(f"server {describe(server)}: {server.ended_how()}; subagent processes seen: "
+                         f"{', '.join(str(p.pid) for p in subagents) or 'none'}")
+    if server.t_exit is not None:
+        outcome.times["server exited"] = server.t_exit - t0
+        final = [r for r in records if r.get("kind") == "main"]
+        if final:
+            outcome.times["last answer -> server exit"] = server.t_exit - final[-1]["t_end"]
+        outcome.times["server exit -> client exit"] = t_client_exit - server.t_exit
+    if server.killed_by == signal.SIGKILL:
+        outcome.fail("the server was killed with SIGKILL: it did not exit in time on its own")
+    elif server.killed_by is not None:
+        outcome.notes.append(f"the server died of {signal.Signals(server.killed_by).name}")
+    for sub in subagents:
+        if sub.killed_by == signal.SIGKILL:
+            outcome.notes.append(f"subagent process {describe(sub)} was SIGKILLed")
+    log = setup.server_log.read_text() if setup.server_log.exists() else ""
+    if "panicked" in log:
+        outcome.fail(f"the server panicked: {log}")
+    if f"({SUBAGENT}) completed" not in log:
+        outcome.fail(f"the server's log does not show the task completing: {log!r}")
+    if watch.lost_events:
+        outcome.notes.append("some kernel process events were lost (the machine is busy); /proc polling covered")
+
+
+def check_client_output(outcome: Outcome, client: str, stdout_path: Path) -> None:
+    text = stdout_path.read_text() if stdout_path.exists() else ""
+    if fake_model.FINAL_TEXT not in text:
+        outcome.fail(f"the client did not print the final answer (see {stdout_path})")
+    if client == "claude":
+        for line in text.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("type") == "result" and (event.get("is_error") or event.get("subtype") != "success"):
+                outcome.fail(f"Claude Code's result is an error: {line[:300]}")
+
+
+# ---------------------------------------------------------------------- main
+
+
+def report(outcome: Outcome) -> None:
+    status = "PASS" if not outcome.failures else "FAIL"
+    print(f"\n== {outcome.client} ({outcome.version}): {status}")
+    order = ["server started", "first model request", "first tool result at the model", "`task` call round trip",
+             "result at the model", "final answer sent", "server exited", "last answer -> server exit",
+             "server exit -> client exit", "client ran"]
+    for key in order + [k for k in outcome.times if k not in order]:
+        if key in outcome.times:
+            print(f"   {key:<34} {outcome.times[key] * 1000:9.0f} ms")
+    for note in outcome.notes:
+        print(f"   note: {note}")
+    for failure in outcome.failures:
+        print(f"   FAIL: {failure}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--client", choices=[*CLIENTS, "all"], default="all")
+    parser.add_argument("--binary", default=os.environ.get("ASYNCTASK_BIN") or str(REPO / "target/release/asynctask"),
+                        help="the asynctask binary (default: $ASYNCTASK_BIN, else target/release/asynctask)")
+    parser.add_argument("--claude", help="the claude executable (default: $CLAUDE_BIN, else claude on PATH)")
+    parser.add_argument("--codex", help="the codex executable (default: $CODEX_BIN, else codex on PATH)")
+    parser.add_argument("--timeout", type=float, default=120, help="seconds one client run may take")
+    parser.add_argument("--keep", action="store_true", help="keep the run directory even when every run passed")
+    parser.add_argument("--no-isolate", action="store_true", help="do not move into a loopback-only network namespace")
+    args = parser.parse_args()
+
+    binary = Path(args.binary).resolve()
+    if not binary.is_file():
+        print(f"run_hosts: no asynctask binary at {binary}: build it with "
+              "`cargo build --release -p asynctask-cli`, or pass --binary", file=sys.stderr)
+        return 2
+    wanted = CLIENTS if args.client == "all" else (args.client,)
+    clients: list[tuple[str, Path]] = []
+    for name in wanted:
+        exe = find_client(name, getattr(args, name))
+        if exe is None or not exe.exists():
+            if args.client == name:
+                print(f"run_hosts: {name} is not installed (pass --{name} PATH or set {name.upper()}_BIN)",
+                      file=sys.stderr)
+                return 2
+            print(f"run_hosts: skipping {name}: not installed (pass --{name} PATH or set {name.upper()}_BIN)")
+            continue
+        clients.append((name, exe))
+    if not clients:
+        print("run_hosts: no client to run")
+        return 0
+
+    watch = ProcessWatch()  # before the namespace: the process events live in the first one
+    network = "not isolated (--no-isolate)" if args.no_isolate else isolate_network()
+    watch.start()
+    root = Path(tempfile.mkdtemp(prefix="asynctask-hosts-"))
+    print(f"run_hosts: binary {binary}\nrun_hosts: processes: {watch.note}\nrun_hosts: network: {network}\n"
+          f"run_hosts: files in {root}")
+    outcomes: list[Outcome] = []
+    try:
+        for name, exe in clients:
+            try:
+                outcome = run_client(name, exe, binary, watch, root, args.timeout)
+            except Exception as err:  # noqa: BLE001 (reported as this client's failure)
+                outcome = Outcome(name)
+                outcome.fail(f"the harness failed: {err!r}")
+            outcomes.append(outcome)
+            report(outcome)
+    finally:
+        # Whatever is still running of ours, by pid.
+        watch.scan()
+        leftovers = kill_leftovers([p for p in watch.descendants(os.getpid()) if p.pid != os.getpid()])
+        watch.stop()
+    for left in leftovers:
+        print(f"run_hosts: killed a leftover process: {describe(left)}")
+    passed = all(not o.failures for o in outcomes) and not leftovers
+    if passed and not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"\nrun_hosts: files kept in {root}")
+    print(f"\nrun_hosts: {'PASS' if passed else 'FAIL'} "
+          f"({', '.join(f'{o.client}: ' + ('pass' if not o.failures else 'fail') for o in outcomes)})")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
