@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import errno
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -72,7 +74,6 @@ PROMPT = "Run the hello subagent in the background with the asynctask tools, the
 # The model name the clients send; the fake model answers to any.
 CLAUDE_MODEL = "claude-sonnet-4-5"
 CODEX_MODEL = "fake-model"
-REAPER_ARG = "__asynctask-reaper"  # how the server starts a subagent's reaper
 # After the client exits, how long its processes may take to end.
 EXIT_GRACE = 5.0
 
@@ -403,6 +404,14 @@ class Setup:
     def config(self) -> Path:
         return self.run_dir / "subagents.toml"
 
+    @property
+    def claude_debug_log(self) -> Path:
+        return self.run_dir / "claude-debug.log"
+
+    @property
+    def strace_log(self) -> Path:
+        return self.run_dir / "signals.strace"
+
 
 def write_subagents_config(setup: Setup) -> None:
     """One subagent: prints this run's marker after about a second. The marker is
@@ -469,7 +478,7 @@ def claude_invocation(setup: Setup, model_url: str) -> tuple[list[str], dict[str
         "--output-format", "stream-json", "--verbose",
         "--model", CLAUDE_MODEL,
         "--mcp-config", str(mcp_config), "--strict-mcp-config",
-        "--debug-file", str(setup.run_dir / "claude-debug.log"),
+        "--debug-file", str(setup.claude_debug_log),
         "--allowedTools", "mcp__asynctask",
     ]
     return argv, env
@@ -563,7 +572,8 @@ def describe(proc: Proc) -> str:
     return f"pid {proc.pid} ({' '.join(proc.cmdline)[:160] or '?'})"
 
 
-def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: Path, timeout: float) -> Outcome:
+def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: Path, timeout: float,
+               trace_signals: bool) -> Outcome:
     outcome = Outcome(client)
     run_dir = root / client
     for sub in ("home", "work", "tmp"):
@@ -574,10 +584,13 @@ def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: 
     model = FakeModelProcess(run_dir, setup.done_file)
     try:
         argv, env = INVOCATIONS[client](setup, model.url)
+        if trace_signals:
+            argv = ["strace", "-f", "-tt", "-qq", "-o", str(setup.strace_log),
+                    "-e", "trace=kill,tkill,tgkill,pidfd_send_signal", "-e", "signal=none", *argv]
         (run_dir / "command.json").write_text(json.dumps({"argv": argv, "env": env}, indent=2))
         stdout_path, stderr_path = run_dir / f"{client}.stdout", run_dir / f"{client}.stderr"
         with stdout_path.open("w") as out, stderr_path.open("w") as err:
-            t0 = time.monotonic()
+            wall0, t0 = time.time(), time.monotonic()
             proc = subprocess.Popen(argv, env=env, cwd=setup.work, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True)
             try:
@@ -614,7 +627,9 @@ def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: 
     finally:
         model.stop()
     check_conversation(outcome, setup, model.records(), t0)
-    check_processes(outcome, setup, watch, procs, t0, t_client_exit, model.records())
+    server = check_processes(outcome, setup, watch, procs, t0, t_client_exit, model.records())
+    if server is not None:
+        check_shutdown(outcome, setup, server, t0, wall0)
     check_client_output(outcome, client, stdout_path)
     return outcome
 
@@ -705,15 +720,32 @@ def check_conversation(outcome: Outcome, setup: Setup, records: list[dict[str, A
         outcome.notes.append(f"other model requests answered: {', '.join(others)}")
 
 
+def procs_under(procs: list[Proc], root: int) -> list[Proc]:
+    """`root` and its descendants among `procs`."""
+    out = [p for p in procs if p.pid == root]
+    for proc in procs:  # in the order they started: parents first
+        if proc.ppid in {p.pid for p in out} and proc not in out:
+            out.append(proc)
+    return out
+
+
+def is_server(proc: Proc, binary: str) -> bool:
+    """`<binary> mcp ...`, also when the binary is a script run by its interpreter."""
+    args = proc.cmdline[:3]
+    return any(arg == binary and args[i + 1 : i + 2] == ["mcp"] for i, arg in enumerate(args))
+
+
 def check_processes(outcome: Outcome, setup: Setup, watch: ProcessWatch, procs: list[Proc], t0: float,
-                    t_client_exit: float, records: list[dict[str, Any]]) -> None:
+                    t_client_exit: float, records: list[dict[str, Any]]) -> Proc | None:
+    """The server and its subagents: seen, ended, and how; returns the server."""
     binary = str(setup.binary)
-    servers = [p for p in procs if p.cmdline[:2] == [binary, "mcp"]]
-    subagents = [p for p in procs if any(s.pid == p.ppid for s in servers) or REAPER_ARG in p.cmdline]
+    servers = [p for p in procs if is_server(p, binary)]
+    under_servers = {p.pid for s in servers for p in procs_under(procs, s.pid)} - {s.pid for s in servers}
+    subagents = [p for p in procs if p.pid in under_servers]
     outcome.times["client ran"] = t_client_exit - t0
     if not servers:
         outcome.fail("no `asynctask mcp` process was seen under the client")
-        return
+        return None
     if len(servers) > 1:
         outcome.notes.append(f"the client started the server {len(servers)} times")
     server = servers[0]
@@ -741,6 +773,41 @@ def check_processes(outcome: Outcome, setup: Setup, watch: ProcessWatch, procs: 
         outcome.fail(f"the server's log does not show the task completing: {log!r}")
     if watch.lost_events:
         outcome.notes.append("some kernel process events were lost (the machine is busy); /proc polling covered")
+    return server
+
+
+def check_shutdown(outcome: Outcome, setup: Setup, server: Proc, t0: float, wall0: float) -> None:
+    """How the client stopped the server: the signals it sent (Claude Code's debug
+    log; any client under --trace-signals), and how soon the server was gone."""
+    signals: list[tuple[float, str]] = []  # (monotonic time, what)
+    if setup.claude_debug_log.exists():
+        pattern = re.compile(r'^(\S+Z) \[\w+\] MCP server "asynctask": (.*)$')
+        for line in setup.claude_debug_log.read_text(errors="replace").splitlines():
+            found = pattern.match(line)
+            if found and re.search(r"SIG(INT|TERM|KILL)|exited cleanly|Cleanup timeout", found[2]):
+                wall = datetime.datetime.fromisoformat(found[1].replace("Z", "+00:00")).timestamp()
+                signals.append((t0 + wall - wall0, f"Claude Code: {found[2]}"))
+    if setup.strace_log.exists():
+        midnight = datetime.datetime.fromtimestamp(wall0).replace(hour=0, minute=0, second=0, microsecond=0)
+        pattern = re.compile(r"^(\d+) (\d\d):(\d\d):(\d\d\.\d+) (kill|tgkill|tkill|pidfd_send_signal)\((.*?)\) = (.*)$")
+        for line in setup.strace_log.read_text(errors="replace").splitlines():
+            found = pattern.match(line)
+            if not found:
+                continue
+            args = [a.strip() for a in found[6].split(",")]
+            target = args[0] if found[5] == "kill" else args[1] if found[5] == "tgkill" else args[0]
+            if target.lstrip("-") != str(server.pid) or args[-1] in ("0", "SIG_0"):
+                continue
+            wall = midnight.timestamp() + int(found[2]) * 3600 + int(found[3]) * 60 + float(found[4])
+            signals.append((t0 + wall - wall0, f"pid {found[1]}: {found[5]}({found[6]}) = {found[7]}"))
+    signals.sort()
+    for when, what in signals:
+        outcome.notes.append(f"shutdown at {(when - t0) * 1000:.0f} ms: {what}")
+    first = next((when for when, what in signals if "SIG" in what), None)
+    if first is not None and server.t_exit is not None:
+        outcome.times["first signal -> server exit"] = server.t_exit - first
+    if any("SIGKILL" in what and "Error" not in what for _, what in signals):
+        outcome.fail("the client had to SIGKILL the server: it did not exit in time on its own")
 
 
 def check_client_output(outcome: Outcome, client: str, stdout_path: Path) -> None:
@@ -765,7 +832,7 @@ def report(outcome: Outcome) -> None:
     print(f"\n== {outcome.client} ({outcome.version}): {status}")
     order = ["server started", "first model request", "first tool result at the model", "`task` call round trip",
              "result at the model", "final answer sent", "server exited", "last answer -> server exit",
-             "server exit -> client exit", "client ran"]
+             "first signal -> server exit", "server exit -> client exit", "client ran"]
     for key in order + [k for k in outcome.times if k not in order]:
         if key in outcome.times:
             print(f"   {key:<34} {outcome.times[key] * 1000:9.0f} ms")
@@ -786,12 +853,17 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120, help="seconds one client run may take")
     parser.add_argument("--keep", action="store_true", help="keep the run directory even when every run passed")
     parser.add_argument("--no-isolate", action="store_true", help="do not move into a loopback-only network namespace")
+    parser.add_argument("--trace-signals", action="store_true",
+                        help="run each client under strace to record the signals it sends the server (slower)")
     args = parser.parse_args()
 
     binary = Path(args.binary).resolve()
     if not binary.is_file():
         print(f"run_hosts: no asynctask binary at {binary}: build it with "
               "`cargo build --release -p asynctask-cli`, or pass --binary", file=sys.stderr)
+        return 2
+    if args.trace_signals and shutil.which("strace") is None:
+        print("run_hosts: --trace-signals needs strace on PATH", file=sys.stderr)
         return 2
     wanted = CLIENTS if args.client == "all" else (args.client,)
     clients: list[tuple[str, Path]] = []
@@ -819,7 +891,7 @@ def main() -> int:
     try:
         for name, exe in clients:
             try:
-                outcome = run_client(name, exe, binary, watch, root, args.timeout)
+                outcome = run_client(name, exe, binary, watch, root, args.timeout, args.trace_signals)
             except Exception as err:  # noqa: BLE001 (reported as this client's failure)
                 outcome = Outcome(name)
                 outcome.fail(f"the harness failed: {err!r}")
