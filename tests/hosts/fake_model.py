@@ -310,6 +310,9 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def send_error_json(self, status: int, kind: str, message: str) -> None:
+        self.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
+
     def send_sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -354,14 +357,15 @@ class Handler(BaseHTTPRequestHandler):
         entry = self.entry(None, None)
         path = self.path.split("?")[0].rstrip("/")
         if path.endswith("/models"):
-            model = {"id": "fake-model", "type": "model", "display_name": "Fake model", "created_at": "2025-01-01T00:00:00Z"}
+            model = {"id": "fake-model", "type": "model", "display_name": "Fake model",
+                     "created_at": "2025-01-01T00:00:00Z"}
             self.send_json(200, {"object": "list", "data": [model], "has_more": False, "models": []})
             entry["api"], entry["kind"] = "other", "models"
         elif path in ("", "/v1"):
             self.send_json(200, {})
             entry["api"], entry["kind"] = "other", "root"
         else:
-            self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {self.path}"}})
+            self.send_error_json(404, "not_found_error", f"no {self.path}")
             entry["api"], entry["kind"] = "other", "unknown"
         entry["t_end"] = time.monotonic()
         self.server.record(entry)
@@ -375,7 +379,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0].rstrip("/")
         try:
             if not isinstance(body, dict):
-                self.send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": error or "not JSON"}})
+                self.send_error_json(400, "invalid_request_error", error or "not JSON")
                 entry["api"], entry["kind"] = "other", "bad"
             elif path.endswith("/messages/count_tokens"):
                 self.send_json(200, {"input_tokens": max(1, len(json.dumps(body)) // 4)})
@@ -387,7 +391,7 @@ class Handler(BaseHTTPRequestHandler):
                 entry["api"] = "responses"
                 self.serve_responses(body, entry)
             else:
-                self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {self.path}"}})
+                self.send_error_json(404, "not_found_error", f"no {self.path}")
                 entry["api"], entry["kind"] = "other", "unknown"
         finally:
             entry["t_end"] = time.monotonic()
@@ -433,7 +437,8 @@ class Handler(BaseHTTPRequestHandler):
         message = {
             "id": new_id("msg"), "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "usage": {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0},
         }
         if kind == "call":
             block = {"type": "tool_use", "id": new_id("toolu"), "name": step["name"], "input": step["arguments"]}
@@ -512,7 +517,8 @@ def main() -> int:
     server = FakeModel(Script(args.subagent, args.goal, args.done_file), args.log)
     if args.log is not None:
         server.record({"t": time.monotonic(), "t_end": time.monotonic(), "method": "START", "path": "",
-                       "api": "other", "kind": "start", "headers": {}, "body": {"pid": os.getpid()}, "body_error": None})
+                       "api": "other", "kind": "start", "headers": {}, "body": {"pid": os.getpid()},
+                       "body_error": None})
 
     def stop(_signum: int, _frame: Any) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
