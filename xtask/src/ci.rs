@@ -258,7 +258,7 @@ fn run_tests(root: &Path) -> Result<(), String> {
 
 /// Runs a command at the root. Its stderr goes to our stdout, so that each test
 /// runner's summary line (nextest prints it on stderr) reaches CI's log in order.
-fn run_command(root: &Path, argv: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+pub(crate) fn run_command(root: &Path, argv: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     let (program, args) = argv.split_first().ok_or("empty command")?;
     let status = Command::new(program)
         .args(args)

@@ -2,10 +2,13 @@
 //!
 //! - `cargo xtask ci` — everything CI checks, in order, stopping at the first failure;
 //! - `cargo xtask tidy` — the house rules (also run by `cargo test` as a `#[test]`);
-//! - `cargo xtask codegen [--check]` — regenerate (or check) the generated files.
+//! - `cargo xtask codegen [--check]` — regenerate (or check) the generated files;
+//! - `cargo xtask hosts [ARGS]` — the MCP server inside Claude Code and Codex CLI
+//!   (not part of `ci`: it needs the node clients).
 
 mod ci;
 mod codegen;
+mod hosts;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -17,7 +20,9 @@ Usage: cargo xtask <TASK>
 Tasks:
   ci                 fmt, clippy, tidy, codegen --check, docs, tests, doc tests
   tidy               check the house rules (file headers, lints, layering, ...)
-  codegen [--check]  regenerate the generated files, or check they are fresh";
+  codegen [--check]  regenerate the generated files, or check they are fresh
+  hosts [ARGS]       the MCP server inside Claude Code and Codex CLI (tests/hosts;
+                     not part of ci); ARGS go to run_hosts.py, e.g. --client codex";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -28,6 +33,7 @@ fn main() -> ExitCode {
         ["tidy"] => tidy::check(&root).map(|()| println!("tidy: ok")),
         ["codegen"] => codegen::run(&root, codegen::Mode::Write),
         ["codegen", "--check"] => codegen::run(&root, codegen::Mode::Check),
+        ["hosts", rest @ ..] => hosts::run(&root, rest),
         ["-h" | "--help" | "help"] | [] => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

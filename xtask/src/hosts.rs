@@ -1,0 +1,36 @@
+//! `cargo xtask hosts`: the MCP server inside the real clients, Claude Code and
+//! Codex CLI, against a scripted fake model (`tests/hosts`).
+//!
+//! Not a CI step: CI machines have no node clients. It builds the release binary
+//! and runs `tests/hosts/run_hosts.py` with it, passing on any other arguments
+//! (`--client codex`, `--keep`, ...); the script skips a client that is not
+//! installed and says so.
+
+use std::path::Path;
+
+use crate::{ci, tidy};
+
+/// Builds `asynctask` (release) and runs the host tests with it.
+pub(crate) fn run(root: &Path, args: &[&str]) -> Result<(), String> {
+    ci::run_command(
+        root,
+        &[
+            "cargo",
+            "build",
+            "--release",
+            "--quiet",
+            "--locked",
+            "-p",
+            "asynctask-cli",
+        ],
+        &[],
+    )?;
+    let metadata = tidy::cargo_metadata_with(root, &["--no-deps", "--locked"])?;
+    let target = metadata["target_directory"]
+        .as_str()
+        .ok_or("cargo metadata has no target_directory")?;
+    let binary = format!("{target}/release/asynctask");
+    let mut argv = vec!["python3", "tests/hosts/run_hosts.py", "--binary", &binary];
+    argv.extend_from_slice(args);
+    ci::run_command(root, &argv, &[])
+}
