@@ -27,11 +27,11 @@ model's first request and to the first tool result reaching the model, and how
 long after the session's last answer the server exited.
 
 Every process is watched through the kernel's process events (the netlink
-process connector, root only), which give each exit's status; without them the
-harness polls /proc and cannot tell how the server ended. When it can (root), the
-harness first moves itself into a new network namespace with only a loopback
-interface, so nothing a client tries can reach any other address; Codex's proxy
-variables point at the fake model, which refuses and records such attempts.
+process connector; they usually need root), which give each exit's status; without
+them the harness polls /proc and cannot tell how the server ended. When it can
+(root), the harness first moves itself into a new network namespace with only a
+loopback interface, so nothing a client tries can reach any other address; Codex's
+proxy variables point at the fake model, which refuses and records such attempts.
 
 Exit status: 0 when every client run passed (a client that is not installed is
 skipped, unless it was asked for by name), 1 when one failed, 2 on bad usage.
@@ -139,7 +139,7 @@ def alive(proc: Proc) -> bool:
 
 class ProcessWatch:
     """Every process descending from the harness, from the kernel's process
-    events when it gets them (root: the netlink process connector, which also
+    events when it gets them (the netlink process connector, which also
     reports each exit's wait status), and from polling /proc in any case."""
 
     NETLINK_CONNECTOR = 11
