@@ -234,6 +234,38 @@ async fn a_huge_output_is_cut_with_a_note() {
 }
 
 #[tokio::test]
+async fn a_cut_message_keeps_the_line_that_names_the_whole_output() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("big", "dumper", "dump"))
+        .unwrap();
+    let pointer = "[whole output: /tmp/asynctask-1-ab/big.out (2000000 bytes)]";
+    let message = format!(
+        "{}\n[... 1990000 characters omitted; the whole output (2000000 bytes) is in /tmp/asynctask-1-ab/big.out ...]\n{}\n\n{pointer}",
+        "h".repeat(5_000),
+        "t".repeat(5_000)
+    );
+    manager.complete_task(
+        "big",
+        OutputObject::new(TerminateReason::Goal)
+            .with_var("blob", "x".repeat(100_000))
+            .with_final_message(message),
+    );
+    let tool = CheckAsyncTasksTool::new(manager);
+    let result = call(&tool, json!({"task_id": "big"})).await;
+    let length = result.llm_content.chars().count();
+    assert!(length <= PEEK_BUDGET_CHARS, "{length} characters");
+    let details: Value = serde_json::from_str(&result.llm_content).expect("still valid JSON");
+    let kept = details["output"]["final_message"].as_str().unwrap();
+    assert!(kept.starts_with("hhhh"), "{kept}");
+    assert!(
+        kept.ends_with(&format!(" more characters cut]\n{pointer}")),
+        "{}",
+        &kept[kept.len() - 120..]
+    );
+}
+
+#[tokio::test]
 async fn thousands_of_variables_still_fit_the_budget() {
     let manager = AsyncTaskManager::default();
     manager
