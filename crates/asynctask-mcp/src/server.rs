@@ -520,9 +520,12 @@ pub(crate) fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
 ///
 /// Builds the runtime (no agent host: results ride on tool results; `runner`
 /// runs the subagents), serves it on stdin/stdout, logs each task's end to
-/// stderr, and when stdin reaches its end (or on `SIGTERM`/`SIGINT`) cancels
-/// every task, waits for the subagents to end
-/// ([`AsyncTaskRuntime::shutdown`]) and returns.
+/// stderr, and when stdin reaches its end cancels every task, waits for the
+/// subagents to end ([`AsyncTaskRuntime::shutdown`], within their grace) and
+/// returns. On `SIGTERM`, `SIGINT` or `SIGHUP` — while serving, or during
+/// that shutdown — every subagent is ended at once
+/// ([`SubagentRunner::terminate_all`]) and it returns as soon as they are
+/// gone.
 ///
 /// # Errors
 ///
@@ -549,14 +552,29 @@ pub async fn serve_stdio(
     let _log = log_task_ends(&runtime);
     let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
         .with_progress_interval(options.progress_interval);
-    let served = serve(server).await;
+    // Listened to for the whole life of the server, its shutdown included.
+    let mut signals = Signals::new()?;
+    let served = serve(server, &mut signals).await;
     if let Ok(Ended::Signal) = served {
         // A client that stops its server with a signal gives it little time
         // (Claude Code: SIGTERM 100 ms after SIGINT, SIGKILL 400 ms later):
         // every subagent ends now, without its grace.
         runner.terminate_all();
+        runtime.shutdown().await;
+        return served.map(drop);
     }
-    runtime.shutdown().await;
+    // The client closed its end: the subagents are cancelled and get their
+    // grace. A signal during that grace (a client that closes stdin, then
+    // signals) ends them now, and the shutdown with them.
+    let shutdown = runtime.shutdown();
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => {}
+        () = signals.recv() => {
+            runner.terminate_all();
+            shutdown.await;
+        }
+    }
     served.map(drop)
 }
 
@@ -596,8 +614,7 @@ impl Signals {
     }
 }
 
-async fn serve(server: AsyncTaskMcpServer) -> Result<Ended, McpError> {
-    let mut signals = Signals::new()?;
+async fn serve(server: AsyncTaskMcpServer, signals: &mut Signals) -> Result<Ended, McpError> {
     let calls = server.calls.clone();
     // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
     // servers): a blocking stdin read would hold the process past its shutdown.

@@ -151,8 +151,8 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// [`with_reaper`](Self::with_reaper) every run goes through a small
 /// supervisor process ([`reaper`](crate::reaper)) that adopts every orphaned
 /// descendant, ends them all when the command exits, forwards a cancel, and
-/// ends everything when the host dies (Linux; on other Unixes only the
-/// process group is reliably ended).
+/// kills everything at once, without a grace, when the host dies (Linux; on
+/// other Unixes only the process group is reliably ended).
 ///
 /// # Messages
 ///
