@@ -103,9 +103,18 @@ pub(crate) fn task_description(catalog: Option<&[SubagentInfo]>) -> String {
             for info in catalog {
                 text.push_str("\n- ");
                 text.push_str(&info.name);
-                if !info.description.trim().is_empty() {
+                // One line per subagent: a description's line breaks become
+                // spaces, so it cannot break the list.
+                let description = info
+                    .description
+                    .lines()
+                    .map(str::trim)
+                    .filter(|line| !line.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                if !description.is_empty() {
                     text.push_str(": ");
-                    text.push_str(info.description.trim());
+                    text.push_str(&description);
                 }
                 if info.accepts_messages {
                     text.push_str(" (reads messages sent with message_async_task while it runs)");
@@ -358,6 +367,10 @@ mod tests {
                 task_description(Some(&[
                     SubagentInfo::new("researcher", "Reads the code base and answers questions"),
                     SubagentInfo::new("tester", "  ").with_messages(true),
+                    SubagentInfo::new(
+                        "writer",
+                        "Writes the docs.\n\n  Give it:\r\n- a topic\n- a tone\n",
+                    ),
                 ])),
             ),
             (

@@ -23,12 +23,6 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
 pub use self::runner::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
-
-/// The most subagent names the `task` tool's schema lists as an `enum`; a larger
-/// catalog is still listed in the description and still checked, but the
-/// schema leaves the name free (OpenAI's strict mode limits a string enum over
-/// 250 values to 15,000 characters in all).
-pub const MAX_ENUM_NAMES: usize = 250;
 use self::supervise::{Background, Outcome, Run, far_future};
 use crate::context::CallContext;
 use crate::ids::new_task_id;
@@ -36,6 +30,28 @@ use crate::params::{InvalidParams, TaskParams, TaskTimeouts, ToolParams};
 use crate::render::{self, completion_notification};
 use crate::result::{ToolErrorType, ToolResult};
 use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
+
+/// The most subagent names the `task` tool's schema lists as an `enum`; a larger
+/// catalog is still listed in the description and still checked, but the
+/// schema leaves the name free (OpenAI's strict mode limits a string enum over
+/// 250 values to 15,000 characters in all).
+///
+/// ```
+/// assert_eq!(asynctask_tools::MAX_ENUM_NAMES, 250);
+/// ```
+pub const MAX_ENUM_NAMES: usize = 250;
+
+/// The most characters the names of the `task` tool's `enum` may have in all;
+/// a catalog whose names are longer together is listed in the description and
+/// checked, but the schema leaves the name free. OpenAI's strict mode bounds
+/// the total length of every enum value, property name and const of a schema
+/// (120,000 characters), and of one string enum over 250 values (15,000):
+/// this stays within the stricter of the two, whatever else the schema holds.
+///
+/// ```
+/// assert_eq!(asynctask_tools::MAX_ENUM_CHARS, 15_000);
+/// ```
+pub const MAX_ENUM_CHARS: usize = 15_000;
 
 /// When a synchronous `task` call becomes a background task, and what the
 /// model is told to follow it with.
@@ -288,7 +304,8 @@ impl TaskTool {
     /// 1800 when the host chose otherwise).
     ///
     /// With a [catalog](SubagentRunner::catalog) of at most [`MAX_ENUM_NAMES`]
-    /// names, `subagent_name` also carries an `enum` of them.
+    /// names of at most [`MAX_ENUM_CHARS`] characters in all, `subagent_name`
+    /// also carries an `enum` of them.
     fn parameters(&self, catalog: Option<&[SubagentInfo]>) -> Value {
         let mut parameters = TaskParams::schema();
         let (default, max) = (self.timeouts.default.as_secs(), self.timeouts.max.as_secs());
@@ -299,7 +316,16 @@ impl TaskTool {
                  larger values are capped at {max}; -1 or 0 mean the maximum."
             ));
         }
-        if let Some(catalog) = catalog.filter(|c| !c.is_empty() && c.len() <= MAX_ENUM_NAMES)
+        let fits_an_enum = |catalog: &&[SubagentInfo]| {
+            !catalog.is_empty()
+                && catalog.len() <= MAX_ENUM_NAMES
+                && catalog
+                    .iter()
+                    .map(|info| info.name.chars().count())
+                    .sum::<usize>()
+                    <= MAX_ENUM_CHARS
+        };
+        if let Some(catalog) = catalog.filter(fits_an_enum)
             && let Some(Value::Object(name)) = parameters.pointer_mut("/properties/subagent_name")
         {
             let names = catalog.iter().map(|info| Value::String(info.name.clone()));

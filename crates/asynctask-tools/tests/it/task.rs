@@ -14,9 +14,9 @@ use asynctask_model::{
     AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
 };
 use asynctask_tools::{
-    ContextVar, OutputVarSpec, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
-    SyncDetach, TaskParams, TaskTimeouts, TaskTool, Tool, ToolErrorType, ToolParams, ToolResult,
-    completion_notification,
+    ContextVar, MAX_ENUM_CHARS, MAX_ENUM_NAMES, OutputVarSpec, SubagentError, SubagentInfo,
+    SubagentRequest, SubagentRunner, SyncDetach, TaskParams, TaskTimeouts, TaskTool, Tool,
+    ToolErrorType, ToolParams, ToolResult, completion_notification,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -1036,6 +1036,56 @@ async fn unknown_subagents_are_refused_before_anything_is_registered() {
     assert_eq!(launched.error, None);
     settle(&tool).await;
     assert_eq!(runner.started(), 1);
+}
+
+/// A runner with a catalog of `count` subagents named `prefix` and a number.
+#[derive(Debug)]
+struct ManyNames {
+    count: usize,
+    prefix: String,
+}
+
+#[async_trait]
+impl SubagentRunner for ManyNames {
+    async fn run(
+        &self,
+        _request: SubagentRequest,
+        _cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        Err(SubagentError::new("not run"))
+    }
+
+    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        Some(
+            (0..self.count)
+                .map(|i| SubagentInfo::new(format!("{}{i:03}", self.prefix), ""))
+                .collect(),
+        )
+    }
+}
+
+#[test]
+fn the_enum_is_bounded_in_count_and_in_length() {
+    let has_enum = |count: usize, prefix: &str| {
+        let runner = ManyNames {
+            count,
+            prefix: prefix.to_owned(),
+        };
+        let spec = TaskTool::new(AsyncTaskManager::default(), Arc::new(runner)).spec();
+        // The description lists them either way.
+        assert!(spec.description.contains(&format!("- {prefix}000")));
+        spec.parameters["properties"]["subagent_name"]
+            .get("enum")
+            .is_some()
+    };
+    assert!(has_enum(MAX_ENUM_NAMES, "a"));
+    assert!(!has_enum(MAX_ENUM_NAMES + 1, "a"));
+    // 100 names of 153 characters: 15,300 in all, over the length bound.
+    let long = "n".repeat(150);
+    assert!(!has_enum(100, &long));
+    // 90 of them: 13,770, within it.
+    assert!(has_enum(90, &long));
+    const { assert!(MAX_ENUM_CHARS == 15_000) };
 }
 
 #[tokio::test(start_paused = true)]
