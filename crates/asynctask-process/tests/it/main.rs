@@ -1153,7 +1153,8 @@ async fn terminate_all_ends_every_live_subagent_of_the_runner_and_its_clones_at_
     }
 }
 
-/// Names the directory of a fake host's subagent (see [`fake_host`]).
+/// Names the directory of a fake host's subagent (see
+/// [`not_a_test_fake_host_body`]).
 #[cfg(target_os = "linux")]
 const FAKE_HOST_DIR: &str = "ASYNCTASK_TEST_FAKE_HOST_DIR";
 
@@ -1161,14 +1162,17 @@ const FAKE_HOST_DIR: &str = "ASYNCTASK_TEST_FAKE_HOST_DIR";
 #[cfg(target_os = "linux")]
 const FAKE_HOST_REAPER: &str = "ASYNCTASK_TEST_FAKE_HOST_REAPER";
 
-/// The body of a fake host, not a test of its own: a test below runs this
-/// test binary again, filtered to this test, with [`FAKE_HOST_DIR`] set; it
-/// then runs [`TREE`] through a `ProcessRunner` (from a tokio worker thread,
-/// as a host does) until it is killed. Run without the variable (as part of
-/// the suite), it does nothing.
+/// The body of a fake host, not a test of its own — a re-exec harness. The
+/// tests that kill a host ([`FakeHost`]) run this test binary again, filtered
+/// to this one function, with [`FAKE_HOST_DIR`] set; it then runs [`TREE`]
+/// through a `ProcessRunner` (from a tokio worker thread, as a host does)
+/// until it is killed. It has to be a `#[test]` for the test harness to run
+/// it in a process of its own. Run without the variable, as part of the
+/// suite, it returns at once and checks nothing: its "pass" in the suite's
+/// report means nothing (its name says so).
 #[cfg(target_os = "linux")]
 #[test]
-fn fake_host() {
+fn not_a_test_fake_host_body() {
     let Some(dir) = std::env::var_os(FAKE_HOST_DIR) else {
         return;
     };
@@ -1195,7 +1199,8 @@ fn fake_host() {
     panic!("the fake host's subagent ended before the host was killed: {result:?}");
 }
 
-/// A fake host process ([`fake_host`]), killed and reaped when dropped.
+/// A fake host process ([`not_a_test_fake_host_body`]), killed and reaped
+/// when dropped.
 #[cfg(target_os = "linux")]
 struct FakeHost(std::process::Child);
 
@@ -1205,7 +1210,13 @@ impl FakeHost {
         let mut command =
             std::process::Command::new(std::env::current_exe().expect("the test binary"));
         command
-            .args(["fake_host", "--exact", "--nocapture", "--test-threads", "1"])
+            .args([
+                "not_a_test_fake_host_body",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env(FAKE_HOST_DIR, dir)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
