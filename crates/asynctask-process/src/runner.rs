@@ -124,8 +124,11 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 ///   `subagent 'tester' was killed by signal 9 (SIGKILL)`;
 /// - a cancel: the group is ended (below), then
 ///   `subagent 'tester' was cancelled`;
-/// - either of these, when the subagent wrote anything to stdout, ends with
-///   `stdout (N bytes): /tmp/…/3f2a….out`;
+/// - a bad variables file (below) fails the task too;
+/// - every failure after the child started, when the subagent wrote anything
+///   to stdout, ends with a blank line and the line that names the file
+///   holding all of it, as a cut result does: `[whole output:
+///   /tmp/…/3f2a….out (123 bytes)]`;
 /// - an unknown name: `unknown subagent 'foo'; configured subagents: researcher,
 ///   tester`; a program that cannot be started: the program and the OS error
 ///   (through the reaper: `exited with status 127: asynctask-reaper: cannot
@@ -711,16 +714,21 @@ impl ProcessRunner {
         .await;
         drop((stdout_reader, stderr_reader));
 
-        let status = status.map_err(|err| {
-            SubagentError::new(format!(
-                "subagent '{name}': cannot wait for its process: {err}"
-            ))
-            .with_source(err)
-        })?;
         let stdout = take(&stdout);
+        // Every failure from here on names the file that holds its stdout.
+        let with_pointer = |err: SubagentError| err.with_suffix(&stdout.pointer(&output.path));
+        let status = status.map_err(|err| {
+            with_pointer(
+                SubagentError::new(format!(
+                    "subagent '{name}': cannot wait for its process: {err}"
+                ))
+                .with_source(err),
+            )
+        })?;
         if status.success() {
-            let emitted_vars = read_vars(name, &output.vars).inspect_err(|_| {
+            let emitted_vars = read_vars(name, &output.vars).map_err(|err| {
                 remove_if_there(&output.vars);
+                with_pointer(err)
             })?;
             let total = emitted_vars.len();
             let bounded = bound_vars(emitted_vars, self.inline_budget);
@@ -1187,14 +1195,14 @@ impl StdoutSink {
         }
     }
 
-    /// For a failure's message: `\n\nstdout (N bytes): PATH` when the
-    /// subagent wrote anything to stdout and the file holds it all; else
-    /// nothing.
+    /// For a failure's message: a blank line, then the line that names the
+    /// file holding the whole output ([`whole_output_line`]) when the subagent
+    /// wrote anything to stdout and the file holds it all; else nothing.
     fn pointer(&self, path: &Path) -> String {
         if self.bytes == 0 || self.write_error.is_some() {
             return String::new();
         }
-        format!("\n\nstdout ({} bytes): {}", self.bytes, path.display())
+        format!("\n\n{}", whole_output_line(path, self.bytes))
     }
 }
 

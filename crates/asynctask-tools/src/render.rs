@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use asynctask_manager::LimitReached;
+use asynctask_manager::{LimitReached, TaskProgress};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, TerminateReason};
 use serde::Serialize;
 
-use crate::format::{ECHO_CHARS, id_prefix, to_pretty, truncate_chars};
+use crate::format::{ECHO_CHARS, id_prefix, to_pretty, truncate_chars, whole_output_line};
 use crate::task::SubagentInfo;
 
 #[derive(Serialize)]
@@ -187,6 +187,21 @@ pub(crate) fn timed_out(subagent: &str, timeout: Duration, max: Duration) -> Str
              timeout_seconds (at most {} seconds) to give it longer.",
             max.as_secs()
         )
+    }
+}
+
+/// `message`, then, when the runner keeps the run's whole output in a file
+/// and the subagent wrote any, a blank line and the line that names that file
+/// and its size so far ([`whole_output_line`]): a run that timed out, whose
+/// runner never answered, still points the model to what it printed.
+pub(crate) fn with_output_file(message: String, progress: &TaskProgress) -> String {
+    let snapshot = progress.snapshot();
+    match snapshot.output_file {
+        Some(path) if snapshot.output_bytes > 0 => format!(
+            "{message}\n\n{}",
+            whole_output_line(&path, snapshot.output_bytes)
+        ),
+        _ => message,
     }
 }
 

@@ -598,6 +598,35 @@ async fn a_bad_vars_file_fails_the_task_with_one_clear_line() {
 }
 
 #[tokio::test]
+async fn a_bad_vars_file_names_the_file_that_holds_stdout() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "vars",
+        r#"["sh", "-c", "echo 'found 3 callers'; printf '[1]' > \"$ASYNCTASK_VARS_FILE\""]"#,
+    )
+    .with_output_dir(out.path().to_owned());
+    let (stdout, vars) = (
+        out.path().join("task-0001.out"),
+        out.path().join("task-0001.vars.json"),
+    );
+    assert_eq!(
+        run(&runner, request("vars", "x")).await,
+        error(&format!(
+            "subagent 'vars' wrote a bad variables file {}: not a JSON object\n\n[whole output: {} (16 bytes)]",
+            vars.display(),
+            stdout.display()
+        ))
+    );
+    assert_eq!(
+        std::fs::read_to_string(&stdout).expect("kept"),
+        "found 3 callers\n"
+    );
+    assert!(!vars.exists(), "the bad variables file was removed");
+}
+
+#[tokio::test]
 async fn a_vars_file_that_is_no_regular_file_fails_at_once() {
     let dir = TempDir::new();
     let out = TempDir::new();
@@ -751,7 +780,7 @@ async fn a_non_zero_exit_fails_with_the_status_and_the_end_of_stderr() {
     assert_eq!(
         run(&runner, request("tester", "x")).await,
         error(&format!(
-            "subagent 'tester' exited with status 3: first line\nit broke\n\nstdout (9 bytes): {}",
+            "subagent 'tester' exited with status 3: first line\nit broke\n\n[whole output: {} (9 bytes)]",
             stdout.display()
         ))
     );
@@ -1464,7 +1493,7 @@ async fn a_cancelled_subagent_names_its_stdout() {
     assert_eq!(
         result,
         error(&format!(
-            "subagent 'slow' was cancelled\n\nstdout (8 bytes): {}",
+            "subagent 'slow' was cancelled\n\n[whole output: {} (8 bytes)]",
             file.display()
         ))
     );

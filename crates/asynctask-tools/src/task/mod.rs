@@ -23,7 +23,7 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
 pub use self::runner::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
-use self::supervise::{Background, Outcome, Run, far_future};
+use self::supervise::{Background, Outcome, Run, TimeoutText, far_future};
 use crate::context::CallContext;
 use crate::ids::new_task_id;
 use crate::params::{InvalidParams, TaskParams, TaskTimeouts, ToolParams};
@@ -515,7 +515,8 @@ impl TaskTool {
                 failed(&mut task, ToolErrorType::ExecutionFailed, message, display)
             }
             Outcome::TimedOut => {
-                let message = self.timeout_message(&name, timeout);
+                let message =
+                    render::with_output_file(self.timeout_message(&name, timeout), &progress);
                 let display = format!(
                     "Subagent **{name}** timed out after {} seconds",
                     timeout.as_secs()
@@ -551,7 +552,7 @@ impl TaskTool {
         } = detach;
         let input = RegisterTaskInput::new(id.clone(), name.clone(), goal)
             .with_cancellation(run.token().clone())
-            .with_progress(progress);
+            .with_progress(progress.clone());
         let input = with_call_origin(with_inbox(input, inbox));
         if let Err(err) = self.manager.register_task(input) {
             tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
@@ -562,8 +563,11 @@ impl TaskTool {
         tracing::debug!(task_id = %id, subagent = %name, seconds, "synchronous run detached to the background");
         let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
         let timeout = deadline.saturating_duration_since(started);
-        let message = self.timeout_message(&name, timeout);
-        let background = Background::new(&self.manager, &id, run, timeout, deadline, message);
+        let timed_out = TimeoutText {
+            message: self.timeout_message(&name, timeout),
+            progress: progress.clone(),
+        };
+        let background = Background::new(&self.manager, &id, run, timeout, deadline, timed_out);
         self.tracker.spawn(background.run().instrument(span));
         let follow_up = self
             .sync_detach
@@ -611,7 +615,10 @@ impl TaskTool {
         self.cancel_if_shutting_down(&id);
         let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
         let timeout = request.timeout;
-        let message = self.timeout_message(&name, timeout);
+        let timed_out = TimeoutText {
+            message: self.timeout_message(&name, timeout),
+            progress: request.progress.clone(),
+        };
         let deadline = Instant::now()
             .checked_add(timeout)
             .unwrap_or_else(far_future);
@@ -623,7 +630,7 @@ impl TaskTool {
                 self.tracker.clone(),
             )
         });
-        let background = Background::new(&self.manager, &id, run, timeout, deadline, message);
+        let background = Background::new(&self.manager, &id, run, timeout, deadline, timed_out);
         self.tracker.spawn(background.run().instrument(span));
         ToolResult::success(
             render::launched(&name, &id),

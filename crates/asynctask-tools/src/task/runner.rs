@@ -306,6 +306,20 @@ impl SubagentError {
         self
     }
 
+    /// The same error, its message followed by `text` (a note added on the
+    /// way out: where the subagent's output is kept, say).
+    ///
+    /// ```
+    /// use asynctask_tools::SubagentError;
+    /// let error = SubagentError::new("exited with status 2").with_suffix(" (after 3 retries)");
+    /// assert_eq!(error.message(), "exited with status 2 (after 3 retries)");
+    /// ```
+    #[must_use]
+    pub fn with_suffix(mut self, text: &str) -> Self {
+        self.message.push_str(text);
+        self
+    }
+
     /// The message.
     #[must_use]
     pub fn message(&self) -> &str {

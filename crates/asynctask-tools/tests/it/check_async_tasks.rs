@@ -266,6 +266,45 @@ async fn a_cut_message_keeps_the_line_that_names_the_whole_output() {
 }
 
 #[tokio::test]
+async fn a_cut_error_keeps_the_line_that_names_the_whole_output() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("bad", "tester", "test"))
+        .unwrap();
+    let pointer = "[whole output: /tmp/asynctask-1-ab/bad.out (812 bytes)]";
+    manager.fail_task(
+        "bad",
+        format!(
+            "subagent 'tester' exited with status 1: {}\n\n{pointer}",
+            "e".repeat(40_000)
+        ),
+    );
+    let result = call(
+        &CheckAsyncTasksTool::new(manager),
+        json!({"task_id": "bad"}),
+    )
+    .await;
+    let length = result.llm_content.chars().count();
+    assert!(length <= PEEK_BUDGET_CHARS, "{length} characters");
+    let details: Value = serde_json::from_str(&result.llm_content).expect("still valid JSON");
+    let kept = details["error"].as_str().unwrap();
+    assert!(kept.starts_with("subagent 'tester' exited"), "{kept}");
+    assert!(
+        kept.ends_with(&format!(" more characters cut]\n{pointer}")),
+        "{}",
+        &kept[kept.len() - 120..]
+    );
+    // The user's view cuts it shorter, and keeps the line too.
+    assert!(
+        result
+            .return_display
+            .ends_with(&format!(" more characters cut]\n{pointer}")),
+        "{}",
+        result.return_display
+    );
+}
+
+#[tokio::test]
 async fn thousands_of_variables_still_fit_the_budget() {
     let manager = AsyncTaskManager::default();
     manager

@@ -46,6 +46,9 @@ enum Behaviour {
     IgnoreCancel,
     /// Returns [`output`] after this many seconds, or an error when cancelled first.
     Sleep(u64),
+    /// Keeps its output in `/outputs/<task id>.out` (as its progress says),
+    /// prints one line, then waits for its token.
+    PrintThenWait,
 }
 
 /// A fake runner that records what it was given and whether it was dropped
@@ -132,6 +135,7 @@ impl SubagentRunner for FakeRunner {
         request: SubagentRequest,
         cancel: CancellationToken,
     ) -> Result<OutputObject, SubagentError> {
+        let (progress, id) = (request.progress.clone(), request.task_id.clone());
         self.requests
             .lock()
             .expect("a runner never panics holding its lock")
@@ -158,6 +162,12 @@ impl SubagentRunner for FakeRunner {
                 () = tokio::time::sleep(Duration::from_secs(seconds)) => Ok(output()),
                 () = cancel.cancelled() => Err(SubagentError::new("cancelled while sleeping")),
             },
+            Behaviour::PrintThenWait => {
+                progress.set_output_file(format!("/outputs/{id}.out"));
+                progress.record_output(b"read 3 files\n");
+                cancel.cancelled().await;
+                Err(SubagentError::new("cancelled"))
+            }
         };
         probe.armed = false;
         result
@@ -659,6 +669,32 @@ async fn sync_timeout_names_the_timeout_and_the_setting() {
     settle(&tool).await;
     assert_eq!(start.elapsed(), Duration::from_secs(30) + GRACE);
     assert_eq!(runner.aborted(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_names_the_file_that_holds_what_the_subagent_printed() {
+    let runner = FakeRunner::new(Behaviour::PrintThenWait);
+    let (manager, tool) = setup(&runner, 5);
+    let sync = call(&tool, sync_params("slow", json!({"timeout_seconds": 30}))).await;
+    let id = agent_id(&sync);
+    let expected = format!(
+        "{}\n\n[whole output: /outputs/{id}.out (13 bytes)]",
+        timeout_text("slow", 30)
+    );
+    assert_eq!(
+        sync.error.as_ref().map(|e| e.message.as_str()),
+        Some(expected.as_str())
+    );
+    let notification: Value = serde_json::from_str(&sync.llm_content).expect("JSON");
+    assert_eq!(notification["error"], expected.as_str());
+
+    let id = agent_id(&call(&tool, async_params("slow", json!({"timeout_seconds": 60}))).await);
+    settle(&tool).await;
+    let error = manager
+        .task(&id)
+        .and_then(|task| task.error)
+        .expect("failed");
+    insta::assert_snapshot!("timeout_error_with_output", error.replace(&id, "<task id>"));
 }
 
 #[tokio::test(start_paused = true)]
