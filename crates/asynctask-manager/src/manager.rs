@@ -7,7 +7,7 @@ use asynctask_model::{AsyncTaskInfo, Clock, MaxAsyncTasks, OutputObject, SystemC
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
-use crate::events::{Dispatcher, Handler, TaskEvent};
+use crate::events::{Dispatcher, Handler, PruneDelivery, PruneHandler, TaskEvent};
 use crate::journal::{Journal, JournalError, RestoreError, StoredTask};
 use crate::live::{MessageError, TaskProgress};
 use crate::registry::{Finished, Registry, Terminal};
@@ -77,6 +77,15 @@ struct Shared {
 struct State {
     registry: Registry,
     events: Dispatcher,
+}
+
+impl State {
+    /// The tasks the last change pruned, for their handlers to hear of once
+    /// the lock is released.
+    fn take_pruned(&mut self) -> Option<PruneDelivery> {
+        let ids = self.registry.take_pruned();
+        self.events.pruned(ids)
+    }
 }
 
 impl Shared {
@@ -235,7 +244,14 @@ impl AsyncTaskManager {
     /// The pruning is journaled; when that write fails it is logged and applied
     /// in memory anyway (the limit must hold; a restore prunes the store again).
     pub fn set_max_async_tasks(&self, max: MaxAsyncTasks) {
-        let error = self.lock().registry.set_max(max, self.journal());
+        let (error, pruned) = {
+            let mut state = self.lock();
+            let error = state.registry.set_max(max, self.journal());
+            (error, state.take_pruned())
+        };
+        if let Some(pruned) = pruned {
+            pruned.run();
+        }
         if let Some(error) = error {
             tracing::error!(
                 error = %error.chain(),
@@ -343,7 +359,7 @@ impl AsyncTaskManager {
                 .entered();
         let now = self.now();
         let cancel = matches!(terminal, Terminal::Cancelled);
-        let (drain, token) = {
+        let (drain, token, pruned) = {
             let mut state = self.lock();
             let snapshot = state.events.has_subscribers();
             let Finished {
@@ -367,13 +383,16 @@ impl AsyncTaskManager {
                 Some(event) => state.events.push(event),
                 None => false,
             };
-            (drain, token)
+            (drain, token, state.take_pruned())
         };
         if cancel {
             token.cancel();
         }
         if drain {
             self.drain_events();
+        }
+        if let Some(pruned) = pruned {
+            pruned.run();
         }
         Some(token)
     }
@@ -550,7 +569,14 @@ impl AsyncTaskManager {
     /// ```
     pub fn try_mark_notified(&self, id: &str) -> Result<bool, JournalError> {
         let now = self.now();
-        let marked = self.lock().registry.mark_notified(id, now, self.journal());
+        let (marked, pruned) = {
+            let mut state = self.lock();
+            let marked = state.registry.mark_notified(id, now, self.journal());
+            (marked, state.take_pruned())
+        };
+        if let Some(pruned) = pruned {
+            pruned.run();
+        }
         match &marked {
             Ok(true) => tracing::debug!(task_id = %id, "async task marked notified"),
             Ok(false) => {}
@@ -565,19 +591,27 @@ impl AsyncTaskManager {
     pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
         let now = self.now();
         let journal = self.journal();
-        let mut state = self.lock();
-        ids.iter()
-            .filter(|id| {
-                let id = id.as_ref();
-                match state.registry.mark_notified(id, now, journal) {
-                    Ok(marked) => marked,
-                    Err(error) => {
-                        log_unmarked(id, &error);
-                        false
+        let (marked, pruned) = {
+            let mut state = self.lock();
+            let marked = ids
+                .iter()
+                .filter(|id| {
+                    let id = id.as_ref();
+                    match state.registry.mark_notified(id, now, journal) {
+                        Ok(marked) => marked,
+                        Err(error) => {
+                            log_unmarked(id, &error);
+                            false
+                        }
                     }
-                }
-            })
-            .count()
+                })
+                .count();
+            (marked, state.take_pruned())
+        };
+        if let Some(pruned) = pruned {
+            pruned.run();
+        }
+        marked
     }
 
     /// Subscribes to every terminal transition. See the type-level docs for when
@@ -620,6 +654,45 @@ impl AsyncTaskManager {
                 handler(task);
             }
         })
+    }
+
+    /// Subscribes to the pruning of the history: `handler` gets the id of
+    /// every task removed from the manager because the history limit was
+    /// exceeded (finished, delivered, and among the oldest to finish), once,
+    /// after the change that pruned it, on the thread that made it, with no
+    /// lock held. A host drops what it kept for the task there (its output
+    /// files, say): nothing can ask for the task any more. A restore
+    /// ([`restore`](Self::restore)) tells no handler what it pruned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    /// use asynctask_model::MaxAsyncTasks;
+    ///
+    /// // A limit of 1 keeps a history of 2 finished tasks.
+    /// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
+    /// let pruned = Arc::new(Mutex::new(Vec::new()));
+    /// let seen = Arc::clone(&pruned);
+    /// let _subscription = manager.on_task_pruned(move |id| seen.lock().unwrap().push(id.to_owned()));
+    /// for id in ["a", "b", "c"] {
+    ///     manager.register_task(RegisterTaskInput::new(id, "tester", "g"))?;
+    ///     manager.cancel_task(id);
+    ///     manager.mark_notified(id);
+    /// }
+    /// assert_eq!(*pruned.lock().unwrap(), ["a"]);
+    /// assert!(manager.task("a").is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_task_pruned(&self, handler: impl Fn(&str) + Send + Sync + 'static) -> Subscription {
+        let handler: PruneHandler = Arc::new(handler);
+        let (id, old) = self.lock().events.subscribe_pruned(handler);
+        drop(old);
+        Subscription {
+            shared: Arc::downgrade(&self.shared),
+            id,
+        }
     }
 
     fn add_subscriber(&self, handler: Handler) -> Subscription {

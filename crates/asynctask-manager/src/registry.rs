@@ -205,6 +205,9 @@ pub(crate) struct Registry {
     /// that a journal that failed once catches up instead of missing them for
     /// good (a task it still holds as running would refuse every later mark).
     unjournaled: Vec<Unjournaled>,
+    /// The ids pruned since the manager last took them
+    /// ([`take_pruned`](Self::take_pruned)), oldest first.
+    pruned: Vec<Arc<str>>,
 }
 
 impl Registry {
@@ -224,7 +227,14 @@ impl Registry {
             origins: BTreeMap::new(),
             live: BTreeMap::new(),
             unjournaled: Vec::new(),
+            pruned: Vec::new(),
         }
+    }
+
+    /// The ids of the tasks pruned since the last call, oldest-finished
+    /// first.
+    pub(crate) fn take_pruned(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.pruned)
     }
 
     /// Writes `change` to the journal, preceded by the changes it missed.
@@ -528,6 +538,7 @@ impl Registry {
                 self.ids.remove(&*record.id);
                 self.origins.remove(&seq);
                 self.finished_by_status[status_slot(record.status())] -= 1;
+                self.pruned.push(record.id);
             }
         }
     }
@@ -557,6 +568,7 @@ impl Registry {
                 self.ids.remove(&*record.id);
                 self.origins.remove(seq);
                 self.finished_by_status[status_slot(record.status())] -= 1;
+                self.pruned.push(record.id);
             }
         }
     }
@@ -676,6 +688,9 @@ impl Registry {
         });
         let journal_error = registry.settle(written, &interrupted, &pruned);
         registry.remove(&pruned);
+        // A restore tells no one what it pruned (the caller has the stored
+        // tasks to compare with).
+        registry.pruned.clear();
         Ok((registry, journal_error))
     }
 
