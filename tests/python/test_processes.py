@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import signal
 import socket
 import subprocess
@@ -33,11 +34,18 @@ class RawServer:
     """`asynctask mcp` on stdio the test controls: `stdin` is a pipe, a socketpair
     or a terminal; stdout is a pipe or a socketpair."""
 
-    def __init__(self, tmp_path: Path, stdin_kind: str, *extra_args: str) -> None:
+    def __init__(
+        self, tmp_path: Path, stdin_kind: str, *extra_args: str, tmpdir: Path | None = None
+    ) -> None:
         env = {**os.environ, "ASYNCTASK_TEST_DIR": str(tmp_path)}
-        # Outputs go to the test's directory: a server killed here leaves nothing
-        # elsewhere.
-        state = ["--state-dir", str(tmp_path / "state")]
+        if tmpdir is None:
+            # Outputs go to the test's directory: a server killed here leaves
+            # nothing elsewhere.
+            state = ["--state-dir", str(tmp_path / "state")]
+        else:
+            # No state directory: outputs go to a temporary one under `tmpdir`.
+            state = []
+            env["TMPDIR"] = str(tmpdir)
         args = [str(binary()), "mcp", "--config", str(CONFIG), *state, *extra_args]
         self._keep: list[Any] = []
         self.stderr = (tmp_path / "server-stderr.log").open("w")
@@ -231,5 +239,34 @@ def test_a_signal_after_end_of_input_cuts_the_grace_short(tmp_path: Path) -> Non
         print(f"end of input, then SIGINT: exited with {status} after {took * 1000:.0f} ms")
         assert status == 0, f"exit status {status}"
         assert_gone_now([stubborn])
+    finally:
+        server.end()
+
+
+@pytest.mark.parametrize("ending", ["end of input", "SIGINT"])
+def test_a_server_without_a_state_dir_takes_its_outputs_along(tmp_path: Path, ending: str) -> None:
+    """Without --state-dir the whole outputs live in a temporary directory, which the
+    server removes when it exits, however it is asked to."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    server = RawServer(tmp_path, "pipe", tmpdir=tmpdir)
+    try:
+        answer = server.request(
+            "tools/call", {"name": "task", "arguments": {"subagent_name": "big", "goal_prompt": "x"}}
+        )
+        text = answer["result"]["content"][0]["text"]
+        found = re.search(r"\[whole output: (\S+) \((\d+) bytes\)\]", text)
+        assert found, text
+        output = Path(found.group(1))
+        assert output.is_file() and output.stat().st_size == int(found.group(2)), output
+        assert output.parent.parent == tmpdir, output
+        if ending == "SIGINT":
+            server.process.send_signal(signal.SIGINT)
+        else:
+            assert server.process.stdin is not None
+            server.process.stdin.close()
+        server.process.wait(timeout=5)
+        assert server.process.returncode == 0, server.process.returncode
+        assert list(tmpdir.iterdir()) == [], "the temporary outputs outlived the server"
     finally:
         server.end()

@@ -188,7 +188,15 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// [`std::env::temp_dir`], made on the first run and removed with everything
 /// in it when the last clone of the runner is dropped (a host killed with
 /// `SIGKILL` runs no code, and leaves it behind): a host that wants the files
-/// to outlive the runner gives a directory of its own. A task id is used
+/// to outlive the runner gives a directory of its own.
+///
+/// The files do not pile up: a variables file is removed once read, unless
+/// the result names it (its variables did not all fit), and a task's files
+/// are removed when the `task` tool tells the runner that nothing will ask
+/// for the task again ([`forget`](Self::forget)): when the manager prunes
+/// it from the history, or, for a synchronous run, once as many later
+/// synchronous runs have ended as the history keeps (10 by default). So the
+/// directory holds about twice the history's files at most. A task id is used
 /// in a file name as it is only when it is made of ASCII letters, digits, `-`
 /// and `_` (a UUID is); any other character is replaced, so no id names a
 /// file outside the directory.
@@ -408,6 +416,40 @@ impl ProcessRunner {
     /// ```
     pub fn terminate_all(&self) -> usize {
         self.shared.live.terminate_all()
+    }
+
+    /// Removes task `task_id`'s files from the output directory: its stdout
+    /// (`<task id>.out`) and a variables file kept because the result could
+    /// not hold all its variables (`<task id>.vars.json`). The `task` tool
+    /// calls it (through [`SubagentRunner::forget`]) once nothing will ask for
+    /// the task again; a file that is not there is no error, and one that
+    /// cannot be removed is logged. Nothing else in the directory is touched
+    /// (several runners, and `asynctask run`, may share it).
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new());
+    /// let out = runner.output_dir()?.join("3f2a09c1.out");
+    /// std::fs::write(&out, "the whole output")?;
+    /// runner.forget("3f2a09c1");
+    /// assert!(!out.exists());
+    /// runner.forget("never-ran"); // nothing to remove
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn forget(&self, task_id: &str) {
+        let dir = match &self.output_dir {
+            Some(dir) => dir.clone(),
+            // No directory was made: no run left a file.
+            None => match self.shared.temp_dir.existing() {
+                Some(dir) => dir,
+                None => return,
+            },
+        };
+        let stem = file_stem(task_id);
+        for name in [format!("{stem}.out"), format!("{stem}.vars.json")] {
+            remove_if_there(&dir.join(name));
+        }
+        tracing::debug!(task_id, "the task's output files were removed");
     }
 
     /// The time a cancelled subagent has between `SIGTERM` and `SIGKILL`.
@@ -830,6 +872,11 @@ impl SubagentRunner for ProcessRunner {
         let ended = ProcessRunner::terminate_all(self);
         tracing::debug!(ended, "subagents ended at once");
     }
+
+    /// Removes the task's files (see [`ProcessRunner::forget`]).
+    fn forget(&self, task_id: &str) {
+        ProcessRunner::forget(self, task_id);
+    }
 }
 
 /// The `ASYNCTASK_*` variables of a request; values too long for the
@@ -1093,7 +1140,7 @@ fn remove_if_there(path: &Path) {
         Ok(()) => {}
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
         Err(err) => {
-            tracing::warn!(path = %path.display(), %err, "cannot remove the subagent's variables file");
+            tracing::warn!(path = %path.display(), %err, "cannot remove a subagent's file");
         }
     }
 }

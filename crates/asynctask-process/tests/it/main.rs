@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -1811,4 +1812,69 @@ fn working_directories_must_lie_under_the_roots() {
             .contains("subagent 'a': working directory / is not under any of the roots"),
         "{err}"
     );
+}
+
+// ---- what the output directory keeps ---------------------------------------
+
+#[tokio::test]
+async fn a_task_pruned_from_the_history_takes_its_files_along() {
+    use asynctask_manager::AsyncTaskManager;
+    use asynctask_model::MaxAsyncTasks;
+    use asynctask_tools::{TaskTool, Tool};
+
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    // It prints a line and writes more variables than its result holds, so the
+    // result names both of its files.
+    let script = r#"{ printf '{'; i=0; while [ $i -lt 500 ]; do printf '"v%04d":"value %d",' $i $i; i=$((i+1)); done; printf '"z":"end"}'; } > "$ASYNCTASK_VARS_FILE"; echo done"#;
+    let command = serde_json::json!(["sh", "-c", script]).to_string();
+    let runner = runner_in(dir.path(), "many", &command)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(1_000);
+    // A limit of 1 keeps a history of 2 finished tasks.
+    let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1).expect("valid"));
+    let tool = TaskTool::new(manager.clone(), Arc::new(runner));
+    let files = |id: &str| {
+        [
+            out.path().join(format!("{id}.out")),
+            out.path().join(format!("{id}.vars.json")),
+        ]
+    };
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let launched = tool
+            .execute(
+                serde_json::json!({"subagent_name": "many", "goal_prompt": "x", "async": true}),
+                CancellationToken::new(),
+            )
+            .await;
+        let id = launched.metadata["agentId"]
+            .as_str()
+            .expect("launched")
+            .to_owned();
+        tool.tracker().close();
+        within(RUN_DEADLINE, tool.tracker().wait()).await;
+        tool.tracker().reopen();
+        let task = manager.task(&id).expect("held");
+        assert_eq!(task.status, asynctask_model::AsyncTaskStatus::Completed);
+        for file in files(&id) {
+            assert!(
+                file.is_file(),
+                "{} is kept while the task is",
+                file.display()
+            );
+        }
+        assert!(manager.mark_notified(&id));
+        ids.push(id);
+    }
+    // The first task was pruned when the third ended: its files went with it.
+    assert!(manager.task(&ids[0]).is_none());
+    for file in files(&ids[0]) {
+        assert!(!file.exists(), "{} outlived its task", file.display());
+    }
+    for id in &ids[1..] {
+        for file in files(id) {
+            assert!(file.is_file(), "{}", file.display());
+        }
+    }
 }

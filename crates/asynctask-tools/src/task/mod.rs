@@ -7,13 +7,15 @@
 mod runner;
 mod supervise;
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::{
-    AsyncTaskManager, Inbox, InboxSender, RegisterError, RegisterTaskInput, TaskProgress,
+    AsyncTaskManager, Inbox, InboxSender, RegisterError, RegisterTaskInput, Subscription,
+    TaskProgress,
 };
 use asynctask_model::AsyncTaskInfo;
 use serde_json::{Value, json};
@@ -177,6 +179,18 @@ impl SyncDetach {
 /// [`AsyncTaskManager::cancel_task`], by cancelling its token, or by its timeout.
 /// If the runtime drops a background run before it ends (shutdown), its task is
 /// failed rather than left `running`.
+///
+/// # What the runner keeps
+///
+/// A runner may keep files per task (the process runner keeps each
+/// subagent's whole output). The tool tells it when nothing will ask for a
+/// task again ([`SubagentRunner::forget`]): when the manager prunes the task
+/// from its history ([`AsyncTaskManager::on_task_pruned`]), and, for a
+/// synchronous run (never registered, so never pruned), once as many later
+/// synchronous runs of this tool have ended as the history keeps finished
+/// tasks ([`MaxAsyncTasks::history_limit`](asynctask_model::MaxAsyncTasks::history_limit),
+/// 10 by default). So what a runner keeps is bounded by about twice the
+/// history, however long the host runs.
 pub struct TaskTool {
     manager: AsyncTaskManager,
     runner: Arc<dyn SubagentRunner>,
@@ -186,6 +200,11 @@ pub struct TaskTool {
     /// Cancelled when the host shuts down: no new runs start, synchronous runs
     /// in progress are cancelled.
     shutdown: CancellationToken,
+    /// Tells the runner of the tasks the manager prunes.
+    _forget_pruned: Subscription,
+    /// The ids of the last synchronous runs, oldest first: the runner keeps
+    /// their files until they fall out.
+    sync_runs: Mutex<VecDeque<String>>,
 }
 
 impl TaskTool {
@@ -195,6 +214,10 @@ impl TaskTool {
     /// A `task` tool registering into `manager` and running subagents with `runner`.
     #[must_use]
     pub fn new(manager: AsyncTaskManager, runner: Arc<dyn SubagentRunner>) -> Self {
+        let forget_pruned = manager.on_task_pruned({
+            let runner = Arc::clone(&runner);
+            move |id| runner.forget(id)
+        });
         TaskTool {
             manager,
             runner,
@@ -202,6 +225,26 @@ impl TaskTool {
             tracker: TaskTracker::new(),
             sync_detach: None,
             shutdown: CancellationToken::new(),
+            _forget_pruned: forget_pruned,
+            sync_runs: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Records that synchronous run `id` ended, and tells the runner to forget
+    /// the runs that fall out of the window (see the type's docs).
+    fn sync_run_ended(&self, id: &str) {
+        let keep = self.manager.max_async_tasks().history_limit();
+        let old: Vec<String> = {
+            let mut runs = self
+                .sync_runs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            runs.push_back(id.to_owned());
+            let excess = runs.len().saturating_sub(keep);
+            runs.drain(..excess).collect()
+        };
+        for id in old {
+            self.runner.forget(&id);
         }
     }
 
@@ -470,6 +513,7 @@ impl TaskTool {
         // A runner still going (timed out, or the call was cancelled) is stopped
         // in the background: the caller gets its answer now, the runner its grace.
         run.stop_in_background();
+        self.sync_run_ended(&id);
         let now = self.now();
         let failed = |task: &mut AsyncTaskInfo, kind, message: String, display: String| {
             task.fail(message.clone(), now);

@@ -65,6 +65,18 @@ pub trait SubagentRunner: Send + Sync {
     /// nothing: each run still hears of the end through its cancellation
     /// token, with the usual grace.
     fn terminate_all(&self) {}
+
+    /// Nothing will ask for task `task_id` again: drop whatever was kept for
+    /// it (its output files, say). The [`TaskTool`](crate::TaskTool) calls it
+    /// for a background task pruned from the manager's history, and for a
+    /// synchronous run once as many later synchronous runs have ended as
+    /// the history keeps finished tasks (10 by default). It may come for a
+    /// task this runner never ran, or ran in an earlier process, and must
+    /// never block for long or panic. The default keeps nothing, so does
+    /// nothing.
+    fn forget(&self, task_id: &str) {
+        let _ = task_id;
+    }
 }
 
 /// One subagent a runner offers: its name, what it is for, and whether it

@@ -59,6 +59,8 @@ struct FakeRunner {
     requests: Mutex<Vec<SubagentRequest>>,
     tokens: Mutex<Vec<CancellationToken>>,
     aborted: Arc<AtomicUsize>,
+    /// The tasks it was told to forget, in order.
+    forgotten: Mutex<Vec<String>>,
 }
 
 impl FakeRunner {
@@ -69,7 +71,15 @@ impl FakeRunner {
             requests: Mutex::new(Vec::new()),
             tokens: Mutex::new(Vec::new()),
             aborted: Arc::new(AtomicUsize::new(0)),
+            forgotten: Mutex::new(Vec::new()),
         })
+    }
+
+    fn forgotten(&self) -> Vec<String> {
+        self.forgotten
+            .lock()
+            .expect("a runner never panics holding its lock")
+            .clone()
     }
 
     /// A runner that offers only these subagents.
@@ -128,6 +138,13 @@ impl Drop for AbortProbe {
 impl SubagentRunner for FakeRunner {
     fn catalog(&self) -> Option<Vec<SubagentInfo>> {
         self.catalog.clone()
+    }
+
+    fn forget(&self, task_id: &str) {
+        self.forgotten
+            .lock()
+            .expect("a runner never panics holding its lock")
+            .push(task_id.to_owned());
     }
 
     async fn run(
@@ -1136,4 +1153,57 @@ async fn without_a_catalog_any_name_goes_to_the_runner() {
             .get("enum")
             .is_none()
     );
+}
+
+// ---------------------------------------------------------------- what a runner keeps
+
+#[tokio::test(start_paused = true)]
+async fn the_runner_forgets_a_background_task_once_it_is_pruned() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (manager, tool) = setup(&runner, 1); // a history of 2
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = agent_id(&call(&tool, async_params("quick", json!({}))).await);
+        settle(&tool).await;
+        assert!(manager.mark_notified(&id));
+        ids.push(id);
+    }
+    assert_eq!(runner.forgotten(), [ids[0].clone()]);
+    assert!(manager.task(&ids[0]).is_none());
+    // Once the tool is gone, the runner hears no more.
+    drop(tool);
+    manager.set_max_async_tasks(MaxAsyncTasks::new(-1).expect("valid"));
+    manager.set_max_async_tasks(MaxAsyncTasks::new(1).expect("valid"));
+    assert_eq!(runner.forgotten(), [ids[0].clone()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_runner_forgets_a_synchronous_run_once_the_history_of_later_ones_ended() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (manager, tool) = setup(&runner, 1); // a history of 2
+    let mut ids = sync_ids(&tool, 2).await;
+    assert_eq!(runner.forgotten(), Vec::<String>::new());
+    ids.extend(sync_ids(&tool, 1).await);
+    assert_eq!(runner.forgotten(), [ids[0].clone()]);
+    // A failed run counts too.
+    let failing = FakeRunner::new(Behaviour::Fail("no"));
+    let tool = TaskTool::new(
+        manager.clone(),
+        Arc::clone(&failing) as Arc<dyn SubagentRunner>,
+    );
+    let failed: Vec<String> = sync_ids(&tool, 3).await;
+    assert_eq!(failing.forgotten(), [failed[0].clone()]);
+    assert!(
+        manager.tasks().is_empty(),
+        "synchronous runs are never registered"
+    );
+}
+
+/// The ids of `count` synchronous runs of `tool`, one after the other.
+async fn sync_ids(tool: &TaskTool, count: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..count {
+        ids.push(agent_id(&call(tool, sync_params("quick", json!({}))).await));
+    }
+    ids
 }
