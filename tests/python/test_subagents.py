@@ -97,11 +97,18 @@ async def test_a_long_output_is_cut_and_kept_whole_in_a_file(tmp_path: Path) -> 
         whole = path.read_text()
         assert len(whole.encode()) == size == 66_008
         assert whole.endswith("the end\n")
-        inline = len(message) - len(marker.group(0)) - 2  # the marker's line has its own newlines
-        assert inline <= 10_000, inline
-        assert message.startswith("0123456789\n0123456789") and message.endswith("the end")
-        # 10,000 characters kept (the last of them a newline the result trims), the rest omitted.
-        assert omitted == 66_008 - 10_000
+        # The message ends with a line that names the file again.
+        body, pointer = message.split("\n\n[whole output: ")
+        assert pointer == f"{path} (66008 bytes)]", pointer
+        head, tail = body.split(f"\n{marker.group(0)}\n")
+        assert head.startswith("0123456789\n0123456789") and tail.endswith("the end")
+        # The head and the tail (with the last newline, which the result trims) cost at
+        # most 10,000 characters as the model reads them, JSON-escaped (a line break
+        # costs 2); every other character is omitted.
+        kept = head + tail + "\n"
+        escaped = len(json.dumps(kept)) - 2
+        assert 9_900 < escaped <= 10_000, escaped
+        assert omitted == 66_008 - len(kept)
 
 
 async def test_the_inline_budget_option_sets_how_much_a_result_holds(tmp_path: Path) -> None:
