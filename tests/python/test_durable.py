@@ -31,6 +31,7 @@ from helpers import (
     connect,
     launched_id,
     process_gone,
+    progress_recorder,
     texts,
     wait_for_file,
 )
@@ -242,3 +243,43 @@ async def test_the_state_directory_is_private(tmp_path: Path, workspace: Workspa
         await Transcript(client).call("check_async_tasks", {})
     assert workspace.state.stat().st_mode & 0o777 == 0o700
     assert (workspace.state / "supervisor.sock").stat().st_mode & 0o077 == 0
+
+
+async def test_progress_never_quotes_another_sessions_task(tmp_path: Path, workspace: Workspace) -> None:
+    """A long call's progress notification quotes the latest line of a running task of
+    its own session, never one of another session sharing the workspace."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    async with connect(MODE, first_dir, *workspace.args()) as first_client:
+        first = Transcript(first_client)
+        chatty = launched_id(
+            await first.call("task", {"subagent_name": "chatty", "goal_prompt": "x", "async": True})
+        )
+        async with connect(MODE, second_dir, *workspace.args()) as second_client:
+            second = Transcript(second_client)
+            slow = launched_id(
+                await second.call("task", {"subagent_name": "slow", "goal_prompt": "x", "async": True})
+            )
+            progress, on_progress = progress_recorder()
+            await second.call("wait_async_tasks", {"timeout_seconds": 6}, progress_callback=on_progress)
+            messages = [message for _, _, message in progress if message]
+            print(f"progress notifications: {progress}")
+            assert messages, "no progress notification during a 6 s wait"
+            # Its own task prints nothing; the other session's prints a line every 0.1 s.
+            assert all(re.fullmatch(r"still running \(\d+s\)", m) for m in messages), messages
+            assert not (await second.call("end_async_task", {"task_id": slow})).is_error
+        assert not (await first.call("end_async_task", {"task_id": chatty})).is_error
+
+
+async def test_the_inline_budget_option_reaches_the_supervisor_it_starts(tmp_path: Path, workspace: Workspace) -> None:
+    """`mcp --durable --inline-budget 2000` starts a supervisor whose results hold 2,000
+    characters of stdout (not the default 10,000)."""
+    async with connect(MODE, tmp_path, *workspace.args(), "--inline-budget", "2000") as client:
+        transcript = Transcript(client)
+        result = await transcript.call("task", {"subagent_name": "big", "goal_prompt": "x"})
+        assert not result.is_error, texts(result)
+        message = json.loads(texts(result)[0])["final_message"]
+        omitted = re.search(r"\[\.\.\. (\d+) characters omitted", message)
+        assert omitted, message[:300]
+        assert int(omitted.group(1)) > 66_008 - 2_000, omitted.group(0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import signal
 import socket
 import subprocess
@@ -33,11 +34,18 @@ class RawServer:
     """`asynctask mcp` on stdio the test controls: `stdin` is a pipe, a socketpair
     or a terminal; stdout is a pipe or a socketpair."""
 
-    def __init__(self, tmp_path: Path, stdin_kind: str, *extra_args: str) -> None:
+    def __init__(
+        self, tmp_path: Path, stdin_kind: str, *extra_args: str, tmpdir: Path | None = None
+    ) -> None:
         env = {**os.environ, "ASYNCTASK_TEST_DIR": str(tmp_path)}
-        # Outputs go to the test's directory: a server killed here leaves nothing
-        # elsewhere.
-        state = ["--state-dir", str(tmp_path / "state")]
+        if tmpdir is None:
+            # Outputs go to the test's directory: a server killed here leaves
+            # nothing elsewhere.
+            state = ["--state-dir", str(tmp_path / "state")]
+        else:
+            # No state directory: outputs go to a temporary one under `tmpdir`.
+            state = []
+            env["TMPDIR"] = str(tmpdir)
         args = [str(binary()), "mcp", "--config", str(CONFIG), *state, *extra_args]
         self._keep: list[Any] = []
         self.stderr = (tmp_path / "server-stderr.log").open("w")
@@ -119,6 +127,14 @@ def pids_of(path: Path) -> list[int]:
     return [int(line) for line in wait_for_file(path).split()]
 
 
+def assert_gone_now(pids: list[int]) -> None:
+    """Every pid is gone (zombies count as gone) right now; any left is killed."""
+    left = [pid for pid in pids if not process_gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes {left} outlived the server (killed now)"
+
+
 def assert_all_gone(pids: list[int], within: float) -> float:
     """Waits until every pid is gone (zombies count as gone); returns how long it took."""
     started = time.monotonic()
@@ -134,16 +150,21 @@ def assert_all_gone(pids: list[int], within: float) -> float:
 
 
 def test_a_killed_server_leaves_no_subagent(tmp_path: Path) -> None:
-    """A server killed with SIGKILL runs no code, yet its subagent ends within 2 s —
-    the subagent's shell, a grandchild that called setsid and a double-forked one."""
+    """A server killed with SIGKILL runs no code, yet its subagents end well within
+    2 s — the subagent's shell, a grandchild that called setsid, a double-forked one,
+    and a subagent that ignores SIGTERM: a dead server grants no grace."""
     server = RawServer(tmp_path, "pipe")
     try:
         task_id = server.launch("orphans")
         pids = pids_of(tmp_path / f"orphans-{task_id}.pids")
         assert len(pids) == 3 and not any(process_gone(pid) for pid in pids), pids
+        stubborn_id = server.launch("stubborn")
+        (stubborn,) = pids_of(tmp_path / f"stubborn-{stubborn_id}.pid")
         server.process.kill()
         server.process.wait()
-        took = assert_all_gone(pids, within=2.0)
+        # The grace is 2 s: a stubborn subagent gone in half a second was not
+        # given it.
+        took = assert_all_gone([*pids, stubborn], within=0.5)
         print(f"every subagent process gone {took * 1000:.0f} ms after SIGKILL")
     finally:
         server.end()
@@ -189,6 +210,63 @@ def test_the_server_exits_within_100_ms_of_a_signal(
         took = time.monotonic() - started
         print(f"{stdin_kind}, {first_signal.name}: exited with {status} after {took * 1000:.0f} ms")
         assert status == 0, f"exit status {status}"
-        assert_all_gone([stubborn], within=1.0)
+        # The server waited for its subagents: they are gone by its exit.
+        assert_gone_now([stubborn])
+    finally:
+        server.end()
+
+
+def test_a_signal_after_end_of_input_cuts_the_grace_short(tmp_path: Path) -> None:
+    """A client that closes stdin and then signals the server (as clients stop their
+    servers) gets an exit as prompt as on a signal alone: the signal ends the
+    subagents without their grace, also during the shutdown that end of input began."""
+    server = RawServer(tmp_path, "pipe")
+    try:
+        task_id = server.launch("stubborn")
+        (stubborn,) = pids_of(tmp_path / f"stubborn-{task_id}.pid")
+        assert server.process.stdin is not None
+        server.process.stdin.close()
+        time.sleep(0.05)
+        assert server.process.poll() is None, "the stubborn subagent holds the shutdown in its grace"
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGINT)
+        try:
+            status = server.process.wait(timeout=PROMPT_EXIT)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            pytest.fail(f"still running {PROMPT_EXIT * 1000:.0f} ms after SIGINT that followed end of input")
+        took = time.monotonic() - started
+        print(f"end of input, then SIGINT: exited with {status} after {took * 1000:.0f} ms")
+        assert status == 0, f"exit status {status}"
+        assert_gone_now([stubborn])
+    finally:
+        server.end()
+
+
+@pytest.mark.parametrize("ending", ["end of input", "SIGINT"])
+def test_a_server_without_a_state_dir_takes_its_outputs_along(tmp_path: Path, ending: str) -> None:
+    """Without --state-dir the whole outputs live in a temporary directory, which the
+    server removes when it exits, however it is asked to."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    server = RawServer(tmp_path, "pipe", tmpdir=tmpdir)
+    try:
+        answer = server.request(
+            "tools/call", {"name": "task", "arguments": {"subagent_name": "big", "goal_prompt": "x"}}
+        )
+        text = answer["result"]["content"][0]["text"]
+        found = re.search(r"\[whole output: (\S+) \((\d+) bytes\)\]", text)
+        assert found, text
+        output = Path(found.group(1))
+        assert output.is_file() and output.stat().st_size == int(found.group(2)), output
+        assert output.parent.parent == tmpdir, output
+        if ending == "SIGINT":
+            server.process.send_signal(signal.SIGINT)
+        else:
+            assert server.process.stdin is not None
+            server.process.stdin.close()
+        server.process.wait(timeout=5)
+        assert server.process.returncode == 0, server.process.returncode
+        assert list(tmpdir.iterdir()) == [], "the temporary outputs outlived the server"
     finally:
         server.end()

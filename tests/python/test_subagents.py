@@ -97,11 +97,38 @@ async def test_a_long_output_is_cut_and_kept_whole_in_a_file(tmp_path: Path) -> 
         whole = path.read_text()
         assert len(whole.encode()) == size == 66_008
         assert whole.endswith("the end\n")
-        inline = len(message) - len(marker.group(0)) - 2  # the marker's line has its own newlines
-        assert inline <= 10_000, inline
-        assert message.startswith("0123456789\n0123456789") and message.endswith("the end")
-        # 10,000 characters kept (the last of them a newline the result trims), the rest omitted.
-        assert omitted == 66_008 - 10_000
+        # The message ends with a line that names the file again.
+        body, pointer = message.split("\n\n[whole output: ")
+        assert pointer == f"{path} (66008 bytes)]", pointer
+        head, tail = body.split(f"\n{marker.group(0)}\n")
+        assert head.startswith("0123456789\n0123456789") and tail.endswith("the end")
+        # The head and the tail (with the last newline, which the result trims) cost at
+        # most 10,000 characters as the model reads them, JSON-escaped (a line break
+        # costs 2); every other character is omitted.
+        kept = head + tail + "\n"
+        escaped = len(json.dumps(kept)) - 2
+        assert 9_900 < escaped <= 10_000, escaped
+        assert omitted == 66_008 - len(kept)
+
+
+async def test_the_inline_budget_option_sets_how_much_a_result_holds(tmp_path: Path) -> None:
+    """`--inline-budget 2000`: 2,000 characters of stdout in the result, the rest in the
+    file its last line names."""
+    async with connect(MODE, tmp_path, "--inline-budget", "2000") as client:
+        transcript = Transcript(client)
+        result = await transcript.call("task", {"subagent_name": "big", "goal_prompt": "x"})
+        assert not result.is_error, texts(result)
+        message = completion(texts(result)[0])["final_message"]
+        marker = re.search(r"\[\.\.\. (\d+) characters omitted; the whole output \(66008 bytes\) is in (\S+) \.\.\.\]", message)
+        assert marker, message[:300]
+        # The head and the tail cost at most 2,000 characters as the model reads them
+        # (JSON-escaped: a line break costs 2); the marker's own two line breaks come
+        # on top.
+        kept = message.replace(marker.group(0), "").split("\n\n[whole output: ")[0]
+        escaped = len(json.dumps(kept)) - 2
+        assert 1_900 < escaped <= 2_000 + 4, escaped
+        assert int(marker.group(1)) > 66_008 - 2_000
+        assert message.endswith(f"[whole output: {marker.group(2)} (66008 bytes)]"), message[-200:]
 
 
 async def test_a_running_task_shows_its_latest_output(tmp_path: Path) -> None:

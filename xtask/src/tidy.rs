@@ -129,46 +129,172 @@ fn check_source(text: &str, unsafe_allowed: bool) -> Vec<String> {
 }
 
 /// Unsafe code: none at all outside [`UNSAFE_ALLOWED`]; there, every
-/// `unsafe {` right under a comment block that holds a `// SAFETY:` line.
-/// Comment lines are not code and are skipped.
+/// `unsafe` block right under a comment block that holds a `// SAFETY:` line.
+///
+/// The keyword is matched as a whole word (`unsafe{`, `unsafe fn`, `unsafe
+/// impl`, `#[unsafe(...)]`, ...) and so is the lint's name (`unsafe_code` in
+/// any lint attribute: `allow`, `expect`, `warn`, among other lints), in code
+/// only: comments and string and character literals are blanked out first
+/// ([`code_only`]), so a word in them is no finding and a keyword hidden
+/// after one on the same line still is.
 fn check_unsafe(text: &str, unsafe_allowed: bool) -> Vec<String> {
     // Built at run time so that this file does not trip its own rule.
     let keyword = format!("{}{}", "uns", "afe");
-    let block = format!("{keyword} {{");
-    let needles = [
-        block.clone(),
-        format!("{keyword} fn"),
-        format!("{keyword} impl"),
-        format!("{keyword} trait"),
-        format!("{keyword} extern"),
-        format!("#[{keyword}("),
-        format!("allow({keyword}_code"),
-    ];
+    let lint = format!("{keyword}_code");
+    let code = code_only(text);
     let lines: Vec<&str> = text.lines().collect();
     let mut problems = Vec::new();
-    for (index, line) in lines.iter().enumerate() {
-        let code = line.trim_start();
-        if code.starts_with("//") {
-            continue;
-        }
-        for needle in &needles {
-            if !code.contains(needle.as_str()) {
-                continue;
-            }
-            if !unsafe_allowed {
-                problems.push(format!(
-                    "line {}: `{needle}` is allowed only in {UNSAFE_ALLOWED}",
-                    index + 1
-                ));
-            } else if *needle == block && !has_safety_comment(&lines[..index]) {
-                problems.push(format!(
-                    "line {}: `{needle}` needs a `// SAFETY:` comment right above it",
-                    index + 1
-                ));
+    for (index, line) in code.lines().enumerate() {
+        for word in [&keyword, &lint] {
+            for at in word_positions(line, word) {
+                if !unsafe_allowed {
+                    problems.push(format!(
+                        "line {}: `{word}` is allowed only in {UNSAFE_ALLOWED}",
+                        index + 1
+                    ));
+                } else if word == &keyword
+                    && line[at + word.len()..].trim_start().starts_with('{')
+                    && !has_safety_comment(&lines[..index])
+                {
+                    problems.push(format!(
+                        "line {}: `{keyword} {{` needs a `// SAFETY:` comment right above it",
+                        index + 1
+                    ));
+                }
             }
         }
     }
     problems
+}
+
+/// Where `word` stands in `line` as a whole word: not inside a longer
+/// identifier (letters, digits and `_` on neither side).
+fn word_positions(line: &str, word: &str) -> Vec<usize> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices(word)
+        .filter(|(at, _)| {
+            let before = line[..*at].chars().next_back();
+            let after = line[at + word.len()..].chars().next();
+            !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+        })
+        .map(|(at, _)| at)
+        .collect()
+}
+
+/// `text` with every comment (line, block — nested — and doc) and every
+/// string, byte string, raw string and character literal replaced by spaces,
+/// line breaks kept, so what is left is code on the lines it was on. A
+/// lifetime (`'a`) is code.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                blank(&mut out, chars[i]);
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(&mut out, chars[i]);
+                    i += 1;
+                }
+            }
+        } else if (c == 'r' || (c == 'b' && next == Some('r')))
+            && !i.checked_sub(1).is_some_and(|j| is_ident(chars[j]))
+            && raw_string_hashes(&chars[i + usize::from(c == 'b') + 1..]).is_some()
+        {
+            // r"...", r#"..."#, br"...": no escapes; ends at `"` and the hashes.
+            let start = i + usize::from(c == 'b') + 1;
+            let hashes = raw_string_hashes(&chars[start..]).unwrap_or(0);
+            let body = start + hashes + 1;
+            for &skipped in &chars[i..body] {
+                blank(&mut out, skipped);
+            }
+            i = body;
+            let closing: Vec<char> = std::iter::once('"')
+                .chain(std::iter::repeat_n('#', hashes))
+                .collect();
+            while i < chars.len() && !chars[i..].starts_with(&closing) {
+                blank(&mut out, chars[i]);
+                i += 1;
+            }
+            for _ in 0..closing.len().min(chars.len() - i) {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '"' {
+            blank(&mut out, c);
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' && i + 1 < chars.len() {
+                    blank(&mut out, chars[i]);
+                    i += 1;
+                }
+                blank(&mut out, chars[i]);
+                i += 1;
+            }
+            if i < chars.len() {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '\'' {
+            // A character literal: 'x', '\n', '\u{1f600}', '\''. Anything else
+            // after a quote is a lifetime or a label.
+            let end = if next == Some('\\') {
+                chars[i + 2..]
+                    .iter()
+                    .skip(1)
+                    .position(|&c| c == '\'')
+                    .map(|at| i + 3 + at)
+            } else if chars.get(i + 2) == Some(&'\'') {
+                Some(i + 2)
+            } else {
+                None
+            };
+            match end {
+                Some(end) => {
+                    for &skipped in &chars[i..=end] {
+                        blank(&mut out, skipped);
+                    }
+                    i = end + 1;
+                }
+                None => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// For the text right after a raw string's `r`: how many `#` open it, when
+/// they are followed by `"` (else it is no raw string).
+fn raw_string_hashes(after_r: &[char]) -> Option<usize> {
+    let hashes = after_r.iter().take_while(|&&c| c == '#').count();
+    (after_r.get(hashes) == Some(&'"')).then_some(hashes)
 }
 
 /// Whether the comment lines right before a line (none between) hold a
@@ -437,27 +563,52 @@ mod tests {
         assert_eq!(
             check_source(&source, false),
             [
-                format!("line 2: `allow({keyword}_code` is allowed only in {UNSAFE_ALLOWED}"),
-                format!("line 3: `{keyword} {{` is allowed only in {UNSAFE_ALLOWED}"),
-                format!("line 4: `{keyword} fn` is allowed only in {UNSAFE_ALLOWED}"),
-                format!("line 5: `{keyword} impl` is allowed only in {UNSAFE_ALLOWED}"),
+                format!("line 2: `{keyword}_code` is allowed only in {UNSAFE_ALLOWED}"),
+                format!("line 3: `{keyword}` is allowed only in {UNSAFE_ALLOWED}"),
+                format!("line 4: `{keyword}` is allowed only in {UNSAFE_ALLOWED}"),
+                format!("line 5: `{keyword}` is allowed only in {UNSAFE_ALLOWED}"),
             ]
         );
     }
 
     #[test]
-    fn every_unsafe_block_in_its_file_needs_a_safety_comment() {
+    fn unsafe_code_is_found_however_it_is_spelled() {
         let keyword = format!("{}{}", "uns", "afe");
-        let source = format!(
-            "//! x\n#![allow({keyword}_code)]\n// SAFETY: why\n// more why\n{keyword} {{ a() }}\n\n// no reason\n{keyword} {{ b() }}\n{keyword} {{ c() }}\n"
-        );
-        assert_eq!(
-            check_source(&source, true),
-            [
-                format!("line 8: `{keyword} {{` needs a `// SAFETY:` comment right above it"),
-                format!("line 9: `{keyword} {{` needs a `// SAFETY:` comment right above it"),
-            ]
-        );
+        let lines = [
+            format!("fn a() {{ {keyword}{{ b() }} }}"),
+            format!("#![allow(clippy::x, {keyword}_code)]"),
+            format!("#[expect({keyword}_code, reason = \"r\")]"),
+            format!("#![warn({keyword}_code)]"),
+            format!("let s = \"a string\"; {keyword} {{ c() }}"),
+            format!("/* a comment */ {keyword} extern \"C\" {{}}"),
+            format!("#[{keyword}(no_mangle)]"),
+            format!("let c = '\"'; {keyword} {{ d() }}"),
+            format!("fn f<'a>(x: &'a str) {{ {keyword} {{ e() }} }}"),
+        ];
+        for line in &lines {
+            let source = format!("//! x\n{line}\n");
+            assert_eq!(check_source(&source, false).len(), 1, "{line}");
+        }
+    }
+
+    #[test]
+    fn the_word_in_comments_strings_and_identifiers_is_no_finding() {
+        let keyword = format!("{}{}", "uns", "afe");
+        let lines = [
+            format!("// {keyword} {{ in a comment"),
+            format!("/* {keyword} {{ in a\n block {keyword}_code comment */"),
+            format!("/* nested /* {keyword} */ still a comment {keyword} */"),
+            format!("let s = \"{keyword} {{ in a string\";"),
+            format!("let s = \"an escaped \\\" quote, then {keyword}\";"),
+            format!("let s = r#\"a raw \"{keyword}\" string\"#;"),
+            format!("let s = br\"{keyword}\";"),
+            format!("let not_{keyword} = 1; let {keyword}ly = 2;"),
+            format!("let c = '{{'; let d = '\\''; let w = \"{keyword}\";"),
+        ];
+        for line in &lines {
+            let source = format!("//! x\n{line}\n");
+            assert_eq!(check_source(&source, false), Vec::<String>::new(), "{line}");
+        }
     }
 
     #[test]

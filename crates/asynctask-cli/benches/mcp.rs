@@ -8,7 +8,11 @@
 //! - tool round trip: one `check_async_tasks` call, median and p99;
 //! - 1,000 subprocess tasks: launched with `async: true` (no limit), until every
 //!   result has been delivered (counted in the reminders riding on results);
-//! - exit after SIGINT: the signal until the process has exited.
+//! - exit after SIGINT: the signal until the process has exited, for a server
+//!   with nothing running and for one with live subagents (that ignore
+//!   `SIGTERM`), which it ends first; each over fresh servers, median and
+//!   worst. The signal is sent with `kill(2)` from here, and every subagent is
+//!   checked gone by pid once the server has exited.
 //!
 //! Wall-clock time on a shared machine varies: run it on a quiet one, and read
 //! the numbers as orientation (`docs/benchmarks.md` records them).
@@ -18,11 +22,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 const ROUND_TRIPS: usize = 2_000;
 const STARTS: usize = 20;
 const TASKS: usize = 1_000;
+/// How many servers each exit figure is measured over.
+const EXITS: usize = 20;
+/// How many subagents run when a server with live subagents is signalled.
+const LIVE: usize = 5;
 
 /// A server on pipes.
 struct Server {
@@ -94,10 +104,9 @@ impl Server {
 
     /// Sends SIGINT and returns how long the process took to exit.
     fn interrupt(mut self) -> Duration {
-        let pid = self.child.id().to_string();
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("a pid"));
         let started = Instant::now();
-        let sent = Command::new("kill").args(["-INT", &pid]).status();
-        assert!(sent.is_ok_and(|status| status.success()));
+        kill(pid, Signal::SIGINT).expect("the server is there to signal");
         self.child.wait().expect("it exits");
         started.elapsed()
     }
@@ -180,8 +189,7 @@ fn measure(label: &str, config: &Path, extra: &[&str]) {
     let all_delivered = started.elapsed();
     assert_eq!(delivered, TASKS, "every result exactly once");
 
-    // Exit after SIGINT, with nothing running.
-    let exit = server.interrupt();
+    server.close();
 
     println!("{label}");
     println!(
@@ -199,7 +207,95 @@ fn measure(label: &str, config: &Path, extra: &[&str]) {
         millis(launched),
         millis(all_delivered)
     );
-    println!("  exit after SIGINT      {}", millis(exit));
+}
+
+/// Exit after SIGINT of `EXITS` fresh servers, each with `live` subagents of
+/// `sleeper` running (each writes its pid to `<pids>/<task id>.pid`). With
+/// `reaped`, every subagent must be gone once the server has exited (a
+/// per-session server ends them first); without, they go on (a durable
+/// relay's supervisor keeps them) and are left to the caller.
+fn exit_times(
+    config: &Path,
+    extra: &[&str],
+    pids: &Path,
+    live: usize,
+    reaped: bool,
+) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(EXITS);
+    for _ in 0..EXITS {
+        let mut server = Server::start(config, extra);
+        let ids: Vec<String> = (0..live)
+            .map(|_| {
+                let answer = server.call(
+                    "task",
+                    json!({"subagent_name": "sleeper", "goal_prompt": "x", "async": true}),
+                );
+                let text = answer["result"]["content"][0]["text"]
+                    .as_str()
+                    .expect("a launch text");
+                text.split("(ID: ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(')').next())
+                    .expect("the task id")
+                    .to_owned()
+            })
+            .collect();
+        let running: Vec<Pid> = ids
+            .iter()
+            .map(|id| wait_for_pid(&pids.join(format!("{id}.pid"))))
+            .collect();
+        times.push(server.interrupt());
+        if reaped {
+            let left: Vec<Pid> = running.into_iter().filter(|&pid| !gone(pid)).collect();
+            for &pid in &left {
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+            assert!(
+                left.is_empty(),
+                "subagents {left:?} outlived their server (killed now)"
+            );
+        }
+    }
+    times.sort();
+    times
+}
+
+/// The pid a subagent wrote to `file`, once it has.
+fn wait_for_pid(file: &Path) -> Pid {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .filter(|text| text.ends_with('\n'))
+            .and_then(|text| text.trim().parse().ok())
+        {
+            return Pid::from_raw(pid);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether `pid` has ended (a zombie not yet reaped by its new parent has).
+fn gone(pid: Pid) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
+}
+
+fn print_exits(label: &str, times: &[Duration]) {
+    println!(
+        "  exit after SIGINT, {label:<22} median {}  worst {}  ({EXITS} servers)",
+        millis(percentile(times, 0.5)),
+        millis(times[times.len() - 1])
+    );
 }
 
 fn main() {
@@ -211,24 +307,55 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("asynctask-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     let config = dir.join("subagents.toml");
+    let pids = dir.join("pids");
+    std::fs::create_dir_all(&pids).expect("a pid dir");
+    // `sleeper` ignores SIGTERM (as `exec` keeps an ignored signal ignored):
+    // only an end without grace is quick.
+    let sleeper = format!(
+        "trap '' TERM; echo $$ > '{}'/$ASYNCTASK_TASK_ID.pid; exec sleep 60",
+        pids.display()
+    );
     std::fs::write(
         &config,
-        "[subagents.echo]\ndescription = \"Prints one line\"\ncommand = [\"echo\", \"done\"]\n",
+        format!(
+            "[subagents.echo]\ndescription = \"Prints one line\"\ncommand = [\"echo\", \"done\"]\n\
+             [subagents.sleeper]\ndescription = \"Sleeps, deaf to SIGTERM\"\ncommand = [\"sh\", \"-c\", {}]\n",
+            Value::from(sleeper)
+        ),
     )
     .expect("the config");
-    measure("asynctask mcp", &config, &["--max-async-tasks", "-1"]);
+    let session = ["--max-async-tasks", "-1"];
+    measure("asynctask mcp", &config, &session);
+    print_exits(
+        "nothing running",
+        &exit_times(&config, &session, &pids, 0, true),
+    );
+    print_exits(
+        &format!("{LIVE} live subagents"),
+        &exit_times(&config, &session, &pids, LIVE, true),
+    );
     let state: PathBuf = dir.join("state");
     let state = state.to_str().expect("UTF-8").to_owned();
+    let durable = [
+        "--durable",
+        "--state-dir",
+        &state,
+        "--max-async-tasks",
+        "-1",
+    ];
     measure(
         "asynctask mcp --durable (a supervisor already running)",
         &config,
-        &[
-            "--durable",
-            "--state-dir",
-            &state,
-            "--max-async-tasks",
-            "-1",
-        ],
+        &durable,
+    );
+    print_exits(
+        "nothing running",
+        &exit_times(&config, &durable, &pids, 0, false),
+    );
+    // The relay exits; its subagents go on in the supervisor (stopped below).
+    print_exits(
+        &format!("{LIVE} live subagents"),
+        &exit_times(&config, &durable, &pids, LIVE, false),
     );
     let stopped = Command::new(env!("CARGO_BIN_EXE_asynctask"))
         .args(["supervisor", "stop", "--config"])

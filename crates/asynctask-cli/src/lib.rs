@@ -96,6 +96,15 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
+    /// The directory for subagents' whole outputs cannot be made.
+    #[error("cannot make the output directory {}", path.display())]
+    OutputDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The supervisor's lock cannot be taken.
     #[error("cannot lock {}", path.display())]
     Lock {

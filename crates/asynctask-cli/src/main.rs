@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
 use asynctask_cli::serve::{
-    REAPER_ARG, ServeOptions, load_runner, mcp, mcp_durable, supervisor_run, supervisor_status,
-    supervisor_stop, wants_durable,
+    REAPER_ARG, ServeOptions, load_runner, mcp, mcp_durable, run_output_dir, supervisor_run,
+    supervisor_status, supervisor_stop, wants_durable,
 };
 use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, run_once, schemas};
 use asynctask_mcp::StateDir;
@@ -49,6 +49,11 @@ enum Command {
         /// The subagents config (TOML).
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        /// Where the subagent's whole output is kept, named in the result when
+        /// it was cut (default: `.asynctask/outputs/` beside the config; kept
+        /// after the command exits).
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<PathBuf>,
         /// The subagent to run.
         subagent: String,
         /// Its goal.
@@ -126,6 +131,15 @@ struct ServeArgs {
     /// connected and no task running.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     idle_exit: u64,
+    /// How much of a subagent's output a result holds, in characters as the
+    /// model reads them (JSON-escaped); overrides `inline_budget` in the
+    /// config (default 10000).
+    #[arg(
+        long,
+        value_name = "CHARS",
+        value_parser = clap::value_parser!(u64).range(1_000..=1_000_000)
+    )]
+    inline_budget: Option<u64>,
 }
 
 impl ServeArgs {
@@ -134,6 +148,9 @@ impl ServeArgs {
         options.state_dir.clone_from(&self.state.state_dir);
         options.sync_detach_after = Duration::from_secs(self.sync_detach_after);
         options.idle_exit = Duration::from_secs(self.idle_exit);
+        options.inline_budget = self
+            .inline_budget
+            .and_then(|chars| usize::try_from(chars).ok());
         if let Some(max) = self.max_async_tasks {
             options.max_async_tasks = max;
         }
@@ -242,6 +259,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         }
         Command::Run {
             config,
+            output_dir,
             subagent,
             goal,
         } => {
@@ -254,6 +272,8 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                     configured: names,
                 });
             }
+            // The result may name the output file: it must outlive this command.
+            let runner = runner.with_output_dir(run_output_dir(&config, output_dir.as_deref())?);
             let result = run_once(Arc::new(runner), &subagent, &goal).await;
             println!("{}", result.llm_content);
             match result.error {
@@ -317,7 +337,11 @@ fn start_supervisor(options: &ServeOptions) -> std::io::Result<()> {
         .arg("--idle-exit")
         .arg(options.idle_exit.as_secs().to_string())
         .arg("--max-async-tasks")
-        .arg(options.max_async_tasks.get().to_string())
+        .arg(options.max_async_tasks.get().to_string());
+    if let Some(chars) = options.inline_budget {
+        command.arg("--inline-budget").arg(chars.to_string());
+    }
+    command
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

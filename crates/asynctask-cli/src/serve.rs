@@ -34,6 +34,9 @@ pub struct ServeOptions {
     pub state_dir: Option<PathBuf>,
     /// A durable supervisor exits after this long with no session and no task.
     pub idle_exit: Duration,
+    /// How much of a subagent's output a result holds (JSON-escaped
+    /// characters); `None`: the config's `inline_budget`, else the default.
+    pub inline_budget: Option<usize>,
 }
 
 impl ServeOptions {
@@ -46,6 +49,7 @@ impl ServeOptions {
             max_async_tasks: MaxAsyncTasks::default(),
             state_dir: None,
             idle_exit: SupervisorOptions::default().idle_exit,
+            inline_budget: None,
         }
     }
 
@@ -100,11 +104,51 @@ pub fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
 /// state directory is given (else in a temporary directory removed when the
 /// runner is dropped).
 fn runner_for(options: &ServeOptions, state: Option<&StateDir>) -> Result<ProcessRunner, CliError> {
-    let runner = load_runner(&options.config)?;
+    let mut runner = load_runner(&options.config)?;
+    if let Some(chars) = options.inline_budget {
+        runner = runner.with_inline_budget(chars);
+    }
     Ok(match state {
         Some(state) => runner.with_output_dir(state.outputs()),
         None => runner,
     })
+}
+
+/// Where `asynctask run` keeps the subagent's whole output: `dir` when given,
+/// else `outputs/` in the workspace's state directory (`.asynctask/` beside
+/// the config, made private to its owner). The path the result names must
+/// still hold the file after the command exits, so it is never a temporary
+/// directory; files there are kept until removed by hand (one `<task
+/// id>.out` per run).
+///
+/// ```
+/// # use std::path::Path;
+/// let dir = std::env::temp_dir().join(format!("asynctask-doc-run-{}", std::process::id()));
+/// let config = dir.join("subagents.toml");
+/// let outputs = asynctask_cli::serve::run_output_dir(&config, None)?;
+/// assert_eq!(outputs, dir.join(".asynctask").join("outputs"));
+/// assert!(outputs.is_dir());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// [`CliError`] when the directory cannot be made.
+pub fn run_output_dir(config: &Path, dir: Option<&Path>) -> Result<PathBuf, CliError> {
+    let outputs = match dir {
+        Some(dir) => dir.to_owned(),
+        None => {
+            let state = ServeOptions::new(config).state();
+            create_state(&state)?;
+            state.outputs()
+        }
+    };
+    std::fs::create_dir_all(&outputs).map_err(|source| CliError::OutputDir {
+        path: outputs.clone(),
+        source,
+    })?;
+    Ok(outputs)
 }
 
 /// Whether `asynctask mcp` serves durably: `--durable`, or `durable = true` at

@@ -65,11 +65,21 @@ impl TaskEvent {
 /// An event handler as stored by the manager.
 pub(crate) type Handler = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
 
+/// A handler of pruned task ids as stored by the manager.
+pub(crate) type PruneHandler = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// One registered handler.
 #[derive(Clone)]
 struct Subscriber {
     id: u64,
     handler: Handler,
+}
+
+/// One registered handler of pruned task ids.
+#[derive(Clone)]
+struct PruneSubscriber {
+    id: u64,
+    handler: PruneHandler,
 }
 
 /// The subscribers, and the events not yet delivered to them.
@@ -86,6 +96,10 @@ struct Subscriber {
 /// replaced, never mutated, on (un)subscribe.
 pub(crate) struct Dispatcher {
     subscribers: Arc<[Subscriber]>,
+    /// Told of every task pruned from the history, after the change, on the
+    /// thread that made it (no order across threads: a pruned task never
+    /// comes back).
+    prune_subscribers: Arc<[PruneSubscriber]>,
     next_id: u64,
     queue: VecDeque<(TaskEvent, Arc<[Subscriber]>)>,
     draining: bool,
@@ -96,8 +110,35 @@ pub(crate) struct Dispatcher {
 /// caller drops it after releasing the registry lock.
 #[must_use = "drop it after releasing the lock"]
 pub(crate) struct Replaced(
-    #[expect(dead_code, reason = "held only to be dropped")] Arc<[Subscriber]>,
+    #[expect(dead_code, reason = "held only to be dropped")] Option<Arc<[Subscriber]>>,
+    #[expect(dead_code, reason = "held only to be dropped")] Option<Arc<[PruneSubscriber]>>,
 );
+
+/// Task ids just pruned, with the handlers they go to.
+pub(crate) struct PruneDelivery {
+    ids: Vec<Arc<str>>,
+    subscribers: Arc<[PruneSubscriber]>,
+}
+
+impl PruneDelivery {
+    /// Runs every handler on every id, with no lock held. A handler that
+    /// panics is logged and does not stop the others.
+    pub(crate) fn run(self) {
+        for id in &self.ids {
+            for subscriber in self.subscribers.iter() {
+                let outcome = catch_unwind(AssertUnwindSafe(|| (subscriber.handler)(id)));
+                if let Err(panic) = outcome {
+                    tracing::error!(
+                        task_id = %id,
+                        subscriber = subscriber.id,
+                        panic = %panic_message(panic.as_ref()),
+                        "a pruned-task handler panicked; the other handlers still ran"
+                    );
+                }
+            }
+        }
+    }
+}
 
 /// An event taken from the queue, with the handlers it goes to.
 pub(crate) struct Delivery {
@@ -109,6 +150,7 @@ impl Dispatcher {
     pub(crate) fn new() -> Self {
         Dispatcher {
             subscribers: Arc::new([]),
+            prune_subscribers: Arc::new([]),
             next_id: 0,
             queue: VecDeque::new(),
             draining: false,
@@ -121,7 +163,7 @@ impl Dispatcher {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.subscribers.len()
+        self.subscribers.len() + self.prune_subscribers.len()
     }
 
     /// Adds a handler; returns its id and the list it replaced.
@@ -136,11 +178,34 @@ impl Dispatcher {
             .collect();
         (
             id,
-            Replaced(std::mem::replace(&mut self.subscribers, subscribers)),
+            Replaced(
+                Some(std::mem::replace(&mut self.subscribers, subscribers)),
+                None,
+            ),
         )
     }
 
-    /// Removes a handler; returns the list it replaced.
+    /// Adds a handler of pruned task ids; returns its id and the list it
+    /// replaced.
+    pub(crate) fn subscribe_pruned(&mut self, handler: PruneHandler) -> (u64, Replaced) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let subscribers: Arc<[PruneSubscriber]> = self
+            .prune_subscribers
+            .iter()
+            .cloned()
+            .chain(std::iter::once(PruneSubscriber { id, handler }))
+            .collect();
+        (
+            id,
+            Replaced(
+                None,
+                Some(std::mem::replace(&mut self.prune_subscribers, subscribers)),
+            ),
+        )
+    }
+
+    /// Removes a handler, of either kind; returns the lists it replaced.
     pub(crate) fn unsubscribe(&mut self, id: u64) -> Replaced {
         let kept: Arc<[Subscriber]> = self
             .subscribers
@@ -148,7 +213,25 @@ impl Dispatcher {
             .filter(|subscriber| subscriber.id != id)
             .cloned()
             .collect();
-        Replaced(std::mem::replace(&mut self.subscribers, kept))
+        let kept_pruned: Arc<[PruneSubscriber]> = self
+            .prune_subscribers
+            .iter()
+            .filter(|subscriber| subscriber.id != id)
+            .cloned()
+            .collect();
+        Replaced(
+            Some(std::mem::replace(&mut self.subscribers, kept)),
+            Some(std::mem::replace(&mut self.prune_subscribers, kept_pruned)),
+        )
+    }
+
+    /// The delivery of `ids`, just pruned, to the handlers of pruned ids;
+    /// `None` when there is nothing to tell or no one to tell it to.
+    pub(crate) fn pruned(&self, ids: Vec<Arc<str>>) -> Option<PruneDelivery> {
+        (!ids.is_empty() && !self.prune_subscribers.is_empty()).then(|| PruneDelivery {
+            ids,
+            subscribers: Arc::clone(&self.prune_subscribers),
+        })
     }
 
     /// Queues `event` for the current subscribers. `true`: nobody is draining,
@@ -183,17 +266,21 @@ fn run_handlers(event: &TaskEvent, subscribers: &[Subscriber]) {
     for subscriber in subscribers {
         let outcome = catch_unwind(AssertUnwindSafe(|| (subscriber.handler)(event)));
         if let Err(panic) = outcome {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_owned());
             tracing::error!(
                 task_id = %event.task().id,
                 subscriber = subscriber.id,
-                panic = %message,
+                panic = %panic_message(panic.as_ref()),
                 "an async task event handler panicked; the other handlers still ran"
             );
         }
     }
+}
+
+/// A panic's payload as text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }

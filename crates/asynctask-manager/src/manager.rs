@@ -7,7 +7,7 @@ use asynctask_model::{AsyncTaskInfo, Clock, MaxAsyncTasks, OutputObject, SystemC
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
-use crate::events::{Dispatcher, Handler, TaskEvent};
+use crate::events::{Dispatcher, Handler, PruneDelivery, PruneHandler, TaskEvent};
 use crate::journal::{Journal, JournalError, RestoreError, StoredTask};
 use crate::live::{MessageError, TaskProgress};
 use crate::registry::{Finished, Registry, Terminal};
@@ -115,6 +115,15 @@ impl WeakAsyncTaskManager {
 struct State {
     registry: Registry,
     events: Dispatcher,
+}
+
+impl State {
+    /// The tasks the last change pruned, for their handlers to hear of once
+    /// the lock is released.
+    fn take_pruned(&mut self) -> Option<PruneDelivery> {
+        let ids = self.registry.take_pruned();
+        self.events.pruned(ids)
+    }
 }
 
 impl Shared {
@@ -372,13 +381,16 @@ impl AsyncTaskManager {
     /// The pruning is journaled; when that write fails it is logged and applied
     /// in memory anyway (the limit must hold; a restore prunes the store again).
     pub fn set_max_async_tasks(&self, max: MaxAsyncTasks) {
-        let (error, drain) = {
+        let (error, drain, pruned) = {
             let mut state = self.lock();
             let error = state.registry.set_max(max, self.journal());
-            (error, self.after_journal(&mut state))
+            (error, self.after_journal(&mut state), state.take_pruned())
         };
         if drain {
             self.drain_events();
+        }
+        if let Some(pruned) = pruned {
+            pruned.run();
         }
         if let Some(error) = error {
             tracing::error!(
@@ -493,7 +505,7 @@ impl AsyncTaskManager {
                 .entered();
         let now = self.now();
         let cancel = matches!(terminal, Terminal::Cancelled);
-        let (drain, token) = {
+        let (drain, token, pruned) = {
             let mut state = self.lock();
             let snapshot = state.events.has_subscribers();
             let Finished {
@@ -520,13 +532,16 @@ impl AsyncTaskManager {
                 _ => false,
             };
             drain |= self.after_journal(&mut state);
-            (drain, token)
+            (drain, token, state.take_pruned())
         };
         if cancel {
             token.cancel();
         }
         if drain {
             self.drain_events();
+        }
+        if let Some(pruned) = pruned {
+            pruned.run();
         }
         Some(token)
     }
@@ -730,16 +745,19 @@ impl AsyncTaskManager {
     /// ```
     pub fn try_mark_notified(&self, id: &str) -> Result<bool, JournalError> {
         let now = self.now();
-        let (marked, drain) = {
+        let (marked, drain, pruned) = {
             let mut state = self.lock();
             let marked = state
                 .registry
                 .mark_notified(&[id], now, self.journal())
                 .map(|marked| marked == 1);
-            (marked, self.after_journal(&mut state))
+            (marked, self.after_journal(&mut state), state.take_pruned())
         };
         if drain {
             self.drain_events();
+        }
+        if let Some(pruned) = pruned {
+            pruned.run();
         }
         match &marked {
             Ok(true) => tracing::debug!(task_id = %id, "async task marked notified"),
@@ -756,7 +774,7 @@ impl AsyncTaskManager {
     pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
         let now = self.now();
         let journal = self.journal();
-        let (marked, drain) = {
+        let (marked, drain, pruned) = {
             let mut state = self.lock();
             let marked = match state.registry.mark_notified(ids, now, journal) {
                 Ok(marked) => marked,
@@ -767,10 +785,13 @@ impl AsyncTaskManager {
                     0
                 }
             };
-            (marked, self.after_journal(&mut state))
+            (marked, self.after_journal(&mut state), state.take_pruned())
         };
         if drain {
             self.drain_events();
+        }
+        if let Some(pruned) = pruned {
+            pruned.run();
         }
         marked
     }
@@ -815,6 +836,45 @@ impl AsyncTaskManager {
                 handler(task);
             }
         })
+    }
+
+    /// Subscribes to the pruning of the history: `handler` gets the id of
+    /// every task removed from the manager because the history limit was
+    /// exceeded (finished, delivered, and among the oldest to finish), once,
+    /// after the change that pruned it, on the thread that made it, with no
+    /// lock held. A host drops what it kept for the task there (its output
+    /// files, say): nothing can ask for the task any more. A restore
+    /// ([`restore`](Self::restore)) tells no handler what it pruned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    /// use asynctask_model::MaxAsyncTasks;
+    ///
+    /// // A limit of 1 keeps a history of 2 finished tasks.
+    /// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
+    /// let pruned = Arc::new(Mutex::new(Vec::new()));
+    /// let seen = Arc::clone(&pruned);
+    /// let _subscription = manager.on_task_pruned(move |id| seen.lock().unwrap().push(id.to_owned()));
+    /// for id in ["a", "b", "c"] {
+    ///     manager.register_task(RegisterTaskInput::new(id, "tester", "g"))?;
+    ///     manager.cancel_task(id);
+    ///     manager.mark_notified(id);
+    /// }
+    /// assert_eq!(*pruned.lock().unwrap(), ["a"]);
+    /// assert!(manager.task("a").is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_task_pruned(&self, handler: impl Fn(&str) + Send + Sync + 'static) -> Subscription {
+        let handler: PruneHandler = Arc::new(handler);
+        let (id, old) = self.lock().events.subscribe_pruned(handler);
+        drop(old);
+        Subscription {
+            shared: Arc::downgrade(&self.shared),
+            id,
+        }
     }
 
     fn add_subscriber(&self, handler: Handler) -> Subscription {

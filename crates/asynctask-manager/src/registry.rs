@@ -213,6 +213,9 @@ pub(crate) struct Registry {
     /// Held tasks the journal has caught up with since the manager last
     /// looked: it announces them, as their transition could not be.
     released: Vec<Seq>,
+    /// The ids pruned since the manager last took them
+    /// ([`take_pruned`](Self::take_pruned)), oldest first.
+    pruned: Vec<Arc<str>>,
 }
 
 impl Registry {
@@ -234,7 +237,14 @@ impl Registry {
             unjournaled: Vec::new(),
             held: BTreeSet::new(),
             released: Vec::new(),
+            pruned: Vec::new(),
         }
+    }
+
+    /// The ids of the tasks pruned since the last call, oldest-finished
+    /// first.
+    pub(crate) fn take_pruned(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.pruned)
     }
 
     /// The journal has recorded every change: nothing is missed any more, and
@@ -582,6 +592,7 @@ impl Registry {
                 self.ids.remove(&*record.id);
                 self.origins.remove(&seq);
                 self.finished_by_status[status_slot(record.status())] -= 1;
+                self.pruned.push(record.id);
             }
         }
     }
@@ -612,6 +623,7 @@ impl Registry {
                 self.ids.remove(&*record.id);
                 self.origins.remove(seq);
                 self.finished_by_status[status_slot(record.status())] -= 1;
+                self.pruned.push(record.id);
             }
         }
     }
@@ -731,6 +743,9 @@ impl Registry {
         });
         let journal_error = registry.settle(written, &interrupted, &pruned);
         registry.remove(&pruned);
+        // A restore tells no one what it pruned (the caller has the stored
+        // tasks to compare with).
+        registry.pruned.clear();
         Ok((registry, journal_error))
     }
 

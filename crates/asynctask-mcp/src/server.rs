@@ -384,11 +384,72 @@ fn is_reminder(result: &ToolResult) -> bool {
 /// How many characters of an output line a progress message carries.
 const PROGRESS_LINE_CHARS: usize = 200;
 
+/// Which running tasks a long call's progress may quote.
+#[derive(Debug, Default)]
+struct ProgressScope {
+    /// The id prefixes the call names (`wait_async_tasks`'s
+    /// `task_id_prefixes`): their tasks come first.
+    targets: Vec<String>,
+    /// The session the call belongs to, when several share the runtime: only
+    /// its own tasks (and the ones it names) are quoted, never another
+    /// session's output.
+    session: Option<String>,
+}
+
+impl ProgressScope {
+    /// The scope of a call of `tool` with `arguments`.
+    fn of(tool: &str, arguments: &Value, session: Option<&Session>) -> Self {
+        let targets = if tool == WaitAsyncTasksTool::NAME {
+            arguments
+                .get("task_id_prefixes")
+                .and_then(Value::as_array)
+                .map(|prefixes| {
+                    prefixes
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .filter(|prefix| !prefix.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        ProgressScope {
+            targets,
+            session: session.map(|session| session.id().to_owned()),
+        }
+    }
+
+    fn targets(&self, id: &str) -> bool {
+        self.targets
+            .iter()
+            .any(|prefix| id.starts_with(prefix.as_str()))
+    }
+
+    /// Whether the call may quote the output of task `id`: a task it names,
+    /// or one of its session's (any task, with no sessions).
+    fn may_quote(&self, manager: &AsyncTaskManager, id: &str) -> bool {
+        match &self.session {
+            None => true,
+            Some(session) => {
+                self.targets(id) || manager.origin(id).as_deref() == Some(session.as_str())
+            }
+        }
+    }
+}
+
 /// What a progress notification says about a long call: the latest line its
 /// synchronous subagent printed; else, for a call that waits on background
-/// tasks, the latest line of a running task (with its id prefix); else how long
-/// it has been running.
-fn progress_message(call: &TaskProgress, manager: &AsyncTaskManager, elapsed: Duration) -> String {
+/// tasks, the latest line of a running task (with its id prefix) — one the
+/// call names first, then any of its session's; else how long it has been
+/// running.
+fn progress_message(
+    call: &TaskProgress,
+    manager: &AsyncTaskManager,
+    scope: &ProgressScope,
+    elapsed: Duration,
+) -> String {
     if let Some(line) = call
         .snapshot()
         .last_line()
@@ -396,12 +457,16 @@ fn progress_message(call: &TaskProgress, manager: &AsyncTaskManager, elapsed: Du
     {
         return truncate_chars(line.trim_end(), PROGRESS_LINE_CHARS).into_owned();
     }
-    let running = manager.running_tasks().into_iter().find_map(|task| {
+    let mut running = manager.running_tasks();
+    running.retain(|task| scope.may_quote(manager, &task.id));
+    // The tasks the call names first; the order is otherwise kept.
+    running.sort_by_key(|task| !scope.targets(&task.id));
+    let line = running.into_iter().find_map(|task| {
         let snapshot = manager.progress(&task.id)?.snapshot();
         let line = snapshot.last_line()?.trim_end().to_owned();
         (!line.is_empty()).then(|| format!("{}: {}", id_prefix(&task.id), line))
     });
-    match running {
+    match line {
         Some(line) => truncate_chars(&line, PROGRESS_LINE_CHARS).into_owned(),
         None => format!("still running ({}s)", elapsed.as_secs()),
     }
@@ -465,6 +530,7 @@ impl ServerHandler for AsyncTaskMcpServer {
             ));
         };
         let arguments = request.arguments.map_or(Value::Null, Value::Object);
+        let scope = ProgressScope::of(&request.name, &arguments, self.session.as_deref());
         // `cancel` fires when rmcp cancels `ct` (on `notifications/cancelled` for
         // this request) or when the client goes away (`calls`, cancelled by the
         // transport at end of input: rmcp itself would wait 5 s first).
@@ -492,7 +558,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         let result = match context.meta.get_progress_token() {
             Some(token) => {
                 let manager = self.runtime.manager();
-                let message = |elapsed| progress_message(&call_progress, manager, elapsed);
+                let message = |elapsed| progress_message(&call_progress, manager, &scope, elapsed);
                 with_progress(work, &context.peer, token, self.progress_interval, message).await
             }
             None => work.await,
@@ -555,9 +621,12 @@ pub(crate) fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
 ///
 /// Builds the runtime (no agent host: results ride on tool results; `runner`
 /// runs the subagents), serves it on stdin/stdout, logs each task's end to
-/// stderr, and when stdin reaches its end (or on `SIGTERM`/`SIGINT`) cancels
-/// every task, waits for the subagents to end
-/// ([`AsyncTaskRuntime::shutdown`]) and returns.
+/// stderr, and when stdin reaches its end cancels every task, waits for the
+/// subagents to end ([`AsyncTaskRuntime::shutdown`], within their grace) and
+/// returns. On `SIGTERM`, `SIGINT` or `SIGHUP` — while serving, or during
+/// that shutdown — every subagent is ended at once
+/// ([`SubagentRunner::terminate_all`]) and it returns as soon as they are
+/// gone.
 ///
 /// # Errors
 ///
@@ -584,14 +653,29 @@ pub async fn serve_stdio(
     let _log = log_task_ends(&runtime);
     let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
         .with_progress_interval(options.progress_interval);
-    let served = serve(server).await;
+    // Listened to for the whole life of the server, its shutdown included.
+    let mut signals = Signals::new()?;
+    let served = serve(server, &mut signals).await;
     if let Ok(Ended::Signal) = served {
         // A client that stops its server with a signal gives it little time
         // (Claude Code: SIGTERM 100 ms after SIGINT, SIGKILL 400 ms later):
         // every subagent ends now, without its grace.
         runner.terminate_all();
+        runtime.shutdown().await;
+        return served.map(drop);
     }
-    runtime.shutdown().await;
+    // The client closed its end: the subagents are cancelled and get their
+    // grace. A signal during that grace (a client that closes stdin, then
+    // signals) ends them now, and the shutdown with them.
+    let shutdown = runtime.shutdown();
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => {}
+        () = signals.recv() => {
+            runner.terminate_all();
+            shutdown.await;
+        }
+    }
     served.map(drop)
 }
 
@@ -631,8 +715,7 @@ impl Signals {
     }
 }
 
-async fn serve(server: AsyncTaskMcpServer) -> Result<Ended, McpError> {
-    let mut signals = Signals::new()?;
+async fn serve(server: AsyncTaskMcpServer, signals: &mut Signals) -> Result<Ended, McpError> {
     let calls = server.calls.clone();
     // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
     // servers): a blocking stdin read would hold the process past its shutdown.
@@ -710,8 +793,9 @@ mod tests {
         let manager = AsyncTaskManager::default();
         let call = TaskProgress::new();
         let elapsed = Duration::from_secs(15);
+        let scope = ProgressScope::default();
         assert_eq!(
-            progress_message(&call, &manager, elapsed),
+            progress_message(&call, &manager, &scope, elapsed),
             "still running (15s)"
         );
 
@@ -723,17 +807,83 @@ mod tests {
             .expect("registered");
         task.record_output(b"compiling 3/9\n");
         assert_eq!(
-            progress_message(&call, &manager, elapsed),
+            progress_message(&call, &manager, &scope, elapsed),
             "0f3a9c21: compiling 3/9"
         );
 
         call.record_output(format!("step 2: {}\n", "x".repeat(500)).as_bytes());
-        let message = progress_message(&call, &manager, elapsed);
+        let message = progress_message(&call, &manager, &scope, elapsed);
         assert!(message.starts_with("step 2: xxx"), "{message}");
         assert_eq!(
             message.chars().count(),
             PROGRESS_LINE_CHARS + 3,
             "cut, with `...`"
+        );
+    }
+
+    #[test]
+    fn progress_messages_quote_the_tasks_waited_on_and_never_another_sessions() {
+        let manager = AsyncTaskManager::default();
+        let call = TaskProgress::new();
+        let elapsed = Duration::from_secs(5);
+        for (id, origin, line) in [
+            ("aaaa0000-1", "other", "other session's secret"),
+            ("bbbb0000-1", "mine", "my first task"),
+            ("cccc0000-1", "mine", "the task waited on"),
+        ] {
+            let progress = TaskProgress::new();
+            manager
+                .register_task(
+                    RegisterTaskInput::new(id, "tester", "g")
+                        .with_progress(progress.clone())
+                        .with_origin(origin),
+                )
+                .expect("registered");
+            progress.record_output(format!("{line}\n").as_bytes());
+        }
+        let waiting = ProgressScope {
+            targets: vec!["cccc".to_owned()],
+            session: Some("mine".to_owned()),
+        };
+        assert_eq!(
+            progress_message(&call, &manager, &waiting, elapsed),
+            "cccc0000: the task waited on"
+        );
+        let any = ProgressScope {
+            targets: Vec::new(),
+            session: Some("mine".to_owned()),
+        };
+        assert_eq!(
+            progress_message(&call, &manager, &any, elapsed),
+            "bbbb0000: my first task"
+        );
+        // A task of another session is quoted only when the call names it.
+        let named = ProgressScope {
+            targets: vec!["aaaa".to_owned()],
+            session: Some("mine".to_owned()),
+        };
+        assert_eq!(
+            progress_message(&call, &manager, &named, elapsed),
+            "aaaa0000: other session's secret"
+        );
+        let stranger = ProgressScope {
+            targets: Vec::new(),
+            session: Some("nobody".to_owned()),
+        };
+        assert_eq!(
+            progress_message(&call, &manager, &stranger, elapsed),
+            "still running (5s)"
+        );
+        // The scope of a call: the prefixes of wait_async_tasks only.
+        let arguments = serde_json::json!({"task_id_prefixes": ["cccc", ""]});
+        assert_eq!(
+            ProgressScope::of("wait_async_tasks", &arguments, None).targets,
+            ["cccc"]
+        );
+        assert!(
+            ProgressScope::of("task", &arguments, None)
+                .targets
+                .is_empty()
         );
     }
 }

@@ -1,13 +1,33 @@
 //! Bounded output capture: the inline text of stdout (its head and its tail
-//! within a character budget) and the end of stderr, so a subagent's output
+//! within a budget of JSON-escaped characters) and the end of stderr, so a subagent's output
 //! size never costs memory.
 
 use std::collections::VecDeque;
 
+/// What a character costs once it is written inside a JSON string, as the
+/// model reads a result: 2 for `"`, `\` and the control characters JSON
+/// spells with a letter (`\n`, `\r`, `\t`, `\b`, `\f`), 6 for every other
+/// control character (`\u001b`), 1 for anything else (JSON keeps non-ASCII
+/// characters as they are).
+pub(crate) fn json_cost(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        '\0'..='\u{1f}' => 6,
+        _ => 1,
+    }
+}
+
+/// The JSON cost ([`json_cost`]) of a text.
+pub(crate) fn json_len(text: &str) -> usize {
+    text.chars().map(json_cost).sum()
+}
+
 /// Decodes a byte stream as lossy UTF-8 (a character split across chunks is put
-/// back together; invalid bytes become U+FFFD) and keeps its first
-/// `budget / 2` characters and its last `budget - budget / 2`, and how many
-/// characters there were in all.
+/// back together; invalid bytes become U+FFFD) and keeps its head and its tail
+/// within a budget counted in JSON cost ([`json_cost`]), so the kept text
+/// stays within the budget once written in a JSON string: the head as long as
+/// it costs at most `budget / 2`, the tail at most `budget - budget / 2`, and
+/// how many characters there were in all.
 ///
 /// The tail is a `String` allowed to grow to twice its budget before its front
 /// is cut, so the cost per character is amortized constant.
@@ -15,9 +35,14 @@ use std::collections::VecDeque;
 pub(crate) struct InlineText {
     head: String,
     head_chars: usize,
+    head_cost: usize,
     head_budget: usize,
+    /// The head is closed once a character did not fit: what follows goes to
+    /// the tail, so the text keeps its order.
+    head_full: bool,
     tail: String,
     tail_chars: usize,
+    tail_cost: usize,
     tail_budget: usize,
     total_chars: u64,
     /// The start of a character split across chunks (at most 3 bytes).
@@ -27,14 +52,9 @@ pub(crate) struct InlineText {
 impl InlineText {
     pub(crate) fn new(budget: usize) -> Self {
         InlineText {
-            head: String::new(),
-            head_chars: 0,
             head_budget: budget / 2,
-            tail: String::new(),
-            tail_chars: 0,
             tail_budget: budget - budget / 2,
-            total_chars: 0,
-            split: Vec::new(),
+            ..InlineText::default()
         }
     }
 
@@ -62,47 +82,56 @@ impl InlineText {
         if text.is_empty() {
             return;
         }
-        let mut chars = text.chars().count();
-        self.total_chars += chars as u64;
-        if self.head_chars < self.head_budget {
-            let room = self.head_budget - self.head_chars;
-            let taken = room.min(chars);
-            let end = byte_offset_of_char(text, taken);
+        if !self.head_full {
+            let mut end = text.len();
+            for (at, c) in text.char_indices() {
+                let cost = json_cost(c);
+                if self.head_cost + cost > self.head_budget {
+                    self.head_full = true;
+                    end = at;
+                    break;
+                }
+                self.head_cost += cost;
+                self.head_chars += 1;
+                self.total_chars += 1;
+            }
             self.head.push_str(&text[..end]);
-            self.head_chars += taken;
             text = &text[end..];
-            chars -= taken;
         }
-        if chars == 0 {
+        if text.is_empty() {
             return;
         }
-        if chars >= self.tail_budget {
-            // Only the end of this text can survive.
-            self.tail.clear();
-            self.tail
-                .push_str(&text[byte_offset_of_char(text, chars - self.tail_budget)..]);
-            self.tail_chars = self.tail_budget;
-        } else {
-            self.tail.push_str(text);
-            self.tail_chars += chars;
-            if self.tail_chars > 2 * self.tail_budget {
-                self.trim_tail();
-            }
+        let (chars, cost) = text
+            .chars()
+            .fold((0, 0), |(chars, cost), c| (chars + 1, cost + json_cost(c)));
+        self.total_chars += chars as u64;
+        self.tail.push_str(text);
+        self.tail_chars += chars;
+        self.tail_cost += cost;
+        if self.tail_cost > 2 * self.tail_budget {
+            self.trim_tail();
         }
     }
 
-    /// Cuts the tail to its budget.
+    /// Cuts the front of the tail until it fits its budget.
     fn trim_tail(&mut self) {
-        let excess = self.tail_chars.saturating_sub(self.tail_budget);
-        let cut = byte_offset_of_char(&self.tail, excess);
+        let mut cut = 0;
+        for (at, c) in self.tail.char_indices() {
+            if self.tail_cost <= self.tail_budget {
+                cut = at;
+                break;
+            }
+            self.tail_cost -= json_cost(c);
+            self.tail_chars -= 1;
+            cut = at + c.len_utf8();
+        }
         self.tail.drain(..cut);
-        self.tail_chars -= excess;
     }
 
-    /// The text: everything when it fits the budget, else its head and its
-    /// tail around the line `marker` makes from how many characters were left
-    /// out.
-    pub(crate) fn finish(mut self, marker: impl FnOnce(u64) -> String) -> String {
+    /// The text, and whether it was cut: everything when it fits the budget,
+    /// else its head and its tail around the line `marker` makes from how
+    /// many characters were left out.
+    pub(crate) fn finish(mut self, marker: impl FnOnce(u64) -> String) -> (String, bool) {
         if !self.split.is_empty() {
             // The stream ended inside a character.
             self.split.clear();
@@ -112,21 +141,18 @@ impl InlineText {
         let omitted = self.total_chars - (self.head_chars + self.tail_chars) as u64;
         if omitted == 0 {
             self.head.push_str(&self.tail);
-            return self.head;
+            return (self.head, false);
         }
         let separator = if self.head.is_empty() || self.head.ends_with('\n') {
             ""
         } else {
             "\n"
         };
-        format!("{}{separator}{}\n{}", self.head, marker(omitted), self.tail)
+        (
+            format!("{}{separator}{}\n{}", self.head, marker(omitted), self.tail),
+            true,
+        )
     }
-}
-
-/// The byte offset of the `n`th character of `text` (its length if it has no
-/// more than `n`).
-fn byte_offset_of_char(text: &str, n: usize) -> usize {
-    text.char_indices().nth(n).map_or(text.len(), |(at, _)| at)
 }
 
 /// The end of a byte stream: its last `limit` bytes, and whether anything
@@ -219,6 +245,7 @@ mod tests {
         text.finish(|omitted| {
             format!("[... {omitted} characters omitted; the whole output ({bytes} bytes) is in /out/t.out ...]")
         })
+        .0
     }
 
     #[test]
@@ -233,10 +260,36 @@ mod tests {
             inline(8, &[b"abc", b"defghij", b"klmn", b"op"]),
             "abcd\n[... 8 characters omitted; the whole output (16 bytes) is in /out/t.out ...]\nmnop"
         );
+        // `\n` costs 2: it does not fit a head of 2 after "ab".
         assert_eq!(
             inline(5, &[b"ab\n", b"0123456789"]),
             "ab\n[... 8 characters omitted; the whole output (13 bytes) is in /out/t.out ...]\n789"
         );
+    }
+
+    #[test]
+    fn the_budget_counts_what_each_character_costs_in_a_json_string() {
+        assert_eq!(json_len("ab"), 2);
+        assert_eq!(json_len("\"\\\n\r\t\u{8}\u{c}"), 14);
+        assert_eq!(json_len("\u{1b}[0m\0"), 6 + 3 + 6);
+        assert_eq!(json_len("é😀\u{7f}"), 3);
+        // Every kept character, written in a JSON string, fits the budget.
+        for text in [
+            "\"quoted\" \\path\\ \u{1b}[31mred\u{1b}[0m\n".repeat(500),
+            "1\n2\n3\n".repeat(3000),
+            "x".repeat(30_000),
+        ] {
+            let mut inline = InlineText::new(1_000);
+            for chunk in text.as_bytes().chunks(777) {
+                inline.push(chunk);
+            }
+            let (kept, cut) = inline.finish(|_| String::new());
+            assert!(cut);
+            let escaped = serde_json::to_string(&kept).expect("a string");
+            // The quotes, and the line breaks around the (empty) marker.
+            assert!(escaped.len() <= 1_000 + 2 + 4, "{}", escaped.len());
+            assert!(escaped.len() >= 1_000 - 12, "{}", escaped.len());
+        }
     }
 
     #[test]
@@ -250,7 +303,7 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_counts_characters_and_characters_split_across_chunks_are_whole() {
+    fn characters_split_across_chunks_are_whole() {
         let text = "aéé€€😀😀b".as_bytes();
         // Every split point, including inside each character.
         for at in 0..=text.len() {

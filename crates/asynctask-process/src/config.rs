@@ -15,6 +15,7 @@ use serde::Deserialize;
 /// ```toml
 /// roots = ["..", "/srv/checkouts"]  # default: this file's directory; before any table
 /// durable = true                    # for `asynctask mcp`: tasks outlive the session
+/// inline_budget = 8000              # how much output a result holds (default 10000)
 ///
 /// [subagents.researcher]
 /// command = ["my-agent", "--mode", "research"]
@@ -63,6 +64,13 @@ pub struct ProcessRunnerConfig {
     /// does not read it.
     #[serde(default)]
     pub durable: bool,
+    /// How much of a subagent's stdout (and, apart, of its emitted variables)
+    /// a result holds, in characters as they cost once JSON-escaped; `None`:
+    /// [`ProcessRunner::DEFAULT_INLINE_BUDGET`](crate::ProcessRunner::DEFAULT_INLINE_BUDGET).
+    /// In the file it must lie within [`MIN_INLINE_BUDGET`](Self::MIN_INLINE_BUDGET)
+    /// and [`MAX_INLINE_BUDGET`](Self::MAX_INLINE_BUDGET).
+    #[serde(default)]
+    pub inline_budget: Option<usize>,
 }
 
 /// How to run one subagent: the `[subagents.<name>]` table.
@@ -557,6 +565,13 @@ impl fmt::Display for ConfigDir {
 }
 
 impl ProcessRunnerConfig {
+    /// The smallest `inline_budget` a config file may set: room for a useful
+    /// head and tail besides the lines that name the output file.
+    pub const MIN_INLINE_BUDGET: usize = 1_000;
+
+    /// The largest `inline_budget` a config file may set.
+    pub const MAX_INLINE_BUDGET: usize = 1_000_000;
+
     /// An empty config: no subagents, no roots.
     ///
     /// ```
@@ -602,6 +617,20 @@ impl ProcessRunnerConfig {
     #[must_use]
     pub fn with_durable(mut self, durable: bool) -> Self {
         self.durable = durable;
+        self
+    }
+
+    /// Sets [`inline_budget`](Self::inline_budget) (taken as it is: a config
+    /// built in code is not checked against the file's bounds).
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let config = ProcessRunnerConfig::new().with_inline_budget(4_000);
+    /// assert_eq!(ProcessRunner::new(config).inline_budget(), 4_000);
+    /// ```
+    #[must_use]
+    pub fn with_inline_budget(mut self, chars: usize) -> Self {
+        self.inline_budget = Some(chars);
         self
     }
 
@@ -703,6 +732,15 @@ impl ProcessRunnerConfig {
             what,
             source,
         };
+        if let Some(budget) = config.inline_budget
+            && !(Self::MIN_INLINE_BUDGET..=Self::MAX_INLINE_BUDGET).contains(&budget)
+        {
+            return Err(invalid(format!(
+                "inline_budget = {budget} is out of range: give {} to {} characters",
+                Self::MIN_INLINE_BUDGET,
+                Self::MAX_INLINE_BUDGET
+            )));
+        }
         let roots = if config.roots.is_empty() {
             vec![base_dir.to_owned()]
         } else {

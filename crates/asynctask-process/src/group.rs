@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::Child;
 
@@ -57,6 +57,26 @@ impl Registry {
 
 /// The process a run started: it leads its own process group (pgid = pid),
 /// and is either the subagent's command itself or the reaper running it.
+///
+/// # Signals after the leader is reaped
+///
+/// A run reaps its leader (`Child::wait`) before it takes it off the live
+/// list, so a signal can reach a leader's id after it was reaped: from the
+/// run itself (the group kill that ends what the command left behind) or
+/// from [`Registry::terminate_all`] in the moment between. Every signal is
+/// therefore sent to the *group* (`killpg`), never to the pid alone — the
+/// reaper, too, leads a group of its own, whose only member it is (its
+/// command gets another):
+///
+/// - while any process of the group lives, its id stays reserved (POSIX does
+///   not reuse a process id while a process group of that id exists; Linux
+///   keeps the number while a member refers to it), so the signal reaches
+///   exactly what is left of the subagent;
+/// - once the group is empty, the id may be reused, but `killpg` reaches a
+///   new process only if it also leads a process group of that very id: the
+///   id must have wrapped around and been taken by a new group leader in the
+///   microseconds between the reap and the signal. That race is accepted;
+///   closing it would take a pidfd per subagent.
 #[derive(Debug, Clone, Copy)]
 struct Leader {
     pid: Pid,
@@ -68,11 +88,8 @@ impl Leader {
     /// to every descendant and ends them after its grace; or, without one,
     /// to the whole group.
     fn terminate(self) {
-        if self.via_reaper {
-            signal_process(self.pid, Signal::SIGTERM);
-        } else {
-            signal_group(self.pid, Signal::SIGTERM);
-        }
+        // Through the reaper, its group holds the reaper alone.
+        signal_group(self.pid, Signal::SIGTERM);
     }
 
     /// Ends the subagent now: the reaper's "kill everything now" (`SIGUSR1`:
@@ -80,11 +97,13 @@ impl Leader {
     /// one, `SIGKILL` to the group. A reaper is never sent `SIGKILL`: it
     /// would leave the descendants it adopted to init.
     fn kill_now(self) {
-        if self.via_reaper {
-            signal_process(self.pid, Signal::SIGUSR1);
+        // Through the reaper, its group holds the reaper alone.
+        let signal = if self.via_reaper {
+            Signal::SIGUSR1
         } else {
-            signal_group(self.pid, Signal::SIGKILL);
-        }
+            Signal::SIGKILL
+        };
+        signal_group(self.pid, signal);
     }
 }
 
@@ -135,8 +154,10 @@ impl ProcessGroup {
         self.leader.kill_now();
     }
 
-    /// `SIGKILL`s the group (after its leader has exited: whatever it left
-    /// behind), and takes it off the live list; nothing is left to do on drop.
+    /// `SIGKILL`s the group (after its leader has exited and was reaped:
+    /// whatever it left behind; see [`Leader`] on why a group id is safe to
+    /// signal then), and takes it off the live list; nothing is left to do on
+    /// drop.
     pub(crate) fn kill(&mut self) {
         signal_group(self.leader.pid, Signal::SIGKILL);
         self.disarm();
@@ -165,16 +186,6 @@ fn signal_group(pgid: Pid, signal: Signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(err) => {
             tracing::warn!(%pgid, %signal, %err, "cannot signal subagent process group");
-        }
-    }
-}
-
-/// Signals one process; one that is gone is not an error.
-fn signal_process(pid: Pid, signal: Signal) {
-    match kill(pid, signal) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(err) => {
-            tracing::warn!(%pid, %signal, %err, "cannot signal the subagent's reaper");
         }
     }
 }

@@ -29,6 +29,16 @@ impl TempOutputDir {
     }
 }
 
+impl TempOutputDir {
+    /// The directory, if it was made.
+    pub(crate) fn existing(&self) -> Option<PathBuf> {
+        self.path
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
 impl Drop for TempOutputDir {
     fn drop(&mut self) {
         let path = self.path.get_mut().unwrap_or_else(PoisonError::into_inner);

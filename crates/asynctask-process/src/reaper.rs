@@ -11,7 +11,7 @@
 //!    pass the blocked mask on);
 //! 2. on Linux, marks itself a *child subreaper* (orphaned descendants,
 //!    including ones that called `setsid` or double-forked, are reparented to
-//!    it instead of init) and asks for `SIGTERM` when its parent dies, then
+//!    it instead of init) and asks for `SIGUSR1` when its parent dies, then
 //!    checks that its parent is still `PID` (the parent may have died before
 //!    the request was made);
 //! 3. starts `PROGRAM` in a process group of its own, its stdio inherited (so
@@ -19,17 +19,20 @@
 //! 4. when the command exits: `SIGKILL`s every remaining descendant, reaps
 //!    them, and exits as the command did — with its status, or killed by the
 //!    same signal (re-raised on itself);
-//! 5. on `SIGTERM`, `SIGINT` or `SIGHUP` (a cancel, or its parent's death):
-//!    forwards `SIGTERM` to every descendant, gives them the grace (default
-//!    2 s), `SIGKILL`s what is left, reaps, and exits as the command did;
-//! 6. on `SIGUSR1` ("kill everything now", for a host that must exit at once):
-//!    `SIGKILL`s every descendant at once, reaps, and exits.
+//! 5. on `SIGTERM`, `SIGINT` or `SIGHUP` (a cancel): forwards `SIGTERM` to
+//!    every descendant, gives them the grace (default 2 s), `SIGKILL`s what is
+//!    left, reaps, and exits as the command did;
+//! 6. on `SIGUSR1` ("kill everything now": a host that must exit at once, or
+//!    its parent's death): `SIGKILL`s every descendant at once, reaps, and
+//!    exits. A host that died gives no grace: whatever ignores `SIGTERM`
+//!    would otherwise outlive it by the whole grace.
 //!
 //! Descendants are found by walking the parent links of every process in
 //! `/proc` from the reaper down, and, on every Unix, by signalling the
-//! command's process group. On Unixes other than Linux there is no subreaper
-//! and no parent-death signal, so only the process group is reliably ended
-//! (best effort).
+//! command's process group. On Unixes other than Linux there is no subreaper,
+//! no parent-death signal and no `/proc` walk, so only the process group is
+//! reliably ended (best effort): it is signalled even after the command
+//! exited, and the grace lasts while any process is left in it.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
@@ -301,14 +304,15 @@ fn release_stdin() {
     }
 }
 
-/// Linux: adopt orphaned descendants, and get `SIGTERM` when the parent dies;
-/// then make sure the parent did not die before that was asked.
+/// Linux: adopt orphaned descendants, and get `SIGUSR1` ("kill everything
+/// now") when the parent dies; then make sure the parent did not die before
+/// that was asked.
 #[cfg(target_os = "linux")]
 fn become_subreaper(parent: Option<Pid>) -> Result<(), Failure> {
     use nix::sys::prctl;
     prctl::set_child_subreaper(true)
         .map_err(|err| Failure::sys("cannot become a child subreaper", err))?;
-    prctl::set_pdeathsig(Signal::SIGTERM)
+    prctl::set_pdeathsig(Signal::SIGUSR1)
         .map_err(|err| Failure::sys("cannot ask for a parent-death signal", err))?;
     if let Some(parent) = parent
         && nix::unistd::getppid() != parent
@@ -354,10 +358,18 @@ impl Tree {
         }
     }
 
-    /// Sends `signal` to every descendant and to the command's group.
+    /// Sends `signal` to every descendant and to the command's group, and
+    /// says how many descendants were found.
     fn signal_all(&self, signal: Signal) -> usize {
-        // The group first: it holds the command, which may be reaped already.
-        if self.status.is_none() {
+        // The group first. Once the command is reaped its pid may in
+        // principle be reused, but not as a process group id while any
+        // process of its group is alive (POSIX keeps a group's id reserved
+        // while the group has members): signalling an empty group fails with
+        // `ESRCH`, and one still populated is still ours. On Linux the walk
+        // below finds every member anyway (they are all our descendants), so
+        // the group is signalled only while the command lives; elsewhere the
+        // group is all there is, so it is signalled always.
+        if self.status.is_none() || !cfg!(target_os = "linux") {
             let _ = killpg(self.child, signal);
         }
         let descendants = descendants();
@@ -365,6 +377,16 @@ impl Tree {
             let _ = kill(pid, signal);
         }
         descendants.len()
+    }
+
+    /// Whether anything of the command is left: a descendant (Linux), or a
+    /// process in its group (elsewhere, where no descendant can be found).
+    fn anything_left(&self) -> bool {
+        if cfg!(target_os = "linux") {
+            !descendants().is_empty()
+        } else {
+            killpg(self.child, None).is_ok()
+        }
     }
 
     /// `SIGKILL`s every descendant until none is left, reaping them.
@@ -401,7 +423,7 @@ impl Tree {
         });
         loop {
             self.reap_exited();
-            if descendants().is_empty() {
+            if !self.anything_left() {
                 break;
             }
             match signals

@@ -14,6 +14,7 @@ use asynctask_manager::{Inbox, TaskProgress};
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_tools::{
     ECHO_CHARS, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, truncate_chars,
+    whole_output_line,
 };
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -22,7 +23,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::capture::{ByteTail, InlineText};
+use crate::capture::{ByteTail, InlineText, json_cost, json_len};
 use crate::config::{EnvName, ProcessRunnerConfig, StdinMode, SubagentCommand};
 use crate::group::{ProcessGroup, Registry, describe_exit};
 use crate::output::{TempOutputDir, file_stem};
@@ -84,25 +85,50 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// ```
 ///
 /// After a successful exit the object becomes the output's `emitted_vars`; no
-/// file means no variables. A file that is not a JSON object of strings, or
-/// is over 1 MiB, fails the task: `subagent 'tester' wrote a bad variables
-/// file /tmp/…/3f2a….vars.json: the value of "count" is not a string`.
+/// file means no variables. A file that is not a JSON object of strings, is
+/// over 1 MiB, or is no regular file (a FIFO, a directory, a symbolic link:
+/// it is never followed nor waited on) fails the task: `subagent 'tester'
+/// wrote a bad variables file /tmp/…/3f2a….vars.json: the value of "count"
+/// is not a string`.
+///
+/// The variables are bounded like stdout: their names and values together
+/// cost at most the [inline budget](Self::inline_budget) once JSON-escaped.
+/// Over it, variables are taken in name order while each still has room for
+/// its name and 100 characters of its value (the others are dropped), and the
+/// kept values are cut to a common length that fits, each cut marked
+/// `... [N more characters cut]`. The final message then ends with a line
+/// that says so and names the variables file, which is kept: `[12 of 9000
+/// emitted variables were dropped to fit the inline budget; all of them are
+/// in /tmp/…/3f2a….vars.json]`. A file whose variables all fit is removed
+/// once read.
 ///
 /// The run ends with:
 /// - exit status 0: an [`OutputObject`] with `terminate_reason` `GOAL`, the
 ///   variables the subagent wrote (above), and `final_message` the child's
 ///   stdout (lossy UTF-8) with trailing whitespace removed — `None` when
 ///   that leaves nothing.
-///   stdout longer than the [inline budget](Self::inline_budget) (in
-///   characters) keeps its head and its tail, half the budget each, around one
-///   line that says how much was left out and where the whole output is:
-///   `[... 45210 characters omitted; the whole output (123456 bytes) is in
-///   /tmp/asynctask-123-ab12cd34/3f2a….out ...]`;
+///   stdout longer than the [inline budget](Self::inline_budget) keeps its
+///   head and its tail, half the budget each, around one line that says how
+///   much was left out and where the whole output is: `[... 45210 characters
+///   omitted; the whole output (123456 bytes) is in
+///   /tmp/asynctask-123-ab12cd34/3f2a….out ...]`. The budget counts each
+///   character at what it costs once written in a JSON string, as the model
+///   reads the result (`\n`, `"` and `\` cost 2, other control characters
+///   6), so the head and the tail together stay within the budget however
+///   they are escaped; the marker line comes on top. A message that was cut
+///   also ends with `[whole output: /tmp/…/3f2a….out (123456 bytes)]`, so a
+///   client that cuts the middle out of a long tool result still leaves the
+///   model the path;
 /// - another status or a signal: a [`SubagentError`] like
 ///   `subagent 'tester' exited with status 3: <end of stderr>` or
 ///   `subagent 'tester' was killed by signal 9 (SIGKILL)`;
 /// - a cancel: the group is ended (below), then
 ///   `subagent 'tester' was cancelled`;
+/// - a bad variables file (below) fails the task too;
+/// - every failure after the child started, when the subagent wrote anything
+///   to stdout, ends with a blank line and the line that names the file
+///   holding all of it, as a cut result does: `[whole output:
+///   /tmp/…/3f2a….out (123 bytes)]`;
 /// - an unknown name: `unknown subagent 'foo'; configured subagents: researcher,
 ///   tester`; a program that cannot be started: the program and the OS error
 ///   (through the reaper: `exited with status 127: asynctask-reaper: cannot
@@ -128,8 +154,8 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// [`with_reaper`](Self::with_reaper) every run goes through a small
 /// supervisor process ([`reaper`](crate::reaper)) that adopts every orphaned
 /// descendant, ends them all when the command exits, forwards a cancel, and
-/// ends everything when the host dies (Linux; on other Unixes only the
-/// process group is reliably ended).
+/// kills everything at once, without a grace, when the host dies (Linux; on
+/// other Unixes only the process group is reliably ended).
 ///
 /// # Messages
 ///
@@ -162,7 +188,15 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// [`std::env::temp_dir`], made on the first run and removed with everything
 /// in it when the last clone of the runner is dropped (a host killed with
 /// `SIGKILL` runs no code, and leaves it behind): a host that wants the files
-/// to outlive the runner gives a directory of its own. A task id is used
+/// to outlive the runner gives a directory of its own.
+///
+/// The files do not pile up: a variables file is removed once read, unless
+/// the result names it (its variables did not all fit), and a task's files
+/// are removed when the `task` tool tells the runner that nothing will ask
+/// for the task again ([`forget`](Self::forget)): when the manager prunes
+/// it from the history, or, for a synchronous run, once as many later
+/// synchronous runs have ended as the history keeps (10 by default). So the
+/// directory holds about twice the history's files at most. A task id is used
 /// in a file name as it is only when it is made of ASCII letters, digits, `-`
 /// and `_` (a UUID is); any other character is replaced, so no id names a
 /// file outside the directory.
@@ -243,16 +277,18 @@ impl ProcessRunner {
     /// runner, so the group is ended by the runner itself, with time to spare.
     pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 
-    /// How many characters of stdout the final message holds by default: the
-    /// first half and the last half when stdout is longer.
+    /// How much of stdout the final message holds by default, in characters
+    /// as they cost once JSON-escaped: the first half and the last half when
+    /// stdout is longer. The emitted variables have a budget of the same size.
     pub const DEFAULT_INLINE_BUDGET: usize = 10_000;
 
     /// The most stderr kept for an error message, in bytes: its end.
     pub const STDERR_TAIL: usize = 2 * 1024;
 
     /// A runner for the subagents of `config`, with the
-    /// [default grace](Self::DEFAULT_GRACE) and
-    /// [inline budget](Self::DEFAULT_INLINE_BUDGET), and a temporary output
+    /// [default grace](Self::DEFAULT_GRACE), the config's
+    /// [`inline_budget`](ProcessRunnerConfig::inline_budget) (else the
+    /// [default](Self::DEFAULT_INLINE_BUDGET)), and a temporary output
     /// directory.
     ///
     /// ```
@@ -264,10 +300,11 @@ impl ProcessRunner {
     /// ```
     #[must_use]
     pub fn new(config: ProcessRunnerConfig) -> Self {
+        let inline_budget = config.inline_budget.unwrap_or(Self::DEFAULT_INLINE_BUDGET);
         ProcessRunner {
             config: Arc::new(config),
             grace: Self::DEFAULT_GRACE,
-            inline_budget: Self::DEFAULT_INLINE_BUDGET,
+            inline_budget,
             output_dir: None,
             reaper: None,
             shared: Arc::default(),
@@ -379,6 +416,40 @@ impl ProcessRunner {
     /// ```
     pub fn terminate_all(&self) -> usize {
         self.shared.live.terminate_all()
+    }
+
+    /// Removes task `task_id`'s files from the output directory: its stdout
+    /// (`<task id>.out`) and a variables file kept because the result could
+    /// not hold all its variables (`<task id>.vars.json`). The `task` tool
+    /// calls it (through [`SubagentRunner::forget`]) once nothing will ask for
+    /// the task again; a file that is not there is no error, and one that
+    /// cannot be removed is logged. Nothing else in the directory is touched
+    /// (several runners, and `asynctask run`, may share it).
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new());
+    /// let out = runner.output_dir()?.join("3f2a09c1.out");
+    /// std::fs::write(&out, "the whole output")?;
+    /// runner.forget("3f2a09c1");
+    /// assert!(!out.exists());
+    /// runner.forget("never-ran"); // nothing to remove
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn forget(&self, task_id: &str) {
+        let dir = match &self.output_dir {
+            Some(dir) => dir.clone(),
+            // No directory was made: no run left a file.
+            None => match self.shared.temp_dir.existing() {
+                Some(dir) => dir,
+                None => return,
+            },
+        };
+        let stem = file_stem(task_id);
+        for name in [format!("{stem}.out"), format!("{stem}.vars.json")] {
+            remove_if_there(&dir.join(name));
+        }
+        tracing::debug!(task_id, "the task's output files were removed");
     }
 
     /// The time a cancelled subagent has between `SIGTERM` and `SIGKILL`.
@@ -667,8 +738,10 @@ impl ProcessRunner {
                 subagent = name,
                 "subagent process group ended after a cancel"
             );
+            remove_if_there(&output.vars);
+            let pointer = take(&stdout).pointer(&output.path);
             return Err(SubagentError::new(format!(
-                "subagent '{name}' was cancelled{note}"
+                "subagent '{name}' was cancelled{note}{pointer}"
             )));
         };
         // The child is gone; whatever it left in its group goes too, which also
@@ -683,22 +756,42 @@ impl ProcessRunner {
         .await;
         drop((stdout_reader, stderr_reader));
 
+        let stdout = take(&stdout);
+        // Every failure from here on names the file that holds its stdout.
+        let with_pointer = |err: SubagentError| err.with_suffix(&stdout.pointer(&output.path));
         let status = status.map_err(|err| {
-            SubagentError::new(format!(
-                "subagent '{name}': cannot wait for its process: {err}"
-            ))
-            .with_source(err)
+            with_pointer(
+                SubagentError::new(format!(
+                    "subagent '{name}': cannot wait for its process: {err}"
+                ))
+                .with_source(err),
+            )
         })?;
         if status.success() {
-            let emitted_vars = read_vars(name, &output.vars)?;
-            let text = take(&stdout).finish(&output.path);
-            let text = format!("{}{note}", text.trim_end());
+            let emitted_vars = read_vars(name, &output.vars).map_err(|err| {
+                remove_if_there(&output.vars);
+                with_pointer(err)
+            })?;
+            let total = emitted_vars.len();
+            let bounded = bound_vars(emitted_vars, self.inline_budget);
+            let vars_note = vars_note(&bounded, total, &output.vars);
+            // The file stays only when the result does not hold all it says.
+            if vars_note.is_none() {
+                remove_if_there(&output.vars);
+            }
+            let (text, pointer) = stdout.finish(&output.path);
+            let mut text = format!("{}{note}", text.trim_end());
+            for line in vars_note.into_iter().chain(pointer) {
+                text.push_str("\n\n");
+                text.push_str(&line);
+            }
             let text = text.trim_start_matches('\n');
             let mut output = OutputObject::new(TerminateReason::Goal);
             output.final_message = (!text.is_empty()).then(|| text.to_owned());
-            output.emitted_vars = emitted_vars;
+            output.emitted_vars = bounded.vars;
             return Ok(output);
         }
+        remove_if_there(&output.vars);
         let mut message = format!("subagent '{name}' {}", describe_exit(status));
         let (cut, tail) = take(&stderr).into_text();
         let tail = tail.trim();
@@ -710,6 +803,7 @@ impl ProcessRunner {
             message.push_str(tail);
         }
         message.push_str(&note);
+        message.push_str(&stdout.pointer(&output.path));
         Err(SubagentError::new(message))
     }
 
@@ -778,6 +872,11 @@ impl SubagentRunner for ProcessRunner {
         let ended = ProcessRunner::terminate_all(self);
         tracing::debug!(ended, "subagents ended at once");
     }
+
+    /// Removes the task's files (see [`ProcessRunner::forget`]).
+    fn forget(&self, task_id: &str) {
+        ProcessRunner::forget(self, task_id);
+    }
 }
 
 /// The `ASYNCTASK_*` variables of a request; values too long for the
@@ -842,22 +941,50 @@ fn request_env(request: &SubagentRequest) -> Vec<(&'static str, String)> {
 /// a JSON object of strings no larger than [`VARS_FILE_MAX_BYTES`]. Anything
 /// else fails the run with one line naming the subagent, the file and what is
 /// wrong.
+///
+/// The subagent controls that path: it may have made it a FIFO, or a symbolic
+/// link to a terminal, which a plain open would wait on forever. So the file
+/// is opened without following a final symbolic link and without waiting
+/// (`O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`), and read only when it is a regular
+/// file; a read of a regular file never waits on another process, so it is
+/// done here, on the async worker.
 fn read_vars(name: &str, path: &Path) -> Result<BTreeMap<String, String>, SubagentError> {
     use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let bad = |what: String| {
         SubagentError::new(format!(
             "subagent '{name}' wrote a bad variables file {}: {what}",
             path.display()
         ))
     };
-    // A plain blocking read: the file is small (bounded below) and local.
-    let file = match std::fs::File::open(path) {
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path);
+    let file = match opened {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        // `O_NOFOLLOW` on a symbolic link.
+        Err(err) if err.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(
+                bad("it is a symbolic link, not a regular file".to_owned()).with_source(err)
+            );
+        }
         Err(err) => return Err(bad(format!("cannot read it: {err}")).with_source(err)),
     };
+    let metadata = file
+        .metadata()
+        .map_err(|err| bad(format!("cannot read it: {err}")).with_source(err))?;
+    if !metadata.file_type().is_file() {
+        return Err(bad("it is not a regular file".to_owned()));
+    }
+    if metadata.len() > VARS_FILE_MAX_BYTES {
+        return Err(bad(format!(
+            "it is larger than {VARS_FILE_MAX_BYTES} bytes"
+        )));
+    }
     let mut bytes = Vec::new();
-    // One byte over the bound is enough to know the file is too large.
+    // One byte over the bound is enough to know the file grew too large.
     file.take(VARS_FILE_MAX_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|err| bad(format!("cannot read it: {err}")).with_source(err))?;
@@ -878,6 +1005,144 @@ fn read_vars(name: &str, path: &Path) -> Result<BTreeMap<String, String>, Subage
             _ => Err(bad(format!("the value of {key:?} is not a string"))),
         })
         .collect()
+}
+
+/// The least a kept variable's value may be cut to, in JSON-escaped
+/// characters; when even that does not fit the budget, variables are dropped.
+const VAR_VALUE_FLOOR: usize = 100;
+
+/// The room the marker of a cut value takes (`... [1048576 more characters
+/// cut]` is 33 characters).
+const VAR_CUT_MARKER: usize = 40;
+
+/// Emitted variables cut to fit a budget, and what was left out.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct BoundedVars {
+    vars: BTreeMap<String, String>,
+    /// How many values were cut.
+    cut: usize,
+    /// How many variables were dropped.
+    dropped: usize,
+}
+
+/// Fits `vars` into `budget`, counted as the JSON-escaped length of every name
+/// and value ([`json_len`]), as the model reads them:
+///
+/// - when they all fit, they are kept as they are;
+/// - else the variables are taken in name order, each reserving its name and
+///   up to [`VAR_VALUE_FLOOR`] of its value; one that does not fit any more
+///   is dropped;
+/// - the kept values then share the budget: every value is cut to the largest
+///   common length that fits (never under the floor), its cut marked with
+///   `... [N more characters cut]`.
+fn bound_vars(vars: BTreeMap<String, String>, budget: usize) -> BoundedVars {
+    let cost = |(name, value): (&String, &String)| json_len(name) + json_len(value);
+    if vars.iter().map(cost).sum::<usize>() <= budget {
+        return BoundedVars {
+            vars,
+            ..BoundedVars::default()
+        };
+    }
+    let total = vars.len();
+    let mut reserved = 0;
+    let mut kept = Vec::new();
+    for (name, value) in vars {
+        let (name_cost, value_cost) = (json_len(&name), json_len(&value));
+        let reserve = name_cost + value_cost.min(VAR_VALUE_FLOOR);
+        if reserved + reserve <= budget {
+            reserved += reserve;
+            kept.push((name, value, name_cost, value_cost));
+        }
+    }
+    let dropped = total - kept.len();
+    // The largest cap on each value's cost that fits, found by bisection:
+    // `fits(VAR_VALUE_FLOOR)` holds by construction.
+    let fits = |cap: usize| {
+        kept.iter()
+            .map(|(_, _, name_cost, value_cost)| name_cost + (*value_cost).min(cap))
+            .sum::<usize>()
+            <= budget
+    };
+    let (mut low, mut high) = (
+        VAR_VALUE_FLOOR,
+        kept.iter()
+            .map(|(_, _, _, value_cost)| *value_cost)
+            .max()
+            .unwrap_or(0)
+            .max(VAR_VALUE_FLOOR),
+    );
+    while low < high {
+        let middle = (low + high).div_ceil(2);
+        if fits(middle) {
+            low = middle;
+        } else {
+            high = middle - 1;
+        }
+    }
+    let mut cut = 0;
+    let vars = kept
+        .into_iter()
+        .map(|(name, value, _, value_cost)| {
+            if value_cost <= low {
+                return (name, value);
+            }
+            cut += 1;
+            (name, cut_to_json_len(&value, low - VAR_CUT_MARKER))
+        })
+        .collect();
+    BoundedVars { vars, cut, dropped }
+}
+
+/// The head of `text` whose JSON-escaped length is at most `budget`, then
+/// `... [N more characters cut]`.
+fn cut_to_json_len(text: &str, budget: usize) -> String {
+    let mut used = 0;
+    let mut end = text.len();
+    for (at, c) in text.char_indices() {
+        used += json_cost(c);
+        if used > budget {
+            end = at;
+            break;
+        }
+    }
+    let rest = text[end..].chars().count();
+    format!("{}... [{rest} more characters cut]", &text[..end])
+}
+
+/// The line a final message gets when emitted variables were cut or dropped,
+/// naming the file that holds them all.
+fn vars_note(bounded: &BoundedVars, total: usize, file: &Path) -> Option<String> {
+    let values = |cut: usize| {
+        if cut == 1 {
+            "1 value was cut".to_owned()
+        } else {
+            format!("{cut} values were cut")
+        }
+    };
+    let what = match (bounded.dropped, bounded.cut) {
+        (0, 0) => return None,
+        (dropped, 0) => format!("{dropped} of {total} emitted variables were dropped"),
+        (0, cut) => format!("of the emitted variables, {}", values(cut)),
+        (dropped, cut) => format!(
+            "{dropped} of {total} emitted variables were dropped and of the rest, {}",
+            values(cut)
+        ),
+    };
+    Some(format!(
+        "[{what} to fit the inline budget; all of them are in {}]",
+        file.display()
+    ))
+}
+
+/// Removes a file that may not exist; a failure is only logged.
+fn remove_if_there(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => {
+            tracing::warn!(path = %path.display(), %err, "cannot remove a subagent's file");
+        }
+    }
 }
 
 /// A spawned I/O task that is aborted when dropped, so no reader or writer
@@ -951,22 +1216,40 @@ impl Sink for StdoutSink {
 }
 
 impl StdoutSink {
-    /// The final message's text; the marker names the file only when it holds
-    /// the whole output.
-    fn finish(self, path: &Path) -> String {
-        let (bytes, path) = (self.bytes, path.display());
+    /// The final message's text, and when it was cut, the line that names the
+    /// file holding the whole output ([`whole_output_line`]) to end the
+    /// message with; the marker in the middle names the file too, when it
+    /// holds the whole output.
+    fn finish(self, path: &Path) -> (String, Option<String>) {
+        let (bytes, shown) = (self.bytes, path.display());
         match self.write_error {
-            None => self.inline.finish(|omitted| {
-                format!(
-                    "[... {omitted} characters omitted; the whole output ({bytes} bytes) is in {path} ...]"
-                )
-            }),
-            Some(err) => self.inline.finish(|omitted| {
-                format!(
-                    "[... {omitted} characters omitted; the whole output ({bytes} bytes) could not be kept in {path}: {err} ...]"
-                )
-            }),
+            None => {
+                let (text, cut) = self.inline.finish(|omitted| {
+                    format!(
+                        "[... {omitted} characters omitted; the whole output ({bytes} bytes) is in {shown} ...]"
+                    )
+                });
+                (text, cut.then(|| whole_output_line(path, bytes)))
+            }
+            Some(err) => {
+                let (text, _) = self.inline.finish(|omitted| {
+                    format!(
+                        "[... {omitted} characters omitted; the whole output ({bytes} bytes) could not be kept in {shown}: {err} ...]"
+                    )
+                });
+                (text, None)
+            }
         }
+    }
+
+    /// For a failure's message: a blank line, then the line that names the
+    /// file holding the whole output ([`whole_output_line`]) when the subagent
+    /// wrote anything to stdout and the file holds it all; else nothing.
+    fn pointer(&self, path: &Path) -> String {
+        if self.bytes == 0 || self.write_error.is_some() {
+            return String::new();
+        }
+        format!("\n\n{}", whole_output_line(path, self.bytes))
     }
 }
 

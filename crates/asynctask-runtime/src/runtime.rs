@@ -163,7 +163,9 @@ impl AsyncTaskRuntimeBuilder {
     /// With a [host](Self::host), pending results are delivered as soon as the
     /// runtime is built (when the agent is idle); without one, the next
     /// [`next_turn_reminder`](AsyncTaskRuntime::next_turn_reminder) carries
-    /// them.
+    /// them. The tasks the restore prunes from the history (the limit may have
+    /// been lowered since) are forgotten by the [runner](Self::runner), as any
+    /// pruned task is ([`SubagentRunner::forget`]).
     ///
     /// # Examples
     ///
@@ -217,12 +219,24 @@ impl AsyncTaskRuntimeBuilder {
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let journaled = self.journal.is_some();
         let manager = match self.journal {
-            Some((journal, restored)) => AsyncTaskManager::restore(
-                self.max_async_tasks,
-                Arc::clone(&clock),
-                journal,
-                restored,
-            )?,
+            Some((journal, restored)) => {
+                let stored: Vec<String> =
+                    restored.iter().map(|task| task.info.id.clone()).collect();
+                let manager = AsyncTaskManager::restore(
+                    self.max_async_tasks,
+                    Arc::clone(&clock),
+                    journal,
+                    restored,
+                )?;
+                // A restore tells no one what it pruned: what the store held
+                // and the registry does not was pruned.
+                if let Some(runner) = &self.runner {
+                    for id in stored.iter().filter(|id| manager.task(id).is_none()) {
+                        runner.forget(id);
+                    }
+                }
+                manager
+            }
             None => AsyncTaskManager::with_clock(self.max_async_tasks, Arc::clone(&clock)),
         };
         let reminders = AsyncTaskReminderService::new(manager.clone());

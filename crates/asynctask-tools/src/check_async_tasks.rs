@@ -10,7 +10,10 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::CallContext;
-use crate::format::{bound_text, format_duration, id_prefix, iso_time, to_pretty, truncate_chars};
+use crate::format::{
+    bound_text, bound_text_keeping_pointer, format_duration, id_prefix, iso_time, to_pretty,
+    truncate_chars,
+};
 use crate::lookup::find_task;
 use crate::params::{CheckAsyncTasksParams, ToolParams};
 use crate::result::ToolResult;
@@ -263,10 +266,20 @@ fn cut_fields(full: &TaskDetails, share: usize, keep: usize) -> TaskDetails {
     let bound = |text: &str| bound_text(text, share).into_owned();
     let mut cut = full.clone();
     cut.goal_prompt = bound(&cut.goal_prompt);
-    cut.error = cut.error.as_deref().map(bound);
+    // An error names the file holding the whole output on its last line:
+    // that line survives the cut too.
+    cut.error = cut
+        .error
+        .as_deref()
+        .map(|text| bound_text_keeping_pointer(text, share).into_owned());
     cut.recent_output = cut.recent_output.iter().map(|line| bound(line)).collect();
     if let Some(output) = cut.output.as_mut() {
-        output.final_message = output.final_message.as_deref().map(bound);
+        // The pointer to the whole output, when the message ends with one,
+        // survives the cut.
+        output.final_message = output
+            .final_message
+            .as_deref()
+            .map(|text| bound_text_keeping_pointer(text, share).into_owned());
         let total = output.emitted_vars.len();
         let mut vars: BTreeMap<String, String> = output
             .emitted_vars
@@ -304,7 +317,10 @@ fn task_display(task: &AsyncTaskInfo, progress: Option<&ProgressSnapshot>, now: 
         }
     }
     if let Some(error) = &task.error {
-        lines.push(format!("Error: {}", bound_text(error, DISPLAY_ERROR_CHARS)));
+        lines.push(format!(
+            "Error: {}",
+            bound_text_keeping_pointer(error, DISPLAY_ERROR_CHARS)
+        ));
     }
     if let Some(progress) = progress {
         if let Some(path) = &progress.output_file {

@@ -113,6 +113,58 @@ pub fn bound_text(text: &str, budget: usize) -> Cow<'_, str> {
     }
 }
 
+/// How the line that points to a cut text's whole version starts: see
+/// [`whole_output_line`].
+pub const WHOLE_OUTPUT_PREFIX: &str = "[whole output: ";
+
+/// The last line of a final message that was cut, naming the file that holds
+/// the whole output and its size: a client that cuts the middle out of a
+/// long tool result still leaves the model this pointer.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use asynctask_tools::whole_output_line;
+/// assert_eq!(
+///     whole_output_line(Path::new("/tmp/out/a1.out"), 123_456),
+///     "[whole output: /tmp/out/a1.out (123456 bytes)]",
+/// );
+/// ```
+#[must_use]
+pub fn whole_output_line(path: &std::path::Path, bytes: u64) -> String {
+    format!("{WHOLE_OUTPUT_PREFIX}{} ({bytes} bytes)]", path.display())
+}
+
+/// Cuts `text` like [`bound_text`], but keeps its last line whole when that
+/// line points to the whole output ([`whole_output_line`]), so a cut never
+/// loses the way to the full text.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_tools::bound_text_keeping_pointer;
+/// let text = "a long head\n[whole output: /o/a.out (99 bytes)]";
+/// assert_eq!(
+///     bound_text_keeping_pointer(text, 4),
+///     "a lo... [7 more characters cut]\n[whole output: /o/a.out (99 bytes)]",
+/// );
+/// assert_eq!(bound_text_keeping_pointer("abcdef", 3), "abc... [3 more characters cut]");
+/// ```
+#[must_use]
+pub fn bound_text_keeping_pointer(text: &str, budget: usize) -> Cow<'_, str> {
+    if let Some((body, last)) = text.rsplit_once('\n')
+        && last.starts_with(WHOLE_OUTPUT_PREFIX)
+        && last.ends_with(']')
+    {
+        return match bound_text(body, budget) {
+            Cow::Borrowed(_) => Cow::Borrowed(text),
+            Cow::Owned(cut) => Cow::Owned(format!("{cut}\n{last}")),
+        };
+    }
+    bound_text(text, budget)
+}
+
 /// `serde_json::to_string_pretty` (two-space indent, like `JSON.stringify(_, null, 2)`).
 pub(crate) fn to_pretty(value: &impl Serialize) -> String {
     // Serializing plain structs of strings and maps cannot fail; if it ever did,

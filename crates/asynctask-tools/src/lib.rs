@@ -56,7 +56,8 @@ mod tool;
 pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, PEEK_OUTPUT_LINES};
 pub use crate::context::{CallContext, with_call_context};
 pub use crate::format::{
-    ECHO_CHARS, ID_PREFIX_CHARS, bound_text, format_duration, id_prefix, iso_time, truncate_chars,
+    ECHO_CHARS, ID_PREFIX_CHARS, WHOLE_OUTPUT_PREFIX, bound_text, bound_text_keeping_pointer,
+    format_duration, id_prefix, iso_time, truncate_chars, whole_output_line,
 };
 pub use crate::ids::new_task_id;
 pub use crate::lookup::{LookupError, find_task};
@@ -72,8 +73,8 @@ pub use crate::slash::{
     CommandOutput, CommandOutputKind, complete_task_ids, end_task, run_slash_command,
 };
 pub use crate::task::{
-    MAX_ENUM_NAMES, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach,
-    TaskTool,
+    MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
+    SyncDetach, TaskTool,
 };
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
 pub use crate::tool::{Provider, Tool, ToolAnnotations, ToolSpec, TypedTool, UnknownProvider};

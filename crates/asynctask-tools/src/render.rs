@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use asynctask_manager::LimitReached;
+use asynctask_manager::{LimitReached, TaskProgress};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, TerminateReason};
 use serde::Serialize;
 
-use crate::format::{ECHO_CHARS, id_prefix, to_pretty, truncate_chars};
+use crate::format::{ECHO_CHARS, id_prefix, to_pretty, truncate_chars, whole_output_line};
 use crate::task::SubagentInfo;
 
 #[derive(Serialize)]
@@ -103,9 +103,18 @@ pub(crate) fn task_description(catalog: Option<&[SubagentInfo]>) -> String {
             for info in catalog {
                 text.push_str("\n- ");
                 text.push_str(&info.name);
-                if !info.description.trim().is_empty() {
+                // One line per subagent: a description's line breaks become
+                // spaces, so it cannot break the list.
+                let description = info
+                    .description
+                    .lines()
+                    .map(str::trim)
+                    .filter(|line| !line.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                if !description.is_empty() {
                     text.push_str(": ");
-                    text.push_str(info.description.trim());
+                    text.push_str(&description);
                 }
                 if info.accepts_messages {
                     text.push_str(" (reads messages sent with message_async_task while it runs)");
@@ -178,6 +187,21 @@ pub(crate) fn timed_out(subagent: &str, timeout: Duration, max: Duration) -> Str
              timeout_seconds (at most {} seconds) to give it longer.",
             max.as_secs()
         )
+    }
+}
+
+/// `message`, then, when the runner keeps the run's whole output in a file
+/// and the subagent wrote any, a blank line and the line that names that file
+/// and its size so far ([`whole_output_line`]): a run that timed out, whose
+/// runner never answered, still points the model to what it printed.
+pub(crate) fn with_output_file(message: String, progress: &TaskProgress) -> String {
+    let snapshot = progress.snapshot();
+    match snapshot.output_file {
+        Some(path) if snapshot.output_bytes > 0 => format!(
+            "{message}\n\n{}",
+            whole_output_line(&path, snapshot.output_bytes)
+        ),
+        _ => message,
     }
 }
 
@@ -358,6 +382,10 @@ mod tests {
                 task_description(Some(&[
                     SubagentInfo::new("researcher", "Reads the code base and answers questions"),
                     SubagentInfo::new("tester", "  ").with_messages(true),
+                    SubagentInfo::new(
+                        "writer",
+                        "Writes the docs.\n\n  Give it:\r\n- a topic\n- a tone\n",
+                    ),
                 ])),
             ),
             (

@@ -126,6 +126,22 @@ fn bad_input_is_one_clear_line_and_a_failure() {
             .starts_with("error: invalid value 'bogus' for '--provider <PROVIDER>'")
     );
 
+    let tiny_budget = asynctask(&[
+        "mcp",
+        "--config",
+        "/nonexistent/asynctask.toml",
+        "--inline-budget",
+        "10",
+    ]);
+    assert_eq!(tiny_budget.status.code(), Some(2));
+    assert!(
+        stderr(&tiny_budget).starts_with(
+            "error: invalid value '10' for '--inline-budget <CHARS>': 10 is not in 1000..=1000000"
+        ),
+        "{}",
+        stderr(&tiny_budget)
+    );
+
     let missing = asynctask(&["run", "--config", "/nonexistent/asynctask.toml", "a", "b"]);
     assert_eq!(missing.status.code(), Some(1));
     assert_eq!(
@@ -207,6 +223,49 @@ fn run_prints_the_completion_json_and_reports_failures() {
         "{}",
         stderr(&unknown)
     );
+}
+
+#[test]
+fn run_keeps_the_output_file_it_names() {
+    let (dir, path) = config(
+        "run-long",
+        "[subagents.long]\ncommand = [\"sh\", \"-c\", \"seq 1 40000\"]\n",
+    );
+    let path = path.to_str().unwrap();
+    let whole = |output: &std::process::Output| -> std::path::PathBuf {
+        assert!(output.status.success(), "{}", stderr(output));
+        let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let message = result["final_message"].as_str().unwrap().to_owned();
+        let pointer = message.lines().last().unwrap();
+        let file = pointer
+            .strip_prefix("[whole output: ")
+            .and_then(|rest| rest.split(" (").next())
+            .unwrap_or_else(|| panic!("{pointer}"));
+        std::path::PathBuf::from(file)
+    };
+
+    // By default beside the config, and still there after the command exited.
+    let file = whole(&asynctask(&["run", "--config", path, "long", "x"]));
+    assert!(
+        file.starts_with(dir.join(".asynctask/outputs")),
+        "{}",
+        file.display()
+    );
+    let text = std::fs::read_to_string(&file).expect("the output file outlives the command");
+    assert!(text.starts_with("1\n2\n") && text.ends_with("40000\n"));
+
+    let elsewhere = dir.join("mine");
+    let file = whole(&asynctask(&[
+        "run",
+        "--config",
+        path,
+        "--output-dir",
+        elsewhere.to_str().unwrap(),
+        "long",
+        "x",
+    ]));
+    assert!(file.starts_with(&elsewhere), "{}", file.display());
+    assert!(file.is_file());
 }
 
 #[test]

@@ -551,3 +551,85 @@ fn the_runner_hears_of_a_cancel_before_any_handler_runs() {
     manager.cancel_task("a");
     assert_eq!(*seen_cancelled.lock().unwrap(), Some(true));
 }
+
+/// Records the ids its manager prunes, in the order heard.
+fn record_pruned(
+    manager: &asynctask_manager::AsyncTaskManager,
+) -> (Arc<Mutex<Vec<String>>>, asynctask_manager::Subscription) {
+    let pruned = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&pruned);
+    let subscription = manager.on_task_pruned(move |id| {
+        log.lock()
+            .expect("no handler panics holding it")
+            .push(id.to_owned())
+    });
+    (pruned, subscription)
+}
+
+#[test]
+fn every_pruned_task_is_told_once_whatever_pruned_it() {
+    let (manager, _) = manager(1); // history 2
+    let (pruned, _subscription) = record_pruned(&manager);
+    let observer = manager.clone();
+    let gone = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&gone);
+    // The handler runs after the change: the task is gone by then.
+    let _check = manager.on_task_pruned(move |id| seen.lock().unwrap().push(observer.task(id)));
+    for id in ["a", "b", "c", "d"] {
+        manager.register_task(input(id)).unwrap();
+        manager.cancel_task(id);
+    }
+    assert!(
+        pruned.lock().unwrap().is_empty(),
+        "an undelivered task is never pruned"
+    );
+    // A mark.
+    manager.mark_notified("a");
+    assert_eq!(*pruned.lock().unwrap(), ["a"]);
+    // Several marks at once.
+    assert_eq!(manager.mark_all_notified(&["b", "c"]), 2);
+    assert_eq!(*pruned.lock().unwrap(), ["a", "b"]);
+    // A terminal transition.
+    manager.register_task(input("e")).unwrap();
+    manager.fail_task("e", "x");
+    assert_eq!(*pruned.lock().unwrap(), ["a", "b", "c"]);
+    // A lowered limit.
+    manager.set_max_async_tasks(MaxAsyncTasks::new(3).unwrap()); // history 6
+    manager.mark_all_notified(&["d", "e"]);
+    for id in ["f", "g", "h", "i"] {
+        manager.register_task(input(id)).unwrap();
+        manager.cancel_task(id);
+        manager.mark_notified(id);
+    }
+    assert_eq!(pruned.lock().unwrap().len(), 3);
+    manager.set_max_async_tasks(MaxAsyncTasks::new(1).unwrap()); // history 2
+    assert_eq!(*pruned.lock().unwrap(), ["a", "b", "c", "d", "e", "f", "g"]);
+    assert_eq!(
+        manager
+            .tasks()
+            .iter()
+            .map(|t| t.id.as_str())
+            .collect::<Vec<_>>(),
+        ["h", "i"]
+    );
+    assert_eq!(*gone.lock().unwrap(), vec![None; 7]);
+}
+
+#[test]
+fn a_dropped_pruned_subscription_hears_nothing_and_a_panicking_handler_stops_nothing() {
+    let (manager, _) = manager(1); // history 2
+    let _bad = manager.on_task_pruned(|_| panic!("handler bug"));
+    let (pruned, subscription) = record_pruned(&manager);
+    for id in ["a", "b", "c"] {
+        manager.register_task(input(id)).unwrap();
+        manager.cancel_task(id);
+        manager.mark_notified(id);
+    }
+    assert_eq!(*pruned.lock().unwrap(), ["a"]);
+    drop(subscription);
+    manager.register_task(input("d")).unwrap();
+    manager.cancel_task("d");
+    manager.mark_notified("d");
+    assert_eq!(*pruned.lock().unwrap(), ["a"]);
+    assert_eq!(manager.tasks().len(), 2);
+}

@@ -563,3 +563,41 @@ fn a_restore_whose_journal_write_fails_is_built_all_the_same() {
     assert_eq!(again.task("a").unwrap().completed_at, Some(200));
     assert_eq!(replica.infos(), again.tasks());
 }
+
+#[test]
+fn a_journaled_manager_tells_of_what_it_prunes_but_a_restore_does_not() {
+    let (manager, replica, _) = journaled(1); // history 2
+    let pruned = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = Arc::clone(&pruned);
+    let _subscription = manager.on_task_pruned(move |id| log.lock().unwrap().push(id.to_owned()));
+    for id in ["a", "b", "c"] {
+        manager.register_task(input(id)).unwrap();
+        manager.cancel_task(id);
+        manager.mark_notified(id);
+    }
+    assert_eq!(*pruned.lock().unwrap(), ["a"]);
+    manager.set_max_async_tasks(MaxAsyncTasks::new(3).unwrap());
+    for id in ["d", "e"] {
+        manager.register_task(input(id)).unwrap();
+        manager.cancel_task(id);
+        manager.mark_notified(id);
+    }
+    // Pruned by the restore, which tells no one: its caller compares.
+    let restored = restart(&replica, 1, 9_000);
+    let ids = |tasks: Vec<asynctask_model::AsyncTaskInfo>| {
+        tasks.into_iter().map(|t| t.id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(restored.tasks()), ["d", "e"]);
+    let heard = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = Arc::clone(&heard);
+    let _late = restored.on_task_pruned(move |id| log.lock().unwrap().push(id.to_owned()));
+    restored.register_task(input("f")).unwrap();
+    restored.cancel_task("f");
+    restored.mark_notified("f");
+    assert_eq!(
+        *heard.lock().unwrap(),
+        ["d"],
+        "only what this manager pruned"
+    );
+    assert_eq!(*pruned.lock().unwrap(), ["a"]);
+}

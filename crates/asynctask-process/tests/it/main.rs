@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,7 @@ use asynctask_process::{
 };
 use asynctask_tools::{
     ContextVar, OutputVarSpec, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
+    whole_output_line,
 };
 use nix::errno::Errno;
 use nix::sys::signal::kill;
@@ -596,6 +598,171 @@ async fn a_bad_vars_file_fails_the_task_with_one_clear_line() {
     }
 }
 
+#[tokio::test]
+async fn a_bad_vars_file_names_the_file_that_holds_stdout() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "vars",
+        r#"["sh", "-c", "echo 'found 3 callers'; printf '[1]' > \"$ASYNCTASK_VARS_FILE\""]"#,
+    )
+    .with_output_dir(out.path().to_owned());
+    let (stdout, vars) = (
+        out.path().join("task-0001.out"),
+        out.path().join("task-0001.vars.json"),
+    );
+    assert_eq!(
+        run(&runner, request("vars", "x")).await,
+        error(&format!(
+            "subagent 'vars' wrote a bad variables file {}: not a JSON object\n\n[whole output: {} (16 bytes)]",
+            vars.display(),
+            stdout.display()
+        ))
+    );
+    assert_eq!(
+        std::fs::read_to_string(&stdout).expect("kept"),
+        "found 3 callers\n"
+    );
+    assert!(!vars.exists(), "the bad variables file was removed");
+}
+
+#[tokio::test]
+async fn a_vars_file_that_is_no_regular_file_fails_at_once() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let file = out.path().join("task-0001.vars.json");
+    let cases = [
+        // A FIFO nobody writes to: a plain open would wait forever.
+        (
+            r#"mkfifo "$ASYNCTASK_VARS_FILE""#,
+            "it is not a regular file",
+        ),
+        // A symbolic link, to a FIFO or to anything else.
+        (
+            r#"mkfifo fifo; ln -s "$PWD/fifo" "$ASYNCTASK_VARS_FILE""#,
+            "it is a symbolic link, not a regular file",
+        ),
+        (
+            r#"ln -s /dev/stdin "$ASYNCTASK_VARS_FILE""#,
+            "it is a symbolic link, not a regular file",
+        ),
+        (
+            r#"mkdir "$ASYNCTASK_VARS_FILE""#,
+            "it is not a regular file",
+        ),
+    ];
+    for (script, what) in cases {
+        let _ = std::fs::remove_file(dir.path().join("fifo"));
+        let _ = std::fs::remove_dir(&file);
+        let command = serde_json::json!(["sh", "-c", script]).to_string();
+        let runner = runner_in(dir.path(), "vars", &command).with_output_dir(out.path().to_owned());
+        let result = within(
+            Duration::from_secs(5),
+            runner.run(request("vars", "x"), CancellationToken::new()),
+        )
+        .await;
+        assert_eq!(
+            result,
+            error(&format!(
+                "subagent 'vars' wrote a bad variables file {}: {what}",
+                file.display()
+            )),
+            "{script}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn variables_are_bounded_by_the_inline_budget() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let file = out.path().join("task-0001.vars.json");
+    // 9,000 variables: far more than the budget holds.
+    let script = r#"{ printf '{'; i=0; while [ $i -lt 9000 ]; do printf '"v%04d":"value %d",' $i $i; i=$((i+1)); done; printf '"z":"end"}'; } > "$ASYNCTASK_VARS_FILE"; echo done"#;
+    let command = serde_json::json!(["sh", "-c", script]).to_string();
+    let runner = runner_in(dir.path(), "many", &command)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(2_000);
+    let output = run(&runner, request("many", "x")).await.expect("succeeds");
+    let cost: usize = output
+        .emitted_vars
+        .iter()
+        .map(|(name, value)| {
+            serde_json::to_string(name).expect("a string").len()
+                + serde_json::to_string(value).expect("a string").len()
+                - 4
+        })
+        .sum();
+    assert!(cost <= 2_000, "{cost}");
+    let kept = output.emitted_vars.len();
+    assert!(kept > 50, "{kept}");
+    assert_eq!(
+        output.emitted_vars.get("v0000").map(String::as_str),
+        Some("value 0")
+    );
+    assert_eq!(
+        output.final_message.as_deref(),
+        Some(
+            format!(
+                "done\n\n[{} of 9001 emitted variables were dropped to fit the inline budget; all of them are in {}]",
+                9001 - kept,
+                file.display()
+            )
+            .as_str()
+        )
+    );
+    // The file the note names holds them all.
+    let all: BTreeMap<String, String> =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("kept")).expect("JSON");
+    assert_eq!(all.len(), 9001);
+
+    // One long value among short ones: it is cut, the others are whole.
+    let script = r#"printf '{"a":"1","b":"%s","c":"3"}' "$(head -c 5000 /dev/zero | tr '\0' x)" > "$ASYNCTASK_VARS_FILE""#;
+    let command = serde_json::json!(["sh", "-c", script]).to_string();
+    let runner = runner_in(dir.path(), "long", &command)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(1_000);
+    let output = run(&runner, request("long", "x")).await.expect("succeeds");
+    assert_eq!(output.emitted_vars["a"], "1");
+    assert_eq!(output.emitted_vars["c"], "3");
+    let b = &output.emitted_vars["b"];
+    assert!(
+        b.starts_with("xxx") && b.ends_with(" more characters cut]"),
+        "{b}"
+    );
+    assert!(b.chars().count() <= 1_000 - 4, "{}", b.len());
+    assert_eq!(
+        output.final_message.as_deref(),
+        Some(
+            format!(
+                "[of the emitted variables, 1 value was cut to fit the inline budget; all of them are in {}]",
+                file.display()
+            )
+            .as_str()
+        )
+    );
+    assert!(file.exists(), "kept: the result does not hold it all");
+}
+
+#[tokio::test]
+async fn the_vars_file_is_removed_once_read_whole() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "answer",
+        r#"["sh", "-c", "printf '{\"answer\":\"42\"}' > \"$ASYNCTASK_VARS_FILE\""]"#,
+    )
+    .with_output_dir(out.path().to_owned());
+    let output = run(&runner, request("answer", "x"))
+        .await
+        .expect("succeeds");
+    assert_eq!(output.emitted_vars.len(), 1);
+    assert!(!out.path().join("task-0001.vars.json").exists());
+    assert!(out.path().join("task-0001.out").exists());
+}
+
 // ---- failures --------------------------------------------------------------
 
 #[tokio::test]
@@ -606,9 +773,17 @@ async fn a_non_zero_exit_fails_with_the_status_and_the_end_of_stderr() {
         "tester",
         r#"["sh", "-c", "echo progress; echo 'first line' >&2; echo 'it broke' >&2; exit 3"]"#,
     );
+    let stdout = runner
+        .output_dir()
+        .expect("the output directory")
+        .join("task-0001.out");
+    // What it printed is named, for the model to read.
     assert_eq!(
         run(&runner, request("tester", "x")).await,
-        error("subagent 'tester' exited with status 3: first line\nit broke")
+        error(&format!(
+            "subagent 'tester' exited with status 3: first line\nit broke\n\n[whole output: {} (9 bytes)]",
+            stdout.display()
+        ))
     );
 
     let silent = runner_in(dir.path(), "silent", r#"["sh", "-c", "exit 1"]"#);
@@ -1008,7 +1183,8 @@ async fn terminate_all_ends_every_live_subagent_of_the_runner_and_its_clones_at_
     }
 }
 
-/// Names the directory of a fake host's subagent (see [`fake_host`]).
+/// Names the directory of a fake host's subagent (see
+/// [`not_a_test_fake_host_body`]).
 #[cfg(target_os = "linux")]
 const FAKE_HOST_DIR: &str = "ASYNCTASK_TEST_FAKE_HOST_DIR";
 
@@ -1016,14 +1192,17 @@ const FAKE_HOST_DIR: &str = "ASYNCTASK_TEST_FAKE_HOST_DIR";
 #[cfg(target_os = "linux")]
 const FAKE_HOST_REAPER: &str = "ASYNCTASK_TEST_FAKE_HOST_REAPER";
 
-/// The body of a fake host, not a test of its own: a test below runs this
-/// test binary again, filtered to this test, with [`FAKE_HOST_DIR`] set; it
-/// then runs [`TREE`] through a `ProcessRunner` (from a tokio worker thread,
-/// as a host does) until it is killed. Run without the variable (as part of
-/// the suite), it does nothing.
+/// The body of a fake host, not a test of its own — a re-exec harness. The
+/// tests that kill a host ([`FakeHost`]) run this test binary again, filtered
+/// to this one function, with [`FAKE_HOST_DIR`] set; it then runs [`TREE`]
+/// through a `ProcessRunner` (from a tokio worker thread, as a host does)
+/// until it is killed. It has to be a `#[test]` for the test harness to run
+/// it in a process of its own. Run without the variable, as part of the
+/// suite, it returns at once and checks nothing: its "pass" in the suite's
+/// report means nothing (its name says so).
 #[cfg(target_os = "linux")]
 #[test]
-fn fake_host() {
+fn not_a_test_fake_host_body() {
     let Some(dir) = std::env::var_os(FAKE_HOST_DIR) else {
         return;
     };
@@ -1050,7 +1229,8 @@ fn fake_host() {
     panic!("the fake host's subagent ended before the host was killed: {result:?}");
 }
 
-/// A fake host process ([`fake_host`]), killed and reaped when dropped.
+/// A fake host process ([`not_a_test_fake_host_body`]), killed and reaped
+/// when dropped.
 #[cfg(target_os = "linux")]
 struct FakeHost(std::process::Child);
 
@@ -1060,7 +1240,13 @@ impl FakeHost {
         let mut command =
             std::process::Command::new(std::env::current_exe().expect("the test binary"));
         command
-            .args(["fake_host", "--exact", "--nocapture", "--test-threads", "1"])
+            .args([
+                "not_a_test_fake_host_body",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env(FAKE_HOST_DIR, dir)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
@@ -1164,11 +1350,15 @@ async fn huge_stdout_goes_to_a_file_and_the_message_keeps_its_head_and_tail() {
     let before = peak_rss_kib();
     let result = run(&runner, request("chatty", "x")).await;
     let file = out.path().join("task-0001.out");
-    let half = line.repeat(ProcessRunner::DEFAULT_INLINE_BUDGET / 2 / line.len());
+    // Each line costs 101 of the budget once JSON-escaped (`\n` is two
+    // characters there): each half holds 49 lines and 51 characters more.
+    let head = format!("{}{}", line.repeat(49), "y".repeat(51));
+    let tail = format!("{}\n{}", "y".repeat(49), line.repeat(49));
     let expected = format!(
-        "{half}{}\n{}",
-        marker(50_000_000 - 10_000, 50_000_000, &file),
-        half.trim_end()
+        "{head}\n{}\n{}\n\n{}",
+        marker(50_000_000 - 9_901, 50_000_000, &file),
+        tail.trim_end(),
+        whole_output_line(&file, 50_000_000)
     );
     assert_eq!(result, Ok(output(Some(&expected))));
     if let (Some(before), Some(after)) = (before, peak_rss_kib()) {
@@ -1201,8 +1391,9 @@ async fn the_inline_budget_is_configurable_and_counts_characters() {
     assert_eq!(
         run(&runner, request("letters", "x")).await,
         Ok(output(Some(&format!(
-            "abcde\n{}\nvwxyz",
-            marker(16, 26, &file)
+            "abcde\n{}\nvwxyz\n\n{}",
+            marker(16, 26, &file),
+            whole_output_line(&file, 26)
         ))))
     );
 
@@ -1213,8 +1404,9 @@ async fn the_inline_budget_is_configurable_and_counts_characters() {
     assert_eq!(
         run(&runner, request("accents", "x")).await,
         Ok(output(Some(&format!(
-            "aaaé\n{}\nébbb",
-            marker(3, 16, &file)
+            "aaaé\n{}\nébbb\n\n{}",
+            marker(3, 16, &file),
+            whole_output_line(&file, 16)
         ))))
     );
     // Output that fits is the text alone: no marker, no path.
@@ -1229,6 +1421,84 @@ async fn the_inline_budget_is_configurable_and_counts_characters() {
         std::fs::read_to_string(&file).expect("the output file"),
         "aaééébb"
     );
+}
+
+#[test]
+fn the_inline_budget_comes_from_the_config() {
+    let config = ProcessRunnerConfig::from_toml_str(
+        "inline_budget = 2500\n[subagents.a]\ncommand = [\"true\"]\n",
+        Path::new("/"),
+    )
+    .expect("valid");
+    assert_eq!(config.inline_budget, Some(2_500));
+    assert_eq!(ProcessRunner::new(config).inline_budget(), 2_500);
+    assert_eq!(
+        ProcessRunner::new(ProcessRunnerConfig::new()).inline_budget(),
+        ProcessRunner::DEFAULT_INLINE_BUDGET
+    );
+}
+
+#[tokio::test]
+async fn the_inline_budget_counts_what_the_text_costs_in_json() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    // Quotes, backslashes and ANSI escapes: each costs 2 or 6 in a JSON string.
+    let script = r#"i=0; while [ $i -lt 2000 ]; do printf '"q" \\ \033[31mred\033[0m %s\n' $i; i=$((i+1)); done"#;
+    let command = serde_json::json!(["sh", "-c", script]).to_string();
+    let runner = runner_in(dir.path(), "loud", &command)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(1_000);
+    let message = run(&runner, request("loud", "x"))
+        .await
+        .expect("succeeds")
+        .final_message
+        .expect("a message");
+    let (body, pointer) = message.rsplit_once("\n\n").expect("a pointer line");
+    let file = out.path().join("task-0001.out");
+    let bytes = std::fs::metadata(&file).expect("the output file").len();
+    assert_eq!(pointer, whole_output_line(&file, bytes));
+    let marker_at = body.find("\n[... ").expect("a marker");
+    let marker_end = body[marker_at + 1..].find('\n').expect("the marker's end") + marker_at + 1;
+    let kept = format!("{}{}", &body[..marker_at], &body[marker_end + 1..]);
+    let escaped = serde_json::to_string(&kept).expect("a string").len() - 2;
+    assert!(
+        (900..=1_000).contains(&escaped),
+        "the kept text is {escaped} characters once escaped"
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_subagent_names_its_stdout() {
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    let runner = runner_in(
+        dir.path(),
+        "slow",
+        r#"["sh", "-c", "echo started; echo $$ > pids; exec sleep 30"]"#,
+    )
+    .with_output_dir(out.path().to_owned());
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { runner.run(request("slow", "x"), cancel).await }
+    });
+    let pids = wait_for_pids(&dir.path().join("pids"), 1).await;
+    let file = out.path().join("task-0001.out");
+    let deadline = Instant::now() + RUN_DEADLINE;
+    while std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) < 8 {
+        assert!(Instant::now() < deadline, "no output");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    assert_eq!(
+        result,
+        error(&format!(
+            "subagent 'slow' was cancelled\n\n[whole output: {} (8 bytes)]",
+            file.display()
+        ))
+    );
+    assert_all_gone(&pids).await;
 }
 
 #[tokio::test]
@@ -1421,7 +1691,11 @@ fn config_errors_name_the_position_then_the_parsers_message() {
         ),
         (
             "[subagent.a]\ncommand = [\"x\"]\n",
-            "invalid config <string> at line 1, column 2: unknown field `subagent`, expected one of `subagents`, `roots`, `durable`",
+            "invalid config <string> at line 1, column 2: unknown field `subagent`, expected one of `subagents`, `roots`, `durable`, `inline_budget`",
+        ),
+        (
+            "inline_budget = 10\n",
+            "invalid config <string>: inline_budget = 10 is out of range: give 1000 to 1000000 characters",
         ),
         (
             "[subagents.a]\ncommand = []\n",
@@ -1562,4 +1836,69 @@ fn working_directories_must_lie_under_the_roots() {
             .contains("subagent 'a': working directory / is not under any of the roots"),
         "{err}"
     );
+}
+
+// ---- what the output directory keeps ---------------------------------------
+
+#[tokio::test]
+async fn a_task_pruned_from_the_history_takes_its_files_along() {
+    use asynctask_manager::AsyncTaskManager;
+    use asynctask_model::MaxAsyncTasks;
+    use asynctask_tools::{TaskTool, Tool};
+
+    let dir = TempDir::new();
+    let out = TempDir::new();
+    // It prints a line and writes more variables than its result holds, so the
+    // result names both of its files.
+    let script = r#"{ printf '{'; i=0; while [ $i -lt 500 ]; do printf '"v%04d":"value %d",' $i $i; i=$((i+1)); done; printf '"z":"end"}'; } > "$ASYNCTASK_VARS_FILE"; echo done"#;
+    let command = serde_json::json!(["sh", "-c", script]).to_string();
+    let runner = runner_in(dir.path(), "many", &command)
+        .with_output_dir(out.path().to_owned())
+        .with_inline_budget(1_000);
+    // A limit of 1 keeps a history of 2 finished tasks.
+    let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1).expect("valid"));
+    let tool = TaskTool::new(manager.clone(), Arc::new(runner));
+    let files = |id: &str| {
+        [
+            out.path().join(format!("{id}.out")),
+            out.path().join(format!("{id}.vars.json")),
+        ]
+    };
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let launched = tool
+            .execute(
+                serde_json::json!({"subagent_name": "many", "goal_prompt": "x", "async": true}),
+                CancellationToken::new(),
+            )
+            .await;
+        let id = launched.metadata["agentId"]
+            .as_str()
+            .expect("launched")
+            .to_owned();
+        tool.tracker().close();
+        within(RUN_DEADLINE, tool.tracker().wait()).await;
+        tool.tracker().reopen();
+        let task = manager.task(&id).expect("held");
+        assert_eq!(task.status, asynctask_model::AsyncTaskStatus::Completed);
+        for file in files(&id) {
+            assert!(
+                file.is_file(),
+                "{} is kept while the task is",
+                file.display()
+            );
+        }
+        assert!(manager.mark_notified(&id));
+        ids.push(id);
+    }
+    // The first task was pruned when the third ended: its files went with it.
+    assert!(manager.task(&ids[0]).is_none());
+    for file in files(&ids[0]) {
+        assert!(!file.exists(), "{} outlived its task", file.display());
+    }
+    for id in &ids[1..] {
+        for file in files(id) {
+            assert!(file.is_file(), "{}", file.display());
+        }
+    }
 }

@@ -160,3 +160,51 @@ async fn stored_tasks_that_are_not_a_registry_are_refused_at_build() {
     );
     assert_eq!(refused.to_string(), "the stored tasks cannot be restored");
 }
+
+/// A runner that never runs anything, and records what it is told to forget.
+#[derive(Default)]
+struct Forgetful(std::sync::Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl asynctask_tools::SubagentRunner for Forgetful {
+    async fn run(
+        &self,
+        _request: asynctask_tools::SubagentRequest,
+        _cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<OutputObject, asynctask_tools::SubagentError> {
+        Err(asynctask_tools::SubagentError::new("not in this test"))
+    }
+
+    fn forget(&self, task_id: &str) {
+        self.0.lock().expect("no panic").push(task_id.to_owned());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_runner_forgets_what_the_restore_pruned() {
+    // Five delivered tasks; a limit of 1 keeps a history of 2.
+    let restored: Vec<StoredTask> = (1..=5u64)
+        .map(|n| {
+            let mut task = AsyncTaskInfo::new(format!("t{n}"), "tester", "g", 1_000);
+            task.cancel(1_000 + n);
+            task.mark_notified(2_000);
+            StoredTask::new(task)
+        })
+        .collect();
+    let runner = Arc::new(Forgetful::default());
+    let runtime = AsyncTaskRuntime::builder()
+        .clock(Arc::new(ManualClock::new(50_000)))
+        .max_async_tasks(asynctask_model::MaxAsyncTasks::new(1).expect("valid"))
+        .runner(Arc::clone(&runner) as Arc<dyn asynctask_tools::SubagentRunner>)
+        .journal(Arc::new(Journaled::default()) as Arc<dyn Journal>, restored)
+        .build();
+    assert_eq!(*runner.0.lock().expect("no panic"), ["t1", "t2", "t3"]);
+    let kept: Vec<String> = runtime
+        .manager()
+        .tasks()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(kept, ["t4", "t5"]);
+    runtime.shutdown().await;
+}

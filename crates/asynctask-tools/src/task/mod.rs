@@ -7,13 +7,15 @@
 mod runner;
 mod supervise;
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::{
-    AsyncTaskManager, Inbox, InboxSender, RegisterError, RegisterTaskInput, TaskProgress,
+    AsyncTaskManager, Inbox, InboxSender, RegisterError, RegisterTaskInput, Subscription,
+    TaskProgress,
 };
 use asynctask_model::AsyncTaskInfo;
 use serde_json::{Value, json};
@@ -23,19 +25,35 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
 pub use self::runner::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
-
-/// The most subagent names the `task` tool's schema lists as an `enum`; a larger
-/// catalog is still listed in the description and still checked, but the
-/// schema leaves the name free (OpenAI's strict mode limits a string enum over
-/// 250 values to 15,000 characters in all).
-pub const MAX_ENUM_NAMES: usize = 250;
-use self::supervise::{Background, Outcome, Run, far_future};
+use self::supervise::{Background, Outcome, Run, TimeoutText, far_future};
 use crate::context::CallContext;
 use crate::ids::new_task_id;
 use crate::params::{InvalidParams, TaskParams, TaskTimeouts, ToolParams};
 use crate::render::{self, completion_notification};
 use crate::result::{ToolErrorType, ToolResult};
 use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
+
+/// The most subagent names the `task` tool's schema lists as an `enum`; a larger
+/// catalog is still listed in the description and still checked, but the
+/// schema leaves the name free (OpenAI's strict mode limits a string enum over
+/// 250 values to 15,000 characters in all).
+///
+/// ```
+/// assert_eq!(asynctask_tools::MAX_ENUM_NAMES, 250);
+/// ```
+pub const MAX_ENUM_NAMES: usize = 250;
+
+/// The most characters the names of the `task` tool's `enum` may have in all;
+/// a catalog whose names are longer together is listed in the description and
+/// checked, but the schema leaves the name free. OpenAI's strict mode bounds
+/// the total length of every enum value, property name and const of a schema
+/// (120,000 characters), and of one string enum over 250 values (15,000):
+/// this stays within the stricter of the two, whatever else the schema holds.
+///
+/// ```
+/// assert_eq!(asynctask_tools::MAX_ENUM_CHARS, 15_000);
+/// ```
+pub const MAX_ENUM_CHARS: usize = 15_000;
 
 /// When a synchronous `task` call becomes a background task, and what the
 /// model is told to follow it with.
@@ -161,6 +179,18 @@ impl SyncDetach {
 /// [`AsyncTaskManager::cancel_task`], by cancelling its token, or by its timeout.
 /// If the runtime drops a background run before it ends (shutdown), its task is
 /// failed rather than left `running`.
+///
+/// # What the runner keeps
+///
+/// A runner may keep files per task (the process runner keeps each
+/// subagent's whole output). The tool tells it when nothing will ask for a
+/// task again ([`SubagentRunner::forget`]): when the manager prunes the task
+/// from its history ([`AsyncTaskManager::on_task_pruned`]), and, for a
+/// synchronous run (never registered, so never pruned), once as many later
+/// synchronous runs of this tool have ended as the history keeps finished
+/// tasks ([`MaxAsyncTasks::history_limit`](asynctask_model::MaxAsyncTasks::history_limit),
+/// 10 by default). So what a runner keeps is bounded by about twice the
+/// history, however long the host runs.
 pub struct TaskTool {
     manager: AsyncTaskManager,
     runner: Arc<dyn SubagentRunner>,
@@ -170,6 +200,11 @@ pub struct TaskTool {
     /// Cancelled when the host shuts down: no new runs start, synchronous runs
     /// in progress are cancelled.
     shutdown: CancellationToken,
+    /// Tells the runner of the tasks the manager prunes.
+    _forget_pruned: Subscription,
+    /// The ids of the last synchronous runs, oldest first: the runner keeps
+    /// their files until they fall out.
+    sync_runs: Mutex<VecDeque<String>>,
 }
 
 impl TaskTool {
@@ -179,6 +214,10 @@ impl TaskTool {
     /// A `task` tool registering into `manager` and running subagents with `runner`.
     #[must_use]
     pub fn new(manager: AsyncTaskManager, runner: Arc<dyn SubagentRunner>) -> Self {
+        let forget_pruned = manager.on_task_pruned({
+            let runner = Arc::clone(&runner);
+            move |id| runner.forget(id)
+        });
         TaskTool {
             manager,
             runner,
@@ -186,6 +225,26 @@ impl TaskTool {
             tracker: TaskTracker::new(),
             sync_detach: None,
             shutdown: CancellationToken::new(),
+            _forget_pruned: forget_pruned,
+            sync_runs: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Records that synchronous run `id` ended, and tells the runner to forget
+    /// the runs that fall out of the window (see the type's docs).
+    fn sync_run_ended(&self, id: &str) {
+        let keep = self.manager.max_async_tasks().history_limit();
+        let old: Vec<String> = {
+            let mut runs = self
+                .sync_runs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            runs.push_back(id.to_owned());
+            let excess = runs.len().saturating_sub(keep);
+            runs.drain(..excess).collect()
+        };
+        for id in old {
+            self.runner.forget(&id);
         }
     }
 
@@ -288,7 +347,8 @@ impl TaskTool {
     /// 1800 when the host chose otherwise).
     ///
     /// With a [catalog](SubagentRunner::catalog) of at most [`MAX_ENUM_NAMES`]
-    /// names, `subagent_name` also carries an `enum` of them.
+    /// names of at most [`MAX_ENUM_CHARS`] characters in all, `subagent_name`
+    /// also carries an `enum` of them.
     fn parameters(&self, catalog: Option<&[SubagentInfo]>) -> Value {
         let mut parameters = TaskParams::schema();
         let (default, max) = (self.timeouts.default.as_secs(), self.timeouts.max.as_secs());
@@ -299,7 +359,16 @@ impl TaskTool {
                  larger values are capped at {max}; -1 or 0 mean the maximum."
             ));
         }
-        if let Some(catalog) = catalog.filter(|c| !c.is_empty() && c.len() <= MAX_ENUM_NAMES)
+        let fits_an_enum = |catalog: &&[SubagentInfo]| {
+            !catalog.is_empty()
+                && catalog.len() <= MAX_ENUM_NAMES
+                && catalog
+                    .iter()
+                    .map(|info| info.name.chars().count())
+                    .sum::<usize>()
+                    <= MAX_ENUM_CHARS
+        };
+        if let Some(catalog) = catalog.filter(fits_an_enum)
             && let Some(Value::Object(name)) = parameters.pointer_mut("/properties/subagent_name")
         {
             let names = catalog.iter().map(|info| Value::String(info.name.clone()));
@@ -444,6 +513,7 @@ impl TaskTool {
         // A runner still going (timed out, or the call was cancelled) is stopped
         // in the background: the caller gets its answer now, the runner its grace.
         run.stop_in_background();
+        self.sync_run_ended(&id);
         let now = self.now();
         let failed = |task: &mut AsyncTaskInfo, kind, message: String, display: String| {
             task.fail(message.clone(), now);
@@ -489,7 +559,8 @@ impl TaskTool {
                 failed(&mut task, ToolErrorType::ExecutionFailed, message, display)
             }
             Outcome::TimedOut => {
-                let message = self.timeout_message(&name, timeout);
+                let message =
+                    render::with_output_file(self.timeout_message(&name, timeout), &progress);
                 let display = format!(
                     "Subagent **{name}** timed out after {} seconds",
                     timeout.as_secs()
@@ -525,7 +596,7 @@ impl TaskTool {
         } = detach;
         let input = RegisterTaskInput::new(id.clone(), name.clone(), goal)
             .with_cancellation(run.token().clone())
-            .with_progress(progress);
+            .with_progress(progress.clone());
         let input = with_call_origin(with_inbox(input, inbox));
         if let Err(err) = self.manager.register_task(input) {
             tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
@@ -536,8 +607,11 @@ impl TaskTool {
         tracing::debug!(task_id = %id, subagent = %name, seconds, "synchronous run detached to the background");
         let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
         let timeout = deadline.saturating_duration_since(started);
-        let message = self.timeout_message(&name, timeout);
-        let background = Background::new(&self.manager, &id, run, timeout, deadline, message);
+        let timed_out = TimeoutText {
+            message: self.timeout_message(&name, timeout),
+            progress: progress.clone(),
+        };
+        let background = Background::new(&self.manager, &id, run, timeout, deadline, timed_out);
         self.tracker.spawn(background.run().instrument(span));
         let follow_up = self
             .sync_detach
@@ -585,7 +659,10 @@ impl TaskTool {
         self.cancel_if_shutting_down(&id);
         let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
         let timeout = request.timeout;
-        let message = self.timeout_message(&name, timeout);
+        let timed_out = TimeoutText {
+            message: self.timeout_message(&name, timeout),
+            progress: request.progress.clone(),
+        };
         let deadline = Instant::now()
             .checked_add(timeout)
             .unwrap_or_else(far_future);
@@ -597,7 +674,7 @@ impl TaskTool {
                 self.tracker.clone(),
             )
         });
-        let background = Background::new(&self.manager, &id, run, timeout, deadline, message);
+        let background = Background::new(&self.manager, &id, run, timeout, deadline, timed_out);
         self.tracker.spawn(background.run().instrument(span));
         ToolResult::success(
             render::launched(&name, &id),

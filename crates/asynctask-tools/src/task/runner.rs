@@ -65,6 +65,18 @@ pub trait SubagentRunner: Send + Sync {
     /// nothing: each run still hears of the end through its cancellation
     /// token, with the usual grace.
     fn terminate_all(&self) {}
+
+    /// Nothing will ask for task `task_id` again: drop whatever was kept for
+    /// it (its output files, say). The [`TaskTool`](crate::TaskTool) calls it
+    /// for a background task pruned from the manager's history, and for a
+    /// synchronous run once as many later synchronous runs have ended as
+    /// the history keeps finished tasks (10 by default). It may come for a
+    /// task this runner never ran, or ran in an earlier process, and must
+    /// never block for long or panic. The default keeps nothing, so does
+    /// nothing.
+    fn forget(&self, task_id: &str) {
+        let _ = task_id;
+    }
 }
 
 /// One subagent a runner offers: its name, what it is for, and whether it
@@ -303,6 +315,20 @@ impl SubagentError {
     #[must_use]
     pub fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> Self {
         self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// The same error, its message followed by `text` (a note added on the
+    /// way out: where the subagent's output is kept, say).
+    ///
+    /// ```
+    /// use asynctask_tools::SubagentError;
+    /// let error = SubagentError::new("exited with status 2").with_suffix(" (after 3 retries)");
+    /// assert_eq!(error.message(), "exited with status 2 (after 3 retries)");
+    /// ```
+    #[must_use]
+    pub fn with_suffix(mut self, text: &str) -> Self {
+        self.message.push_str(text);
         self
     }
 

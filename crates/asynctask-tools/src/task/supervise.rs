@@ -6,7 +6,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use asynctask_manager::AsyncTaskManager;
+use asynctask_manager::{AsyncTaskManager, TaskProgress};
 use asynctask_model::OutputObject;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -34,7 +34,7 @@ pub(super) struct Background {
     /// When the timeout passes, counted from the run's start.
     deadline: Instant,
     /// The timeout text, made while the tool's settings were at hand.
-    message: String,
+    timed_out: TimeoutText,
     /// Fails the task if the run is dropped (even before its first poll).
     ended: EndGuard,
 }
@@ -48,7 +48,7 @@ impl Background {
         run: Run,
         timeout: Duration,
         deadline: Instant,
-        message: String,
+        timed_out: TimeoutText,
     ) -> Self {
         Background {
             ended: EndGuard {
@@ -57,7 +57,7 @@ impl Background {
                 armed: true,
             },
             manager: manager.clone(),
-            message,
+            timed_out,
             id: id.to_owned(),
             timeout,
             deadline,
@@ -77,7 +77,7 @@ impl Background {
             mut run,
             timeout,
             deadline,
-            message,
+            timed_out,
             ended,
         } = self;
         let token = run.token.clone();
@@ -104,7 +104,7 @@ impl Background {
                 tracing::warn!(timeout_secs = timeout.as_secs(), "async task timed out");
                 // Fail first: the runner may answer the cancel with a result, and
                 // the timeout must be what the model reads.
-                manager.fail_task(&id, message);
+                manager.fail_task(&id, timed_out.text());
                 run.stop().await;
             }
             Outcome::Cancelled => {
@@ -116,6 +116,21 @@ impl Background {
             }
         }
         ended.disarm();
+    }
+}
+
+/// What a run that timed out fails with: the timeout's text, made when the run
+/// started, and the run's progress, to name the file that holds its whole
+/// output when its runner keeps one.
+pub(super) struct TimeoutText {
+    pub(super) message: String,
+    pub(super) progress: TaskProgress,
+}
+
+impl TimeoutText {
+    /// The text, now.
+    pub(super) fn text(self) -> String {
+        render::with_output_file(self.message, &self.progress)
     }
 }
 

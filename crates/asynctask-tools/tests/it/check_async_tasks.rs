@@ -234,6 +234,77 @@ async fn a_huge_output_is_cut_with_a_note() {
 }
 
 #[tokio::test]
+async fn a_cut_message_keeps_the_line_that_names_the_whole_output() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("big", "dumper", "dump"))
+        .unwrap();
+    let pointer = "[whole output: /tmp/asynctask-1-ab/big.out (2000000 bytes)]";
+    let message = format!(
+        "{}\n[... 1990000 characters omitted; the whole output (2000000 bytes) is in /tmp/asynctask-1-ab/big.out ...]\n{}\n\n{pointer}",
+        "h".repeat(5_000),
+        "t".repeat(5_000)
+    );
+    manager.complete_task(
+        "big",
+        OutputObject::new(TerminateReason::Goal)
+            .with_var("blob", "x".repeat(100_000))
+            .with_final_message(message),
+    );
+    let tool = CheckAsyncTasksTool::new(manager);
+    let result = call(&tool, json!({"task_id": "big"})).await;
+    let length = result.llm_content.chars().count();
+    assert!(length <= PEEK_BUDGET_CHARS, "{length} characters");
+    let details: Value = serde_json::from_str(&result.llm_content).expect("still valid JSON");
+    let kept = details["output"]["final_message"].as_str().unwrap();
+    assert!(kept.starts_with("hhhh"), "{kept}");
+    assert!(
+        kept.ends_with(&format!(" more characters cut]\n{pointer}")),
+        "{}",
+        &kept[kept.len() - 120..]
+    );
+}
+
+#[tokio::test]
+async fn a_cut_error_keeps_the_line_that_names_the_whole_output() {
+    let manager = AsyncTaskManager::default();
+    manager
+        .register_task(RegisterTaskInput::new("bad", "tester", "test"))
+        .unwrap();
+    let pointer = "[whole output: /tmp/asynctask-1-ab/bad.out (812 bytes)]";
+    manager.fail_task(
+        "bad",
+        format!(
+            "subagent 'tester' exited with status 1: {}\n\n{pointer}",
+            "e".repeat(40_000)
+        ),
+    );
+    let result = call(
+        &CheckAsyncTasksTool::new(manager),
+        json!({"task_id": "bad"}),
+    )
+    .await;
+    let length = result.llm_content.chars().count();
+    assert!(length <= PEEK_BUDGET_CHARS, "{length} characters");
+    let details: Value = serde_json::from_str(&result.llm_content).expect("still valid JSON");
+    let kept = details["error"].as_str().unwrap();
+    assert!(kept.starts_with("subagent 'tester' exited"), "{kept}");
+    assert!(
+        kept.ends_with(&format!(" more characters cut]\n{pointer}")),
+        "{}",
+        &kept[kept.len() - 120..]
+    );
+    // The user's view cuts it shorter, and keeps the line too.
+    assert!(
+        result
+            .return_display
+            .ends_with(&format!(" more characters cut]\n{pointer}")),
+        "{}",
+        result.return_display
+    );
+}
+
+#[tokio::test]
 async fn thousands_of_variables_still_fit_the_budget() {
     let manager = AsyncTaskManager::default();
     manager
@@ -427,4 +498,152 @@ async fn a_shared_registry_marks_each_task_with_its_session() {
         "{}",
         slash.text
     );
+}
+
+/// A runner that reports a line of progress, then works until it is released
+/// (or cancelled).
+#[derive(Debug, Default)]
+struct Reporting {
+    release: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl asynctask_tools::SubagentRunner for Reporting {
+    async fn run(
+        &self,
+        request: asynctask_tools::SubagentRequest,
+        cancel: CancellationToken,
+    ) -> Result<OutputObject, asynctask_tools::SubagentError> {
+        request.progress.report("step 1 of 3: reading the code");
+        tokio::select! {
+            () = self.release.notified() => Ok(OutputObject::new(TerminateReason::Goal)),
+            () = cancel.cancelled() => Err(asynctask_tools::SubagentError::new("cancelled")),
+        }
+    }
+}
+
+/// Polls `check` every 5 ms until it holds; fails the test after 5 s.
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// A peek at `id`: the details the model reads, and what the user sees.
+async fn peek(manager: &AsyncTaskManager, id: &str) -> (Value, String) {
+    let peek = call(
+        &CheckAsyncTasksTool::new(manager.clone()),
+        json!({"task_id": id}),
+    )
+    .await;
+    let details: Value = serde_json::from_str(&peek.llm_content).expect("JSON");
+    (details, peek.return_display)
+}
+
+/// What a peek at `id` shows as its recent output.
+async fn recent_output(manager: &AsyncTaskManager, id: &str) -> Value {
+    peek(manager, id).await.0["recentOutput"].clone()
+}
+
+#[tokio::test]
+async fn a_background_runners_progress_reaches_the_peek_and_the_task_list() {
+    let clock = ManualClock::new(T0);
+    let manager = AsyncTaskManager::with_clock(MaxAsyncTasks::default(), Arc::new(clock.clone()));
+    let runner = Arc::new(Reporting::default());
+    let tool = asynctask_tools::TaskTool::new(manager.clone(), runner.clone());
+    let launched = tool
+        .execute(
+            json!({"subagent_name": "r", "goal_prompt": "work", "async": true}),
+            CancellationToken::new(),
+        )
+        .await;
+    let id = launched.metadata["agentId"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let prefix: String = id.chars().take(8).collect();
+    eventually("the line is recorded", || {
+        manager
+            .progress(&id)
+            .is_some_and(|p| !p.snapshot().is_empty())
+    })
+    .await;
+    clock.advance(75_000);
+
+    // The model's peek: running for 1m 15s, with the line the runner reported.
+    let (details, display) = peek(&manager, &id).await;
+    assert_eq!(details["status"], "running");
+    assert_eq!(details["duration"], "1m 15s");
+    assert_eq!(
+        details["recentOutput"],
+        json!(["step 1 of 3: reading the code"])
+    );
+    // The user's: the same, in its own words.
+    assert!(display.contains("Duration: 1m 15s"), "{display}");
+    assert!(
+        display.contains("Latest output:\n  | step 1 of 3: reading the code"),
+        "{display}"
+    );
+    // The list says how long it has run; `/tasks list` quotes the line too.
+    let list = call(&CheckAsyncTasksTool::new(manager.clone()), json!({})).await;
+    assert!(
+        list.llm_content
+            .contains(&format!("[{prefix}] r - running (1m 15s)")),
+        "{}",
+        list.llm_content
+    );
+    let slash = asynctask_tools::run_slash_command(&manager, "/tasks list").expect("ours");
+    assert!(
+        slash.text.contains(&format!(
+            "[RUNNING] {prefix} r (1m 15s) - work\n    > step 1 of 3: reading the code"
+        )),
+        "{}",
+        slash.text
+    );
+    runner.release.notify_one();
+    eventually("the task ends", || manager.counts().running == 0).await;
+}
+
+#[tokio::test]
+async fn a_synchronous_runners_progress_reaches_its_call_and_once_detached_the_peek() {
+    let manager = AsyncTaskManager::default();
+    let runner = Arc::new(Reporting::default());
+    let tool = asynctask_tools::TaskTool::new(manager.clone(), runner.clone()).with_sync_detach(
+        asynctask_tools::SyncDetach::after(std::time::Duration::from_millis(200)),
+    );
+    let context = asynctask_tools::CallContext::new();
+    let call_progress = context.progress.clone();
+    let sync_call = tokio::spawn(asynctask_tools::with_call_context(context, async move {
+        tool.execute(
+            json!({"subagent_name": "r", "goal_prompt": "work"}),
+            CancellationToken::new(),
+        )
+        .await
+    }));
+    // While the call waits, its own progress (what a server reports) has the line.
+    eventually("the call's progress has the line", || {
+        call_progress.snapshot().last_line() == Some("step 1 of 3: reading the code")
+    })
+    .await;
+    // Detached: a background task now, whose peek and list show the same line.
+    let detached = sync_call.await.expect("no panic");
+    let id = detached.metadata["agentId"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    assert_eq!(manager.counts().running, 1, "{}", detached.llm_content);
+    assert_eq!(
+        recent_output(&manager, &id).await,
+        json!(["step 1 of 3: reading the code"])
+    );
+    let list = asynctask_tools::run_slash_command(&manager, "/tasks list").expect("ours");
+    assert!(
+        list.text.contains("step 1 of 3: reading the code"),
+        "{}",
+        list.text
+    );
+    runner.release.notify_one();
+    eventually("the task ends", || manager.counts().running == 0).await;
 }

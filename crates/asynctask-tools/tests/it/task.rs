@@ -14,9 +14,9 @@ use asynctask_model::{
     AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
 };
 use asynctask_tools::{
-    ContextVar, OutputVarSpec, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
-    SyncDetach, TaskParams, TaskTimeouts, TaskTool, Tool, ToolErrorType, ToolParams, ToolResult,
-    completion_notification,
+    ContextVar, MAX_ENUM_CHARS, MAX_ENUM_NAMES, OutputVarSpec, SubagentError, SubagentInfo,
+    SubagentRequest, SubagentRunner, SyncDetach, TaskParams, TaskTimeouts, TaskTool, Tool,
+    ToolErrorType, ToolParams, ToolResult, completion_notification,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -46,6 +46,9 @@ enum Behaviour {
     IgnoreCancel,
     /// Returns [`output`] after this many seconds, or an error when cancelled first.
     Sleep(u64),
+    /// Keeps its output in `/outputs/<task id>.out` (as its progress says),
+    /// prints one line, then waits for its token.
+    PrintThenWait,
 }
 
 /// A fake runner that records what it was given and whether it was dropped
@@ -56,6 +59,8 @@ struct FakeRunner {
     requests: Mutex<Vec<SubagentRequest>>,
     tokens: Mutex<Vec<CancellationToken>>,
     aborted: Arc<AtomicUsize>,
+    /// The tasks it was told to forget, in order.
+    forgotten: Mutex<Vec<String>>,
 }
 
 impl FakeRunner {
@@ -66,7 +71,15 @@ impl FakeRunner {
             requests: Mutex::new(Vec::new()),
             tokens: Mutex::new(Vec::new()),
             aborted: Arc::new(AtomicUsize::new(0)),
+            forgotten: Mutex::new(Vec::new()),
         })
+    }
+
+    fn forgotten(&self) -> Vec<String> {
+        self.forgotten
+            .lock()
+            .expect("a runner never panics holding its lock")
+            .clone()
     }
 
     /// A runner that offers only these subagents.
@@ -127,11 +140,19 @@ impl SubagentRunner for FakeRunner {
         self.catalog.clone()
     }
 
+    fn forget(&self, task_id: &str) {
+        self.forgotten
+            .lock()
+            .expect("a runner never panics holding its lock")
+            .push(task_id.to_owned());
+    }
+
     async fn run(
         &self,
         request: SubagentRequest,
         cancel: CancellationToken,
     ) -> Result<OutputObject, SubagentError> {
+        let (progress, id) = (request.progress.clone(), request.task_id.clone());
         self.requests
             .lock()
             .expect("a runner never panics holding its lock")
@@ -158,6 +179,12 @@ impl SubagentRunner for FakeRunner {
                 () = tokio::time::sleep(Duration::from_secs(seconds)) => Ok(output()),
                 () = cancel.cancelled() => Err(SubagentError::new("cancelled while sleeping")),
             },
+            Behaviour::PrintThenWait => {
+                progress.set_output_file(format!("/outputs/{id}.out"));
+                progress.record_output(b"read 3 files\n");
+                cancel.cancelled().await;
+                Err(SubagentError::new("cancelled"))
+            }
         };
         probe.armed = false;
         result
@@ -662,6 +689,32 @@ async fn sync_timeout_names_the_timeout_and_the_setting() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_timeout_names_the_file_that_holds_what_the_subagent_printed() {
+    let runner = FakeRunner::new(Behaviour::PrintThenWait);
+    let (manager, tool) = setup(&runner, 5);
+    let sync = call(&tool, sync_params("slow", json!({"timeout_seconds": 30}))).await;
+    let id = agent_id(&sync);
+    let expected = format!(
+        "{}\n\n[whole output: /outputs/{id}.out (13 bytes)]",
+        timeout_text("slow", 30)
+    );
+    assert_eq!(
+        sync.error.as_ref().map(|e| e.message.as_str()),
+        Some(expected.as_str())
+    );
+    let notification: Value = serde_json::from_str(&sync.llm_content).expect("JSON");
+    assert_eq!(notification["error"], expected.as_str());
+
+    let id = agent_id(&call(&tool, async_params("slow", json!({"timeout_seconds": 60}))).await);
+    settle(&tool).await;
+    let error = manager
+        .task(&id)
+        .and_then(|task| task.error)
+        .expect("failed");
+    insta::assert_snapshot!("timeout_error_with_output", error.replace(&id, "<task id>"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_timeout_at_the_cap_does_not_ask_for_a_larger_one() {
     let runner = FakeRunner::new(Behaviour::WaitForCancel);
     let (_manager, tool) = setup(&runner, 5);
@@ -1038,6 +1091,56 @@ async fn unknown_subagents_are_refused_before_anything_is_registered() {
     assert_eq!(runner.started(), 1);
 }
 
+/// A runner with a catalog of `count` subagents named `prefix` and a number.
+#[derive(Debug)]
+struct ManyNames {
+    count: usize,
+    prefix: String,
+}
+
+#[async_trait]
+impl SubagentRunner for ManyNames {
+    async fn run(
+        &self,
+        _request: SubagentRequest,
+        _cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        Err(SubagentError::new("not run"))
+    }
+
+    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        Some(
+            (0..self.count)
+                .map(|i| SubagentInfo::new(format!("{}{i:03}", self.prefix), ""))
+                .collect(),
+        )
+    }
+}
+
+#[test]
+fn the_enum_is_bounded_in_count_and_in_length() {
+    let has_enum = |count: usize, prefix: &str| {
+        let runner = ManyNames {
+            count,
+            prefix: prefix.to_owned(),
+        };
+        let spec = TaskTool::new(AsyncTaskManager::default(), Arc::new(runner)).spec();
+        // The description lists them either way.
+        assert!(spec.description.contains(&format!("- {prefix}000")));
+        spec.parameters["properties"]["subagent_name"]
+            .get("enum")
+            .is_some()
+    };
+    assert!(has_enum(MAX_ENUM_NAMES, "a"));
+    assert!(!has_enum(MAX_ENUM_NAMES + 1, "a"));
+    // 100 names of 153 characters: 15,300 in all, over the length bound.
+    let long = "n".repeat(150);
+    assert!(!has_enum(100, &long));
+    // 90 of them: 13,770, within it.
+    assert!(has_enum(90, &long));
+    const { assert!(MAX_ENUM_CHARS == 15_000) };
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_a_catalog_any_name_goes_to_the_runner() {
     let runner = FakeRunner::new(Behaviour::Return(output()));
@@ -1050,4 +1153,57 @@ async fn without_a_catalog_any_name_goes_to_the_runner() {
             .get("enum")
             .is_none()
     );
+}
+
+// ---------------------------------------------------------------- what a runner keeps
+
+#[tokio::test(start_paused = true)]
+async fn the_runner_forgets_a_background_task_once_it_is_pruned() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (manager, tool) = setup(&runner, 1); // a history of 2
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = agent_id(&call(&tool, async_params("quick", json!({}))).await);
+        settle(&tool).await;
+        assert!(manager.mark_notified(&id));
+        ids.push(id);
+    }
+    assert_eq!(runner.forgotten(), [ids[0].clone()]);
+    assert!(manager.task(&ids[0]).is_none());
+    // Once the tool is gone, the runner hears no more.
+    drop(tool);
+    manager.set_max_async_tasks(MaxAsyncTasks::new(-1).expect("valid"));
+    manager.set_max_async_tasks(MaxAsyncTasks::new(1).expect("valid"));
+    assert_eq!(runner.forgotten(), [ids[0].clone()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_runner_forgets_a_synchronous_run_once_the_history_of_later_ones_ended() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (manager, tool) = setup(&runner, 1); // a history of 2
+    let mut ids = sync_ids(&tool, 2).await;
+    assert_eq!(runner.forgotten(), Vec::<String>::new());
+    ids.extend(sync_ids(&tool, 1).await);
+    assert_eq!(runner.forgotten(), [ids[0].clone()]);
+    // A failed run counts too.
+    let failing = FakeRunner::new(Behaviour::Fail("no"));
+    let tool = TaskTool::new(
+        manager.clone(),
+        Arc::clone(&failing) as Arc<dyn SubagentRunner>,
+    );
+    let failed: Vec<String> = sync_ids(&tool, 3).await;
+    assert_eq!(failing.forgotten(), [failed[0].clone()]);
+    assert!(
+        manager.tasks().is_empty(),
+        "synchronous runs are never registered"
+    );
+}
+
+/// The ids of `count` synchronous runs of `tool`, one after the other.
+async fn sync_ids(tool: &TaskTool, count: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..count {
+        ids.push(agent_id(&call(tool, sync_params("quick", json!({}))).await));
+    }
+    ids
 }
