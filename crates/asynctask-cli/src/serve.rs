@@ -147,7 +147,7 @@ pub async fn mcp(options: &ServeOptions) -> Result<(), CliError> {
 /// answers.
 pub async fn mcp_durable(
     options: &ServeOptions,
-    start: impl Fn(&ServeOptions) -> std::io::Result<()>,
+    start: impl Fn(&ServeOptions) -> std::io::Result<std::process::Child>,
 ) -> Result<(), CliError> {
     // The config is checked here too, so a broken one is reported to the user
     // of this session, not only in the supervisor's log.

@@ -13,6 +13,7 @@ use std::fmt;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use rmcp::ServiceExt;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -74,6 +76,12 @@ impl StateDir {
     #[must_use]
     pub fn socket(&self) -> PathBuf {
         self.path.join("supervisor.sock")
+    }
+
+    /// Where the socket's name is moved while an idle supervisor makes sure no
+    /// connection is on its way before it ends.
+    fn socket_aside(&self) -> PathBuf {
+        self.path.join("supervisor.sock.closing")
     }
 
     /// The lock file that keeps one supervisor per workspace.
@@ -261,27 +269,42 @@ impl Supervisor {
     /// Listens and serves until stopped, idle or signalled; then cancels every
     /// task (only when stopped), shuts the runtime down and removes the socket.
     ///
+    /// The supervisor is idle while no session is connected, no connection is
+    /// open (one that has yet to say what it wants counts) and no task runs.
+    /// Once idle for [`idle_exit`](SupervisorOptions::idle_exit), it stops
+    /// taking connections (the socket's name is moved aside: a new session
+    /// finds no supervisor and starts one, which waits for this one's lock),
+    /// takes those already queued, and looks again: a connection taken then, or
+    /// one that arrived meanwhile, puts the socket back and the supervisor goes
+    /// on.
+    ///
     /// # Errors
     ///
     /// [`McpError::Listen`] when the socket cannot be bound, [`McpError::Signals`]
     /// when signals cannot be listened for.
     pub async fn run(self) -> Result<SupervisorExit, McpError> {
         let socket = self.state.socket();
+        let aside = self.state.socket_aside();
         // The lock is ours: a socket file left behind is a dead supervisor's.
-        match std::fs::remove_file(&socket) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(McpError::Listen {
-                    path: socket,
-                    source,
-                });
+        for stale in [&socket, &aside] {
+            match std::fs::remove_file(stale) {
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(McpError::Listen {
+                        path: stale.clone(),
+                        source,
+                    });
+                }
             }
         }
-        let listener = UnixListener::bind(&socket).map_err(|source| McpError::Listen {
-            path: socket.clone(),
-            source,
-        })?;
+        let mut listener =
+            Some(
+                UnixListener::bind(&socket).map_err(|source| McpError::Listen {
+                    path: socket.clone(),
+                    source,
+                })?,
+            );
         let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
         let mut signals = Signals::new()?;
         let _log = log_task_ends(&self.runtime);
@@ -290,38 +313,43 @@ impl Supervisor {
         let mut idle_since = Some(tokio::time::Instant::now());
         let mut ticks = tokio::time::interval(Duration::from_millis(500));
         let exit = loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
+            let event = tokio::select! {
+                accepted = accept(listener.as_ref()) => match accepted {
                     Ok((stream, _)) => {
-                        let this = ConnectionContext {
-                            runtime: Arc::clone(&self.runtime),
-                            sessions: self.sessions.clone(),
-                            options: self.options,
-                            stop: stop.clone(),
-                            owner: self.owner,
-                        };
-                        connections.spawn(this.serve(stream));
+                        connections.spawn(self.context(&stop).serve(stream));
+                        continue;
                     }
-                    Err(err) => tracing::warn!(%err, "cannot accept a connection"),
+                    Err(err) => {
+                        tracing::warn!(%err, "cannot accept a connection");
+                        continue;
+                    }
                 },
-                Some(_) = connections.join_next() => {}
+                Some(_) = connections.join_next() => continue,
                 () = stop.cancelled() => break SupervisorExit::Stopped,
                 () = signals.recv() => break SupervisorExit::Signal,
-                _ = ticks.tick() => {
-                    let busy = self.sessions.len() > 0 || self.runtime.manager().counts().running > 0;
-                    match (busy, idle_since) {
-                        (true, _) => idle_since = None,
-                        (false, None) => idle_since = Some(tokio::time::Instant::now()),
-                        (false, Some(since)) if since.elapsed() >= self.options.idle_exit => {
-                            break SupervisorExit::Idle;
+                _ = ticks.tick() => self.is_busy(&connections),
+            };
+            match (event, idle_since) {
+                (true, _) => idle_since = None,
+                (false, None) => idle_since = Some(tokio::time::Instant::now()),
+                (false, Some(since)) if since.elapsed() >= self.options.idle_exit => {
+                    let Some(idle) = listener.take() else {
+                        break SupervisorExit::Idle;
+                    };
+                    match self.quiesce(idle, &mut connections, &stop)? {
+                        Some(again) => {
+                            listener = Some(again);
+                            idle_since = None;
                         }
-                        (false, Some(_)) => {}
+                        None => break SupervisorExit::Idle,
                     }
                 }
+                (false, Some(_)) => {}
             }
         };
         tracing::info!(?exit, "supervisor ending");
         let _ = std::fs::remove_file(&socket);
+        let _ = std::fs::remove_file(&aside);
         drop(listener);
         // Sessions end: their calls are cancelled, their unconfirmed claims
         // released.
@@ -329,6 +357,89 @@ impl Supervisor {
         while connections.join_next().await.is_some() {}
         self.runtime.shutdown().await;
         Ok(exit)
+    }
+
+    /// What a connection's handler needs.
+    fn context(&self, stop: &CancellationToken) -> ConnectionContext {
+        ConnectionContext {
+            runtime: Arc::clone(&self.runtime),
+            sessions: self.sessions.clone(),
+            options: self.options,
+            stop: stop.clone(),
+            owner: self.owner,
+        }
+    }
+
+    /// Whether a session is connected, a connection open, or a task running.
+    fn is_busy(&self, connections: &JoinSet<()>) -> bool {
+        self.sessions.len() > 0
+            || !connections.is_empty()
+            || self.runtime.manager().counts().running > 0
+    }
+
+    /// Stops taking connections, takes those already queued, and looks again:
+    /// `Ok(None)` when the supervisor is still idle (it ends, the socket's name
+    /// gone), else the listener back under its name, the queued connections
+    /// served.
+    fn quiesce(
+        &self,
+        listener: UnixListener,
+        connections: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) -> Result<Option<UnixListener>, McpError> {
+        let (socket, aside) = (self.state.socket(), self.state.socket_aside());
+        let listen_error = |path: &Path| {
+            let path = path.to_owned();
+            move |source| McpError::Listen { path, source }
+        };
+        // From here on a new connection finds no socket; one that found it
+        // before is in the listener's queue, or its own handler already runs.
+        std::fs::rename(&socket, &aside).map_err(listen_error(&socket))?;
+        let listener = listener.into_std().map_err(listen_error(&aside))?;
+        let mut queued = Vec::new();
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => queued.push(stream),
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => {
+                    tracing::warn!(%err, "cannot accept a queued connection");
+                    break;
+                }
+            }
+        }
+        while connections.try_join_next().is_some() {}
+        if queued.is_empty() && !self.is_busy(connections) {
+            return Ok(None);
+        }
+        tracing::info!(
+            queued = queued.len(),
+            "a connection arrived as the supervisor was ending; it goes on"
+        );
+        std::fs::rename(&aside, &socket).map_err(listen_error(&socket))?;
+        let listener = UnixListener::from_std(listener).map_err(listen_error(&socket))?;
+        for stream in queued {
+            let stream = stream
+                .set_nonblocking(true)
+                .and_then(|()| UnixStream::from_std(stream));
+            match stream {
+                Ok(stream) => {
+                    connections.spawn(self.context(stop).serve(stream));
+                }
+                Err(err) => tracing::warn!(%err, "cannot serve a queued connection"),
+            }
+        }
+        Ok(Some(listener))
+    }
+}
+
+/// The next connection on `listener`; never, without one.
+async fn accept(
+    listener: Option<&UnixListener>,
+) -> io::Result<(UnixStream, tokio::net::unix::SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -418,13 +529,17 @@ impl ConnectionContext {
         }
     }
 
-    async fn session<R, W>(self, reader: R, writer: W) -> Result<(), ConnectionError>
+    async fn session<R, W>(self, reader: R, mut writer: W) -> Result<(), ConnectionError>
     where
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
         let session = Arc::new(self.sessions.join());
         tracing::info!(session = session.id(), "session connected");
+        // The front waits for this line: a supervisor that closes before it has
+        // not taken the session, and the front finds another.
+        let accepted = json!({"asynctask": "session", "session": session.id()});
+        write_line(&mut writer, &accepted).await?;
         let server =
             AsyncTaskMcpServer::for_session(Arc::clone(&self.runtime), Arc::clone(&session))
                 .map_err(ConnectionError::Server)?
@@ -513,6 +628,12 @@ pub async fn ask(state: &StateDir, kind: &str) -> io::Result<Value> {
 /// starting one with `start` when none answers, until the client or the
 /// supervisor goes away, or a termination signal arrives.
 ///
+/// A session counts as connected once the supervisor acknowledges it. A
+/// supervisor that closes the connection before that is ending (it was idle):
+/// the relay starts another (which waits for the ending one's lock) and tries
+/// again, for up to 10 s in all. A supervisor this relay started is waited for
+/// (reaped) by a thread of its own should it end while the relay runs.
+///
 /// Every response the supervisor sends is written to stdout and then confirmed
 /// to the supervisor ([`DELIVERED_NOTIFICATION`]), which marks the results it
 /// carried as delivered only then: a relay killed in between leaves them
@@ -520,61 +641,171 @@ pub async fn ask(state: &StateDir, kind: &str) -> io::Result<Value> {
 ///
 /// # Errors
 ///
-/// [`McpError::Supervisor`] when no supervisor answers even after `start`.
+/// [`McpError::StartSupervisor`] when a supervisor cannot be started,
+/// [`McpError::Supervisor`] when none acknowledges the session in time.
 pub async fn relay_stdio(
     state: &StateDir,
-    start: impl Fn() -> io::Result<()>,
+    start: impl Fn() -> io::Result<Child>,
 ) -> Result<(), McpError> {
-    let stream = connect_or_start(state, start).await?;
+    let session = connect_or_start(state, start).await?;
     let mut signals = Signals::new()?;
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
     tokio::select! {
-        () = relay(stdin, stdout, stream) => {}
+        () = relay(stdin, stdout, session) => {}
         () = signals.recv() => {}
     }
     Ok(())
 }
 
-/// Connects as a session, starting the supervisor if none answers and waiting
-/// for it (up to about 10 s: it may be recovering a large store).
+/// How long a front tries to reach a supervisor: to start one, to let one that
+/// is ending make way, and for the new one to recover its store.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a front waits for the supervisor to acknowledge its session.
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many lines of the supervisor's log an error shows.
+const LOG_TAIL_LINES: usize = 20;
+
+/// Why a supervisor did not take a session.
+#[derive(Debug, thiserror::Error)]
+enum Unacknowledged {
+    #[error(
+        "the supervisor closed the connection before acknowledging the session (it was ending)"
+    )]
+    Closed,
+    #[error("the supervisor did not acknowledge the session within {} s", ACK_TIMEOUT.as_secs())]
+    Silent,
+    #[error("the supervisor answered {0} instead of acknowledging the session")]
+    Answer(Value),
+}
+
+impl From<Unacknowledged> for io::Error {
+    fn from(why: Unacknowledged) -> Self {
+        let kind = match why {
+            Unacknowledged::Closed => io::ErrorKind::UnexpectedEof,
+            Unacknowledged::Silent => io::ErrorKind::TimedOut,
+            Unacknowledged::Answer(_) => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, why)
+    }
+}
+
+/// A session's connection to the supervisor, acknowledged.
+struct SessionStream {
+    read: BufReader<OwnedReadHalf>,
+    write: OwnedWriteHalf,
+}
+
+/// Connects as a session and waits for the supervisor to acknowledge it.
+async fn open_session(state: &StateDir) -> io::Result<SessionStream> {
+    let (read, write) = connect(state, "session").await?.into_split();
+    let mut read = BufReader::new(read);
+    let mut line = String::new();
+    let n = tokio::time::timeout(ACK_TIMEOUT, read.read_line(&mut line))
+        .await
+        .map_err(|_| Unacknowledged::Silent)??;
+    if n == 0 {
+        return Err(Unacknowledged::Closed.into());
+    }
+    let ack: Value = serde_json::from_str(&line)
+        .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+    if ack.get("asynctask").and_then(Value::as_str) != Some("session") {
+        return Err(Unacknowledged::Answer(ack).into());
+    }
+    Ok(SessionStream { read, write })
+}
+
+/// Connects as a session, starting a supervisor when none answers (again if
+/// the one started has ended: it found an ending supervisor still holding the
+/// lock) and waiting for it, up to [`START_TIMEOUT`].
 async fn connect_or_start(
     state: &StateDir,
-    start: impl Fn() -> io::Result<()>,
-) -> Result<UnixStream, McpError> {
-    if let Ok(stream) = connect(state, "session").await {
-        return Ok(stream);
-    }
-    start().map_err(|source| McpError::Supervisor {
-        state: state.path().to_owned(),
-        source,
-    })?;
+    start: impl Fn() -> io::Result<Child>,
+) -> Result<SessionStream, McpError> {
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    let mut started: Option<Child> = None;
     let mut delay = Duration::from_millis(10);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match connect(state, "session").await {
-            Ok(stream) => return Ok(stream),
-            Err(source) if tokio::time::Instant::now() >= deadline => {
-                return Err(McpError::Supervisor {
-                    state: state.path().to_owned(),
-                    source,
-                });
-            }
-            Err(_) => {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_millis(200));
+    let outcome = loop {
+        let why = match open_session(state).await {
+            Ok(session) => break Ok(session),
+            Err(why) => why,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            break Err(why);
+        }
+        let ended = match started.as_mut().map(Child::try_wait) {
+            None | Some(Ok(Some(_)) | Err(_)) => true,
+            Some(Ok(None)) => false,
+        };
+        if ended {
+            match start() {
+                Ok(child) => started = Some(child),
+                Err(source) => {
+                    return Err(McpError::StartSupervisor {
+                        state: state.path().to_owned(),
+                        source,
+                    });
+                }
             }
         }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(200));
+    };
+    if let Some(child) = started {
+        reap(child);
     }
+    outcome.map_err(|source| McpError::Supervisor {
+        state: state.path().to_owned(),
+        log: state.log_file(),
+        log_tail: log_tail(&state.log_file(), LOG_TAIL_LINES),
+        source,
+    })
+}
+
+/// Waits for `child` on a thread of its own, so that it leaves no zombie when
+/// it ends before this process does.
+fn reap(mut child: Child) {
+    let spawned = std::thread::Builder::new()
+        .name("asynctask-reap".to_owned())
+        .spawn(move || child.wait());
+    if let Err(err) = spawned {
+        tracing::warn!(%err, "cannot start a thread to wait for the supervisor");
+    }
+}
+
+/// The last `lines` lines of the file at `path` (empty when it cannot be
+/// read), from at most its last 64 KiB.
+fn log_tail(path: &Path, lines: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const MAX: u64 = 64 * 1024;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = file.metadata().map(|meta| meta.len()).unwrap_or(0);
+    if len > MAX && file.seek(SeekFrom::Start(len - MAX)).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    if file.read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Copies the client's messages to the supervisor, and the supervisor's lines
 /// to the client, confirming each response once it is written.
-async fn relay<I, O>(client_in: I, mut client_out: O, supervisor: UnixStream)
+async fn relay<I, O>(client_in: I, mut client_out: O, supervisor: SessionStream)
 where
     I: AsyncRead + Unpin,
     O: AsyncWrite + Unpin,
 {
-    let (from_supervisor, mut to_supervisor) = supervisor.into_split();
+    let SessionStream {
+        read: mut from_supervisor,
+        write: mut to_supervisor,
+    } = supervisor;
     // One writer to the supervisor: the client's lines and our confirmations.
     let (send, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
     let writer = async move {
@@ -603,10 +834,9 @@ where
         }
     };
     let downstream = async move {
-        let mut lines = BufReader::new(from_supervisor);
         loop {
             let mut line = Vec::new();
-            match lines.read_until(b'\n', &mut line).await {
+            match from_supervisor.read_until(b'\n', &mut line).await {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }
@@ -678,5 +908,146 @@ mod tests {
             None
         );
         assert_eq!(response_id(b"not json"), None);
+    }
+
+    /// A private state directory under a fresh temporary one (removed on drop).
+    fn temp_state() -> (tempfile::TempDir, StateDir) {
+        let dir = tempfile::Builder::new()
+            .prefix("atd")
+            .tempdir()
+            .expect("a temporary directory");
+        let state = StateDir::new(dir.path().join("s"));
+        state.create().expect("the state directory");
+        (dir, state)
+    }
+
+    /// A supervisor of a runtime without a runner, exiting after `idle_exit`.
+    fn supervisor(state: &StateDir, idle_exit: Duration) -> Supervisor {
+        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        let lock = SupervisorLock::acquire(state)
+            .expect("the lock file")
+            .expect("no other supervisor");
+        let options = SupervisorOptions::default().with_idle_exit(idle_exit);
+        Supervisor::new(runtime, state.clone(), lock, options).expect("a supervisor")
+    }
+
+    /// A raw connection to the supervisor's socket, once it listens.
+    async fn connect_raw(state: &StateDir) -> UnixStream {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match UnixStream::connect(state.socket()).await {
+                Ok(stream) => return stream,
+                Err(err) => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "the supervisor never listened: {err}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+
+    /// The next line `stream` reads, waiting at most 10 s.
+    async fn read_line_within(reader: &mut (impl AsyncBufReadExt + Unpin)) -> String {
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut line))
+            .await
+            .expect("a line within 10 s")
+            .expect("a line");
+        line
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_yet_to_say_what_it_wants_keeps_the_supervisor() {
+        let (_dir, state) = temp_state();
+        let idle_exit = Duration::from_millis(100);
+        let running = tokio::spawn(supervisor(&state, idle_exit).run());
+        let stream = connect_raw(&state).await;
+        // Silent for several idle times and ticks: the connection keeps the
+        // supervisor from ending.
+        tokio::time::sleep(idle_exit * 4 + Duration::from_secs(1)).await;
+        assert!(
+            !running.is_finished(),
+            "the supervisor ended under a connection"
+        );
+        let (read, mut write) = stream.into_split();
+        write
+            .write_all(b"{\"asynctask\":\"session\"}\n")
+            .await
+            .expect("the preamble is written");
+        let mut read = BufReader::new(read);
+        let ack: Value = serde_json::from_str(&read_line_within(&mut read).await).expect("JSON");
+        assert_eq!(ack["asynctask"], "session", "{ack}");
+        assert!(
+            ack["session"].as_str().is_some_and(|id| id.len() == 8),
+            "{ack}"
+        );
+        drop((read, write));
+        let exit = tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .expect("the supervisor ends once idle")
+            .expect("it did not panic")
+            .expect("it ran");
+        assert_eq!(exit, SupervisorExit::Idle);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_front_finds_a_new_supervisor_when_one_closes_before_acknowledging() {
+        let (_dir, state) = temp_state();
+        // An ending supervisor: it takes the connection and closes it unanswered.
+        let ending = UnixListener::bind(state.socket()).expect("bound");
+        let next = state.clone();
+        let succession = tokio::spawn(async move {
+            let (connection, _) = ending.accept().await.expect("the front connects");
+            drop((connection, ending));
+            supervisor(&next, Duration::from_millis(100)).run().await
+        });
+        let starts = std::sync::atomic::AtomicUsize::new(0);
+        // The supervisor a front would start finds the lock held and ends.
+        let start = || {
+            starts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::process::Command::new("true").spawn()
+        };
+        let session = connect_or_start(&state, start)
+            .await
+            .expect("a session with the next supervisor");
+        assert!(starts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+        drop(session);
+        let exit = tokio::time::timeout(Duration::from_secs(10), succession)
+            .await
+            .expect("the supervisor ends once idle")
+            .expect("it did not panic")
+            .expect("it ran");
+        assert_eq!(exit, SupervisorExit::Idle);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_front_that_reaches_no_supervisor_shows_the_end_of_its_log() {
+        let (_dir, state) = temp_state();
+        let lines: Vec<String> = (1..=30).map(|i| format!("line {i}")).collect();
+        std::fs::write(state.log_file(), lines.join("\n") + "\n").expect("a log");
+        // Nothing ever listens: each supervisor started ends at once.
+        let start = || std::process::Command::new("true").spawn();
+        let Err(err) = connect_or_start(&state, start).await else {
+            panic!("a session without a supervisor");
+        };
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "cannot reach the supervisor of {}; the end of its log, {}:\nline 11\n",
+                state.path().display(),
+                state.log_file().display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("line 30") && !text.contains("line 10\n"),
+            "{text}"
+        );
+        assert!(
+            std::error::Error::source(&err).is_some(),
+            "the last failure is its source"
+        );
     }
 }

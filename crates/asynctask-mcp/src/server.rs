@@ -150,15 +150,51 @@ pub enum McpError {
         #[source]
         source: std::io::Error,
     },
-    /// No supervisor answers for this state directory, even after starting one.
-    #[error("cannot reach the supervisor of {} (its log is supervisor.log there)", state.display())]
+    /// No supervisor acknowledged a session for this state directory in time,
+    /// even after starting one.
+    #[error("{}", unreachable_supervisor(state, log, log_tail))]
     Supervisor {
+        /// The state directory.
+        state: std::path::PathBuf,
+        /// The supervisor's log.
+        log: std::path::PathBuf,
+        /// Its last lines when the error was made (empty when it had none).
+        log_tail: String,
+        /// Why the last attempt failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A supervisor could not be started.
+    #[error("cannot start a supervisor for {}", state.display())]
+    StartSupervisor {
         /// The state directory.
         state: std::path::PathBuf,
         /// Why.
         #[source]
         source: std::io::Error,
     },
+}
+
+/// [`McpError::Supervisor`]'s text: the state directory, and the end of the
+/// supervisor's log, which usually says why.
+fn unreachable_supervisor(
+    state: &std::path::Path,
+    log: &std::path::Path,
+    log_tail: &str,
+) -> String {
+    if log_tail.trim().is_empty() {
+        format!(
+            "cannot reach the supervisor of {} (its log, {}, is empty)",
+            state.display(),
+            log.display()
+        )
+    } else {
+        format!(
+            "cannot reach the supervisor of {}; the end of its log, {}:\n{log_tail}",
+            state.display(),
+            log.display()
+        )
+    }
 }
 
 /// The MCP server: serves `task`, `check_async_tasks`, `message_async_task`,

@@ -161,6 +161,24 @@ fn bad_input_is_one_clear_line_and_a_failure() {
         "asynctask: cannot use the state directory /dev/null/state: Not a directory (os error 20)\n"
     );
 
+    let idle = asynctask(&[
+        "supervisor",
+        "run",
+        "--config",
+        fine.to_str().unwrap(),
+        "--idle-exit",
+        "0",
+    ]);
+    assert_eq!(idle.status.code(), Some(2));
+    assert!(
+        stderr(&idle).starts_with(
+            "error: invalid value '0' for '--idle-exit <SECS>': the supervisor must wait at \
+             least 1 second before it exits"
+        ),
+        "{}",
+        stderr(&idle)
+    );
+
     let (_dir, empty) = config("empty", "[subagents.x]\ncommand = []\n");
     let output = asynctask(&["mcp", "--config", empty.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(1));
