@@ -197,6 +197,43 @@ async def test_a_killed_supervisors_running_task_is_reported_interrupted(
         ), reminder
 
 
+async def test_a_signalled_supervisors_running_task_is_reported_interrupted_once(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """SIGTERM to the supervisor ends every process of its subagents, but does not cancel
+    their tasks: each is reported failed, interrupted by the signal, to the next session,
+    once."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        task_id = launched_id(
+            await Transcript(client).call("task", {"subagent_name": "orphans", "goal_prompt": "x", "async": True})
+        )
+        pids = [int(pid) for pid in wait_for_file(tmp_path / f"orphans-{task_id}.pids").split()]
+    pid = workspace.pid()
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10.0
+    while not process_gone(pid):
+        assert time.monotonic() < deadline, f"supervisor {pid} still runs 10 s after SIGTERM"
+        time.sleep(0.02)
+    left = [pid for pid in pids if not process_gone(pid)]
+    for leftover in left:
+        os.kill(leftover, signal.SIGKILL)
+    assert not left, f"subagent processes {left} outlived their supervisor (killed now)"
+    stored = workspace.status()
+    assert stored["pid"] is None, stored
+    assert [(task["id"], task["status"], task["delivered"]) for task in stored["tasks"]] == [
+        (task_id, "failed", False)
+    ], stored
+
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        transcript = Transcript(client)
+        await transcript.call("check_async_tasks", {})
+        await transcript.call("check_async_tasks", {})
+        assert reminder_ids(transcript) == [task_id], transcript.dump()
+        reminder = transcript.reminders()[0]
+        assert '"status": "failed"' in reminder, reminder
+        assert "interrupted: the supervisor received SIGTERM" in reminder, reminder
+
+
 async def test_supervisor_stop_ends_every_task(tmp_path: Path, workspace: Workspace) -> None:
     """`asynctask supervisor stop` cancels every task, ends their processes, and exits 0;
     afterwards no supervisor runs."""

@@ -179,8 +179,9 @@ pub enum SupervisorExit {
     Stopped,
     /// No session and no running task for the idle time.
     Idle,
-    /// A termination signal.
-    Signal,
+    /// A termination signal (its name, `SIGTERM` say): the tasks still running
+    /// failed as interrupted by it, and their subagents were ended.
+    Signal(&'static str),
 }
 
 /// The lock that makes a supervisor the only one of its workspace, held for its
@@ -266,8 +267,15 @@ impl Supervisor {
         })
     }
 
-    /// Listens and serves until stopped, idle or signalled; then cancels every
-    /// task (only when stopped), shuts the runtime down and removes the socket.
+    /// Listens and serves until stopped, idle or signalled; then shuts the
+    /// runtime down and removes the socket.
+    ///
+    /// Only `stop` (`asynctask supervisor stop`) cancels the tasks. A
+    /// termination signal (`SIGTERM`, `SIGINT`, `SIGHUP`) ends the supervisor,
+    /// not the work it was given: each task still running fails as interrupted
+    /// (`interrupted: the supervisor received SIGTERM`), journaled like any
+    /// other end, so the next supervisor reports it once, and its subagent's
+    /// process group is ended through its cancellation.
     ///
     /// The supervisor is idle while no session is connected, no connection is
     /// open (one that has yet to say what it wants counts) and no task runs.
@@ -326,7 +334,10 @@ impl Supervisor {
                 },
                 Some(_) = connections.join_next() => continue,
                 () = stop.cancelled() => break SupervisorExit::Stopped,
-                () = signals.recv() => break SupervisorExit::Signal,
+                signal = signals.recv() => {
+                    self.interrupt(signal);
+                    break SupervisorExit::Signal(signal);
+                }
                 _ = ticks.tick() => self.is_busy(&connections),
             };
             match (event, idle_since) {
@@ -355,8 +366,28 @@ impl Supervisor {
         // released.
         connections.abort_all();
         while connections.join_next().await.is_some() {}
+        if let SupervisorExit::Signal(signal) = exit {
+            // A task a session launched while the others were being failed.
+            self.interrupt(signal);
+        }
         self.runtime.shutdown().await;
         Ok(exit)
+    }
+
+    /// Fails every running task as interrupted by `signal` and cancels its run,
+    /// which ends the subagent's process group. (Failed first: the run's own
+    /// end then changes nothing, and nothing journals the task as cancelled.)
+    fn interrupt(&self, signal: &str) {
+        let manager = self.runtime.manager();
+        let error = format!("interrupted: the supervisor received {signal}");
+        for task in manager.running_tasks() {
+            let token = manager.cancellation_token(&task.id);
+            if manager.fail_task(&task.id, error.as_str())
+                && let Some(token) = token
+            {
+                token.cancel();
+            }
+        }
     }
 
     /// What a connection's handler needs.
@@ -652,7 +683,7 @@ pub async fn relay_stdio(
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
     tokio::select! {
         () = relay(stdin, stdout, session) => {}
-        () = signals.recv() => {}
+        _ = signals.recv() => {}
     }
     Ok(())
 }

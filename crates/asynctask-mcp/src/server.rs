@@ -657,12 +657,13 @@ impl Signals {
         })
     }
 
-    /// Resolves when one of the signals arrives.
-    pub(crate) async fn recv(&mut self) {
+    /// Resolves when one of the signals arrives, with its name (`SIGTERM`,
+    /// `SIGINT` or `SIGHUP`).
+    pub(crate) async fn recv(&mut self) -> &'static str {
         tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
-            _ = self.hangup.recv() => {}
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.hangup.recv() => "SIGHUP",
         }
     }
 }
@@ -682,7 +683,7 @@ async fn serve(server: AsyncTaskMcpServer) -> Result<Ended, McpError> {
         service = server.serve(transport) => {
             service.map_err(|err| McpError::Session(Box::new(err)))?
         }
-        () = signals.recv() => {
+        _ = signals.recv() => {
             calls.cancel();
             return Ok(Ended::Signal);
         }
@@ -692,7 +693,7 @@ async fn serve(server: AsyncTaskMcpServer) -> Result<Ended, McpError> {
     tokio::pin!(waiting);
     let finished = tokio::select! {
         _ = &mut waiting => true,
-        () = signals.recv() => false,
+        _ = signals.recv() => false,
     };
     if finished {
         return Ok(Ended::Input);
