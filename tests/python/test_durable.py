@@ -124,6 +124,69 @@ async def test_a_task_outlives_its_session_and_reaches_the_next_once(tmp_path: P
     assert workspace.status()["tasks"][0]["delivered"] is True
 
 
+def wait_until(condition, what: str, within: float = 10.0) -> None:
+    """Polls `condition` until it holds; fails naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {within} s"
+        time.sleep(0.02)
+
+
+async def test_a_response_read_just_before_the_client_leaves_is_not_delivered_again(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """A client that reads a response carrying a result and closes its end at once: the
+    relay confirms that response before it exits, so the next session does not get the
+    result a second time."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        task_id = launched_id(
+            await Transcript(client).call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
+        )
+    wait_until(lambda: workspace.status()["tasks"][0]["status"] == "completed", "the task's end")
+
+    front = subprocess.Popen(
+        [str(binary()), "mcp", "--config", str(CONFIG), *workspace.args()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert front.stdin and front.stdout
+
+        def send(message: dict) -> None:
+            front.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+            front.stdin.flush()
+
+        def response(request_id: int) -> dict:
+            while True:
+                line = front.stdout.readline()
+                assert line, "the front closed its stdout before answering"
+                message = json.loads(line)
+                if message.get("id") == request_id and "method" not in message:
+                    return message
+
+        client_info = {"name": "raw", "version": "0"}
+        send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client_info}})
+        response(1)
+        send({"method": "notifications/initialized"})
+        send({"id": 2, "method": "tools/call", "params": {"name": "check_async_tasks", "arguments": {}}})
+        carried = json.dumps(response(2))
+        front.stdin.close()  # at once, as a client that is done
+        assert task_id in carried and "quick done" in carried, carried
+        assert front.wait(timeout=10) == 0
+    finally:
+        if front.poll() is None:
+            front.kill()
+            front.wait()
+    wait_until(lambda: workspace.status()["tasks"][0]["delivered"], "the confirmation")
+
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        transcript = Transcript(client)
+        await transcript.call("check_async_tasks", {})
+        await transcript.call("check_async_tasks", {})
+        assert transcript.reminder_count() == 0, f"a result was delivered again:\n{transcript.dump()}"
+
+
 async def test_results_go_to_the_session_that_launched_them_while_it_is_connected(
     tmp_path: Path, workspace: Workspace
 ) -> None:

@@ -681,10 +681,10 @@ pub async fn relay_stdio(
     let session = connect_or_start(state, start).await?;
     let mut signals = Signals::new()?;
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    tokio::select! {
-        () = relay(stdin, stdout, session) => {}
-        _ = signals.recv() => {}
-    }
+    relay(stdin, stdout, session, async move {
+        signals.recv().await;
+    })
+    .await;
     Ok(())
 }
 
@@ -826,10 +826,25 @@ fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// How long a relay that is ending gives its last writes to the supervisor
+/// (the client's lines it read, and its confirmations) before it exits.
+const FLUSH_TIMEOUT: Duration = Duration::from_millis(200);
+
 /// Copies the client's messages to the supervisor, and the supervisor's lines
 /// to the client, confirming each response once it is written.
-async fn relay<I, O>(client_in: I, mut client_out: O, supervisor: SessionStream)
-where
+///
+/// When the client's input ends, or `stop` resolves (a signal), the relay stops
+/// reading the client, finishes writing the response it is writing (if any) and
+/// confirms it, sends the supervisor what it still holds, closes its side, and
+/// returns — within [`FLUSH_TIMEOUT`]. A response whose confirmation is lost all
+/// the same is released by the supervisor when the connection ends: its results
+/// go to the next session, which may see them a second time.
+async fn relay<I, O>(
+    client_in: I,
+    mut client_out: O,
+    supervisor: SessionStream,
+    stop: impl Future<Output = ()>,
+) where
     I: AsyncRead + Unpin,
     O: AsyncWrite + Unpin,
 {
@@ -838,6 +853,7 @@ where
         write: mut to_supervisor,
     } = supervisor;
     // One writer to the supervisor: the client's lines and our confirmations.
+    // It ends once every sender is gone and it wrote what was queued.
     let (send, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
     let writer = async move {
         while let Some(line) = outbox.recv().await {
@@ -864,40 +880,72 @@ where
             }
         }
     };
-    let downstream = async move {
-        loop {
-            let mut line = Vec::new();
-            match from_supervisor.read_until(b'\n', &mut line).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            let written = async {
-                client_out.write_all(&line).await?;
-                client_out.flush().await
-            }
-            .await;
-            if let Some(id) = response_id(&line) {
-                let confirmation = json!({
-                    "jsonrpc": "2.0",
-                    "method": DELIVERED_NOTIFICATION,
-                    "params": {"requestId": id, "ok": written.is_ok()},
-                });
-                let mut confirmation = confirmation.to_string().into_bytes();
-                confirmation.push(b'\n');
-                let _ = send.send(confirmation);
-            }
-            if written.is_err() {
-                return;
+    // Set when the relay is ending: the supervisor's next line is not read.
+    let closing = CancellationToken::new();
+    let downstream = {
+        let closing = closing.clone();
+        async move {
+            loop {
+                let mut line = Vec::new();
+                tokio::select! {
+                    read = from_supervisor.read_until(b'\n', &mut line) => match read {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    },
+                    () = closing.cancelled() => return,
+                }
+                // Not interrupted by `closing`: a response being written is
+                // finished and confirmed.
+                let written = async {
+                    client_out.write_all(&line).await?;
+                    client_out.flush().await
+                }
+                .await;
+                if let Some(id) = response_id(&line) {
+                    let confirmation = json!({
+                        "jsonrpc": "2.0",
+                        "method": DELIVERED_NOTIFICATION,
+                        "params": {"requestId": id, "ok": written.is_ok()},
+                    });
+                    let mut confirmation = confirmation.to_string().into_bytes();
+                    confirmation.push(b'\n');
+                    let _ = send.send(confirmation);
+                }
+                if written.is_err() {
+                    return;
+                }
             }
         }
     };
-    tokio::pin!(writer);
+    // Boxed so that the client's side can be dropped (with its sender) while
+    // the rest flushes.
+    let mut upstream = Box::pin(upstream);
+    let mut downstream = Box::pin(downstream);
+    let mut writer = Box::pin(writer);
+    let mut stop = Box::pin(stop);
     // The relay ends when either side does; a client that went away ends the
     // session (its background tasks keep running in the supervisor).
-    tokio::select! {
-        () = upstream => {}
-        () = downstream => {}
-        () = &mut writer => {}
+    let downstream_ended = tokio::select! {
+        () = &mut upstream => false,
+        () = &mut stop => false,
+        () = &mut downstream => true,
+        // The supervisor cannot be written to: nothing more can reach it.
+        () = &mut writer => return,
+    };
+    drop(upstream);
+    closing.cancel();
+    let flush = async move {
+        if !downstream_ended {
+            downstream.await;
+        }
+        // Every sender is gone now: the writer sends what is queued and closes.
+        writer.await;
+    };
+    if tokio::time::timeout(FLUSH_TIMEOUT, flush).await.is_err() {
+        tracing::warn!(
+            "the relay's last writes to the supervisor did not finish within {} ms",
+            FLUSH_TIMEOUT.as_millis()
+        );
     }
 }
 
@@ -1079,6 +1127,81 @@ mod tests {
         assert!(
             std::error::Error::source(&err).is_some(),
             "the last failure is its source"
+        );
+    }
+
+    /// The client's stdout in the relay: at the first write it closes the
+    /// client's stdin (the client read its response and left) and takes the
+    /// bytes only at the next poll; what it takes goes to `taken`.
+    struct LeavesOnWrite {
+        stdin: Option<tokio::io::DuplexStream>,
+        taken: mpsc::UnboundedSender<Vec<u8>>,
+    }
+
+    impl AsyncWrite for LeavesOnWrite {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            if self.stdin.take().is_some() {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            let _ = self.taken.send(buf.to_vec());
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_response_written_as_the_client_leaves_is_confirmed() {
+        let (stdin_writer, stdin) = tokio::io::duplex(1024);
+        let (taken, mut written) = mpsc::unbounded_channel();
+        let stdout = LeavesOnWrite {
+            stdin: Some(stdin_writer),
+            taken,
+        };
+        let (supervisor, ours) = UnixStream::pair().expect("a socket pair");
+        let (read, write) = ours.into_split();
+        let session = SessionStream {
+            read: BufReader::new(read),
+            write,
+        };
+        let (from_relay, mut to_relay) = supervisor.into_split();
+        let response = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n";
+        to_relay.write_all(response).await.expect("written");
+        let relayed = tokio::time::timeout(
+            Duration::from_secs(10),
+            relay(stdin, stdout, session, std::future::pending()),
+        );
+        relayed.await.expect("the relay ends once the client left");
+        assert_eq!(written.recv().await.as_deref(), Some(&response[..]));
+        let mut lines = BufReader::new(from_relay).lines();
+        let mut confirmations = Vec::new();
+        while let Some(line) = lines.next_line().await.expect("read") {
+            confirmations.push(serde_json::from_str::<Value>(&line).expect("JSON"));
+        }
+        assert_eq!(
+            confirmations,
+            [json!({
+                "jsonrpc": "2.0",
+                "method": DELIVERED_NOTIFICATION,
+                "params": {"requestId": 1, "ok": true},
+            })]
         );
     }
 }
