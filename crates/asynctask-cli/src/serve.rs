@@ -249,17 +249,30 @@ async fn open_store(state: &StateDir) -> Result<(Store, Vec<StoredTask>), CliErr
 /// `asynctask supervisor status`: the supervisor's pid (`null` when none runs)
 /// and its tasks — when none runs, the tasks its store holds, those that were
 /// running when it died marked `interrupted` (the next supervisor reports them
-/// so).
+/// so). A store held by a supervisor that is starting is waited for (up to
+/// 3 s), and the supervisor asked again.
 ///
 /// # Errors
 ///
 /// [`CliError::SupervisorSilent`] when a supervisor answers with something
 /// unreadable, [`CliError::Store`] when the store cannot be read.
 pub async fn supervisor_status(state: &StateDir) -> Result<Value, CliError> {
-    match ask(state, "status").await {
-        Ok(status) => Ok(status),
-        Err(err) if no_supervisor(&err) => stored_status(state),
-        Err(err) => Err(CliError::SupervisorSilent(err)),
+    let deadline = tokio::time::Instant::now() + STORE_WAIT;
+    loop {
+        match ask(state, "status").await {
+            Ok(status) => return Ok(status),
+            Err(err) if no_supervisor(&err) => {}
+            Err(err) => return Err(CliError::SupervisorSilent(err)),
+        }
+        // A supervisor starting holds the store before it answers: ask again.
+        match stored_status(state) {
+            Err(CliError::Store(StoreError::Locked { .. }))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            done => return done,
+        }
     }
 }
 
@@ -287,13 +300,14 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 }
 
 /// `asynctask supervisor stop`: cancels every task, waits until the supervisor
-/// has ended them and exited. `Ok(None)` when none ran.
+/// has ended them and exited (its lock is free: a supervisor holds it for as
+/// long as its process lives). `Ok(None)` when none ran.
 ///
 /// # Errors
 ///
 /// [`CliError::SupervisorSilent`] or [`CliError::SupervisorAnswer`] when the
-/// supervisor does not answer as it should, [`CliError::SupervisorStuck`] when
-/// it does not exit.
+/// supervisor does not answer as it should, [`CliError::Lock`] when its lock
+/// cannot be tried, [`CliError::SupervisorStuck`] when it does not exit.
 pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> {
     let answer = match ask(state, "stop").await {
         Ok(answer) => answer,
@@ -306,16 +320,23 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
     else {
         return Err(CliError::SupervisorAnswer { answer });
     };
-    // It has ended every task's processes before answering; now it exits.
+    // It has ended every task's processes before answering; now it exits, and
+    // its lock is free once it has.
     let waited = Duration::from_secs(15);
     let deadline = tokio::time::Instant::now() + waited;
-    while process_exists(pid) {
+    loop {
+        let lock = SupervisorLock::acquire(state).map_err(|source| CliError::Lock {
+            path: state.lock_file(),
+            source,
+        })?;
+        if lock.is_some() {
+            return Ok(Some(pid));
+        }
         if tokio::time::Instant::now() >= deadline {
             return Err(CliError::SupervisorStuck { pid, waited });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(Some(pid))
 }
 
 fn create_state(state: &StateDir) -> Result<(), CliError> {
@@ -331,15 +352,4 @@ fn no_supervisor(err: &std::io::Error) -> bool {
         err.kind(),
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
     )
-}
-
-/// Whether process `pid` still exists (and is not a zombie).
-fn process_exists(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // `pid (comm) state ...`: a zombie has exited.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
 }
