@@ -336,6 +336,46 @@ async def test_messages_reach_a_task_owned_by_the_supervisor(tmp_path: Path, wor
         assert 'heard: {\\"type\\":\\"message\\",\\"text\\":\\"first\\"}' in transcript.reminders()[0]
 
 
+def children(pid: int) -> list[tuple[int, str]]:
+    """The child processes of `pid`, each with its state letter (`Z` for a zombie)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        if int(ppid) == pid:
+            found.append((int(entry.name), state))
+    return found
+
+
+async def test_fronts_that_start_supervisors_at_once_leave_no_zombie(tmp_path: Path, workspace: Workspace) -> None:
+    """Two fronts starting on a workspace with no supervisor may both start one; the one
+    that finds the other's lock ends, and its front reaps it while it runs on."""
+    command = [str(binary()), "mcp", "--config", str(CONFIG), *workspace.args()]
+    fronts = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
+    try:
+        wait_until(lambda: workspace.status()["sessions"] == len(fronts), "every front's session")
+        wait_until(
+            lambda: not any(state == "Z" for front in fronts for _, state in children(front.pid)),
+            "the reaping of every supervisor that ended",
+        )
+    finally:
+        for front in fronts:
+            assert front.stdin
+            front.stdin.close()
+        for front in fronts:
+            try:
+                front.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                front.kill()
+                front.wait()
+                pytest.fail(f"front {front.pid} did not exit when its stdin closed (killed now)")
+
+
 async def test_the_state_directory_is_private(tmp_path: Path, workspace: Workspace) -> None:
     """The state directory is the user's alone (0700), and so is the socket in it."""
     async with connect(MODE, tmp_path, *workspace.args()) as client:
