@@ -1002,7 +1002,19 @@ mod tests {
 
     /// A supervisor of a runtime without a runner, exiting after `idle_exit`.
     fn supervisor(state: &StateDir, idle_exit: Duration) -> Supervisor {
-        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        supervisor_of(
+            Arc::new(AsyncTaskRuntime::builder().build()),
+            state,
+            idle_exit,
+        )
+    }
+
+    /// A supervisor of `runtime`, exiting after `idle_exit`.
+    fn supervisor_of(
+        runtime: Arc<AsyncTaskRuntime>,
+        state: &StateDir,
+        idle_exit: Duration,
+    ) -> Supervisor {
         let lock = SupervisorLock::acquire(state)
             .expect("the lock file")
             .expect("no other supervisor");
@@ -1203,5 +1215,166 @@ mod tests {
                 "params": {"requestId": 1, "ok": true},
             })]
         );
+    }
+
+    /// An MCP client on a supervisor's socket, line by line, as a relay would be.
+    struct LineSession {
+        stream: SessionStream,
+    }
+
+    impl LineSession {
+        /// A session, acknowledged and initialized.
+        async fn open(state: &StateDir) -> Self {
+            until("the supervisor listening", || state.socket().exists()).await;
+            let stream = tokio::time::timeout(Duration::from_secs(10), open_session(state))
+                .await
+                .expect("acknowledged within 10 s")
+                .expect("a session");
+            let mut session = LineSession { stream };
+            let init = json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "line-session", "version": "0"},
+            });
+            session
+                .send(json!({"id": 1, "method": "initialize", "params": init}))
+                .await;
+            session.response(1).await;
+            session
+                .send(json!({"method": "notifications/initialized"}))
+                .await;
+            session
+        }
+
+        async fn send(&mut self, mut message: Value) {
+            message["jsonrpc"] = json!("2.0");
+            let mut line = message.to_string();
+            line.push('\n');
+            self.stream
+                .write
+                .write_all(line.as_bytes())
+                .await
+                .expect("sent");
+        }
+
+        /// The response to request `id` (other lines are skipped).
+        async fn response(&mut self, id: u64) -> Value {
+            loop {
+                let line = read_line_within(&mut self.stream.read).await;
+                assert!(!line.is_empty(), "the supervisor closed the session");
+                let message: Value = serde_json::from_str(&line).expect("JSON");
+                if message["id"] == id && message.get("method").is_none() {
+                    return message;
+                }
+            }
+        }
+
+        /// Calls `check_async_tasks` as request `id`; its response.
+        async fn check(&mut self, id: u64) -> Value {
+            let params = json!({"name": "check_async_tasks", "arguments": {}});
+            self.send(json!({"id": id, "method": "tools/call", "params": params}))
+                .await;
+            self.response(id).await
+        }
+
+        /// Confirms that the response to request `id` was written.
+        async fn confirm(&mut self, id: u64) {
+            let params = json!({"requestId": id, "ok": true});
+            self.send(json!({"method": DELIVERED_NOTIFICATION, "params": params}))
+                .await;
+        }
+    }
+
+    /// A runtime holding one finished task, `t1`, whose result says `t1 done`.
+    fn runtime_with_a_result() -> Arc<AsyncTaskRuntime> {
+        use asynctask_manager::RegisterTaskInput;
+        use asynctask_model::{OutputObject, TerminateReason};
+        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        let manager = runtime.manager();
+        manager
+            .register_task(RegisterTaskInput::new("t1", "s", "g"))
+            .expect("registered");
+        let output = OutputObject::new(TerminateReason::Goal).with_final_message("t1 done");
+        assert!(manager.complete_task("t1", output));
+        runtime
+    }
+
+    fn notified(runtime: &AsyncTaskRuntime) -> bool {
+        runtime
+            .manager()
+            .task("t1")
+            .is_some_and(|task| task.notified_at.is_some())
+    }
+
+    /// Waits until `condition` holds, failing after 10 s.
+    async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !condition() {
+            assert!(tokio::time::Instant::now() < deadline, "{what} within 10 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn carries_the_result(response: &Value) -> bool {
+        response.to_string().contains("t1 done")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_confirmed_response_marks_its_result_delivered() {
+        let (_dir, state) = temp_state();
+        let runtime = runtime_with_a_result();
+        let running =
+            tokio::spawn(supervisor_of(Arc::clone(&runtime), &state, Duration::from_secs(1)).run());
+        let mut session = LineSession::open(&state).await;
+        let carried = session.check(2).await;
+        assert!(carries_the_result(&carried), "{carried}");
+        assert!(!notified(&runtime), "marked before the relay confirmed");
+        session.confirm(2).await;
+        until("the result marked delivered", || notified(&runtime)).await;
+        let next = session.check(3).await;
+        assert!(!carries_the_result(&next), "delivered twice: {next}");
+        drop(session);
+        let exit = tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .expect("idle within 10 s")
+            .expect("no panic")
+            .expect("ran");
+        assert_eq!(exit, SupervisorExit::Idle);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_ending_before_it_confirms_leaves_the_result_for_the_next_once() {
+        let (_dir, state) = temp_state();
+        let runtime = runtime_with_a_result();
+        let running =
+            tokio::spawn(supervisor_of(Arc::clone(&runtime), &state, Duration::from_secs(1)).run());
+        let mut first = LineSession::open(&state).await;
+        let carried = first.check(2).await;
+        assert!(carries_the_result(&carried), "{carried}");
+        drop(first);
+        let mut sessions = 1;
+        while sessions > 0 {
+            let status = ask(&state, "status").await.expect("a status");
+            sessions = status["sessions"].as_u64().expect("a count");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!notified(&runtime), "marked without a confirmation");
+        let mut second = LineSession::open(&state).await;
+        let again = second.check(2).await;
+        assert!(carries_the_result(&again), "the result was lost: {again}");
+        second.confirm(2).await;
+        until("the result marked delivered", || notified(&runtime)).await;
+        let after = second.check(3).await;
+        assert!(
+            !carries_the_result(&after),
+            "delivered a third time: {after}"
+        );
+        drop(second);
+        let exit = tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .expect("idle within 10 s")
+            .expect("no panic")
+            .expect("ran");
+        assert_eq!(exit, SupervisorExit::Idle);
     }
 }
