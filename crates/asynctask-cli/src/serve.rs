@@ -153,6 +153,7 @@ pub async fn mcp_durable(
     // of this session, not only in the supervisor's log.
     load_runner(&options.config)?;
     let state = options.state();
+    state.check_socket_path()?;
     create_state(&state)?;
     Ok(relay_stdio(&state, || start(options)).await?)
 }
@@ -167,6 +168,7 @@ pub async fn mcp_durable(
 /// cannot be bound.
 pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorExit>, CliError> {
     let state = options.state();
+    state.check_socket_path()?;
     create_state(&state)?;
     let runner = runner_for(options, Some(&state))?;
     let Some(lock) = SupervisorLock::acquire(&state).map_err(|source| CliError::Lock {
@@ -257,6 +259,7 @@ async fn open_store(state: &StateDir) -> Result<(Store, Vec<StoredTask>), CliErr
 /// [`CliError::SupervisorSilent`] when a supervisor answers with something
 /// unreadable, [`CliError::Store`] when the store cannot be read.
 pub async fn supervisor_status(state: &StateDir) -> Result<Value, CliError> {
+    state.check_socket_path()?;
     let deadline = tokio::time::Instant::now() + STORE_WAIT;
     loop {
         match ask(state, "status").await {
@@ -309,6 +312,7 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 /// supervisor does not answer as it should, [`CliError::Lock`] when its lock
 /// cannot be tried, [`CliError::SupervisorStuck`] when it does not exit.
 pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> {
+    state.check_socket_path()?;
     let answer = match ask(state, "stop").await {
         Ok(answer) => answer,
         Err(err) if no_supervisor(&err) => return Ok(None),

@@ -78,6 +78,31 @@ impl StateDir {
         self.path.join("supervisor.sock")
     }
 
+    /// Checks that the socket's path fits a Unix socket address (at most
+    /// [`MAX_SOCKET_PATH`] bytes).
+    ///
+    /// # Errors
+    ///
+    /// [`SocketPathTooLong`], naming the path.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_mcp::StateDir;
+    ///
+    /// assert!(StateDir::new("/work/project/.asynctask").check_socket_path().is_ok());
+    /// let deep = format!("/{}", "d".repeat(120));
+    /// assert!(StateDir::new(deep).check_socket_path().is_err());
+    /// ```
+    pub fn check_socket_path(&self) -> Result<(), SocketPathTooLong> {
+        let socket = self.socket();
+        let len = socket.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(SocketPathTooLong { path: socket, len });
+        }
+        Ok(())
+    }
+
     /// Where the socket's name is moved while an idle supervisor makes sure no
     /// connection is on its way before it ends.
     fn socket_aside(&self) -> PathBuf {
@@ -133,6 +158,25 @@ impl StateDir {
         }
         Ok(())
     }
+}
+
+/// The longest path a Unix socket can be bound to or connected at, in bytes
+/// (the address holds 108, the last a NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// A state directory so deep that its socket's path does not fit a Unix socket
+/// address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the supervisor's socket {} would be {len} bytes long, more than the {MAX_SOCKET_PATH} a \
+     Unix socket allows: choose a shorter state directory with --state-dir",
+    path.display()
+)]
+pub struct SocketPathTooLong {
+    /// The socket's path.
+    pub path: PathBuf,
+    /// Its length in bytes.
+    pub len: usize,
 }
 
 /// How a supervisor runs.
