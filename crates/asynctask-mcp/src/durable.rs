@@ -609,7 +609,13 @@ impl ConnectionContext {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        let session = Arc::new(self.sessions.join());
+        let manager = self.runtime.manager();
+        let recorded: std::collections::BTreeSet<String> = manager
+            .tasks()
+            .iter()
+            .filter_map(|task| manager.origin(&task.id))
+            .collect();
+        let session = Arc::new(self.sessions.join(&recorded));
         tracing::info!(session = session.id(), "session connected");
         // The front waits for this line: a supervisor that closes before it has
         // not taken the session, and the front finds another.
