@@ -182,6 +182,7 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
         );
         return Ok(None);
     };
+    empty_if_over(&state.log_file(), LOG_LIMIT);
     let (store, restored) = open_store(&state).await?;
     let interrupted = restored
         .iter()
@@ -227,6 +228,33 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
     let exit = supervisor.run().await?;
     eprintln!("asynctask: supervisor ended ({exit:?})");
     Ok(Some(exit))
+}
+
+/// The size past which a starting supervisor empties its log.
+pub const LOG_LIMIT: u64 = 1024 * 1024;
+
+/// Empties the log at `path` when it holds more than `limit` bytes, saying so
+/// in it (best effort: a log that cannot be emptied is left as it is). Whoever
+/// writes to it appends, so writes go on at its new end.
+fn empty_if_over(path: &Path, limit: u64) {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    if meta.len() <= limit {
+        return;
+    }
+    let emptied = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|file| file.set_len(0));
+    match emptied {
+        Ok(()) => eprintln!(
+            "asynctask: {} held {} bytes, more than {limit}: emptied",
+            path.display(),
+            meta.len()
+        ),
+        Err(err) => eprintln!("asynctask: cannot empty {}: {err}", path.display()),
+    }
 }
 
 /// How long a starting supervisor waits for the store another process holds
@@ -356,4 +384,24 @@ fn no_supervisor(err: &std::io::Error) -> bool {
         err.kind(),
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_over_the_limit_is_emptied_and_one_under_it_kept() {
+        let dir = std::env::temp_dir().join(format!("asynctask-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let (big, small) = (dir.join("big.log"), dir.join("small.log"));
+        std::fs::write(&big, vec![b'x'; 2048]).expect("written");
+        std::fs::write(&small, vec![b'x'; 1024]).expect("written");
+        empty_if_over(&big, 1024);
+        empty_if_over(&small, 1024);
+        empty_if_over(&dir.join("missing.log"), 1024);
+        let sizes = [&big, &small].map(|path| std::fs::metadata(path).expect("there").len());
+        std::fs::remove_dir_all(&dir).expect("removed");
+        assert_eq!(sizes, [0, 1024]);
+    }
 }
