@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
 from helpers import (
@@ -95,6 +94,19 @@ def workspace(tmp_path: Path) -> Iterator[Workspace]:
     assert "panicked" not in workspace.log(), workspace.log()
 
 
+def wait_until(condition, what: str, within: float = 10.0) -> None:
+    """Polls `condition` until it holds; fails naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {within} s"
+        time.sleep(0.02)
+
+
+def task_status(workspace: Workspace, task_id: str) -> str | None:
+    """The status `supervisor status` gives task `task_id` (None when it lists no such task)."""
+    return next((task["status"] for task in workspace.status()["tasks"] if task["id"] == task_id), None)
+
+
 def reminder_ids(transcript: Transcript) -> list[str]:
     """The task ids the reminders of a transcript report, in order."""
     return [found for reminder in transcript.reminders() for found in re.findall(r'"agent_id": "([^"]+)"', reminder)]
@@ -109,7 +121,7 @@ async def test_a_task_outlives_its_session_and_reaches_the_next_once(tmp_path: P
             await first.call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
         )
     # The session is closed (the relay exited); the task goes on in the supervisor.
-    await anyio.sleep(1.0)
+    wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
     status = workspace.status()
     assert status["pid"], status
     (task,) = status["tasks"]
@@ -124,14 +136,6 @@ async def test_a_task_outlives_its_session_and_reaches_the_next_once(tmp_path: P
     assert workspace.status()["tasks"][0]["delivered"] is True
 
 
-def wait_until(condition, what: str, within: float = 10.0) -> None:
-    """Polls `condition` until it holds; fails naming `what` after `within` seconds."""
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {within} s"
-        time.sleep(0.02)
-
-
 async def test_a_response_read_just_before_the_client_leaves_is_not_delivered_again(
     tmp_path: Path, workspace: Workspace
 ) -> None:
@@ -142,7 +146,7 @@ async def test_a_response_read_just_before_the_client_leaves_is_not_delivered_ag
         task_id = launched_id(
             await Transcript(client).call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
         )
-    wait_until(lambda: workspace.status()["tasks"][0]["status"] == "completed", "the task's end")
+    wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
 
     front = subprocess.Popen(
         [str(binary()), "mcp", "--config", str(CONFIG), *workspace.args()],
@@ -195,7 +199,7 @@ async def test_results_go_to_the_session_that_launched_them_while_it_is_connecte
     async with connect(MODE, tmp_path, *workspace.args()) as a, connect(MODE, tmp_path, *workspace.args()) as b:
         ta, tb = Transcript(a), Transcript(b)
         task_id = launched_id(await ta.call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True}))
-        await anyio.sleep(1.0)
+        wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
         listing = await tb.call("check_async_tasks", {})
         assert re.search(rf"\[{task_id[:8]}\] quick - completed \(\d+s\) \(session [0-9a-f]{{8}}\)", texts(listing)[0]), (
             texts(listing)
@@ -213,7 +217,7 @@ async def test_an_undelivered_result_survives_a_killed_supervisor(tmp_path: Path
         task_id = launched_id(
             await Transcript(client).call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
         )
-    await anyio.sleep(1.0)
+    wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
     killed = workspace.kill()
     assert workspace.pid() is None
     async with connect(MODE, tmp_path, *workspace.args()) as client:
