@@ -391,12 +391,12 @@ impl Supervisor {
                     let Some(idle) = listener.take() else {
                         break SupervisorExit::Idle;
                     };
-                    match self.quiesce(idle, &mut connections, &stop)? {
-                        Some(again) => {
-                            listener = Some(again);
+                    match self.quiesce(idle, &mut connections, &stop) {
+                        Quiesced::Busy(again) => {
+                            listener = again;
                             idle_since = None;
                         }
-                        None => break SupervisorExit::Idle,
+                        Quiesced::Idle => break SupervisorExit::Idle,
                     }
                 }
                 (false, Some(_)) => {}
@@ -453,24 +453,31 @@ impl Supervisor {
     }
 
     /// Stops taking connections, takes those already queued, and looks again:
-    /// `Ok(None)` when the supervisor is still idle (it ends, the socket's name
-    /// gone), else the listener back under its name, the queued connections
-    /// served.
+    /// [`Quiesced::Idle`] when the supervisor is still idle (it ends, the
+    /// socket's name gone), else the queued connections are served and the
+    /// listener is back under its name. When the name cannot be moved aside the
+    /// supervisor ends as before (a connection on its way then finds it closed,
+    /// and its front starts another supervisor).
     fn quiesce(
         &self,
         listener: UnixListener,
         connections: &mut JoinSet<()>,
         stop: &CancellationToken,
-    ) -> Result<Option<UnixListener>, McpError> {
+    ) -> Quiesced {
         let (socket, aside) = (self.state.socket(), self.state.socket_aside());
-        let listen_error = |path: &Path| {
-            let path = path.to_owned();
-            move |source| McpError::Listen { path, source }
-        };
         // From here on a new connection finds no socket; one that found it
         // before is in the listener's queue, or its own handler already runs.
-        std::fs::rename(&socket, &aside).map_err(listen_error(&socket))?;
-        let listener = listener.into_std().map_err(listen_error(&aside))?;
+        if let Err(err) = std::fs::rename(&socket, &aside) {
+            tracing::warn!(%err, "cannot move the socket's name aside; ending anyway");
+            return Quiesced::Idle;
+        }
+        let listener = match listener.into_std() {
+            Ok(listener) => listener,
+            Err(err) => {
+                tracing::warn!(%err, "cannot take the queued connections; ending anyway");
+                return Quiesced::Idle;
+            }
+        };
         let mut queued = Vec::new();
         loop {
             match listener.accept() {
@@ -485,14 +492,24 @@ impl Supervisor {
         }
         while connections.try_join_next().is_some() {}
         if queued.is_empty() && !self.is_busy(connections) {
-            return Ok(None);
+            return Quiesced::Idle;
         }
         tracing::info!(
             queued = queued.len(),
             "a connection arrived as the supervisor was ending; it goes on"
         );
-        std::fs::rename(&aside, &socket).map_err(listen_error(&socket))?;
-        let listener = UnixListener::from_std(listener).map_err(listen_error(&socket))?;
+        if let Err(err) = std::fs::rename(&aside, &socket) {
+            // Served at the aside name only: it ends when next idle.
+            tracing::warn!(%err, "cannot put the socket's name back");
+        }
+        let listener = match UnixListener::from_std(listener) {
+            Ok(listener) => Some(listener),
+            Err(err) => {
+                // No new connection is taken: it ends when next idle.
+                tracing::warn!(%err, "cannot listen again");
+                None
+            }
+        };
         for stream in queued {
             let stream = stream
                 .set_nonblocking(true)
@@ -504,8 +521,17 @@ impl Supervisor {
                 Err(err) => tracing::warn!(%err, "cannot serve a queued connection"),
             }
         }
-        Ok(Some(listener))
+        Quiesced::Busy(listener)
     }
+}
+
+/// What an idle supervisor found when it stopped taking connections.
+enum Quiesced {
+    /// Nothing: it ends.
+    Idle,
+    /// A connection: it goes on, with its listener (`None` when it could not
+    /// listen again).
+    Busy(Option<UnixListener>),
 }
 
 /// The next connection on `listener`; never, without one.
@@ -1426,5 +1452,40 @@ mod tests {
             .expect("no panic")
             .expect("ran");
         assert_eq!(exit, SupervisorExit::Idle);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_ending_supervisor_serves_a_connection_queued_before_it_looked() {
+        let (_dir, state) = temp_state();
+        let supervisor = supervisor(&state, Duration::from_secs(1));
+        let stop = CancellationToken::new();
+        let mut connections = JoinSet::new();
+
+        let listener = UnixListener::bind(state.socket()).expect("bound");
+        let quiet = supervisor.quiesce(listener, &mut connections, &stop);
+        assert!(matches!(quiet, Quiesced::Idle), "nothing was queued");
+        assert!(!state.socket().exists(), "the name stays aside as it ends");
+        std::fs::remove_file(state.socket_aside()).expect("aside");
+
+        let listener = UnixListener::bind(state.socket()).expect("bound again");
+        // Queued: connected, never accepted.
+        let queued = UnixStream::connect(state.socket()).await.expect("queued");
+        let Quiesced::Busy(Some(listener)) = supervisor.quiesce(listener, &mut connections, &stop)
+        else {
+            panic!("a queued connection must keep the supervisor");
+        };
+        assert!(state.socket().exists(), "the name is back");
+        assert_eq!(connections.len(), 1, "the queued connection is served");
+        let (read, mut write) = queued.into_split();
+        write
+            .write_all(b"{\"asynctask\":\"session\"}\n")
+            .await
+            .expect("the preamble is written");
+        let mut read = BufReader::new(read);
+        let ack: Value = serde_json::from_str(&read_line_within(&mut read).await).expect("JSON");
+        assert_eq!(ack["asynctask"], "session", "{ack}");
+        drop((read, write, listener));
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
     }
 }
