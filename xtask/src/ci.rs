@@ -359,3 +359,25 @@ fn run_command(root: &Path, argv: &[&str], env: &[(&str, &str)]) -> Result<(), S
         Err(format!("`{}` exited with {status}", argv.join(" ")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_naming_the_run_directory_is_reported_and_ended() {
+        let tmp = std::env::temp_dir().join(format!("atci-test-{}", std::process::id()));
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .env("ASYNCTASK_TEST_DIR", &tmp)
+            .spawn()
+            .expect("sleep starts");
+        let found = check_leftovers(&tmp);
+        // Ended by the check; reaped here in any case.
+        let _ = child.kill();
+        let _ = child.wait();
+        let err = found.expect_err("the sleeper is left behind");
+        assert!(err.contains(&child.id().to_string()), "{err}");
+        assert_eq!(check_leftovers(&tmp), Ok(()));
+    }
+}
