@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
 from helpers import (
@@ -96,6 +95,19 @@ def workspace(tmp_path: Path) -> Iterator[Workspace]:
     assert "panicked" not in workspace.log(), workspace.log()
 
 
+def wait_until(condition, what: str, within: float = 10.0) -> None:
+    """Polls `condition` until it holds; fails naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {within} s"
+        time.sleep(0.02)
+
+
+def task_status(workspace: Workspace, task_id: str) -> str | None:
+    """The status `supervisor status` gives task `task_id` (None when it lists no such task)."""
+    return next((task["status"] for task in workspace.status()["tasks"] if task["id"] == task_id), None)
+
+
 def reminder_ids(transcript: Transcript) -> list[str]:
     """The task ids the reminders of a transcript report, in order."""
     return [found for reminder in transcript.reminders() for found in re.findall(r'"agent_id": "([^"]+)"', reminder)]
@@ -110,7 +122,7 @@ async def test_a_task_outlives_its_session_and_reaches_the_next_once(tmp_path: P
             await first.call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
         )
     # The session is closed (the relay exited); the task goes on in the supervisor.
-    await anyio.sleep(1.0)
+    wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
     status = workspace.status()
     assert status["pid"], status
     (task,) = status["tasks"]
@@ -125,6 +137,61 @@ async def test_a_task_outlives_its_session_and_reaches_the_next_once(tmp_path: P
     assert workspace.status()["tasks"][0]["delivered"] is True
 
 
+async def test_a_response_read_just_before_the_client_leaves_is_not_delivered_again(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """A client that reads a response carrying a result and closes its end at once: the
+    relay confirms that response before it exits, so the next session does not get the
+    result a second time."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        task_id = launched_id(
+            await Transcript(client).call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
+        )
+    wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
+
+    front = subprocess.Popen(
+        [str(binary()), "mcp", "--config", str(CONFIG), *workspace.args()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert front.stdin and front.stdout
+
+        def send(message: dict) -> None:
+            front.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+            front.stdin.flush()
+
+        def response(request_id: int) -> dict:
+            while True:
+                line = front.stdout.readline()
+                assert line, "the front closed its stdout before answering"
+                message = json.loads(line)
+                if message.get("id") == request_id and "method" not in message:
+                    return message
+
+        client_info = {"name": "raw", "version": "0"}
+        send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client_info}})
+        response(1)
+        send({"method": "notifications/initialized"})
+        send({"id": 2, "method": "tools/call", "params": {"name": "check_async_tasks", "arguments": {}}})
+        carried = json.dumps(response(2))
+        front.stdin.close()  # at once, as a client that is done
+        assert task_id in carried and "quick done" in carried, carried
+        assert front.wait(timeout=10) == 0
+    finally:
+        if front.poll() is None:
+            front.kill()
+            front.wait()
+    wait_until(lambda: workspace.status()["tasks"][0]["delivered"], "the confirmation")
+
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        transcript = Transcript(client)
+        await transcript.call("check_async_tasks", {})
+        await transcript.call("check_async_tasks", {})
+        assert transcript.reminder_count() == 0, f"a result was delivered again:\n{transcript.dump()}"
+
+
 async def test_results_go_to_the_session_that_launched_them_while_it_is_connected(
     tmp_path: Path, workspace: Workspace
 ) -> None:
@@ -133,7 +200,7 @@ async def test_results_go_to_the_session_that_launched_them_while_it_is_connecte
     async with connect(MODE, tmp_path, *workspace.args()) as a, connect(MODE, tmp_path, *workspace.args()) as b:
         ta, tb = Transcript(a), Transcript(b)
         task_id = launched_id(await ta.call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True}))
-        await anyio.sleep(1.0)
+        wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
         listing = await tb.call("check_async_tasks", {})
         assert re.search(rf"\[{task_id[:8]}\] quick - completed \(\d+s\) \(session [0-9a-f]{{8}}\)", texts(listing)[0]), (
             texts(listing)
@@ -151,7 +218,7 @@ async def test_an_undelivered_result_survives_a_killed_supervisor(tmp_path: Path
         task_id = launched_id(
             await Transcript(client).call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
         )
-    await anyio.sleep(1.0)
+    wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
     killed = workspace.kill()
     assert workspace.pid() is None
     async with connect(MODE, tmp_path, *workspace.args()) as client:
@@ -198,6 +265,43 @@ async def test_a_killed_supervisors_running_task_is_reported_interrupted(
         ), reminder
 
 
+async def test_a_signalled_supervisors_running_task_is_reported_interrupted_once(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """SIGTERM to the supervisor ends every process of its subagents, but does not cancel
+    their tasks: each is reported failed, interrupted by the signal, to the next session,
+    once."""
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        task_id = launched_id(
+            await Transcript(client).call("task", {"subagent_name": "orphans", "goal_prompt": "x", "async": True})
+        )
+        pids = [int(pid) for pid in wait_for_file(tmp_path / f"orphans-{task_id}.pids").split()]
+    pid = workspace.pid()
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10.0
+    while not process_gone(pid):
+        assert time.monotonic() < deadline, f"supervisor {pid} still runs 10 s after SIGTERM"
+        time.sleep(0.02)
+    left = [pid for pid in pids if not process_gone(pid)]
+    for leftover in left:
+        os.kill(leftover, signal.SIGKILL)
+    assert not left, f"subagent processes {left} outlived their supervisor (killed now)"
+    stored = workspace.status()
+    assert stored["pid"] is None, stored
+    assert [(task["id"], task["status"], task["delivered"]) for task in stored["tasks"]] == [
+        (task_id, "failed", False)
+    ], stored
+
+    async with connect(MODE, tmp_path, *workspace.args()) as client:
+        transcript = Transcript(client)
+        await transcript.call("check_async_tasks", {})
+        await transcript.call("check_async_tasks", {})
+        assert reminder_ids(transcript) == [task_id], transcript.dump()
+        reminder = transcript.reminders()[0]
+        assert '"status": "failed"' in reminder, reminder
+        assert "interrupted: the supervisor received SIGTERM" in reminder, reminder
+
+
 async def test_supervisor_stop_ends_every_task(tmp_path: Path, workspace: Workspace) -> None:
     """`asynctask supervisor stop` cancels every task, ends their processes, and exits 0;
     afterwards no supervisor runs."""
@@ -235,6 +339,46 @@ async def test_messages_reach_a_task_owned_by_the_supervisor(tmp_path: Path, wor
         )
         assert reminder_ids(transcript) == [task_id], transcript.dump()
         assert 'heard: {\\"type\\":\\"message\\",\\"text\\":\\"first\\"}' in transcript.reminders()[0]
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    """The child processes of `pid`, each with its state letter (`Z` for a zombie)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        if int(ppid) == pid:
+            found.append((int(entry.name), state))
+    return found
+
+
+async def test_fronts_that_start_supervisors_at_once_leave_no_zombie(tmp_path: Path, workspace: Workspace) -> None:
+    """Two fronts starting on a workspace with no supervisor may both start one; the one
+    that finds the other's lock ends, and its front reaps it while it runs on."""
+    command = [str(binary()), "mcp", "--config", str(CONFIG), *workspace.args()]
+    fronts = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
+    try:
+        wait_until(lambda: workspace.status()["sessions"] == len(fronts), "every front's session")
+        wait_until(
+            lambda: not any(state == "Z" for front in fronts for _, state in children(front.pid)),
+            "the reaping of every supervisor that ended",
+        )
+    finally:
+        for front in fronts:
+            assert front.stdin
+            front.stdin.close()
+        for front in fronts:
+            try:
+                front.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                front.kill()
+                front.wait()
+                pytest.fail(f"front {front.pid} did not exit when its stdin closed (killed now)")
 
 
 async def test_the_state_directory_is_private(tmp_path: Path, workspace: Workspace) -> None:

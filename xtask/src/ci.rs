@@ -1,7 +1,8 @@
 //! `cargo xtask ci`: every check CI runs, in order, stopping at the first failure.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::{codegen, tidy};
@@ -84,8 +85,30 @@ const STEPS: &[(&str, Step)] = &[
     ("python (MCP client)", Step::Builtin(run_python_tests)),
 ];
 
-/// Runs every step; the error names the step that failed.
+/// The run's own temporary directory, given to every command as `TMPDIR`, so
+/// that whatever a test starts can be told apart from other runs' processes.
+/// Short, under the system's: a state directory made in it must leave room
+/// for a Unix socket's path (107 bytes at most).
+static RUN_TMP: OnceLock<PathBuf> = OnceLock::new();
+
+fn run_tmp() -> &'static Path {
+    RUN_TMP.get_or_init(|| std::env::temp_dir().join(format!("atci-{}", std::process::id())))
+}
+
+/// Runs every step; the error names the step that failed. Then, whether the
+/// steps passed or not, no process the run started may be left.
 pub(crate) fn run(root: &Path) -> Result<(), String> {
+    let tmp = run_tmp();
+    std::fs::create_dir_all(tmp)
+        .map_err(|err| format!("cannot create {}: {err}", tmp.display()))?;
+    let steps = run_steps(root);
+    let leftovers = check_leftovers(tmp);
+    let _ = std::fs::remove_dir_all(tmp);
+    steps?;
+    leftovers
+}
+
+fn run_steps(root: &Path) -> Result<(), String> {
     let started = Instant::now();
     for (name, step) in STEPS {
         println!("\n==> xtask ci: {name}");
@@ -106,6 +129,68 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Fails when a process started by the run is still alive: one whose command
+/// line or environment names the run's temporary directory (a supervisor's
+/// `--state-dir`, a front's, a subagent's `ASYNCTASK_TEST_DIR`). Zombies have
+/// ended and do not count. Those found are named, then killed by pid.
+fn check_leftovers(tmp: &Path) -> Result<(), String> {
+    println!("\n==> xtask ci: no process left behind");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        println!("(no /proc: not checked)");
+        return Ok(());
+    };
+    let needle = tmp.as_os_str().as_encoded_bytes();
+    let names = |bytes: &[u8]| bytes.windows(needle.len()).any(|window| window == needle);
+    let mut left = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let dir = entry.path();
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue; // gone meanwhile
+        };
+        // `pid (comm) state ...`: a zombie has ended.
+        let ended = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
+        if ended {
+            continue;
+        }
+        let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+        let environ = std::fs::read(dir.join("environ")).unwrap_or_default();
+        if names(&cmdline) || names(&environ) {
+            let shown = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            left.push((pid, shown.trim().to_owned()));
+        }
+    }
+    if left.is_empty() {
+        println!("==> no process left behind: ok");
+        return Ok(());
+    }
+    for (pid, cmdline) in &left {
+        println!("left behind: {pid} {cmdline}");
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    Err(format!(
+        "{} process(es) started by the run outlived it (killed now): {}",
+        left.len(),
+        left.iter()
+            .map(|(pid, _)| pid.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
 /// Runs every example of every workspace member (found with `cargo metadata`), so
@@ -262,6 +347,7 @@ pub(crate) fn run_command(root: &Path, argv: &[&str], env: &[(&str, &str)]) -> R
     let (program, args) = argv.split_first().ok_or("empty command")?;
     let status = Command::new(program)
         .args(args)
+        .env("TMPDIR", run_tmp())
         .envs(env.iter().copied())
         .current_dir(root)
         .stderr(std::io::stdout())
@@ -271,5 +357,27 @@ pub(crate) fn run_command(root: &Path, argv: &[&str], env: &[(&str, &str)]) -> R
         Ok(())
     } else {
         Err(format!("`{}` exited with {status}", argv.join(" ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_naming_the_run_directory_is_reported_and_ended() {
+        let tmp = std::env::temp_dir().join(format!("atci-test-{}", std::process::id()));
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .env("ASYNCTASK_TEST_DIR", &tmp)
+            .spawn()
+            .expect("sleep starts");
+        let found = check_leftovers(&tmp);
+        // Ended by the check; reaped here in any case.
+        let _ = child.kill();
+        let _ = child.wait();
+        let err = found.expect_err("the sleeper is left behind");
+        assert!(err.contains(&child.id().to_string()), "{err}");
+        assert_eq!(check_leftovers(&tmp), Ok(()));
     }
 }

@@ -105,6 +105,9 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
+    /// The state directory is too deep for its socket.
+    #[error(transparent)]
+    SocketPath(#[from] asynctask_mcp::SocketPathTooLong),
     /// The supervisor's lock cannot be taken.
     #[error("cannot lock {}", path.display())]
     Lock {

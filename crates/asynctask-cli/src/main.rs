@@ -127,9 +127,9 @@ struct ServeArgs {
     /// The most background tasks running at once: -1 (unlimited) or 1..=100.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     max_async_tasks: Option<MaxAsyncTasks>,
-    /// A durable supervisor exits after this many seconds with no session
-    /// connected and no task running.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    /// A durable supervisor exits after this many seconds (at least 1) with no
+    /// session connected and no task running.
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = idle_exit_secs)]
     idle_exit: u64,
     /// How much of a subagent's output a result holds, in characters as the
     /// model reads them (JSON-escaped); overrides `inline_budget` in the
@@ -163,6 +163,24 @@ impl StateArgs {
         let mut options = ServeOptions::new(&self.config);
         options.state_dir.clone_from(&self.state_dir);
         options.state()
+    }
+}
+
+/// Why an `--idle-exit` value is refused.
+#[derive(Debug, thiserror::Error)]
+enum IdleExitError {
+    #[error("the supervisor must wait at least 1 second before it exits")]
+    Zero,
+    #[error("not a whole number of seconds")]
+    NotANumber(#[source] std::num::ParseIntError),
+}
+
+/// `--idle-exit`: a whole number of seconds, at least 1.
+fn idle_exit_secs(value: &str) -> Result<u64, IdleExitError> {
+    match value.parse::<u64>() {
+        Ok(0) => Err(IdleExitError::Zero),
+        Ok(secs) => Ok(secs),
+        Err(err) => Err(IdleExitError::NotANumber(err)),
     }
 }
 
@@ -318,7 +336,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
 /// Starts the workspace's supervisor in the background: this same binary,
 /// `supervisor run`, in its own process group (a client that signals its
 /// server's group does not reach it), its output in the state directory's log.
-fn start_supervisor(options: &ServeOptions) -> std::io::Result<()> {
+fn start_supervisor(options: &ServeOptions) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let state = options.state();
     let log = std::fs::OpenOptions::new()
@@ -346,7 +364,7 @@ fn start_supervisor(options: &ServeOptions) -> std::io::Result<()> {
         .stdout(log.try_clone()?)
         .stderr(log)
         .process_group(0);
-    command.spawn().map(drop)
+    command.spawn()
 }
 
 fn pretty(value: &serde_json::Value) -> String {

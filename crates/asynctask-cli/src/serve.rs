@@ -191,12 +191,13 @@ pub async fn mcp(options: &ServeOptions) -> Result<(), CliError> {
 /// answers.
 pub async fn mcp_durable(
     options: &ServeOptions,
-    start: impl Fn(&ServeOptions) -> std::io::Result<()>,
+    start: impl Fn(&ServeOptions) -> std::io::Result<std::process::Child>,
 ) -> Result<(), CliError> {
     // The config is checked here too, so a broken one is reported to the user
     // of this session, not only in the supervisor's log.
     load_runner(&options.config)?;
     let state = options.state();
+    state.check_socket_path()?;
     create_state(&state)?;
     Ok(relay_stdio(&state, || start(options)).await?)
 }
@@ -211,6 +212,7 @@ pub async fn mcp_durable(
 /// cannot be bound.
 pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorExit>, CliError> {
     let state = options.state();
+    state.check_socket_path()?;
     create_state(&state)?;
     let runner = runner_for(options, Some(&state))?;
     let Some(lock) = SupervisorLock::acquire(&state).map_err(|source| CliError::Lock {
@@ -224,6 +226,7 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
         );
         return Ok(None);
     };
+    empty_if_over(&state.log_file(), LOG_LIMIT);
     let (store, restored) = open_store(&state).await?;
     let interrupted = restored
         .iter()
@@ -271,6 +274,33 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
     Ok(Some(exit))
 }
 
+/// The size past which a starting supervisor empties its log.
+pub const LOG_LIMIT: u64 = 1024 * 1024;
+
+/// Empties the log at `path` when it holds more than `limit` bytes, saying so
+/// in it (best effort: a log that cannot be emptied is left as it is). Whoever
+/// writes to it appends, so writes go on at its new end.
+fn empty_if_over(path: &Path, limit: u64) {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    if meta.len() <= limit {
+        return;
+    }
+    let emptied = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|file| file.set_len(0));
+    match emptied {
+        Ok(()) => eprintln!(
+            "asynctask: {} held {} bytes, more than {limit}: emptied",
+            path.display(),
+            meta.len()
+        ),
+        Err(err) => eprintln!("asynctask: cannot empty {}: {err}", path.display()),
+    }
+}
+
 /// How long a starting supervisor waits for the store another process holds
 /// for a moment (`supervisor status` reading it while none ran).
 const STORE_WAIT: Duration = Duration::from_secs(3);
@@ -293,17 +323,31 @@ async fn open_store(state: &StateDir) -> Result<(Store, Vec<StoredTask>), CliErr
 /// `asynctask supervisor status`: the supervisor's pid (`null` when none runs)
 /// and its tasks — when none runs, the tasks its store holds, those that were
 /// running when it died marked `interrupted` (the next supervisor reports them
-/// so).
+/// so). A store held by a supervisor that is starting is waited for (up to
+/// 3 s), and the supervisor asked again.
 ///
 /// # Errors
 ///
 /// [`CliError::SupervisorSilent`] when a supervisor answers with something
 /// unreadable, [`CliError::Store`] when the store cannot be read.
 pub async fn supervisor_status(state: &StateDir) -> Result<Value, CliError> {
-    match ask(state, "status").await {
-        Ok(status) => Ok(status),
-        Err(err) if no_supervisor(&err) => stored_status(state),
-        Err(err) => Err(CliError::SupervisorSilent(err)),
+    state.check_socket_path()?;
+    let deadline = tokio::time::Instant::now() + STORE_WAIT;
+    loop {
+        match ask(state, "status").await {
+            Ok(status) => return Ok(status),
+            Err(err) if no_supervisor(&err) => {}
+            Err(err) => return Err(CliError::SupervisorSilent(err)),
+        }
+        // A supervisor starting holds the store before it answers: ask again.
+        match stored_status(state) {
+            Err(CliError::Store(StoreError::Locked { .. }))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            done => return done,
+        }
     }
 }
 
@@ -331,14 +375,16 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 }
 
 /// `asynctask supervisor stop`: cancels every task, waits until the supervisor
-/// has ended them and exited. `Ok(None)` when none ran.
+/// has ended them and exited (its lock is free: a supervisor holds it for as
+/// long as its process lives). `Ok(None)` when none ran.
 ///
 /// # Errors
 ///
 /// [`CliError::SupervisorSilent`] or [`CliError::SupervisorAnswer`] when the
-/// supervisor does not answer as it should, [`CliError::SupervisorStuck`] when
-/// it does not exit.
+/// supervisor does not answer as it should, [`CliError::Lock`] when its lock
+/// cannot be tried, [`CliError::SupervisorStuck`] when it does not exit.
 pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> {
+    state.check_socket_path()?;
     let answer = match ask(state, "stop").await {
         Ok(answer) => answer,
         Err(err) if no_supervisor(&err) => return Ok(None),
@@ -350,16 +396,23 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
     else {
         return Err(CliError::SupervisorAnswer { answer });
     };
-    // It has ended every task's processes before answering; now it exits.
+    // It has ended every task's processes before answering; now it exits, and
+    // its lock is free once it has.
     let waited = Duration::from_secs(15);
     let deadline = tokio::time::Instant::now() + waited;
-    while process_exists(pid) {
+    loop {
+        let lock = SupervisorLock::acquire(state).map_err(|source| CliError::Lock {
+            path: state.lock_file(),
+            source,
+        })?;
+        if lock.is_some() {
+            return Ok(Some(pid));
+        }
         if tokio::time::Instant::now() >= deadline {
             return Err(CliError::SupervisorStuck { pid, waited });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(Some(pid))
 }
 
 fn create_state(state: &StateDir) -> Result<(), CliError> {
@@ -377,13 +430,22 @@ fn no_supervisor(err: &std::io::Error) -> bool {
     )
 }
 
-/// Whether process `pid` still exists (and is not a zombie).
-fn process_exists(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // `pid (comm) state ...`: a zombie has exited.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_over_the_limit_is_emptied_and_one_under_it_kept() {
+        let dir = std::env::temp_dir().join(format!("asynctask-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let (big, small) = (dir.join("big.log"), dir.join("small.log"));
+        std::fs::write(&big, vec![b'x'; 2048]).expect("written");
+        std::fs::write(&small, vec![b'x'; 1024]).expect("written");
+        empty_if_over(&big, 1024);
+        empty_if_over(&small, 1024);
+        empty_if_over(&dir.join("missing.log"), 1024);
+        let sizes = [&big, &small].map(|path| std::fs::metadata(path).expect("there").len());
+        std::fs::remove_dir_all(&dir).expect("removed");
+        assert_eq!(sizes, [0, 1024]);
     }
 }

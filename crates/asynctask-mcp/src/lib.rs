@@ -59,8 +59,8 @@ mod transport;
 mod wait;
 
 pub use crate::durable::{
-    StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask, connect,
-    relay_stdio,
+    MAX_SOCKET_PATH, SocketPathTooLong, StateDir, Supervisor, SupervisorExit, SupervisorLock,
+    SupervisorOptions, ask, connect, relay_stdio,
 };
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,

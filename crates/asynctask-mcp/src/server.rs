@@ -150,15 +150,51 @@ pub enum McpError {
         #[source]
         source: std::io::Error,
     },
-    /// No supervisor answers for this state directory, even after starting one.
-    #[error("cannot reach the supervisor of {} (its log is supervisor.log there)", state.display())]
+    /// No supervisor acknowledged a session for this state directory in time,
+    /// even after starting one.
+    #[error("{}", unreachable_supervisor(state, log, log_tail))]
     Supervisor {
+        /// The state directory.
+        state: std::path::PathBuf,
+        /// The supervisor's log.
+        log: std::path::PathBuf,
+        /// Its last lines when the error was made (empty when it had none).
+        log_tail: String,
+        /// Why the last attempt failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A supervisor could not be started.
+    #[error("cannot start a supervisor for {}", state.display())]
+    StartSupervisor {
         /// The state directory.
         state: std::path::PathBuf,
         /// Why.
         #[source]
         source: std::io::Error,
     },
+}
+
+/// [`McpError::Supervisor`]'s text: the state directory, and the end of the
+/// supervisor's log, which usually says why.
+fn unreachable_supervisor(
+    state: &std::path::Path,
+    log: &std::path::Path,
+    log_tail: &str,
+) -> String {
+    if log_tail.trim().is_empty() {
+        format!(
+            "cannot reach the supervisor of {} (its log, {}, is empty)",
+            state.display(),
+            log.display()
+        )
+    } else {
+        format!(
+            "cannot reach the supervisor of {}; the end of its log, {}:\n{log_tail}",
+            state.display(),
+            log.display()
+        )
+    }
 }
 
 /// The MCP server: serves `task`, `check_async_tasks`, `message_async_task`,
@@ -671,7 +707,7 @@ pub async fn serve_stdio(
     tokio::pin!(shutdown);
     tokio::select! {
         () = &mut shutdown => {}
-        () = signals.recv() => {
+        _ = signals.recv() => {
             runner.terminate_all();
             shutdown.await;
         }
@@ -705,12 +741,13 @@ impl Signals {
         })
     }
 
-    /// Resolves when one of the signals arrives.
-    pub(crate) async fn recv(&mut self) {
+    /// Resolves when one of the signals arrives, with its name (`SIGTERM`,
+    /// `SIGINT` or `SIGHUP`).
+    pub(crate) async fn recv(&mut self) -> &'static str {
         tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
-            _ = self.hangup.recv() => {}
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.hangup.recv() => "SIGHUP",
         }
     }
 }
@@ -729,7 +766,7 @@ async fn serve(server: AsyncTaskMcpServer, signals: &mut Signals) -> Result<Ende
         service = server.serve(transport) => {
             service.map_err(|err| McpError::Session(Box::new(err)))?
         }
-        () = signals.recv() => {
+        _ = signals.recv() => {
             calls.cancel();
             return Ok(Ended::Signal);
         }
@@ -739,7 +776,7 @@ async fn serve(server: AsyncTaskMcpServer, signals: &mut Signals) -> Result<Ende
     tokio::pin!(waiting);
     let finished = tokio::select! {
         _ = &mut waiting => true,
-        () = signals.recv() => false,
+        _ = signals.recv() => false,
     };
     if finished {
         return Ok(Ended::Input);

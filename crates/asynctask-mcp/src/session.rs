@@ -26,11 +26,29 @@ impl Sessions {
     }
 
     /// A new session, connected until the returned handle is dropped. Its id is
-    /// fresh and random: ids recorded as task origins by an earlier supervisor
-    /// (restored from its store) never match a new session's.
-    pub(crate) fn join(&self) -> Session {
-        let id = uuid_head();
-        self.lock().insert(id.clone());
+    /// fresh and random, drawn again while it is a connected session's or one of
+    /// `recorded` (the origins the registry holds, restored ones included), so
+    /// no two sessions ever share an id and a new one never inherits another's
+    /// tasks.
+    pub(crate) fn join(&self, recorded: &BTreeSet<String>) -> Session {
+        self.join_drawing(recorded, uuid_head)
+    }
+
+    /// [`join`](Self::join), with ids drawn by `draw`.
+    fn join_drawing(
+        &self,
+        recorded: &BTreeSet<String>,
+        mut draw: impl FnMut() -> String,
+    ) -> Session {
+        let mut connected = self.lock();
+        let id = loop {
+            let id = draw();
+            if !recorded.contains(&id) && !connected.contains(&id) {
+                break id;
+            }
+        };
+        connected.insert(id.clone());
+        drop(connected);
         Session {
             id,
             sessions: self.clone(),
@@ -103,9 +121,22 @@ mod tests {
     use asynctask_manager::RegisterTaskInput;
 
     #[test]
+    fn a_session_id_in_use_is_drawn_again() {
+        let sessions = Sessions::default();
+        let mut draws = ["aaaaaaaa", "aaaaaaaa", "cccccccc", "bbbbbbbb"].into_iter();
+        let mut draw = || draws.next().expect("enough draws").to_owned();
+        let recorded = BTreeSet::from(["cccccccc".to_owned()]);
+        let first = sessions.join_drawing(&recorded, &mut draw);
+        let second = sessions.join_drawing(&recorded, &mut draw);
+        assert_eq!((first.id(), second.id()), ("aaaaaaaa", "bbbbbbbb"));
+        assert_eq!(sessions.len(), 2);
+    }
+
+    #[test]
     fn a_session_claims_its_own_results_and_those_of_sessions_gone() {
         let sessions = Sessions::default();
-        let (a, b) = (sessions.join(), sessions.join());
+        let none = BTreeSet::new();
+        let (a, b) = (sessions.join(&none), sessions.join(&none));
         assert_ne!(a.id(), b.id());
         for id in [a.id(), b.id()] {
             assert!(

@@ -1,6 +1,6 @@
 //! Divan benchmarks of the SQLite store: one journaled round (register,
-//! complete, mark_notified: three transactions, the last one also pruning) under
-//! each durability, and recovery — open + restore — of 10,000 stored tasks.
+//! complete, mark_notified: three transactions, the last one also pruning) and
+//! one journaled transition (a completion) under each durability, and recovery — open + restore — of 10,000 stored tasks.
 //!
 //! Run with `cargo bench -p asynctask-store --bench store`. Divan reports
 //! medians; the round's p99 comes from `examples/latency.rs`.
@@ -68,6 +68,48 @@ fn round_power_loss(bencher: Bencher) {
 #[divan::bench]
 fn round_process_crash(bencher: Bencher) {
     round(bencher, Durability::ProcessCrash);
+}
+
+/// One journaled transition: `complete_task` of a task registered untimed (one
+/// transaction; results are never marked delivered, so nothing is pruned).
+fn transition(bencher: Bencher, durability: Durability) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (store, _) =
+        Store::open_with(dir.path().join("tasks.db"), durability).expect("a new store");
+    let manager = AsyncTaskManager::restore(
+        MaxAsyncTasks::UNLIMITED,
+        Arc::new(ManualClock::new(1_000)),
+        Arc::new(store),
+        Vec::new(),
+    )
+    .expect("an empty restore");
+    let mut n = 0u64;
+    bencher
+        .with_inputs(|| {
+            n += 1;
+            let id = format!("{n:016x}");
+            manager
+                .register_task(RegisterTaskInput::new(
+                    id.clone(),
+                    "researcher",
+                    "map the code",
+                ))
+                .expect("admitted");
+            id
+        })
+        .bench_local_values(|id| manager.complete_task(&id, output()));
+}
+
+/// One transition, `synchronous = FULL` (the default).
+#[divan::bench]
+fn transition_power_loss(bencher: Bencher) {
+    transition(bencher, Durability::PowerLoss);
+}
+
+/// One transition, `synchronous = NORMAL`.
+#[divan::bench]
+fn transition_process_crash(bencher: Bencher) {
+    transition(bencher, Durability::ProcessCrash);
 }
 
 const TASKS: usize = 10_000;

@@ -177,6 +177,44 @@ fn bad_input_is_one_clear_line_and_a_failure() {
         "asynctask: cannot use the state directory /dev/null/state: Not a directory (os error 20)\n"
     );
 
+    let deep = format!("/tmp/{}", "d".repeat(100));
+    for verb in [&["mcp", "--durable"][..], &["supervisor", "status"]] {
+        let mut args = verb.to_vec();
+        args.extend(["--config", fine.to_str().unwrap(), "--state-dir", &deep]);
+        let output = asynctask(&args);
+        assert_eq!(output.status.code(), Some(1));
+        assert_eq!(
+            stderr(&output),
+            format!(
+                "asynctask: the supervisor's socket {deep}/supervisor.sock would be 121 bytes \
+                 long, more than the 107 a Unix socket allows: choose a shorter state directory \
+                 with --state-dir\n"
+            )
+        );
+    }
+    assert!(
+        !Path::new(&deep).exists(),
+        "nothing is made for a socket that cannot be"
+    );
+
+    let idle = asynctask(&[
+        "supervisor",
+        "run",
+        "--config",
+        fine.to_str().unwrap(),
+        "--idle-exit",
+        "0",
+    ]);
+    assert_eq!(idle.status.code(), Some(2));
+    assert!(
+        stderr(&idle).starts_with(
+            "error: invalid value '0' for '--idle-exit <SECS>': the supervisor must wait at \
+             least 1 second before it exits"
+        ),
+        "{}",
+        stderr(&idle)
+    );
+
     let (_dir, empty) = config("empty", "[subagents.x]\ncommand = []\n");
     let output = asynctask(&["mcp", "--config", empty.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(1));
