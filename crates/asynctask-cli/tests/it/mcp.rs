@@ -548,6 +548,10 @@ impl RawClient {
             .arg("mcp")
             .arg("--config")
             .arg(dir.join("subagents.toml"))
+            // No limit: on a loaded machine a few `instant` subagents may still
+            // be starting when the next launch comes, and a launch refused at
+            // the limit would carry no task.
+            .arg("--max-async-tasks=-1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
