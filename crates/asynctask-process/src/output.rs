@@ -5,31 +5,70 @@
 use std::collections::hash_map::{DefaultHasher, RandomState};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError, mpsc};
+use std::time::Duration;
+
+/// What every temporary output directory's name starts with; the process id
+/// and a random number follow (`asynctask-<pid>-<8 hex digits>`).
+const PREFIX: &str = "asynctask-";
+
+/// What a temporary output directory's name gets when its removal begins.
+const REMOVING: &str = ".removing";
+
+/// How long dropping the directory waits for its removal. Whatever is not
+/// removed by then is removed by a thread of its own; if the process exits
+/// first, by the next runner that makes its temporary directory under the same
+/// parent. A client that stops its MCP server with a signal gives it half a
+/// second before `SIGKILL`, and on a busy disk unlinking files that were just
+/// written can take longer than that.
+pub(crate) const REMOVAL_WAIT: Duration = Duration::from_millis(100);
 
 /// The runner's temporary output directory: `asynctask-<pid>-<random>` under
 /// [`std::env::temp_dir`], made on first use, removed (with everything in it)
-/// when dropped — that is, when the last clone of the runner is.
+/// when dropped — that is, when the last clone of the runner is. Making it
+/// also removes, in the background, the temporary directories of runners
+/// whose process is gone (killed, or exited before their removal finished).
 #[derive(Debug, Default)]
 pub(crate) struct TempOutputDir {
+    /// Where the directory is made; `None`: [`std::env::temp_dir`].
+    parent: Option<PathBuf>,
     path: Mutex<Option<PathBuf>>,
 }
 
 impl TempOutputDir {
+    /// A temporary directory made under `parent` instead of the system's.
+    #[cfg(test)]
+    pub(crate) fn under(parent: PathBuf) -> Self {
+        TempOutputDir {
+            parent: Some(parent),
+            path: Mutex::default(),
+        }
+    }
+
     /// The directory, made now if it does not exist yet.
     pub(crate) fn get_or_create(&self) -> io::Result<PathBuf> {
         let mut path = self.path.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(path) = &*path {
             return Ok(path.clone());
         }
-        let created = create_unique_dir(&std::path::absolute(std::env::temp_dir())?)?;
+        let parent = match &self.parent {
+            Some(parent) => parent.clone(),
+            None => std::path::absolute(std::env::temp_dir())?,
+        };
+        let created = create_unique_dir(&parent)?;
         *path = Some(created.clone());
+        drop(path);
+        let owner = std::fs::metadata(&created)?.uid();
+        // Best effort, and never in the way of the run that made the
+        // directory: a thread that cannot start sweeps nothing.
+        let _ = std::thread::Builder::new()
+            .name("asynctask-outputs-sweep".to_owned())
+            .spawn(move || sweep_abandoned(&parent, owner));
         Ok(created)
     }
-}
 
-impl TempOutputDir {
     /// The directory, if it was made.
     pub(crate) fn existing(&self) -> Option<PathBuf> {
         self.path
@@ -42,13 +81,125 @@ impl TempOutputDir {
 impl Drop for TempOutputDir {
     fn drop(&mut self) {
         let path = self.path.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if let Some(path) = path.take()
-            && let Err(err) = std::fs::remove_dir_all(&path)
-            && err.kind() != io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %path.display(), %err, "cannot remove the subagents' output directory");
+        if let Some(path) = path.take() {
+            remove_within(&path, REMOVAL_WAIT);
         }
     }
+}
+
+/// Removes the directory `path` with everything in it, waiting at most
+/// `wait`; a thread finishes what takes longer.
+///
+/// The directory is first renamed to `<name>.removing`: one change to its
+/// parent, fast even when unlinking freshly written files waits for the disk.
+/// Its name is gone at once, and what is left of it, should the process exit
+/// before the thread is done, is plainly abandoned.
+fn remove_within(path: &Path, wait: Duration) {
+    let mut doomed = path.as_os_str().to_owned();
+    doomed.push(REMOVING);
+    let doomed = PathBuf::from(doomed);
+    let target = match std::fs::rename(path, &doomed) {
+        Ok(()) => doomed,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return,
+        Err(_) => path.to_owned(),
+    };
+    let (done, finished) = mpsc::channel();
+    let removal = {
+        let target = target.clone();
+        std::thread::Builder::new()
+            .name("asynctask-outputs-removal".to_owned())
+            .spawn(move || {
+                let _ = done.send(std::fs::remove_dir_all(&target));
+            })
+    };
+    let result = match removal {
+        Ok(_) => match finished.recv_timeout(wait) {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(
+                    path = %target.display(),
+                    waited_ms = wait.as_millis(),
+                    "the subagents' output directory is still being removed; if this process \
+                     exits first, the next runner to make a temporary directory there removes \
+                     what is left"
+                );
+                return;
+            }
+        },
+        Err(_) => std::fs::remove_dir_all(&target),
+    };
+    if let Err(err) = result
+        && err.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %target.display(), %err, "cannot remove the subagents' output directory");
+    }
+}
+
+/// The process id in a temporary output directory's name
+/// (`asynctask-<pid>-<8 hex digits>`, maybe followed by `.removing`); `None`
+/// for any other name.
+fn owner_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let (pid, random) = rest.split_once('-')?;
+    let random = random.strip_suffix(REMOVING).unwrap_or(random);
+    let well_formed = !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && random.len() == 8
+        && random.bytes().all(|b| b.is_ascii_hexdigit());
+    if well_formed { pid.parse().ok() } else { None }
+}
+
+/// Whether process `pid` may still run (anything but "no such process" counts
+/// as yes: a directory is never taken from a process that may use it).
+fn may_be_running(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return true;
+    };
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
+}
+
+/// Removes, in `parent`, the temporary output directories owned by user
+/// `owner` whose process is gone: left behind by a process that was killed,
+/// or that exited while its removal was still going on. Returns how many it
+/// removed. Another process's directory, one of this process, anything not a
+/// directory (a symbolic link is not followed) and any other name are left
+/// alone.
+pub(crate) fn sweep_abandoned(parent: &Path, owner: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return 0;
+    };
+    let own_pid = std::process::id();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(owner_pid) else {
+            continue;
+        };
+        if pid == own_pid || may_be_running(pid) {
+            continue;
+        }
+        // `DirEntry::metadata` does not follow a symbolic link.
+        let Ok(metadata) = entry.metadata() else {
+            continue;
+        };
+        if !metadata.is_dir() || metadata.uid() != owner {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => {
+                removed += 1;
+                tracing::debug!(path = %entry.path().display(), "removed an abandoned output directory");
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::debug!(path = %entry.path().display(), %err, "cannot remove an abandoned output directory");
+            }
+        }
+    }
+    removed
 }
 
 /// Makes a new directory `asynctask-<pid>-<random>` in `parent`, readable by
@@ -61,7 +212,7 @@ fn create_unique_dir(parent: &Path) -> io::Result<PathBuf> {
         // Each `RandomState` is seeded afresh, so this is a new random number.
         let random = RandomState::new().hash_one(std::process::id());
         let path = parent.join(format!(
-            "asynctask-{}-{:08x}",
+            "{PREFIX}{}-{:08x}",
             std::process::id(),
             random & 0xffff_ffff
         ));
@@ -138,13 +289,115 @@ mod tests {
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .to_owned();
         assert!(
             name.starts_with(&format!("asynctask-{}-", std::process::id())),
             "{name}"
         );
+        assert_eq!(owner_pid(&name), Some(std::process::id()));
         std::fs::write(path.join("x.out"), "x").expect("write");
         drop(temp);
+        // Renamed before the removal starts: the name is gone at once.
         assert!(!path.exists());
+        let mut removing = path.into_os_string();
+        removing.push(REMOVING);
+        eventually("the renamed directory is removed", || {
+            !Path::new(&removing).exists()
+        });
+    }
+
+    /// Polls `check` until it holds; fails the test after 10 s.
+    fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !check() {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn only_well_formed_names_carry_a_pid() {
+        assert_eq!(owner_pid("asynctask-42-0000abcd"), Some(42));
+        assert_eq!(owner_pid("asynctask-42-0000ABCD.removing"), Some(42));
+        for name in [
+            "asynctask-42-0000abc",
+            "asynctask-42-0000abcde",
+            "asynctask-42-0000abcg",
+            "asynctask--0000abcd",
+            "asynctask-cli-42-broken",
+            "asynctask-42-0000abcd.old",
+            "asynctask-99999999999-0000abcd",
+            "other-42-0000abcd",
+        ] {
+            assert_eq!(owner_pid(name), None, "{name}");
+        }
+    }
+
+    /// The process id of a process that has exited.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("true runs");
+        let pid = child.id();
+        child.wait().expect("true exits");
+        pid
+    }
+
+    #[test]
+    fn directories_of_processes_that_are_gone_are_swept_and_nothing_else() {
+        let parent = tempfile::tempdir().expect("tempdir");
+        let dead = dead_pid();
+        let alive = std::os::unix::process::parent_id();
+        let mk = |name: &str| {
+            let dir = parent.path().join(name);
+            std::fs::create_dir(&dir).expect("mkdir");
+            std::fs::write(dir.join("task.out"), "output").expect("write");
+            dir
+        };
+        let killed = mk(&format!("asynctask-{dead}-0000abcd"));
+        let cut_short = mk(&format!("asynctask-{dead}-0000abce.removing"));
+        let running = mk(&format!("asynctask-{alive}-0000abcd"));
+        let ours = mk(&format!("asynctask-{}-0000abcd", std::process::id()));
+        let other_name = mk(&format!("asynctask-cli-{dead}-broken"));
+        let a_file = parent.path().join(format!("asynctask-{dead}-0000abcf"));
+        std::fs::write(&a_file, "not a directory").expect("write");
+        let target = mk("elsewhere");
+        let a_link = parent.path().join(format!("asynctask-{dead}-0000abd0"));
+        std::os::unix::fs::symlink(&target, &a_link).expect("symlink");
+        let owner = std::fs::metadata(parent.path()).expect("metadata").uid();
+
+        assert_eq!(
+            sweep_abandoned(parent.path(), owner.wrapping_add(1)),
+            0,
+            "another user's"
+        );
+        assert_eq!(sweep_abandoned(parent.path(), owner), 2);
+        assert!(!killed.exists() && !cut_short.exists());
+        for kept in [&running, &ours, &other_name, &a_file, &target, &a_link] {
+            assert!(kept.exists(), "{} was removed", kept.display());
+        }
+        assert!(target.join("task.out").exists(), "the link was followed");
+        assert_eq!(sweep_abandoned(&parent.path().join("missing"), owner), 0);
+    }
+
+    #[test]
+    fn making_a_temporary_directory_sweeps_the_abandoned_ones_beside_it() {
+        let parent = tempfile::tempdir().expect("tempdir");
+        let abandoned = parent
+            .path()
+            .join(format!("asynctask-{}-0000abcd", dead_pid()));
+        std::fs::create_dir(&abandoned).expect("mkdir");
+        let temp = TempOutputDir::under(parent.path().to_owned());
+        let made = temp.get_or_create().expect("created");
+        eventually("the abandoned directory is swept", || !abandoned.exists());
+        assert!(made.is_dir());
+        drop(temp);
+        eventually("the parent is empty", || {
+            std::fs::read_dir(parent.path())
+                .expect("read")
+                .next()
+                .is_none()
+        });
     }
 }

@@ -186,9 +186,13 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// [2 KiB](Self::STDERR_TAIL) of stderr, for a failure's message. By default
 /// the output directory is a temporary one, `asynctask-<pid>-<random>` under
 /// [`std::env::temp_dir`], made on the first run and removed with everything
-/// in it when the last clone of the runner is dropped (a host killed with
-/// `SIGKILL` runs no code, and leaves it behind): a host that wants the files
-/// to outlive the runner gives a directory of its own.
+/// in it when the last clone of the runner is dropped: a host that wants the
+/// files to outlive the runner gives a directory of its own. The drop waits at
+/// most 100 ms for the removal (a thread finishes it); a host killed with
+/// `SIGKILL` runs no code at all. What either leaves is removed by the next
+/// runner that makes its temporary directory under the same parent, once the
+/// process that left it is gone (a directory is recognised by its name, its
+/// owner and its process id; nothing else in the parent is touched).
 ///
 /// The files do not pile up: a variables file is removed once read, unless
 /// the result names it (its variables did not all fit), and a task's files
