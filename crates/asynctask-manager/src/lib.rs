@@ -114,7 +114,8 @@ pub enum PrefixMatch {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TaskCounts {
-    /// Running tasks.
+    /// Running tasks, and finished ones whose end the journal has not
+    /// recorded yet (readers see them running until it has).
     pub running: usize,
     /// Completed tasks still held.
     pub completed: usize,

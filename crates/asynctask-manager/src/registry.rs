@@ -88,6 +88,22 @@ impl Record {
         }
     }
 
+    /// The task as readers see it while its terminal transition waits for the
+    /// journal: still running, nothing of its result shown.
+    fn info_held(&self) -> AsyncTaskInfo {
+        AsyncTaskInfo {
+            id: self.id.to_string(),
+            subagent_name: self.subagent_name.to_string(),
+            goal_prompt: self.goal_prompt.to_string(),
+            status: AsyncTaskStatus::Running,
+            launched_at: self.launched_at,
+            completed_at: None,
+            notified_at: None,
+            output: None,
+            error: None,
+        }
+    }
+
     fn info(&self) -> AsyncTaskInfo {
         let (output, error) = match &self.outcome {
             Outcome::Completed(output) => (Some(OutputObject::clone(output)), None),
@@ -767,8 +783,13 @@ impl Registry {
     pub(crate) fn inbox(&self, id: &str) -> Option<(AsyncTaskStatus, Option<&InboxSender>)> {
         let seq = self.ids.get(id)?;
         let record = self.tasks.get(seq)?;
+        let status = if self.held.contains(seq) {
+            AsyncTaskStatus::Running
+        } else {
+            record.status()
+        };
         Some((
-            record.status(),
+            status,
             self.live.get(seq).and_then(|live| live.inbox.as_ref()),
         ))
     }
@@ -778,8 +799,16 @@ impl Registry {
         self.origins.get(seq).cloned()
     }
 
+    /// Task `seq` as readers see it: a held task (its terminal transition not
+    /// journaled yet) still looks running, so nothing shows a result the
+    /// journal does not hold.
     fn info(&self, seq: Seq) -> Option<AsyncTaskInfo> {
-        self.tasks.get(&seq).map(|record| record.info())
+        let record = self.tasks.get(&seq)?;
+        Some(if self.held.contains(&seq) {
+            record.info_held()
+        } else {
+            record.info()
+        })
     }
 
     pub(crate) fn find_by_prefix(&self, prefix: &str) -> PrefixMatch {
@@ -805,11 +834,16 @@ impl Registry {
     }
 
     pub(crate) fn tasks(&self) -> Vec<AsyncTaskInfo> {
-        self.tasks.values().map(|record| record.info()).collect()
+        self.infos(self.tasks.keys())
     }
 
+    /// The running tasks, held ones included (they look running), in
+    /// registration order.
     pub(crate) fn running_tasks(&self) -> Vec<AsyncTaskInfo> {
-        self.infos(self.running.iter())
+        if self.held.is_empty() {
+            return self.infos(self.running.iter());
+        }
+        self.infos(self.running.union(&self.held))
     }
 
     pub(crate) fn running_tokens(&self) -> Vec<CancellationToken> {
@@ -831,10 +865,19 @@ impl Registry {
         self.pending.len() > self.held.len()
     }
 
+    /// The counts as readers see them: held tasks count as running.
     pub(crate) fn counts(&self) -> TaskCounts {
-        let [completed, failed, cancelled] = self.finished_by_status;
+        let [mut completed, mut failed, mut cancelled] = self.finished_by_status;
+        for record in self.held.iter().filter_map(|seq| self.tasks.get(seq)) {
+            match record.status() {
+                AsyncTaskStatus::Completed => completed -= 1,
+                AsyncTaskStatus::Failed => failed -= 1,
+                AsyncTaskStatus::Cancelled => cancelled -= 1,
+                AsyncTaskStatus::Running => {}
+            }
+        }
         TaskCounts {
-            running: self.running.len(),
+            running: self.running.len() + self.held.len(),
             completed,
             failed,
             cancelled,
