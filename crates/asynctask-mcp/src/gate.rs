@@ -18,6 +18,14 @@ tokio::task_local! {
     pub(crate) static REQUEST: RequestId;
 }
 
+/// About how many characters of results one response's reminder carries: the
+/// first result always (whole), then the next ones while they fit; the rest
+/// ride on the next responses. Clients cut long tool results (Codex keeps about
+/// 12,000 characters, from both ends), and a result cut out of the middle of a
+/// response would be lost though marked delivered; one subagent's result is
+/// itself bounded (a subprocess subagent's to 10,000 characters by default).
+pub(crate) const REMINDER_BUDGET_CHARS: usize = 10_000;
+
 /// Where a `tools/call` the transport received stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Call {
@@ -103,11 +111,15 @@ impl ReminderGate {
     /// Claims for `owner` what this gate's session may take.
     fn claim_for(&self, owner: &ClaimOwner) -> Option<Reminder> {
         match &self.session {
-            None => self.ledger.claim(owner),
+            None => self
+                .ledger
+                .claim_within(owner, REMINDER_BUDGET_CHARS, |_| true),
             Some(session) => {
                 let manager = self.ledger.manager();
                 self.ledger
-                    .claim_matching(owner, |task| session.may_claim(manager, task))
+                    .claim_within(owner, REMINDER_BUDGET_CHARS, |task| {
+                        session.may_claim(manager, task)
+                    })
             }
         }
     }

@@ -10,7 +10,7 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
-use crate::reminder::{Reminder, render};
+use crate::reminder::{Reminder, fitting, render_with_more};
 
 /// Who carries a claimed result to the model.
 ///
@@ -212,7 +212,7 @@ impl ClaimLedger {
     #[must_use]
     pub fn claim(&self, owner: &ClaimOwner) -> Option<Reminder> {
         let mut state = self.lock();
-        self.claim_locked(&mut state, owner, |pending| !pending.is_empty())
+        self.claim_locked(&mut state, owner, usize::MAX, |pending| !pending.is_empty())
     }
 
     /// [`claim`](Self::claim), taking only the pending results that `pick`
@@ -229,6 +229,42 @@ impl ClaimLedger {
     pub fn claim_matching(
         &self,
         owner: &ClaimOwner,
+        pick: impl Fn(&AsyncTaskInfo) -> bool,
+    ) -> Option<Reminder> {
+        self.claim_within(owner, usize::MAX, pick)
+    }
+
+    /// [`claim_matching`](Self::claim_matching), claiming only as many results
+    /// as fit in a reminder of about `max_chars` characters: always the first
+    /// (whole, however long), then the next ones while they fit. The others
+    /// stay pending for the next claim, and the reminder says how many wait.
+    /// For a delivery whose reader cuts long texts (an MCP client that keeps
+    /// only the ends of a long tool result, say).
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    /// use asynctask_runtime::{ClaimLedger, ClaimOwner, RequestKey};
+    ///
+    /// let manager = AsyncTaskManager::new(asynctask_model::MaxAsyncTasks::UNLIMITED);
+    /// for id in ["a", "b"] {
+    ///     manager.register_task(RegisterTaskInput::new(id, "researcher", "g"))?;
+    ///     manager.cancel_task(id);
+    /// }
+    /// let ledger = ClaimLedger::new(manager);
+    /// let first = ClaimOwner::Request(RequestKey::new("1"));
+    /// let reminder = ledger.claim_within(&first, 100, |_| true).expect("pending");
+    /// assert_eq!(reminder.task_ids, ["a"]);
+    /// assert!(reminder.text.contains("1 more async task(s) finished"));
+    /// ledger.acknowledge(&first);
+    /// let second = ClaimOwner::Request(RequestKey::new("2"));
+    /// assert_eq!(ledger.claim_within(&second, 100, |_| true).expect("b").task_ids, ["b"]);
+    /// # Ok::<(), asynctask_manager::RegisterError>(())
+    /// ```
+    #[must_use]
+    pub fn claim_within(
+        &self,
+        owner: &ClaimOwner,
+        max_chars: usize,
         pick: impl Fn(&AsyncTaskInfo) -> bool,
     ) -> Option<Reminder> {
         let pending = self.manager.pending_notifications();
@@ -252,7 +288,7 @@ impl ClaimLedger {
             return None;
         }
         let mut state = self.lock();
-        self.claim_locked(&mut state, owner, |pending| {
+        self.claim_locked(&mut state, owner, max_chars, |pending| {
             pending.retain(|task| picked.contains(&task.id));
             !pending.is_empty()
         })
@@ -264,7 +300,8 @@ impl ClaimLedger {
     pub fn reclaim(&self, owner: &ClaimOwner) -> Option<Reminder> {
         let mut state = self.lock();
         let released = !state.remove(owner).is_empty();
-        let reminder = self.claim_locked(&mut state, owner, |pending| !pending.is_empty());
+        let reminder =
+            self.claim_locked(&mut state, owner, usize::MAX, |pending| !pending.is_empty());
         drop(state);
         if released {
             self.changed.notify_waiters();
@@ -277,23 +314,30 @@ impl ClaimLedger {
     /// cancel alone does not: the user did it, and is there).
     pub(crate) fn claim_waking(&self) -> Option<Reminder> {
         let mut state = self.lock();
-        self.claim_locked(&mut state, &ClaimOwner::AutoTrigger, |pending| {
-            pending.iter().any(|task| {
-                matches!(
-                    task.status,
-                    AsyncTaskStatus::Completed | AsyncTaskStatus::Failed
-                )
-            })
-        })
+        self.claim_locked(
+            &mut state,
+            &ClaimOwner::AutoTrigger,
+            usize::MAX,
+            |pending| {
+                pending.iter().any(|task| {
+                    matches!(
+                        task.status,
+                        AsyncTaskStatus::Completed | AsyncTaskStatus::Failed
+                    )
+                })
+            },
+        )
     }
 
     /// Claims, for `owner`, the unclaimed pending tasks left by `accept` (which
-    /// may filter them, and says whether to claim at all). `accept` is this
-    /// module's code: it runs under the lock.
+    /// may filter them, and says whether to claim at all), as many as fit in
+    /// `max_chars` ([`fitting`]). `accept` is this module's code: it runs under
+    /// the lock.
     fn claim_locked(
         &self,
         state: &mut State,
         owner: &ClaimOwner,
+        max_chars: usize,
         accept: impl FnOnce(&mut Vec<AsyncTaskInfo>) -> bool,
     ) -> Option<Reminder> {
         if state.claims.contains_key(owner) {
@@ -309,7 +353,10 @@ impl ClaimLedger {
         if !accept(&mut pending) || pending.is_empty() {
             return None;
         }
-        let reminder = render(&pending, running)?;
+        let fit = fitting(&pending, running, max_chars);
+        let more = pending.len() - fit;
+        pending.truncate(fit);
+        let reminder = render_with_more(&pending, more, running)?;
         for id in &reminder.task_ids {
             state.hold(id);
         }

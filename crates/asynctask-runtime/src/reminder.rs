@@ -125,13 +125,26 @@ impl AsyncTaskReminderService {
 /// Async Task Status\n\n` + parts joined by blank lines + `\n---`; `None` when
 /// there is nothing to say.
 pub(crate) fn render(pending: &[AsyncTaskInfo], running: usize) -> Option<Reminder> {
+    render_with_more(pending, 0, running)
+}
+
+/// [`render`], saying that `more` finished tasks were left for a later
+/// reminder (a claim within a size budget).
+pub(crate) fn render_with_more(
+    pending: &[AsyncTaskInfo],
+    more: usize,
+    running: usize,
+) -> Option<Reminder> {
     if pending.is_empty() && running == 0 {
         return None;
     }
-    let mut parts = Vec::with_capacity(pending.len() + 2);
+    let mut parts = Vec::with_capacity(pending.len() + 3);
     if !pending.is_empty() {
         parts.push(format!("{} async task(s) completed:", pending.len()));
         parts.extend(pending.iter().map(completion_notification));
+    }
+    if more > 0 {
+        parts.push(more_text(more));
     }
     if running > 0 {
         parts.push(format!("{running} async task(s) still running."));
@@ -143,4 +156,34 @@ pub(crate) fn render(pending: &[AsyncTaskInfo], running: usize) -> Option<Remind
         ),
         task_ids: pending.iter().map(|task| task.id.clone()).collect(),
     })
+}
+
+/// The line saying that `more` finished tasks' results come later.
+fn more_text(more: usize) -> String {
+    format!("{more} more async task(s) finished; their results follow in the next reminder.")
+}
+
+/// How many of `pending`, from the first, a reminder that also counts
+/// `running` tasks carries within `max_chars` characters: at least one (a single result larger than the budget
+/// still goes, whole), then as many as fit.
+pub(crate) fn fitting(pending: &[AsyncTaskInfo], running: usize, max_chars: usize) -> usize {
+    if max_chars == usize::MAX {
+        return pending.len();
+    }
+    // The frame, the header, the "more" and "still running" lines: what a
+    // reminder costs besides its results (at most).
+    let mut used = "---\nSystem Note: Async Task Status\n\n\n---".len()
+        + format!("{} async task(s) completed:", pending.len()).len()
+        + 2
+        + more_text(pending.len()).len()
+        + 2
+        + format!("{running} async task(s) still running.").len();
+    for (at, task) in pending.iter().enumerate() {
+        let cost = completion_notification(task).chars().count() + 2;
+        if at > 0 && used.saturating_add(cost) > max_chars {
+            return at;
+        }
+        used = used.saturating_add(cost);
+    }
+    pending.len()
 }

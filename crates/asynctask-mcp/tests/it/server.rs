@@ -13,7 +13,8 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-/// Finishes after the number of seconds in its goal.
+/// Finishes after the number of seconds in its goal, or at once with a final
+/// message of N characters for the goal `print N`.
 struct Sleeper;
 
 #[async_trait::async_trait]
@@ -23,6 +24,12 @@ impl SubagentRunner for Sleeper {
         request: SubagentRequest,
         cancel: CancellationToken,
     ) -> Result<OutputObject, SubagentError> {
+        if let Some(chars) = request.goal_prompt.strip_prefix("print ") {
+            let chars: usize = chars.parse().unwrap_or(0);
+            return Ok(
+                OutputObject::new(TerminateReason::Goal).with_final_message("x".repeat(chars))
+            );
+        }
         let seconds: u64 = request.goal_prompt.parse().unwrap_or(1);
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(seconds)) => {
@@ -348,4 +355,39 @@ async fn served_over_a_plain_transport_results_arrive_exactly_once() {
     drop(client);
     serving.await.expect("served until the client left");
     runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_response_carries_results_up_to_a_budget_and_the_rest_follow() {
+    let (runtime, server) = server();
+    for _ in 0..3 {
+        let launch =
+            json!({"subagent_name": "sleeper", "goal_prompt": "print 6000", "async": true});
+        call(&server, "task", launch).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while runtime.manager().counts().running > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the subagents never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut carried = Vec::new();
+    for _ in 0..4 {
+        let texts = texts(&call(&server, "check_async_tasks", json!({})).await);
+        let reminders: Vec<&String> = texts.iter().filter(|t| t.contains("System Note")).collect();
+        if let [reminder] = reminders[..] {
+            // Two results of 6,000 characters do not fit in one response.
+            assert_eq!(reminder.matches("\"agent_id\"").count(), 1, "{reminder}");
+            assert!(reminder.chars().count() < 7_000, "one result and its frame");
+            carried.push(reminder.contains("more async task(s) finished"));
+        }
+    }
+    assert_eq!(
+        carried,
+        [true, true, false],
+        "three responses, each telling of what waits"
+    );
+    assert!(runtime.manager().pending_notifications().is_empty());
 }

@@ -7,6 +7,11 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 fn service() -> AsyncTaskReminderService {
+    AsyncTaskReminderService::new(fixture())
+}
+
+/// One running task and three finished ones, pending.
+fn fixture() -> asynctask_manager::AsyncTaskManager {
     let manager = asynctask_manager::AsyncTaskManager::new(MaxAsyncTasks::default());
     for (id, agent) in [
         ("0f3a9c21-5b7e", "researcher"),
@@ -26,7 +31,7 @@ fn service() -> AsyncTaskReminderService {
     );
     manager.fail_task("c91d5e8f-3a7b", "model returned an empty response");
     manager.cancel_task("e4a8b7c2-9d1f");
-    AsyncTaskReminderService::new(manager)
+    manager
 }
 
 #[test]
@@ -42,6 +47,67 @@ fn reminder_text_and_ids() {
         ["7b2e0d44-1c9a", "c91d5e8f-3a7b", "e4a8b7c2-9d1f"]
     );
     insta::assert_snapshot!("reminder", reminder.text);
+}
+
+#[test]
+fn a_claim_within_a_budget_carries_what_fits_and_says_how_many_wait() {
+    use asynctask_runtime::{ClaimLedger, ClaimOwner, RequestKey};
+    let manager = fixture();
+    let ledger = ClaimLedger::new(manager.clone());
+    let owner = |key: &str| ClaimOwner::Request(RequestKey::new(key));
+    let whole = ledger
+        .claim_within(&owner("all"), usize::MAX, |_| true)
+        .unwrap();
+    assert_eq!(
+        Some(whole.clone()),
+        service().reminder(),
+        "no budget: everything"
+    );
+    ledger.release(&owner("all"));
+
+    // A budget below one result still carries one, whole.
+    let first = ledger.claim_within(&owner("1"), 1, |_| true).unwrap();
+    assert_eq!(first.task_ids, ["7b2e0d44-1c9a"]);
+    insta::assert_snapshot!("reminder_within_budget", first.text);
+    // The rest wait, unclaimed, for the next claim.
+    let second = ledger.claim_within(&owner("2"), 1, |_| true).unwrap();
+    assert_eq!(second.task_ids, ["c91d5e8f-3a7b"]);
+    ledger.acknowledge(&owner("1"));
+    ledger.acknowledge(&owner("2"));
+    // A budget that fits the last one: no "more" line.
+    let last = ledger.claim_within(&owner("3"), 2_000, |_| true).unwrap();
+    assert_eq!(last.task_ids, ["e4a8b7c2-9d1f"]);
+    assert!(!last.text.contains("more async task"), "{}", last.text);
+    ledger.acknowledge(&owner("3"));
+    assert!(manager.pending_notifications().is_empty());
+
+    // A budget that fits two of three.
+    let manager = fixture();
+    let ledger = ClaimLedger::new(manager.clone());
+    let sizes: Vec<usize> = manager
+        .pending_notifications()
+        .iter()
+        .map(|task| {
+            asynctask_tools::completion_notification(task)
+                .chars()
+                .count()
+        })
+        .collect();
+    // The whole reminder without the third result, plus its "more" line.
+    let more = "1 more async task(s) finished; their results follow in the next reminder.";
+    let budget = whole.text.chars().count() - sizes[2] + more.len();
+    let two = ledger.claim_within(&owner("4"), budget, |_| true).unwrap();
+    assert_eq!(two.task_ids, ["7b2e0d44-1c9a", "c91d5e8f-3a7b"]);
+    assert!(
+        two.text.contains(&format!("\n\n{more}\n\n")),
+        "{}",
+        two.text
+    );
+    assert!(
+        two.text.chars().count() <= budget,
+        "{} > {budget}",
+        two.text.chars().count()
+    );
 }
 
 #[test]
