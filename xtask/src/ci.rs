@@ -372,6 +372,15 @@ mod tests {
             .env("ASYNCTASK_TEST_DIR", &tmp)
             .spawn()
             .expect("sleep starts");
+        // Until it has executed `sleep`, the child shows its parent's
+        // environment: wait for that, so the check sees the sleeper's own.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(format!("/proc/{}/cmdline", child.id()))
+            .is_ok_and(|cmdline| !cmdline.starts_with(b"sleep"))
+        {
+            assert!(std::time::Instant::now() < deadline, "sleep never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let found = check_leftovers(&tmp);
         // Ended by the check; reaped here in any case.
         let _ = child.kill();
