@@ -445,11 +445,15 @@ impl Supervisor {
         }
     }
 
-    /// Whether a session is connected, a connection open, or a task running.
+    /// Whether a session is connected, a connection open, a task running, or a
+    /// result held until the journal records it (the runtime retries the
+    /// write; ending now would lose the result).
     fn is_busy(&self, connections: &JoinSet<()>) -> bool {
+        let manager = self.runtime.manager();
         self.sessions.len() > 0
             || !connections.is_empty()
-            || self.runtime.manager().counts().running > 0
+            || manager.counts().running > 0
+            || manager.has_journal_backlog()
     }
 
     /// Stops taking connections, takes those already queued, and looks again:
