@@ -257,6 +257,9 @@ impl SupervisorLock {
     }
 }
 
+/// How long the supervisor waits after a connection it could not accept.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
 /// A workspace's supervisor: serves MCP sessions over `runtime` on the state
 /// directory's socket until it is stopped, idle, or signalled.
 ///
@@ -372,7 +375,11 @@ impl Supervisor {
                         continue;
                     }
                     Err(err) => {
-                        tracing::warn!(%err, "cannot accept a connection");
+                        // Out of descriptors (EMFILE) and the like: the
+                        // listener stays readable, so trying again at once
+                        // would spin. Sessions' connections end meanwhile.
+                        tracing::warn!(%err, "cannot accept a connection; trying again in 100 ms");
+                        tokio::time::sleep(ACCEPT_RETRY).await;
                         continue;
                     }
                 },
