@@ -304,11 +304,12 @@ impl Supervisor {
         options: SupervisorOptions,
     ) -> io::Result<Self> {
         let owner = std::fs::metadata(state.path())?.uid();
+        let sessions = Sessions::on(Arc::clone(runtime.claims()));
         Ok(Supervisor {
             runtime,
             state,
             options,
-            sessions: Sessions::default(),
+            sessions,
             owner,
             _lock: lock,
         })

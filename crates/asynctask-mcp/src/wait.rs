@@ -248,4 +248,51 @@ mod tests {
         drop(launcher);
         runtime.shutdown().await;
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_takes_the_result_of_a_session_that_leaves_while_it_waits() {
+        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        let sessions = Sessions::on(Arc::clone(runtime.claims()));
+        let (launcher, other) = (
+            sessions.join(&BTreeSet::new()),
+            sessions.join(&BTreeSet::new()),
+        );
+        let manager = runtime.manager();
+        for id in [TASK, "still-running"] {
+            manager
+                .register_task(
+                    RegisterTaskInput::new(id, "tester", "a goal").with_origin(launcher.id()),
+                )
+                .expect("registered");
+        }
+        manager.complete_task(TASK, OutputObject::new(TerminateReason::Goal));
+        let server = AsyncTaskMcpServer::for_session(Arc::clone(&runtime), Arc::new(other))
+            .expect("valid tools");
+        let waiting = tokio::spawn(async move {
+            let wait = server
+                .tools()
+                .iter()
+                .find(|tool| tool.name() == "wait_async_tasks")
+                .expect("the wait tool");
+            wait.execute(json!({"timeout_seconds": 50}), CancellationToken::new())
+                .await
+        });
+        // The wait looks, finds nothing it may take, and waits.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !waiting.is_finished(),
+            "the launcher's result is not for it"
+        );
+        drop(launcher);
+        let answer = waiting.await.expect("no panic");
+        assert_eq!(
+            answer.metadata["taskIds"],
+            json!([TASK]),
+            "{}",
+            answer.transcript()
+        );
+        runtime.shutdown().await;
+    }
 }
