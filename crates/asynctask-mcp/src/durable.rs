@@ -329,8 +329,9 @@ impl Supervisor {
     /// open (one that has yet to say what it wants counts) and no task runs.
     /// Once idle for [`idle_exit`](SupervisorOptions::idle_exit), it stops
     /// taking connections (the socket's name is moved aside: a new session
-    /// finds no supervisor and starts one, which waits for this one's lock),
-    /// takes those already queued, and looks again: a connection taken then, or
+    /// finds no supervisor and starts one, which finds this one's lock held and
+    /// exits at once, so the session's front starts another until one takes the
+    /// lock), takes those already queued, and looks again: a connection taken then, or
     /// one that arrived meanwhile, puts the socket back and the supervisor goes
     /// on.
     ///
@@ -749,8 +750,9 @@ pub async fn ask(state: &StateDir, kind: &str) -> io::Result<Value> {
 ///
 /// A session counts as connected once the supervisor acknowledges it. A
 /// supervisor that closes the connection before that is ending (it was idle):
-/// the relay starts another (which waits for the ending one's lock) and tries
-/// again, for up to 10 s in all. A supervisor this relay started is waited for
+/// the relay starts another (which exits at once while the ending one still
+/// holds the lock, and is then started again) and tries again, for up to 10 s
+/// in all. A supervisor this relay started is waited for
 /// (reaped) by a thread of its own should it end while the relay runs.
 ///
 /// Every response the supervisor sends is written to stdout and then confirmed
