@@ -10,6 +10,7 @@ would not stop).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -427,3 +428,51 @@ async def test_the_inline_budget_option_reaches_the_supervisor_it_starts(tmp_pat
         omitted = re.search(r"\[\.\.\. (\d+) characters omitted", message)
         assert omitted, message[:300]
         assert int(omitted.group(1)) > 66_008 - 2_000, omitted.group(0)
+
+
+def holds_flock(pid: int, path: Path) -> bool:
+    """Whether process `pid` holds a `flock` on the file at `path` (as /proc/locks says)."""
+    inode = path.stat().st_ino if path.exists() else None
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[4] == str(pid) and fields[5].endswith(f":{inode}"):
+            return True
+    return False
+
+
+async def test_supervisor_stop_stops_a_supervisor_that_is_starting(workspace: Workspace) -> None:
+    """`asynctask supervisor stop` while a supervisor holds the workspace's lock but has
+    no socket yet (it is opening its store) waits for it to answer and stops it, rather
+    than reporting that none runs."""
+
+    workspace.state.mkdir(mode=0o700)
+    # The store held here keeps the starting supervisor from binding its socket.
+    store_lock = open(workspace.state / "tasks.db.lock", "w")
+    fcntl.flock(store_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    run = [str(binary()), "supervisor", "run", "--config", str(CONFIG), "--state-dir", str(workspace.state)]
+    supervisor = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: holds_flock(supervisor.pid, workspace.state / "supervisor.lock"), "the supervisor's lock")
+        stop = subprocess.Popen(
+            [str(binary()), "supervisor", "stop", "--config", str(CONFIG), "--state-dir", str(workspace.state)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # Still starting while `stop` first looks (one that reported no supervisor
+        # would have exited by then); then it may bind its socket.
+        try:
+            stop.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        fcntl.flock(store_lock, fcntl.LOCK_UN)
+        _, stderr = stop.communicate(timeout=30)
+        assert (stop.returncode, stderr.strip()) == (0, f"asynctask: supervisor {supervisor.pid} stopped"), stderr
+        assert process_gone(supervisor.pid)
+    finally:
+        store_lock.close()
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+            pytest.fail(f"supervisor {supervisor.pid} still ran after `supervisor stop` (killed now)")
+        supervisor.wait()

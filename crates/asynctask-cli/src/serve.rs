@@ -385,10 +385,32 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 /// cannot be tried, [`CliError::SupervisorStuck`] when it does not exit.
 pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> {
     state.check_socket_path()?;
-    let answer = match ask(state, "stop").await {
-        Ok(answer) => answer,
-        Err(err) if no_supervisor(&err) => return Ok(None),
-        Err(err) => return Err(CliError::SupervisorSilent(err)),
+    let waited = Duration::from_secs(15);
+    let deadline = tokio::time::Instant::now() + waited;
+    let answer = loop {
+        match ask(state, "stop").await {
+            Ok(answer) => break answer,
+            Err(err) if no_supervisor(&err) => {}
+            Err(err) => return Err(CliError::SupervisorSilent(err)),
+        }
+        // Nobody answers on the socket. A supervisor may still run: one
+        // starting (it holds its lock and opens its store before it binds the
+        // socket), or one idle with its socket's name moved aside for a
+        // moment. Only a free lock means none runs.
+        if try_lock(state)?.is_some() {
+            return Ok(None);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CliError::SupervisorSilent(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "a supervisor holds {} but did not answer on {} within {waited:?}",
+                    state.lock_file().display(),
+                    state.socket().display()
+                ),
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let Some(pid) = answer["pid"]
         .as_u64()
@@ -398,14 +420,8 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
     };
     // It has ended every task's processes before answering; now it exits, and
     // its lock is free once it has.
-    let waited = Duration::from_secs(15);
-    let deadline = tokio::time::Instant::now() + waited;
     loop {
-        let lock = SupervisorLock::acquire(state).map_err(|source| CliError::Lock {
-            path: state.lock_file(),
-            source,
-        })?;
-        if lock.is_some() {
+        if try_lock(state)?.is_some() {
             return Ok(Some(pid));
         }
         if tokio::time::Instant::now() >= deadline {
@@ -413,6 +429,15 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Tries the workspace's supervisor lock: `Some` (dropped at once by the
+/// caller) when no supervisor holds it.
+fn try_lock(state: &StateDir) -> Result<Option<SupervisorLock>, CliError> {
+    SupervisorLock::acquire(state).map_err(|source| CliError::Lock {
+        path: state.lock_file(),
+        source,
+    })
 }
 
 fn create_state(state: &StateDir) -> Result<(), CliError> {

@@ -128,9 +128,11 @@ impl State {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // No user code runs under this lock, so a poisoned lock means a panic inside
-        // the registry itself between two consistent states; the data is still the
-        // last consistent state it reached, so carry on rather than spread the panic.
+        // The only user code run under this lock is the host's `Journal::record`
+        // (called before a change is applied, so a panic there leaves the state
+        // as it was); otherwise a poisoned lock means a panic inside the registry
+        // itself between two consistent states. Either way the data is the last
+        // consistent state it reached, so carry on rather than spread the panic.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

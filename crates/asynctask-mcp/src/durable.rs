@@ -257,6 +257,9 @@ impl SupervisorLock {
     }
 }
 
+/// How long the supervisor waits after a connection it could not accept.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
 /// A workspace's supervisor: serves MCP sessions over `runtime` on the state
 /// directory's socket until it is stopped, idle, or signalled.
 ///
@@ -301,11 +304,12 @@ impl Supervisor {
         options: SupervisorOptions,
     ) -> io::Result<Self> {
         let owner = std::fs::metadata(state.path())?.uid();
+        let sessions = Sessions::on(Arc::clone(runtime.claims()));
         Ok(Supervisor {
             runtime,
             state,
             options,
-            sessions: Sessions::default(),
+            sessions,
             owner,
             _lock: lock,
         })
@@ -325,8 +329,9 @@ impl Supervisor {
     /// open (one that has yet to say what it wants counts) and no task runs.
     /// Once idle for [`idle_exit`](SupervisorOptions::idle_exit), it stops
     /// taking connections (the socket's name is moved aside: a new session
-    /// finds no supervisor and starts one, which waits for this one's lock),
-    /// takes those already queued, and looks again: a connection taken then, or
+    /// finds no supervisor and starts one, which finds this one's lock held and
+    /// exits at once, so the session's front starts another until one takes the
+    /// lock), takes those already queued, and looks again: a connection taken then, or
     /// one that arrived meanwhile, puts the socket back and the supervisor goes
     /// on.
     ///
@@ -372,7 +377,11 @@ impl Supervisor {
                         continue;
                     }
                     Err(err) => {
-                        tracing::warn!(%err, "cannot accept a connection");
+                        // Out of descriptors (EMFILE) and the like: the
+                        // listener stays readable, so trying again at once
+                        // would spin. Sessions' connections end meanwhile.
+                        tracing::warn!(%err, "cannot accept a connection; trying again in 100 ms");
+                        tokio::time::sleep(ACCEPT_RETRY).await;
                         continue;
                     }
                 },
@@ -445,11 +454,15 @@ impl Supervisor {
         }
     }
 
-    /// Whether a session is connected, a connection open, or a task running.
+    /// Whether a session is connected, a connection open, a task running, or a
+    /// result held until the journal records it (the runtime retries the
+    /// write; ending now would lose the result).
     fn is_busy(&self, connections: &JoinSet<()>) -> bool {
+        let manager = self.runtime.manager();
         self.sessions.len() > 0
             || !connections.is_empty()
-            || self.runtime.manager().counts().running > 0
+            || manager.counts().running > 0
+            || manager.has_journal_backlog()
     }
 
     /// Stops taking connections, takes those already queued, and looks again:
@@ -737,8 +750,9 @@ pub async fn ask(state: &StateDir, kind: &str) -> io::Result<Value> {
 ///
 /// A session counts as connected once the supervisor acknowledges it. A
 /// supervisor that closes the connection before that is ending (it was idle):
-/// the relay starts another (which waits for the ending one's lock) and tries
-/// again, for up to 10 s in all. A supervisor this relay started is waited for
+/// the relay starts another (which exits at once while the ending one still
+/// holds the lock, and is then started again) and tries again, for up to 10 s
+/// in all. A supervisor this relay started is waited for
 /// (reaped) by a thread of its own should it end while the relay runs.
 ///
 /// Every response the supervisor sends is written to stdout and then confirmed

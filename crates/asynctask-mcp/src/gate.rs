@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use asynctask_model::AsyncTaskInfo;
 use asynctask_runtime::{ClaimLedger, ClaimOwner, Reminder, RequestKey};
 
 use crate::session::Session;
@@ -122,6 +123,14 @@ impl ReminderGate {
                     })
             }
         }
+    }
+
+    /// Whether this gate's session may take `task`'s result (every result,
+    /// when the gate serves no session of several).
+    pub(crate) fn may_claim(&self, task: &AsyncTaskInfo) -> bool {
+        self.session
+            .as_ref()
+            .is_none_or(|session| session.may_claim(self.ledger.manager(), task))
     }
 
     /// Whether a result this gate's session may take is pending and unclaimed.

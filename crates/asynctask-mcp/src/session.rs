@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::AsyncTaskInfo;
+use asynctask_runtime::ClaimLedger;
 
 /// The sessions connected to one registry right now.
 ///
@@ -15,9 +16,21 @@ use asynctask_model::AsyncTaskInfo;
 #[derive(Clone, Default)]
 pub(crate) struct Sessions {
     connected: Arc<Mutex<BTreeSet<String>>>,
+    /// Told when a session leaves: waiters in the others may claim its
+    /// pending results now.
+    ledger: Option<Arc<ClaimLedger>>,
 }
 
 impl Sessions {
+    /// No session yet, on the registry whose claims `ledger` keeps: a session
+    /// that leaves wakes the ledger's waiters.
+    pub(crate) fn on(ledger: Arc<ClaimLedger>) -> Self {
+        Sessions {
+            connected: Arc::default(),
+            ledger: Some(ledger),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeSet<String>> {
         // A set of names, consistent after every statement.
         self.connected
@@ -106,6 +119,10 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.sessions.lock().remove(&self.id);
+        // The set's lock is released: a waiter woken here looks at it.
+        if let Some(ledger) = &self.sessions.ledger {
+            ledger.notify_changed();
+        }
     }
 }
 

@@ -25,8 +25,10 @@ use crate::server::REMINDER_KEY;
 /// with it (marked delivered once the response is written, see the gate); its
 /// metadata says so (`"reminder": true`), so the server appends no second
 /// reminder. It wakes when a task finishes or a claim ends (the ledger's
-/// change notifier), never by polling. Answers at once when a named task's result was already delivered,
-/// or when nothing runs and nothing is pending. Cancelling the call (the client's
+/// change notifier), never by polling. Answers at once when a named task's
+/// result was already delivered, or goes to another session (the one that
+/// launched the task, still connected), or when nothing runs and nothing is
+/// pending. Cancelling the call (the client's
 /// `notifications/cancelled`) only ends the wait: no task is touched.
 #[derive(Debug, Clone)]
 pub(crate) struct WaitAsyncTasksTool {
@@ -40,6 +42,9 @@ enum Watch {
     Pending,
     /// A named task finished and its result was delivered already.
     Delivered(String),
+    /// A named task finished, and its result goes to another session: the one
+    /// that launched it, still connected.
+    Elsewhere(String),
     /// Nothing to wait for: no task runs and none is pending.
     Idle,
     /// This many watched tasks still run.
@@ -76,17 +81,23 @@ impl WaitAsyncTasksTool {
         }
         let mut running = 0;
         let mut delivered = None;
+        let mut elsewhere = None;
         for id in named {
             match self.manager.task(id) {
                 Some(task) if !task.status.is_terminal() => running += 1,
-                Some(task) if task.notified_at.is_none() => return Watch::Pending,
-                // Delivered, and maybe pruned from the history since.
-                _ => delivered = delivered.or_else(|| Some(id.clone())),
+                Some(task) if task.notified_at.is_some() => {
+                    delivered = delivered.or_else(|| Some(id.clone()));
+                }
+                Some(task) if self.gate.may_claim(&task) => return Watch::Pending,
+                Some(_) => elsewhere = elsewhere.or_else(|| Some(id.clone())),
+                // Delivered, and pruned from the history since.
+                None => delivered = delivered.or_else(|| Some(id.clone())),
             }
         }
-        match delivered {
-            Some(id) => Watch::Delivered(id),
-            None => Watch::Running(running),
+        match (delivered, elsewhere) {
+            (Some(id), _) => Watch::Delivered(id),
+            (None, Some(id)) => Watch::Elsewhere(id),
+            (None, None) => Watch::Running(running),
         }
     }
 }
@@ -150,6 +161,13 @@ impl TypedTool for WaitAsyncTasksTool {
                     );
                     return ToolResult::success(text.clone(), text, json!({ "taskIds": [] }));
                 }
+                Watch::Elsewhere(id) => {
+                    let text = format!(
+                        "Async task {id} already finished; its result goes to the session that \
+                         launched it, which is still connected, not to this one."
+                    );
+                    return ToolResult::success(text.clone(), text, json!({ "taskIds": [] }));
+                }
                 Watch::Idle => {
                     return ToolResult::success(
                         "No async tasks are running.",
@@ -177,5 +195,104 @@ impl TypedTool for WaitAsyncTasksTool {
             "The wait was cancelled; no task was affected.",
             "Wait cancelled",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use asynctask_manager::RegisterTaskInput;
+    use asynctask_model::{OutputObject, TerminateReason};
+    use asynctask_runtime::AsyncTaskRuntime;
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::AsyncTaskMcpServer;
+    use crate::session::Sessions;
+
+    const TASK: &str = "7b2e0d44-1c3f-4e5a-8b6c-9d0e1f2a3b4c";
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_of_another_connected_session_is_named_at_once() {
+        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        let sessions = Sessions::default();
+        let (launcher, other) = (
+            sessions.join(&BTreeSet::new()),
+            sessions.join(&BTreeSet::new()),
+        );
+        runtime
+            .manager()
+            .register_task(
+                RegisterTaskInput::new(TASK, "tester", "a goal").with_origin(launcher.id()),
+            )
+            .expect("registered");
+        runtime
+            .manager()
+            .complete_task(TASK, OutputObject::new(TerminateReason::Goal));
+        let server = AsyncTaskMcpServer::for_session(Arc::clone(&runtime), Arc::new(other))
+            .expect("valid tools");
+        let wait = server
+            .tools()
+            .iter()
+            .find(|tool| tool.name() == "wait_async_tasks")
+            .expect("the wait tool");
+        let answer = wait
+            .execute(
+                json!({"task_id_prefixes": ["7b2e"], "timeout_seconds": 50}),
+                CancellationToken::new(),
+            )
+            .await;
+        insta::assert_snapshot!("wait_result_of_another_session", answer.transcript());
+        drop(launcher);
+        runtime.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_takes_the_result_of_a_session_that_leaves_while_it_waits() {
+        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        let sessions = Sessions::on(Arc::clone(runtime.claims()));
+        let (launcher, other) = (
+            sessions.join(&BTreeSet::new()),
+            sessions.join(&BTreeSet::new()),
+        );
+        let manager = runtime.manager();
+        for id in [TASK, "still-running"] {
+            manager
+                .register_task(
+                    RegisterTaskInput::new(id, "tester", "a goal").with_origin(launcher.id()),
+                )
+                .expect("registered");
+        }
+        manager.complete_task(TASK, OutputObject::new(TerminateReason::Goal));
+        let server = AsyncTaskMcpServer::for_session(Arc::clone(&runtime), Arc::new(other))
+            .expect("valid tools");
+        let waiting = tokio::spawn(async move {
+            let wait = server
+                .tools()
+                .iter()
+                .find(|tool| tool.name() == "wait_async_tasks")
+                .expect("the wait tool");
+            wait.execute(json!({"timeout_seconds": 50}), CancellationToken::new())
+                .await
+        });
+        // The wait looks, finds nothing it may take, and waits.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !waiting.is_finished(),
+            "the launcher's result is not for it"
+        );
+        drop(launcher);
+        let answer = waiting.await.expect("no panic");
+        assert_eq!(
+            answer.metadata["taskIds"],
+            json!([TASK]),
+            "{}",
+            answer.transcript()
+        );
+        runtime.shutdown().await;
     }
 }

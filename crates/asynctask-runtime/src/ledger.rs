@@ -452,6 +452,28 @@ impl ClaimLedger {
     pub fn changed(&self) -> Notified<'_> {
         self.changed.notified()
     }
+
+    /// Wakes every [`changed`](Self::changed) waiter, for a change the ledger
+    /// cannot see: one that alters who may claim a pending result (a session
+    /// that launched a task left, so the others may take its result now).
+    ///
+    /// ```
+    /// use asynctask_manager::AsyncTaskManager;
+    /// use asynctask_runtime::ClaimLedger;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let ledger = ClaimLedger::new(AsyncTaskManager::default());
+    /// let changed = ledger.changed();
+    /// tokio::pin!(changed);
+    /// changed.as_mut().enable(); // before looking at the ledger
+    /// ledger.notify_changed(); // a session left
+    /// changed.await; // the waiter looks again
+    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn notify_changed(&self) {
+        self.changed.notify_waiters();
+    }
 }
 
 impl fmt::Debug for ClaimLedger {

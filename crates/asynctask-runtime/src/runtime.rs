@@ -575,7 +575,8 @@ impl AsyncTaskRuntime {
 
     /// Cancels every running task, waits for the background runs to end (a runner
     /// that ignores cancellation is aborted after its grace period; its task stays
-    /// cancelled), and stops the auto-trigger. Idempotent.
+    /// cancelled), stops the auto-trigger, and tries once more to write what the
+    /// journal missed (a held result is then kept by the store). Idempotent.
     ///
     /// # Cancel safety
     ///
@@ -606,6 +607,14 @@ impl AsyncTaskRuntime {
             .is_err()
         {
             tracing::warn!("background work did not end within the shutdown timeout");
+        }
+        // A result the journal missed (held, see `has_journal_backlog`) is
+        // written now or never: the retries with backoff ended with the runtime.
+        if let Err(error) = self.manager.retry_journal() {
+            tracing::error!(
+                error = %error.chain(),
+                "at shutdown the journal still cannot record what it missed"
+            );
         }
     }
 }

@@ -152,6 +152,33 @@ async fn a_result_the_journal_missed_is_delivered_once_a_retry_records_it() {
     runtime.shutdown().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn shutdown_writes_a_result_the_journal_missed() {
+    let host = Arc::new(FakeHost::default());
+    let journal = Arc::new(Journaled::default());
+    journal.failing_ends.store(true, Ordering::SeqCst);
+    let runtime = runtime_on(&host, &journal, Vec::new());
+    runtime
+        .manager()
+        .register_task(RegisterTaskInput::new("a", "researcher", "goal"))
+        .expect("admitted");
+    runtime
+        .manager()
+        .complete_task("a", OutputObject::new(TerminateReason::Goal));
+    settle().await;
+    assert!(runtime.manager().has_journal_backlog(), "held");
+
+    // The journal recovers before the first retry is due; the runtime shuts
+    // down before it is.
+    journal.failing_ends.store(false, Ordering::SeqCst);
+    runtime.shutdown().await;
+    assert!(
+        !runtime.manager().has_journal_backlog(),
+        "shutdown wrote the held result"
+    );
+    assert_eq!(host.attempts(), 0, "and delivered nothing after shutdown");
+}
+
 #[tokio::test]
 async fn stored_tasks_that_are_not_a_registry_are_refused_at_build() {
     let task = StoredTask::new(AsyncTaskInfo::new("a", "r", "g", 0));
