@@ -197,10 +197,12 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// The files do not pile up: a variables file is removed once read, unless
 /// the result names it (its variables did not all fit), and a task's files
 /// are removed when the `task` tool tells the runner that nothing will ask
-/// for the task again ([`forget`](Self::forget)): when the manager prunes
-/// it from the history, or, for a synchronous run, once as many later
-/// synchronous runs have ended as the history keeps (10 by default). So the
-/// directory holds about twice the history's files at most. A task id is used
+/// for the task again, and long after ([`forget`](Self::forget)): once
+/// [`KEPT_TASK_FILES`](asynctask_tools::KEPT_TASK_FILES) (100) later tasks
+/// were done with — pruned from the manager's history, or, for a synchronous
+/// run, ended — so a file a result named stays readable while the
+/// conversation goes on. So the directory holds the files of that window and
+/// of the history at most. A task id is used
 /// in a file name as it is only when it is made of ASCII letters, digits, `-`
 /// and `_` (a UUID is); any other character is replaced, so no id names a
 /// file outside the directory.
@@ -426,7 +428,8 @@ impl ProcessRunner {
     /// (`<task id>.out`) and a variables file kept because the result could
     /// not hold all its variables (`<task id>.vars.json`). The `task` tool
     /// calls it (through [`SubagentRunner::forget`]) once nothing will ask for
-    /// the task again; a file that is not there is no error, and one that
+    /// the task again and [`KEPT_TASK_FILES`](asynctask_tools::KEPT_TASK_FILES)
+    /// later tasks were done with; a file that is not there is no error, and one that
     /// cannot be removed is logged. Nothing else in the directory is touched
     /// (several runners, and `asynctask run`, may share it).
     ///
