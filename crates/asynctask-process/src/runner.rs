@@ -1282,7 +1282,10 @@ async fn feed(stdin: Option<ChildStdin>, goal: String) {
 /// JSON lines, in order, until the inbox ends or the task does (this task is
 /// aborted). A child that stops reading ends the forwarding: the inbox is
 /// closed, so later senders are told instead of queueing messages nobody
-/// reads, and the message that could not be written goes to `unwritten`.
+/// reads. A message is in `unwritten` from the moment it leaves the inbox
+/// until its whole line is written: one whose write fails, or is cut short
+/// because the task ends (this task is aborted mid-write), stays there and is
+/// reported with the result.
 async fn forward(
     stdin: Option<ChildStdin>,
     goal: String,
@@ -1293,21 +1296,25 @@ async fn forward(
         inbox.close();
         return;
     };
+    let pending = |change: &dyn Fn(&mut Vec<String>)| {
+        change(&mut unwritten.lock().unwrap_or_else(PoisonError::into_inner));
+    };
     let mut line = StdinLine::Goal(goal);
     loop {
         if let Err(err) = stdin.write_all(line.to_json().as_bytes()).await {
             tracing::debug!(%err, "the subagent stopped reading its stdin: no more messages are forwarded");
             inbox.close();
-            if let StdinLine::Message(message) = line {
-                unwritten
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(message);
-            }
             return;
         }
+        if let StdinLine::Message(_) = line {
+            // Written: it is the only one pending.
+            pending(&|messages| messages.clear());
+        }
         match inbox.recv().await {
-            Some(message) => line = StdinLine::Message(message),
+            Some(message) => {
+                pending(&|messages| messages.push(message.clone()));
+                line = StdinLine::Message(message);
+            }
             None => return,
         }
     }

@@ -506,6 +506,38 @@ async fn a_message_to_a_subagent_that_closed_its_stdin_is_reported_with_the_resu
 }
 
 #[tokio::test]
+async fn a_message_whose_write_a_cancel_cuts_is_reported_with_the_result() {
+    let dir = TempDir::new();
+    // Reads a part of the message, so its write has begun, then holds its
+    // stdin open without reading: the rest of the write waits on a full pipe.
+    let runner = runner(
+        "[subagents.slow]\ncommand = [\"sh\", \"-c\", \"head -c 70000 > /dev/null; echo $$ >> pids; sleep 30\"]\nstdin = \"jsonl\"\n",
+        dir.path(),
+    );
+    let (sender, inbox) = Inbox::channel();
+    sender
+        .send("m".repeat(300_000))
+        .expect("queued before the run");
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        let request = request("slow", "x").with_inbox(inbox);
+        async move { runner.run(request, cancel).await }
+    });
+    wait_for_pids(&dir.path().join("pids"), 1).await;
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    let err = result.expect_err("cancelled").to_string();
+    assert!(
+        err.starts_with(
+            "subagent 'slow' was cancelled\n\n[1 message sent to this task never reached \
+             the subagent, which had stopped reading its stdin:\n- \"mmm"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn a_cancelled_jsonl_subagent_sees_its_stdin_close() {
     let dir = TempDir::new();
     // Exits on its own when stdin ends, and ignores SIGTERM: only the
