@@ -89,7 +89,7 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// over 1 MiB, or is no regular file (a FIFO, a directory, a symbolic link:
 /// it is never followed nor waited on) fails the task: `subagent 'tester'
 /// wrote a bad variables file /tmp/…/3f2a….vars.json: the value of "count"
-/// is not a string`.
+/// is not a string`. That file is kept, so the model can look at it.
 ///
 /// The variables are bounded like stdout: their names and values together
 /// cost at most the [inline budget](Self::inline_budget) once JSON-escaped.
@@ -195,7 +195,7 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// owner and its process id; nothing else in the parent is touched).
 ///
 /// The files do not pile up: a variables file is removed once read, unless
-/// the result names it (its variables did not all fit), and a task's files
+/// the result names it (its variables did not all fit, or were bad), and a task's files
 /// are removed when the `task` tool tells the runner that nothing will ask
 /// for the task again, and long after ([`forget`](Self::forget)): once
 /// [`KEPT_TASK_FILES`](asynctask_tools::KEPT_TASK_FILES) (100) later tasks
@@ -425,8 +425,8 @@ impl ProcessRunner {
     }
 
     /// Removes task `task_id`'s files from the output directory: its stdout
-    /// (`<task id>.out`) and a variables file kept because the result could
-    /// not hold all its variables (`<task id>.vars.json`). The `task` tool
+    /// (`<task id>.out`) and a variables file kept because the result named
+    /// it (`<task id>.vars.json`: its variables did not all fit, or were bad). The `task` tool
     /// calls it (through [`SubagentRunner::forget`]) once nothing will ask for
     /// the task again and [`KEPT_TASK_FILES`](asynctask_tools::KEPT_TASK_FILES)
     /// later tasks were done with; a file that is not there is no error, and one that
@@ -775,10 +775,9 @@ impl ProcessRunner {
             )
         })?;
         if status.success() {
-            let emitted_vars = read_vars(name, &output.vars).map_err(|err| {
-                remove_if_there(&output.vars);
-                with_pointer(err)
-            })?;
+            // The failure names the file: it stays for the model to look
+            // at, until the task is forgotten.
+            let emitted_vars = read_vars(name, &output.vars).map_err(with_pointer)?;
             let total = emitted_vars.len();
             let bounded = bound_vars(emitted_vars, self.inline_budget);
             let vars_note = vars_note(&bounded, total, &output.vars);

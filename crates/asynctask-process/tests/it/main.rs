@@ -656,7 +656,10 @@ async fn a_bad_vars_file_names_the_file_that_holds_stdout() {
         std::fs::read_to_string(&stdout).expect("kept"),
         "found 3 callers\n"
     );
-    assert!(!vars.exists(), "the bad variables file was removed");
+    // The failure names the file: it is there to read (forget removes it).
+    assert_eq!(std::fs::read_to_string(&vars).expect("kept"), "[1]");
+    runner.forget("task-0001");
+    assert!(!vars.exists() && !stdout.exists());
 }
 
 #[tokio::test]
