@@ -191,8 +191,11 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// most 100 ms for the removal (a thread finishes it); a host killed with
 /// `SIGKILL` runs no code at all. What either leaves is removed by the next
 /// runner that makes its temporary directory under the same parent, once the
-/// process that left it is gone (a directory is recognised by its name, its
-/// owner and its process id; nothing else in the parent is touched).
+/// process that left it is gone (a directory is recognised by its name and
+/// its owner; its process is gone when no process has the id in its name and
+/// nothing holds the `flock` its runner keeps on the `.lock` file inside, so
+/// a runner in another PID namespace sharing the parent keeps its directory;
+/// nothing else in the parent is touched).
 ///
 /// The files do not pile up: a variables file is removed once read, unless
 /// the result names it (its variables did not all fit, or were bad), and a task's files
