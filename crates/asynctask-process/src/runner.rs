@@ -462,6 +462,30 @@ impl ProcessRunner {
         tracing::debug!(task_id, "the task's output files were removed");
     }
 
+    /// The file that holds (or will hold) task `task_id`'s whole stdout, in
+    /// the output directory; `None` when this runner has no directory yet
+    /// (its temporary one is made on the first run).
+    ///
+    /// ```
+    /// # use std::path::PathBuf;
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new())
+    ///     .with_output_dir(PathBuf::from("/var/outputs"));
+    /// assert_eq!(
+    ///     runner.output_path("3f2a09c1"),
+    ///     Some(PathBuf::from("/var/outputs/3f2a09c1.out"))
+    /// );
+    /// assert_eq!(ProcessRunner::new(ProcessRunnerConfig::new()).output_path("3f2a09c1"), None);
+    /// ```
+    #[must_use]
+    pub fn output_path(&self, task_id: &str) -> Option<PathBuf> {
+        let dir = match &self.output_dir {
+            Some(dir) => dir.clone(),
+            None => self.shared.temp_dir.existing()?,
+        };
+        Some(dir.join(format!("{}.out", file_stem(task_id))))
+    }
+
     /// The time a cancelled subagent has between `SIGTERM` and `SIGKILL`.
     ///
     /// ```
