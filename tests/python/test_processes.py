@@ -270,9 +270,15 @@ def test_a_server_without_a_state_dir_takes_its_outputs_along(tmp_path: Path, en
         assert not output.parent.exists(), "the temporary outputs outlived the server"
         # The server waits a bounded time for the removal (a busy disk can be
         # slow to unlink fresh files); what it leaves is renamed `.removing`,
-        # and the next server sweeps it (tested below). Normally nothing is left.
+        # and the next server sweeps it (tested below). A leftover is accepted
+        # only when the server said its wait ran out; else nothing is left.
         left = [p.name for p in tmpdir.iterdir()]
-        assert all(name.endswith(".removing") for name in left), left
+        if any(name.endswith(".removing") for name in left):
+            log = (tmp_path / "server-stderr.log").read_text()
+            assert "still being removed" in log, (left, log)
+            assert all(name.endswith(".removing") for name in left), left
+        else:
+            assert left == [], left
     finally:
         server.end()
 

@@ -50,8 +50,10 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
         /// Where the subagent's whole output is kept, named in the result when
-        /// it was cut (default: `.asynctask/outputs/` beside the config; kept
-        /// after the command exits).
+        /// it was cut (default: `.asynctask/outputs/` beside the config; a
+        /// directory given here is made private to its owner if it does not
+        /// exist). A file the result names is kept after the command exits;
+        /// one it does not name is removed.
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
         /// The subagent to run.
@@ -291,8 +293,19 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                 });
             }
             // The result may name the output file: it must outlive this command.
-            let runner = runner.with_output_dir(run_output_dir(&config, output_dir.as_deref())?);
-            let result = run_once(Arc::new(runner), &subagent, &goal).await;
+            let runner =
+                Arc::new(runner.with_output_dir(run_output_dir(&config, output_dir.as_deref())?));
+            let result = run_once(Arc::clone(&runner) as _, &subagent, &goal).await;
+            // A result that names no file (nothing was cut) leaves none behind.
+            if !result.llm_content.contains("[whole output: ")
+                && let Some(file) = result.metadata["agentId"]
+                    .as_str()
+                    .and_then(|id| runner.output_path(id))
+                && let Err(err) = std::fs::remove_file(&file)
+                && err.kind() != std::io::ErrorKind::NotFound
+            {
+                eprintln!("asynctask: cannot remove {}: {err}", file.display());
+            }
             println!("{}", result.llm_content);
             match result.error {
                 None => Ok(ExitCode::SUCCESS),

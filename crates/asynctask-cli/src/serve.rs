@@ -116,10 +116,11 @@ fn runner_for(options: &ServeOptions, state: Option<&StateDir>) -> Result<Proces
 
 /// Where `asynctask run` keeps the subagent's whole output: `dir` when given,
 /// else `outputs/` in the workspace's state directory (`.asynctask/` beside
-/// the config, made private to its owner). The path the result names must
-/// still hold the file after the command exits, so it is never a temporary
-/// directory; files there are kept until removed by hand (one `<task
-/// id>.out` per run).
+/// the config, made private to its owner); a `dir` that does not exist is
+/// made private to its owner too. The path the result names must still hold
+/// the file after the command exits, so it is never a temporary directory;
+/// the files a result names are kept until removed by hand (`asynctask run`
+/// removes a run's `<task id>.out` when its result names none).
 ///
 /// ```
 /// # use std::path::Path;
@@ -144,7 +145,15 @@ pub fn run_output_dir(config: &Path, dir: Option<&Path>) -> Result<PathBuf, CliE
             state.outputs()
         }
     };
-    std::fs::create_dir_all(&outputs).map_err(|source| CliError::OutputDir {
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        // Made private to its owner: it holds the subagents' output.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&outputs)
+    }
+    .map_err(|source| CliError::OutputDir {
         path: outputs.clone(),
         source,
     })?;

@@ -17,6 +17,15 @@ const PREFIX: &str = "asynctask-";
 /// What a temporary output directory's name gets when its removal begins.
 const REMOVING: &str = ".removing";
 
+/// The file in a temporary output directory its owner holds an exclusive
+/// `flock` on for as long as it uses the directory. Another runner sweeps the
+/// directory only when it can take that lock: a process id alone says nothing
+/// across PID namespaces (containers sharing a `$TMPDIR`).
+const LOCK: &str = ".lock";
+
+/// A held exclusive lock on a directory's [`LOCK`] file.
+type DirLock = nix::fcntl::Flock<std::fs::File>;
+
 /// How long dropping the directory waits for its removal. Whatever is not
 /// removed by then is removed by a thread of its own; if the process exits
 /// first, by the next runner that makes its temporary directory under the same
@@ -27,14 +36,15 @@ pub(crate) const REMOVAL_WAIT: Duration = Duration::from_millis(100);
 
 /// The runner's temporary output directory: `asynctask-<pid>-<random>` under
 /// [`std::env::temp_dir`], made on first use, removed (with everything in it)
-/// when dropped — that is, when the last clone of the runner is. Making it
-/// also removes, in the background, the temporary directories of runners
+/// when dropped — that is, when the last clone of the runner is. While it
+/// exists it holds an exclusive lock on its [`LOCK`] file. Making it also
+/// removes, in the background, the temporary directories of runners
 /// whose process is gone (killed, or exited before their removal finished).
 #[derive(Debug, Default)]
 pub(crate) struct TempOutputDir {
     /// Where the directory is made; `None`: [`std::env::temp_dir`].
     parent: Option<PathBuf>,
-    path: Mutex<Option<PathBuf>>,
+    path: Mutex<Option<(PathBuf, DirLock)>>,
 }
 
 impl TempOutputDir {
@@ -50,7 +60,7 @@ impl TempOutputDir {
     /// The directory, made now if it does not exist yet.
     pub(crate) fn get_or_create(&self) -> io::Result<PathBuf> {
         let mut path = self.path.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(path) = &*path {
+        if let Some((path, _)) = &*path {
             return Ok(path.clone());
         }
         let parent = match &self.parent {
@@ -58,7 +68,14 @@ impl TempOutputDir {
             None => std::path::absolute(std::env::temp_dir())?,
         };
         let created = create_unique_dir(&parent)?;
-        *path = Some(created.clone());
+        let lock = match lock_new(&created) {
+            Ok(lock) => lock,
+            Err(err) => {
+                let _ = std::fs::remove_dir_all(&created);
+                return Err(err);
+            }
+        };
+        *path = Some((created.clone(), lock));
         drop(path);
         let owner = std::fs::metadata(&created)?.uid();
         // Best effort, and never in the way of the run that made the
@@ -74,27 +91,62 @@ impl TempOutputDir {
         self.path
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .as_ref()
+            .map(|(path, _)| path.clone())
+    }
+}
+
+/// Creates the lock file in the new directory `dir` and takes its lock.
+fn lock_new(dir: &Path) -> io::Result<DirLock> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join(LOCK))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, errno)| io::Error::from(errno))
+}
+
+/// Whether the directory `dir` of a process that looks gone is free to
+/// remove: `Some(lock)`, held until the removal is done, when its owner
+/// holds no lock on it; `Some(None)` for a directory without a lock file (a
+/// runner of an older version made it: its process id must do); `None` when
+/// it is locked, or its lock file cannot be read.
+fn take_abandoned(dir: &Path) -> Option<Option<DirLock>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(dir.join(LOCK));
+    match opened {
+        Ok(file) => nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .ok()
+            .map(Some),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Some(None),
+        Err(_) => None,
     }
 }
 
 impl Drop for TempOutputDir {
     fn drop(&mut self) {
         let path = self.path.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if let Some(path) = path.take() {
-            remove_within(&path, REMOVAL_WAIT);
+        if let Some((path, lock)) = path.take() {
+            remove_within(&path, lock, REMOVAL_WAIT);
         }
     }
 }
 
 /// Removes the directory `path` with everything in it, waiting at most
-/// `wait`; a thread finishes what takes longer.
+/// `wait`; a thread finishes what takes longer. The directory's `lock` is
+/// held until the removal is done.
 ///
 /// The directory is first renamed to `<name>.removing`: one change to its
 /// parent, fast even when unlinking freshly written files waits for the disk.
 /// Its name is gone at once, and what is left of it, should the process exit
 /// before the thread is done, is plainly abandoned.
-fn remove_within(path: &Path, wait: Duration) {
+fn remove_within(path: &Path, lock: DirLock, wait: Duration) {
     let mut doomed = path.as_os_str().to_owned();
     doomed.push(REMOVING);
     let doomed = PathBuf::from(doomed);
@@ -109,7 +161,9 @@ fn remove_within(path: &Path, wait: Duration) {
         std::thread::Builder::new()
             .name("asynctask-outputs-removal".to_owned())
             .spawn(move || {
-                let _ = done.send(std::fs::remove_dir_all(&target));
+                let removed = std::fs::remove_dir_all(&target);
+                drop(lock);
+                let _ = done.send(removed);
             })
     };
     let result = match removal {
@@ -163,8 +217,11 @@ fn may_be_running(pid: u32) -> bool {
 
 /// Removes, in `parent`, the temporary output directories owned by user
 /// `owner` whose process is gone: left behind by a process that was killed,
-/// or that exited while its removal was still going on. Returns how many it
-/// removed. Another process's directory, one of this process, anything not a
+/// or that exited while its removal was still going on. Gone means both that
+/// no process has the id in the directory's name and that the lock on its
+/// [`LOCK`] file can be taken (a directory without one, made by an older
+/// version, goes on its process id alone). Returns how many it removed.
+/// Another process's directory, one of this process, anything not a
 /// directory (a symbolic link is not followed) and any other name are left
 /// alone.
 pub(crate) fn sweep_abandoned(parent: &Path, owner: u32) -> usize {
@@ -188,6 +245,10 @@ pub(crate) fn sweep_abandoned(parent: &Path, owner: u32) -> usize {
         if !metadata.is_dir() || metadata.uid() != owner {
             continue;
         }
+        let Some(_lock) = take_abandoned(&entry.path()) else {
+            tracing::debug!(path = %entry.path().display(), "an output directory whose process id is gone is still locked: kept");
+            continue;
+        };
         match std::fs::remove_dir_all(entry.path()) {
             Ok(()) => {
                 removed += 1;
@@ -296,6 +357,9 @@ mod tests {
             "{name}"
         );
         assert_eq!(owner_pid(&name), Some(std::process::id()));
+        // Its lock is held while it lives.
+        assert!(path.join(LOCK).is_file());
+        assert!(take_abandoned(&path).is_none(), "not locked");
         std::fs::write(path.join("x.out"), "x").expect("write");
         drop(temp);
         // Renamed before the removal starts: the name is gone at once.
@@ -357,6 +421,15 @@ mod tests {
         };
         let killed = mk(&format!("asynctask-{dead}-0000abcd"));
         let cut_short = mk(&format!("asynctask-{dead}-0000abce.removing"));
+        // A lock nobody holds: its owner is gone.
+        let unlocked = mk(&format!("asynctask-{dead}-0000abd1"));
+        std::fs::write(unlocked.join(LOCK), "").expect("write");
+        // A lock held (here, by this test): its owner lives, in a PID
+        // namespace of its own where the process id means another process.
+        let locked = mk(&format!("asynctask-{dead}-0000abd2"));
+        let held = lock_new(&locked).expect("locked");
+        let locked_removing = mk(&format!("asynctask-{dead}-0000abd3.removing"));
+        let held_too = lock_new(&locked_removing).expect("locked");
         let running = mk(&format!("asynctask-{alive}-0000abcd"));
         let ours = mk(&format!("asynctask-{}-0000abcd", std::process::id()));
         let other_name = mk(&format!("asynctask-cli-{dead}-broken"));
@@ -372,11 +445,24 @@ mod tests {
             0,
             "another user's"
         );
-        assert_eq!(sweep_abandoned(parent.path(), owner), 2);
-        assert!(!killed.exists() && !cut_short.exists());
-        for kept in [&running, &ours, &other_name, &a_file, &target, &a_link] {
+        assert_eq!(sweep_abandoned(parent.path(), owner), 3);
+        assert!(!killed.exists() && !cut_short.exists() && !unlocked.exists());
+        for kept in [
+            &running,
+            &ours,
+            &other_name,
+            &a_file,
+            &target,
+            &a_link,
+            &locked,
+            &locked_removing,
+        ] {
             assert!(kept.exists(), "{} was removed", kept.display());
         }
+        // Once its owner lets go, it is abandoned.
+        drop((held, held_too));
+        assert_eq!(sweep_abandoned(parent.path(), owner), 2);
+        assert!(!locked.exists() && !locked_removing.exists());
         assert!(target.join("task.out").exists(), "the link was followed");
         assert_eq!(sweep_abandoned(&parent.path().join("missing"), owner), 0);
     }

@@ -89,7 +89,7 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// over 1 MiB, or is no regular file (a FIFO, a directory, a symbolic link:
 /// it is never followed nor waited on) fails the task: `subagent 'tester'
 /// wrote a bad variables file /tmp/…/3f2a….vars.json: the value of "count"
-/// is not a string`.
+/// is not a string`. That file is kept, so the model can look at it.
 ///
 /// The variables are bounded like stdout: their names and values together
 /// cost at most the [inline budget](Self::inline_budget) once JSON-escaped.
@@ -191,16 +191,21 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// most 100 ms for the removal (a thread finishes it); a host killed with
 /// `SIGKILL` runs no code at all. What either leaves is removed by the next
 /// runner that makes its temporary directory under the same parent, once the
-/// process that left it is gone (a directory is recognised by its name, its
-/// owner and its process id; nothing else in the parent is touched).
+/// process that left it is gone (a directory is recognised by its name and
+/// its owner; its process is gone when no process has the id in its name and
+/// nothing holds the `flock` its runner keeps on the `.lock` file inside, so
+/// a runner in another PID namespace sharing the parent keeps its directory;
+/// nothing else in the parent is touched).
 ///
 /// The files do not pile up: a variables file is removed once read, unless
-/// the result names it (its variables did not all fit), and a task's files
+/// the result names it (its variables did not all fit, or were bad), and a task's files
 /// are removed when the `task` tool tells the runner that nothing will ask
-/// for the task again ([`forget`](Self::forget)): when the manager prunes
-/// it from the history, or, for a synchronous run, once as many later
-/// synchronous runs have ended as the history keeps (10 by default). So the
-/// directory holds about twice the history's files at most. A task id is used
+/// for the task again, and long after ([`forget`](Self::forget)): once
+/// [`KEPT_TASK_FILES`](asynctask_tools::KEPT_TASK_FILES) (100) later tasks
+/// were done with — pruned from the manager's history, or, for a synchronous
+/// run, ended — so a file a result named stays readable while the
+/// conversation goes on. So the directory holds the files of that window and
+/// of the history at most. A task id is used
 /// in a file name as it is only when it is made of ASCII letters, digits, `-`
 /// and `_` (a UUID is); any other character is replaced, so no id names a
 /// file outside the directory.
@@ -423,10 +428,11 @@ impl ProcessRunner {
     }
 
     /// Removes task `task_id`'s files from the output directory: its stdout
-    /// (`<task id>.out`) and a variables file kept because the result could
-    /// not hold all its variables (`<task id>.vars.json`). The `task` tool
+    /// (`<task id>.out`) and a variables file kept because the result named
+    /// it (`<task id>.vars.json`: its variables did not all fit, or were bad). The `task` tool
     /// calls it (through [`SubagentRunner::forget`]) once nothing will ask for
-    /// the task again; a file that is not there is no error, and one that
+    /// the task again and [`KEPT_TASK_FILES`](asynctask_tools::KEPT_TASK_FILES)
+    /// later tasks were done with; a file that is not there is no error, and one that
     /// cannot be removed is logged. Nothing else in the directory is touched
     /// (several runners, and `asynctask run`, may share it).
     ///
@@ -454,6 +460,30 @@ impl ProcessRunner {
             remove_if_there(&dir.join(name));
         }
         tracing::debug!(task_id, "the task's output files were removed");
+    }
+
+    /// The file that holds (or will hold) task `task_id`'s whole stdout, in
+    /// the output directory; `None` when this runner has no directory yet
+    /// (its temporary one is made on the first run).
+    ///
+    /// ```
+    /// # use std::path::PathBuf;
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new())
+    ///     .with_output_dir(PathBuf::from("/var/outputs"));
+    /// assert_eq!(
+    ///     runner.output_path("3f2a09c1"),
+    ///     Some(PathBuf::from("/var/outputs/3f2a09c1.out"))
+    /// );
+    /// assert_eq!(ProcessRunner::new(ProcessRunnerConfig::new()).output_path("3f2a09c1"), None);
+    /// ```
+    #[must_use]
+    pub fn output_path(&self, task_id: &str) -> Option<PathBuf> {
+        let dir = match &self.output_dir {
+            Some(dir) => dir.clone(),
+            None => self.shared.temp_dir.existing()?,
+        };
+        Some(dir.join(format!("{}.out", file_stem(task_id))))
     }
 
     /// The time a cancelled subagent has between `SIGTERM` and `SIGKILL`.
@@ -772,10 +802,9 @@ impl ProcessRunner {
             )
         })?;
         if status.success() {
-            let emitted_vars = read_vars(name, &output.vars).map_err(|err| {
-                remove_if_there(&output.vars);
-                with_pointer(err)
-            })?;
+            // The failure names the file: it stays for the model to look
+            // at, until the task is forgotten.
+            let emitted_vars = read_vars(name, &output.vars).map_err(with_pointer)?;
             let total = emitted_vars.len();
             let bounded = bound_vars(emitted_vars, self.inline_budget);
             let vars_note = vars_note(&bounded, total, &output.vars);
@@ -1279,7 +1308,10 @@ async fn feed(stdin: Option<ChildStdin>, goal: String) {
 /// JSON lines, in order, until the inbox ends or the task does (this task is
 /// aborted). A child that stops reading ends the forwarding: the inbox is
 /// closed, so later senders are told instead of queueing messages nobody
-/// reads, and the message that could not be written goes to `unwritten`.
+/// reads. A message is in `unwritten` from the moment it leaves the inbox
+/// until its whole line is written: one whose write fails, or is cut short
+/// because the task ends (this task is aborted mid-write), stays there and is
+/// reported with the result.
 async fn forward(
     stdin: Option<ChildStdin>,
     goal: String,
@@ -1290,21 +1322,25 @@ async fn forward(
         inbox.close();
         return;
     };
+    let pending = |change: &dyn Fn(&mut Vec<String>)| {
+        change(&mut unwritten.lock().unwrap_or_else(PoisonError::into_inner));
+    };
     let mut line = StdinLine::Goal(goal);
     loop {
         if let Err(err) = stdin.write_all(line.to_json().as_bytes()).await {
             tracing::debug!(%err, "the subagent stopped reading its stdin: no more messages are forwarded");
             inbox.close();
-            if let StdinLine::Message(message) = line {
-                unwritten
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(message);
-            }
             return;
         }
+        if let StdinLine::Message(_) = line {
+            // Written: it is the only one pending.
+            pending(&|messages| messages.clear());
+        }
         match inbox.recv().await {
-            Some(message) => line = StdinLine::Message(message),
+            Some(message) => {
+                pending(&|messages| messages.push(message.clone()));
+                line = StdinLine::Message(message);
+            }
             None => return,
         }
     }

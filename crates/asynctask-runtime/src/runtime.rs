@@ -164,8 +164,9 @@ impl AsyncTaskRuntimeBuilder {
     /// runtime is built (when the agent is idle); without one, the next
     /// [`next_turn_reminder`](AsyncTaskRuntime::next_turn_reminder) carries
     /// them. The tasks the restore prunes from the history (the limit may have
-    /// been lowered since) are forgotten by the [runner](Self::runner), as any
-    /// pruned task is ([`SubagentRunner::forget`]).
+    /// been lowered since) are forgotten by the [runner](Self::runner) at once
+    /// ([`SubagentRunner::forget`]): the process that delivered their results
+    /// is gone.
     ///
     /// # Examples
     ///

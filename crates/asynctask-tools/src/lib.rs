@@ -73,8 +73,8 @@ pub use crate::slash::{
     CommandOutput, CommandOutputKind, complete_task_ids, end_task, run_slash_command,
 };
 pub use crate::task::{
-    MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
-    SyncDetach, TaskTool,
+    KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentInfo, SubagentRequest,
+    SubagentRunner, SyncDetach, TaskTool,
 };
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
 pub use crate::tool::{Provider, Tool, ToolAnnotations, ToolSpec, TypedTool, UnknownProvider};

@@ -307,6 +307,48 @@ fn run_keeps_the_output_file_it_names() {
 }
 
 #[test]
+fn run_leaves_no_output_file_its_result_does_not_name() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, path) = config(
+        "run-short",
+        "[subagents.short]\ncommand = [\"sh\", \"-c\", \"echo done\"]\n\
+         [subagents.silent]\ncommand = [\"sh\", \"-c\", \"exit 3\"]\n",
+    );
+    let path = path.to_str().unwrap();
+    let files = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .expect("the directory is there")
+            .map(|entry| entry.expect("an entry").path())
+            .collect()
+    };
+
+    let ok = asynctask(&["run", "--config", path, "short", "x"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let result: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(result["final_message"], "done", "no file named");
+    assert_eq!(
+        files(&dir.join(".asynctask/outputs")),
+        Vec::<std::path::PathBuf>::new()
+    );
+
+    // A directory given that does not exist is made private to its owner.
+    let mine = dir.join("mine").join("outputs");
+    let failed = asynctask(&[
+        "run",
+        "--config",
+        path,
+        "--output-dir",
+        mine.to_str().unwrap(),
+        "silent",
+        "x",
+    ]);
+    assert_eq!(failed.status.code(), Some(1));
+    assert_eq!(files(&mine), Vec::<std::path::PathBuf>::new());
+    let mode = std::fs::metadata(&mine).expect("made").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+}
+
+#[test]
 fn the_demo_runs_with_a_users_config() {
     // Fast stand-ins for the bundled subagents' roles, so the session is quick.
     let (_dir, path) = config(

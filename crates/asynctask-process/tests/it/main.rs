@@ -506,6 +506,38 @@ async fn a_message_to_a_subagent_that_closed_its_stdin_is_reported_with_the_resu
 }
 
 #[tokio::test]
+async fn a_message_whose_write_a_cancel_cuts_is_reported_with_the_result() {
+    let dir = TempDir::new();
+    // Reads a part of the message, so its write has begun, then holds its
+    // stdin open without reading: the rest of the write waits on a full pipe.
+    let runner = runner(
+        "[subagents.slow]\ncommand = [\"sh\", \"-c\", \"head -c 70000 > /dev/null; echo $$ >> pids; sleep 30\"]\nstdin = \"jsonl\"\n",
+        dir.path(),
+    );
+    let (sender, inbox) = Inbox::channel();
+    sender
+        .send("m".repeat(300_000))
+        .expect("queued before the run");
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        let request = request("slow", "x").with_inbox(inbox);
+        async move { runner.run(request, cancel).await }
+    });
+    wait_for_pids(&dir.path().join("pids"), 1).await;
+    cancel.cancel();
+    let result = within(RUN_DEADLINE, run).await.expect("no panic");
+    let err = result.expect_err("cancelled").to_string();
+    assert!(
+        err.starts_with(
+            "subagent 'slow' was cancelled\n\n[1 message sent to this task never reached \
+             the subagent, which had stopped reading its stdin:\n- \"mmm"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn a_cancelled_jsonl_subagent_sees_its_stdin_close() {
     let dir = TempDir::new();
     // Exits on its own when stdin ends, and ignores SIGTERM: only the
@@ -624,7 +656,10 @@ async fn a_bad_vars_file_names_the_file_that_holds_stdout() {
         std::fs::read_to_string(&stdout).expect("kept"),
         "found 3 callers\n"
     );
-    assert!(!vars.exists(), "the bad variables file was removed");
+    // The failure names the file: it is there to read (forget removes it).
+    assert_eq!(std::fs::read_to_string(&vars).expect("kept"), "[1]");
+    runner.forget("task-0001");
+    assert!(!vars.exists() && !stdout.exists());
 }
 
 #[tokio::test]
@@ -1841,10 +1876,10 @@ fn working_directories_must_lie_under_the_roots() {
 // ---- what the output directory keeps ---------------------------------------
 
 #[tokio::test]
-async fn a_task_pruned_from_the_history_takes_its_files_along() {
+async fn a_task_pruned_from_the_history_takes_its_files_along_a_window_later() {
     use asynctask_manager::AsyncTaskManager;
     use asynctask_model::MaxAsyncTasks;
-    use asynctask_tools::{TaskTool, Tool};
+    use asynctask_tools::{KEPT_TASK_FILES, TaskTool, Tool};
 
     let dir = TempDir::new();
     let out = TempDir::new();
@@ -1864,8 +1899,16 @@ async fn a_task_pruned_from_the_history_takes_its_files_along() {
             out.path().join(format!("{id}.vars.json")),
         ]
     };
-    let mut ids = Vec::new();
-    for _ in 0..3 {
+    let mut ids: Vec<String> = Vec::new();
+    for n in 0..KEPT_TASK_FILES + 3 {
+        if n == 3 {
+            // The first task was pruned when the third ended, but a result
+            // named its files: they stay for a long while yet.
+            assert!(manager.task(&ids[0]).is_none());
+            for file in files(&ids[0]) {
+                assert!(file.is_file(), "{} went with its task", file.display());
+            }
+        }
         let launched = tool
             .execute(
                 serde_json::json!({"subagent_name": "many", "goal_prompt": "x", "async": true}),
@@ -1891,10 +1934,10 @@ async fn a_task_pruned_from_the_history_takes_its_files_along() {
         assert!(manager.mark_notified(&id));
         ids.push(id);
     }
-    // The first task was pruned when the third ended: its files went with it.
-    assert!(manager.task(&ids[0]).is_none());
+    // KEPT_TASK_FILES tasks were pruned after the first: its files are gone,
+    // those of the next are still there.
     for file in files(&ids[0]) {
-        assert!(!file.exists(), "{} outlived its task", file.display());
+        assert!(!file.exists(), "{} outlived its window", file.display());
     }
     for id in &ids[1..] {
         for file in files(id) {

@@ -183,14 +183,17 @@ impl SyncDetach {
 /// # What the runner keeps
 ///
 /// A runner may keep files per task (the process runner keeps each
-/// subagent's whole output). The tool tells it when nothing will ask for a
-/// task again ([`SubagentRunner::forget`]): when the manager prunes the task
-/// from its history ([`AsyncTaskManager::on_task_pruned`]), and, for a
-/// synchronous run (never registered, so never pruned), once as many later
-/// synchronous runs of this tool have ended as the history keeps finished
-/// tasks ([`MaxAsyncTasks::history_limit`](asynctask_model::MaxAsyncTasks::history_limit),
-/// 10 by default). So what a runner keeps is bounded by about twice the
-/// history, however long the host runs.
+/// subagent's whole output, and results name that file for the model to
+/// read). The tool tells it when it may drop them ([`SubagentRunner::forget`]),
+/// long after anything could ask for the task again, so a file a result named
+/// stays readable while the conversation goes on. A task becomes *done with*
+/// when the manager prunes it from its history
+/// ([`AsyncTaskManager::on_task_pruned`]), or, for a synchronous run (never
+/// registered, so never pruned), when it ends. The tool keeps the last
+/// [`KEPT_TASK_FILES`] tasks done with, in the order they became so, and
+/// tells the runner to forget the oldest one beyond them. So what a runner
+/// keeps is bounded by that window plus the history, however long the host
+/// runs.
 pub struct TaskTool {
     manager: AsyncTaskManager,
     runner: Arc<dyn SubagentRunner>,
@@ -200,11 +203,38 @@ pub struct TaskTool {
     /// Cancelled when the host shuts down: no new runs start, synchronous runs
     /// in progress are cancelled.
     shutdown: CancellationToken,
-    /// Tells the runner of the tasks the manager prunes.
+    /// Hears of the tasks the manager prunes.
     _forget_pruned: Subscription,
-    /// The ids of the last synchronous runs, oldest first: the runner keeps
-    /// their files until they fall out.
-    sync_runs: Mutex<VecDeque<String>>,
+    /// The tasks done with whose files the runner still keeps.
+    kept: Arc<KeptFiles>,
+}
+
+/// How many tasks done with (pruned from the manager's history, or
+/// synchronous runs that ended) keep their files in the runner: the
+/// [`TaskTool`] tells the runner to forget a task's files once this many
+/// later tasks were done with (see the type's docs).
+pub const KEPT_TASK_FILES: usize = 100;
+
+/// The last [`KEPT_TASK_FILES`] tasks done with, oldest first.
+struct KeptFiles {
+    runner: Arc<dyn SubagentRunner>,
+    ids: Mutex<VecDeque<String>>,
+}
+
+impl KeptFiles {
+    /// Records that nothing will ask for task `id` again, and tells the
+    /// runner to forget the tasks that fall out of the window.
+    fn done_with(&self, id: &str) {
+        let old: Vec<String> = {
+            let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+            ids.push_back(id.to_owned());
+            let excess = ids.len().saturating_sub(KEPT_TASK_FILES);
+            ids.drain(..excess).collect()
+        };
+        for id in old {
+            self.runner.forget(&id);
+        }
+    }
 }
 
 impl TaskTool {
@@ -214,9 +244,13 @@ impl TaskTool {
     /// A `task` tool registering into `manager` and running subagents with `runner`.
     #[must_use]
     pub fn new(manager: AsyncTaskManager, runner: Arc<dyn SubagentRunner>) -> Self {
+        let kept = Arc::new(KeptFiles {
+            runner: Arc::clone(&runner),
+            ids: Mutex::new(VecDeque::new()),
+        });
         let forget_pruned = manager.on_task_pruned({
-            let runner = Arc::clone(&runner);
-            move |id| runner.forget(id)
+            let kept = Arc::clone(&kept);
+            move |id| kept.done_with(id)
         });
         TaskTool {
             manager,
@@ -226,25 +260,7 @@ impl TaskTool {
             sync_detach: None,
             shutdown: CancellationToken::new(),
             _forget_pruned: forget_pruned,
-            sync_runs: Mutex::new(VecDeque::new()),
-        }
-    }
-
-    /// Records that synchronous run `id` ended, and tells the runner to forget
-    /// the runs that fall out of the window (see the type's docs).
-    fn sync_run_ended(&self, id: &str) {
-        let keep = self.manager.max_async_tasks().history_limit();
-        let old: Vec<String> = {
-            let mut runs = self
-                .sync_runs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            runs.push_back(id.to_owned());
-            let excess = runs.len().saturating_sub(keep);
-            runs.drain(..excess).collect()
-        };
-        for id in old {
-            self.runner.forget(&id);
+            kept,
         }
     }
 
@@ -513,7 +529,7 @@ impl TaskTool {
         // A runner still going (timed out, or the call was cancelled) is stopped
         // in the background: the caller gets its answer now, the runner its grace.
         run.stop_in_background();
-        self.sync_run_ended(&id);
+        self.kept.done_with(&id);
         let now = self.now();
         let failed = |task: &mut AsyncTaskInfo, kind, message: String, display: String| {
             task.fail(message.clone(), now);

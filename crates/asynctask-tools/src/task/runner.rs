@@ -66,11 +66,12 @@ pub trait SubagentRunner: Send + Sync {
     /// token, with the usual grace.
     fn terminate_all(&self) {}
 
-    /// Nothing will ask for task `task_id` again: drop whatever was kept for
-    /// it (its output files, say). The [`TaskTool`](crate::TaskTool) calls it
-    /// for a background task pruned from the manager's history, and for a
-    /// synchronous run once as many later synchronous runs have ended as
-    /// the history keeps finished tasks (10 by default). It may come for a
+    /// Nothing will ask for task `task_id` again, and a file a result named
+    /// has been readable for long: drop whatever was kept for it (its output
+    /// files, say). The [`TaskTool`](crate::TaskTool) calls it once
+    /// [`KEPT_TASK_FILES`](crate::KEPT_TASK_FILES) later tasks were done with
+    /// (a background task is done with when the manager prunes it from its
+    /// history, a synchronous run when it ends). It may come for a
     /// task this runner never ran, or ran in an earlier process, and must
     /// never block for long or panic. The default keeps nothing, so does
     /// nothing.

@@ -14,9 +14,9 @@ use asynctask_model::{
     AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
 };
 use asynctask_tools::{
-    ContextVar, MAX_ENUM_CHARS, MAX_ENUM_NAMES, OutputVarSpec, SubagentError, SubagentInfo,
-    SubagentRequest, SubagentRunner, SyncDetach, TaskParams, TaskTimeouts, TaskTool, Tool,
-    ToolErrorType, ToolParams, ToolResult, completion_notification,
+    ContextVar, KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, OutputVarSpec, SubagentError,
+    SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach, TaskParams, TaskTimeouts, TaskTool,
+    Tool, ToolErrorType, ToolParams, ToolResult, completion_notification,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -1158,18 +1158,25 @@ async fn without_a_catalog_any_name_goes_to_the_runner() {
 // ---------------------------------------------------------------- what a runner keeps
 
 #[tokio::test(start_paused = true)]
-async fn the_runner_forgets_a_background_task_once_it_is_pruned() {
+async fn the_runner_forgets_a_background_task_once_a_window_of_later_ones_was_pruned() {
     let runner = FakeRunner::new(Behaviour::Return(output()));
     let (manager, tool) = setup(&runner, 1); // a history of 2
     let mut ids = Vec::new();
-    for _ in 0..3 {
+    // The first is pruned once 2 later ones finished, and forgotten once
+    // KEPT_TASK_FILES later ones were pruned.
+    for _ in 0..KEPT_TASK_FILES + 2 {
         let id = agent_id(&call(&tool, async_params("quick", json!({}))).await);
         settle(&tool).await;
         assert!(manager.mark_notified(&id));
         ids.push(id);
     }
+    assert!(manager.task(&ids[0]).is_none(), "pruned");
+    assert_eq!(runner.forgotten(), Vec::<String>::new(), "but kept");
+    let id = agent_id(&call(&tool, async_params("quick", json!({}))).await);
+    settle(&tool).await;
+    assert!(manager.mark_notified(&id));
+    ids.push(id);
     assert_eq!(runner.forgotten(), [ids[0].clone()]);
-    assert!(manager.task(&ids[0]).is_none());
     // Once the tool is gone, the runner hears no more.
     drop(tool);
     manager.set_max_async_tasks(MaxAsyncTasks::new(-1).expect("valid"));
@@ -1178,10 +1185,10 @@ async fn the_runner_forgets_a_background_task_once_it_is_pruned() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_runner_forgets_a_synchronous_run_once_the_history_of_later_ones_ended() {
+async fn the_runner_forgets_a_synchronous_run_once_a_window_of_later_ones_ended() {
     let runner = FakeRunner::new(Behaviour::Return(output()));
     let (manager, tool) = setup(&runner, 1); // a history of 2
-    let mut ids = sync_ids(&tool, 2).await;
+    let mut ids = sync_ids(&tool, KEPT_TASK_FILES).await;
     assert_eq!(runner.forgotten(), Vec::<String>::new());
     ids.extend(sync_ids(&tool, 1).await);
     assert_eq!(runner.forgotten(), [ids[0].clone()]);
@@ -1191,7 +1198,7 @@ async fn the_runner_forgets_a_synchronous_run_once_the_history_of_later_ones_end
         manager.clone(),
         Arc::clone(&failing) as Arc<dyn SubagentRunner>,
     );
-    let failed: Vec<String> = sync_ids(&tool, 3).await;
+    let failed: Vec<String> = sync_ids(&tool, KEPT_TASK_FILES + 1).await;
     assert_eq!(failing.forgotten(), [failed[0].clone()]);
     assert!(
         manager.tasks().is_empty(),
@@ -1199,7 +1206,24 @@ async fn the_runner_forgets_a_synchronous_run_once_the_history_of_later_ones_end
     );
 }
 
-/// The ids of `count` synchronous runs of `tool`, one after the other.
+#[tokio::test(start_paused = true)]
+async fn pruned_tasks_and_synchronous_runs_share_the_window() {
+    let runner = FakeRunner::new(Behaviour::Return(output()));
+    let (manager, tool) = setup(&runner, 1); // a history of 2
+    let mut pruned = Vec::new();
+    for _ in 0..3 {
+        let id = agent_id(&call(&tool, async_params("quick", json!({}))).await);
+        settle(&tool).await;
+        assert!(manager.mark_notified(&id));
+        pruned.push(id);
+    }
+    assert!(manager.task(&pruned[0]).is_none(), "pruned");
+    sync_ids(&tool, KEPT_TASK_FILES - 1).await;
+    assert_eq!(runner.forgotten(), Vec::<String>::new());
+    sync_ids(&tool, 1).await;
+    assert_eq!(runner.forgotten(), [pruned[0].clone()]);
+}
+
 async fn sync_ids(tool: &TaskTool, count: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for _ in 0..count {
