@@ -248,23 +248,7 @@ fn run_examples(root: &Path) -> Result<(), String> {
 /// the pinned requirements, runs pytest. Python 3 is required: a missing
 /// interpreter fails the step rather than skipping it.
 fn run_python_tests(root: &Path) -> Result<(), String> {
-    run_command(
-        root,
-        &[
-            "cargo",
-            "build",
-            "--quiet",
-            "--locked",
-            "-p",
-            "asynctask-cli",
-        ],
-        &[],
-    )?;
-    let metadata = tidy::cargo_metadata_with(root, &["--no-deps", "--locked"])?;
-    let target = metadata["target_directory"]
-        .as_str()
-        .ok_or("cargo metadata has no target_directory")?;
-    let binary = format!("{target}/debug/asynctask");
+    let (target, binary) = build_cli(root, false)?;
     let venv = format!("{target}/python-venv");
     let python = format!("{venv}/bin/python");
     if !Path::new(&python).exists() {
@@ -300,6 +284,33 @@ fn run_python_tests(root: &Path) -> Result<(), String> {
             ("PYTHONDONTWRITEBYTECODE", "1"),
         ],
     )
+}
+
+/// Builds the `asynctask` binary (release or debug); returns the target
+/// directory and the binary's path.
+pub(crate) fn build_cli(root: &Path, release: bool) -> Result<(String, String), String> {
+    let mut argv = vec![
+        "cargo",
+        "build",
+        "--quiet",
+        "--locked",
+        "-p",
+        "asynctask-cli",
+    ];
+    if release {
+        argv.push("--release");
+    }
+    run_command(root, &argv, &[])?;
+    let metadata = tidy::cargo_metadata_with(root, &["--no-deps", "--locked"])?;
+    let target = metadata["target_directory"]
+        .as_str()
+        .ok_or("cargo metadata has no target_directory")?
+        .to_owned();
+    let binary = format!(
+        "{target}/{}/asynctask",
+        if release { "release" } else { "debug" }
+    );
+    Ok((target, binary))
 }
 
 /// The tests: cargo-nextest when installed, else `cargo test`.

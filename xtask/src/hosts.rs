@@ -8,28 +8,11 @@
 
 use std::path::Path;
 
-use crate::{ci, tidy};
+use crate::ci;
 
 /// Builds `asynctask` (release) and runs the host tests with it.
 pub(crate) fn run(root: &Path, args: &[&str]) -> Result<(), String> {
-    ci::run_command(
-        root,
-        &[
-            "cargo",
-            "build",
-            "--release",
-            "--quiet",
-            "--locked",
-            "-p",
-            "asynctask-cli",
-        ],
-        &[],
-    )?;
-    let metadata = tidy::cargo_metadata_with(root, &["--no-deps", "--locked"])?;
-    let target = metadata["target_directory"]
-        .as_str()
-        .ok_or("cargo metadata has no target_directory")?;
-    let binary = format!("{target}/release/asynctask");
+    let (_, binary) = ci::build_cli(root, true)?;
     let mut argv = vec!["python3", "tests/hosts/run_hosts.py", "--binary", &binary];
     argv.extend_from_slice(args);
     ci::run_command(root, &argv, &[])

@@ -26,19 +26,23 @@ fn output() -> OutputObject {
         .with_final_message("Mapped the three modules; the store is the only one with I/O.")
 }
 
-/// register + complete + mark_notified with the store as the journal (the
-/// history, 10 unlimited, is full: each mark also prunes one task).
-fn round(bencher: Bencher, durability: Durability) {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (store, _) =
-        Store::open_with(dir.path().join("tasks.db"), durability).expect("a new store");
-    let manager = AsyncTaskManager::restore(
+/// A manager without limit journaled to a new store in `dir`.
+fn journaled(dir: &std::path::Path, durability: Durability) -> AsyncTaskManager {
+    let (store, _) = Store::open_with(dir.join("tasks.db"), durability).expect("a new store");
+    AsyncTaskManager::restore(
         MaxAsyncTasks::UNLIMITED,
         Arc::new(ManualClock::new(1_000)),
         Arc::new(store),
         Vec::new(),
     )
-    .expect("an empty restore");
+    .expect("an empty restore")
+}
+
+/// register + complete + mark_notified with the store as the journal (the
+/// history, 10 unlimited, is full: each mark also prunes one task).
+fn round(bencher: Bencher, durability: Durability) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let manager = journaled(dir.path(), durability);
     let mut n = 0u64;
     bencher
         .with_inputs(|| {
@@ -74,15 +78,7 @@ fn round_process_crash(bencher: Bencher) {
 /// transaction; results are never marked delivered, so nothing is pruned).
 fn transition(bencher: Bencher, durability: Durability) {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let (store, _) =
-        Store::open_with(dir.path().join("tasks.db"), durability).expect("a new store");
-    let manager = AsyncTaskManager::restore(
-        MaxAsyncTasks::UNLIMITED,
-        Arc::new(ManualClock::new(1_000)),
-        Arc::new(store),
-        Vec::new(),
-    )
-    .expect("an empty restore");
+    let manager = journaled(dir.path(), durability);
     let mut n = 0u64;
     bencher
         .with_inputs(|| {

@@ -90,13 +90,7 @@ async fn a_delivery_the_journal_cannot_record_is_retried_with_backoff_not_in_a_h
     let journal = Arc::new(Journaled::default());
     journal.failing.store(true, Ordering::SeqCst);
     let runtime = runtime_on(&host, &journal, Vec::new());
-    runtime
-        .manager()
-        .register_task(RegisterTaskInput::new("a", "researcher", "goal"))
-        .expect("admitted");
-    runtime
-        .manager()
-        .complete_task("a", OutputObject::new(TerminateReason::Goal));
+    finish_one(&runtime, "a");
     settle().await;
     assert_eq!(host.attempts(), 1);
     assert!(
@@ -123,13 +117,7 @@ async fn a_result_the_journal_missed_is_delivered_once_a_retry_records_it() {
     let journal = Arc::new(Journaled::default());
     journal.failing_ends.store(true, Ordering::SeqCst);
     let runtime = runtime_on(&host, &journal, Vec::new());
-    runtime
-        .manager()
-        .register_task(RegisterTaskInput::new("a", "researcher", "goal"))
-        .expect("admitted");
-    runtime
-        .manager()
-        .complete_task("a", OutputObject::new(TerminateReason::Goal));
+    finish_one(&runtime, "a");
     settle().await;
     assert_eq!(host.attempts(), 0, "held back: the store does not hold it");
     assert_eq!(
@@ -158,13 +146,7 @@ async fn shutdown_writes_a_result_the_journal_missed() {
     let journal = Arc::new(Journaled::default());
     journal.failing_ends.store(true, Ordering::SeqCst);
     let runtime = runtime_on(&host, &journal, Vec::new());
-    runtime
-        .manager()
-        .register_task(RegisterTaskInput::new("a", "researcher", "goal"))
-        .expect("admitted");
-    runtime
-        .manager()
-        .complete_task("a", OutputObject::new(TerminateReason::Goal));
+    finish_one(&runtime, "a");
     settle().await;
     assert!(runtime.manager().has_journal_backlog(), "held");
 
@@ -239,4 +221,13 @@ async fn the_runner_forgets_what_the_restore_pruned() {
         .collect();
     assert_eq!(kept, ["t4", "t5"]);
     runtime.shutdown().await;
+}
+
+/// Registers task `id` and completes it.
+fn finish_one(runtime: &AsyncTaskRuntime, id: &str) {
+    let manager = runtime.manager();
+    manager
+        .register_task(RegisterTaskInput::new(id, "researcher", "goal"))
+        .expect("admitted");
+    manager.complete_task(id, OutputObject::new(TerminateReason::Goal));
 }

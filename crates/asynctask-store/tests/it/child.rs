@@ -18,7 +18,8 @@ use crate::{LINE, error_of, output_of};
 
 /// The store's path.
 pub(crate) const STORE_ENV: &str = "ASYNCTASK_STORE_TEST_PATH";
-/// `script`: the seed of its operations (also the prefix of its task ids).
+/// `script`: the number its operations are drawn from (also the prefix of its
+/// task ids).
 pub(crate) const SEED_ENV: &str = "ASYNCTASK_STORE_TEST_SEED";
 /// `script`: how many operations to try.
 pub(crate) const STEPS_ENV: &str = "ASYNCTASK_STORE_TEST_STEPS";
