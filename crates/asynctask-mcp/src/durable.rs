@@ -304,7 +304,7 @@ impl Supervisor {
         options: SupervisorOptions,
     ) -> io::Result<Self> {
         let owner = std::fs::metadata(state.path())?.uid();
-        let sessions = Sessions::on(Arc::clone(runtime.claims()));
+        let sessions = Sessions::on(runtime.claims().clone());
         Ok(Supervisor {
             runtime,
             state,
@@ -576,6 +576,8 @@ enum ConnectionError {
     BadPreamble(#[source] serde_json::Error),
     #[error("an unknown preamble: {0}")]
     UnknownPreamble(Value),
+    #[error("a front of another version (relay protocol {0:?}, this one {RELAY_PROTOCOL})")]
+    Protocol(Option<u64>),
     #[error("cannot serve the session")]
     Server(#[source] McpError),
     #[error("the session ended abnormally")]
@@ -625,7 +627,25 @@ impl ConnectionContext {
         let preamble: Value =
             serde_json::from_slice(&line).map_err(ConnectionError::BadPreamble)?;
         match preamble.get("asynctask").and_then(Value::as_str) {
-            Some("session") => self.session(reader, write).await,
+            Some("session") => {
+                let protocol = preamble.get("protocol").and_then(Value::as_u64);
+                if protocol != Some(RELAY_PROTOCOL) {
+                    // A front of another version: it cannot confirm what it
+                    // writes the way this supervisor counts on.
+                    let refusal = json!({
+                        "asynctask": "refused",
+                        "reason": format!(
+                            "this supervisor speaks relay protocol {RELAY_PROTOCOL}, the front \
+                             another; stop it with `asynctask supervisor stop` to start one of \
+                             the front's version"
+                        ),
+                        "protocol": RELAY_PROTOCOL,
+                    });
+                    write_line(&mut write, &refusal).await?;
+                    return Err(ConnectionError::Protocol(protocol));
+                }
+                self.session(reader, write).await
+            }
             Some("status") => {
                 let status = status(&self.runtime, self.sessions.len());
                 write_line(&mut write, &status).await
@@ -658,7 +678,11 @@ impl ConnectionContext {
         tracing::info!(session = session.id(), "session connected");
         // The front waits for this line: a supervisor that closes before it has
         // not taken the session, and the front finds another.
-        let accepted = json!({"asynctask": "session", "session": session.id()});
+        let accepted = json!({
+            "asynctask": "session",
+            "session": session.id(),
+            "protocol": RELAY_PROTOCOL,
+        });
         write_line(&mut writer, &accepted).await?;
         let server =
             AsyncTaskMcpServer::for_session(Arc::clone(&self.runtime), Arc::clone(&session))
@@ -723,7 +747,7 @@ async fn write_line(
 /// The I/O error: `NotFound` or `ConnectionRefused` when no supervisor runs.
 pub async fn connect(state: &StateDir, kind: &str) -> io::Result<UnixStream> {
     let mut stream = UnixStream::connect(state.socket()).await?;
-    let mut preamble = json!({ "asynctask": kind }).to_string();
+    let mut preamble = json!({ "asynctask": kind, "protocol": RELAY_PROTOCOL }).to_string();
     preamble.push('\n');
     stream.write_all(preamble.as_bytes()).await?;
     Ok(stream)
@@ -778,6 +802,12 @@ pub async fn relay_stdio(
     Ok(())
 }
 
+/// The version of what a front and its supervisor say to each other on a
+/// session's connection (its acknowledgement, and the relay's
+/// [`DELIVERED_NOTIFICATION`]s). A front refuses a supervisor that speaks
+/// another: the two come from different versions of asynctask.
+const RELAY_PROTOCOL: u64 = 2;
+
 /// How long a front tries to reach a supervisor: to start one, to let one that
 /// is ending make way, and for the new one to recover its store.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -799,6 +829,12 @@ enum Unacknowledged {
     Silent,
     #[error("the supervisor answered {0} instead of acknowledging the session")]
     Answer(Value),
+    #[error(
+        "the supervisor runs another version of asynctask (relay protocol {}, this one {RELAY_PROTOCOL}); \
+         stop it with `asynctask supervisor stop` and the next session starts a current one",
+        .0.as_ref().map_or_else(|| "1".to_owned(), Value::to_string)
+    )]
+    Protocol(Option<Value>),
 }
 
 impl From<Unacknowledged> for io::Error {
@@ -806,7 +842,7 @@ impl From<Unacknowledged> for io::Error {
         let kind = match why {
             Unacknowledged::Closed => io::ErrorKind::UnexpectedEof,
             Unacknowledged::Silent => io::ErrorKind::TimedOut,
-            Unacknowledged::Answer(_) => io::ErrorKind::InvalidData,
+            Unacknowledged::Answer(_) | Unacknowledged::Protocol(_) => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, why)
     }
@@ -834,6 +870,9 @@ async fn open_session(state: &StateDir) -> io::Result<SessionStream> {
     if ack.get("asynctask").and_then(Value::as_str) != Some("session") {
         return Err(Unacknowledged::Answer(ack).into());
     }
+    if ack.get("protocol").and_then(Value::as_u64) != Some(RELAY_PROTOCOL) {
+        return Err(Unacknowledged::Protocol(ack.get("protocol").cloned()).into());
+    }
     Ok(SessionStream { read, write })
 }
 
@@ -852,7 +891,9 @@ async fn connect_or_start(
             Ok(session) => break Ok(session),
             Err(why) => why,
         };
-        if tokio::time::Instant::now() >= deadline {
+        // A supervisor that answered something else than an acknowledgement
+        // (another version of asynctask) answers the same next time.
+        if why.kind() == io::ErrorKind::InvalidData || tokio::time::Instant::now() >= deadline {
             break Err(why);
         }
         let ended = match started.as_mut().map(Child::try_wait) {
@@ -975,6 +1016,9 @@ async fn relay<I, O>(
     let downstream = {
         let closing = closing.clone();
         async move {
+            // Every line the supervisor sent, counted: a confirmation says how
+            // many were written to the client.
+            let mut written: u64 = 0;
             loop {
                 let mut line = Vec::new();
                 tokio::select! {
@@ -984,25 +1028,28 @@ async fn relay<I, O>(
                     },
                     () = closing.cancelled() => return,
                 }
-                // Not interrupted by `closing`: a response being written is
+                // Not interrupted by `closing`: a line being written is
                 // finished and confirmed.
-                let written = async {
+                let result = async {
                     client_out.write_all(&line).await?;
                     client_out.flush().await
                 }
                 .await;
-                if let Some(id) = response_id(&line) {
+                if result.is_err() {
+                    return;
+                }
+                written += 1;
+                // One confirmation per burst: when no further line is
+                // waiting already.
+                if from_supervisor.buffer().is_empty() {
                     let confirmation = json!({
                         "jsonrpc": "2.0",
                         "method": DELIVERED_NOTIFICATION,
-                        "params": {"requestId": id, "ok": written.is_ok()},
+                        "params": {"written": written},
                     });
                     let mut confirmation = confirmation.to_string().into_bytes();
                     confirmation.push(b'\n');
                     let _ = send.send(confirmation);
-                }
-                if written.is_err() {
-                    return;
                 }
             }
         }
@@ -1039,45 +1086,10 @@ async fn relay<I, O>(
     }
 }
 
-/// The id of a JSON-RPC response (a line with `id` and `result` or `error`, and
-/// no `method`).
-fn response_id(line: &[u8]) -> Option<Value> {
-    let message: Value = serde_json::from_slice(line).ok()?;
-    let object = message.as_object()?;
-    if object.contains_key("method") {
-        return None;
-    }
-    if !(object.contains_key("result") || object.contains_key("error")) {
-        return None;
-    }
-    object.get("id").filter(|id| !id.is_null()).cloned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
-
-    #[test]
-    fn only_responses_are_confirmed() {
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#),
-            Some(json!(7))
-        );
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"x"}}"#),
-            Some(json!("a"))
-        );
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
-            None
-        );
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage"}"#),
-            None
-        );
-        assert_eq!(response_id(b"not json"), None);
-    }
 
     /// A private state directory under a fresh temporary one (removed on drop).
     fn temp_state() -> (tempfile::TempDir, StateDir) {
@@ -1154,7 +1166,7 @@ mod tests {
         );
         let (read, mut write) = stream.into_split();
         write
-            .write_all(b"{\"asynctask\":\"session\"}\n")
+            .write_all(b"{\"asynctask\":\"session\",\"protocol\":2}\n")
             .await
             .expect("the preamble is written");
         let mut read = BufReader::new(read);
@@ -1302,7 +1314,7 @@ mod tests {
             [json!({
                 "jsonrpc": "2.0",
                 "method": DELIVERED_NOTIFICATION,
-                "params": {"requestId": 1, "ok": true},
+                "params": {"written": 1},
             })]
         );
     }
@@ -1310,6 +1322,8 @@ mod tests {
     /// An MCP client on a supervisor's socket, line by line, as a relay would be.
     struct LineSession {
         stream: SessionStream,
+        /// How many lines the supervisor sent so far.
+        received: u64,
     }
 
     impl LineSession {
@@ -1320,7 +1334,10 @@ mod tests {
                 .await
                 .expect("acknowledged within 10 s")
                 .expect("a session");
-            let mut session = LineSession { stream };
+            let mut session = LineSession {
+                stream,
+                received: 0,
+            };
             let init = json!({
                 "protocolVersion": "2025-06-18",
                 "capabilities": {},
@@ -1352,6 +1369,7 @@ mod tests {
             loop {
                 let line = read_line_within(&mut self.stream.read).await;
                 assert!(!line.is_empty(), "the supervisor closed the session");
+                self.received += 1;
                 let message: Value = serde_json::from_str(&line).expect("JSON");
                 if message["id"] == id && message.get("method").is_none() {
                     return message;
@@ -1367,9 +1385,9 @@ mod tests {
             self.response(id).await
         }
 
-        /// Confirms that the response to request `id` was written.
-        async fn confirm(&mut self, id: u64) {
-            let params = json!({"requestId": id, "ok": true});
+        /// Confirms that every line received so far was written.
+        async fn confirm(&mut self) {
+            let params = json!({"written": self.received});
             self.send(json!({"method": DELIVERED_NOTIFICATION, "params": params}))
                 .await;
         }
@@ -1419,7 +1437,7 @@ mod tests {
         let carried = session.check(2).await;
         assert!(carries_the_result(&carried), "{carried}");
         assert!(!notified(&runtime), "marked before the relay confirmed");
-        session.confirm(2).await;
+        session.confirm().await;
         until("the result marked delivered", || notified(&runtime)).await;
         let next = session.check(3).await;
         assert!(!carries_the_result(&next), "delivered twice: {next}");
@@ -1452,7 +1470,7 @@ mod tests {
         let mut second = LineSession::open(&state).await;
         let again = second.check(2).await;
         assert!(carries_the_result(&again), "the result was lost: {again}");
-        second.confirm(2).await;
+        second.confirm().await;
         until("the result marked delivered", || notified(&runtime)).await;
         let after = second.check(3).await;
         assert!(
@@ -1492,7 +1510,7 @@ mod tests {
         assert_eq!(connections.len(), 1, "the queued connection is served");
         let (read, mut write) = queued.into_split();
         write
-            .write_all(b"{\"asynctask\":\"session\"}\n")
+            .write_all(b"{\"asynctask\":\"session\",\"protocol\":2}\n")
             .await
             .expect("the preamble is written");
         let mut read = BufReader::new(read);

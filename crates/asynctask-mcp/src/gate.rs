@@ -1,12 +1,12 @@
-//! Which `tools/call` may claim results, and when its claim ends: the MCP side
+//! Which request carries which results, and when its claim ends: the MCP side
 //! of the runtime's claim ledger.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use asynctask_model::AsyncTaskInfo;
-use asynctask_runtime::{ClaimLedger, ClaimOwner, Reminder, RequestKey};
+use asynctask_runtime::{Claim, ClaimLedger, ClaimOwner};
 
 use crate::session::Session;
 use rmcp::model::RequestId;
@@ -27,57 +27,73 @@ tokio::task_local! {
 /// itself bounded (a subprocess subagent's to 10,000 characters by default).
 pub(crate) const REMINDER_BUDGET_CHARS: usize = 10_000;
 
-/// Where a `tools/call` the transport received stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Call {
-    /// Not answered yet: it may claim results, and a cancel releases them.
-    Open,
-    /// Its response is being written: a cancel no longer releases its claim.
-    Committed,
+/// A request the transport received and has not answered.
+#[derive(Debug)]
+enum Open {
+    /// Its handler runs: it may claim results, and a cancel ends it.
+    Running,
+    /// Its handler returned with these results in its response: the claim
+    /// goes with the response to the transport, or is released by a cancel
+    /// that comes first.
+    Answered(Claim),
 }
 
-/// The MCP side of delivery: each `tools/call` is a [`ClaimOwner::Request`] in
-/// the runtime's [`ClaimLedger`], and the transport tells this gate what
-/// happened to its response, which ends the claim exactly once:
+#[derive(Debug, Default)]
+struct Calls {
+    /// Every request received and not yet answered nor cancelled, by id.
+    open: HashMap<RequestId, Open>,
+    /// Claims whose responses were handed on, waiting for a relay to confirm
+    /// it wrote them ([`AckMode::Confirmed`](crate::transport::AckMode)): with
+    /// the number of the message that carried each, in the order sent.
+    unconfirmed: VecDeque<(u64, Claim)>,
+}
+
+/// The MCP side of delivery: each `tools/call` that carries results owns a
+/// [`Claim`] from the runtime's [`ClaimLedger`], kept here by request id until
+/// the transport says what happened to its response:
 ///
-/// - **acknowledged** ([`written`](Self::written) with success) when the
-///   transport wrote the response carrying the results;
-/// - **released** when the transport received `notifications/cancelled` for the
-///   request before the response was handed to it ([`cancelled`](Self::cancelled)),
-///   or the write failed: the results are pending again and the next call
-///   carries them.
+/// - **acknowledged** when the transport wrote the response (or, behind a
+///   relay, when the relay confirms it wrote it);
+/// - **released** (dropped) when `notifications/cancelled` for the request
+///   arrived before its response was handed to the transport (rmcp then
+///   drops the response), when the write failed, or when the connection ended
+///   before a relay confirmed it.
 ///
 /// A call whose cancellation token already fired claims nothing. A response
 /// handed to the transport before the cancel arrived counts as delivered: the
 /// client received it, and ignoring it is the client's choice.
+///
+/// The transport also keeps request ids apart: a request whose id is already
+/// open is refused ([`open`](Self::open) says so) before any handler runs, so
+/// no claim ever belongs to two requests.
 ///
 /// Calls that do not come through the transport
 /// ([`AsyncTaskMcpServer::call`](crate::AsyncTaskMcpServer::call)) claim and
 /// acknowledge at once: nothing later tells the server about them. So do all
 /// calls of a gate no acking transport [tracks](Self::track) (the server
 /// served over a transport of the caller's): nothing would ever end their
-/// claims, and their results would never be delivered.
+/// claims.
 ///
 /// Served to one session of several ([`for_session`](Self::for_session)), a
 /// call claims only the results that session may take (see
-/// [`Session::may_claim`]), and its request ids are kept apart from other
-/// sessions' (every session numbers its requests from 0).
+/// [`Session::may_claim`]); each session has its own gate, so request ids of
+/// different sessions never meet.
 #[derive(Debug, Clone)]
 pub(crate) struct ReminderGate {
-    ledger: Arc<ClaimLedger>,
-    calls: Arc<Mutex<HashMap<RequestId, Call>>>,
+    ledger: ClaimLedger,
+    calls: Arc<Mutex<Calls>>,
     session: Option<Arc<Session>>,
-    /// An acking transport tells this gate about every `tools/call`: a request
-    /// it does not know was cancelled or answered. Without one, no request is
+    /// An acking transport tells this gate about every request: a request it
+    /// does not know was cancelled or answered. Without one, no request is
     /// ever opened.
     tracked: Arc<AtomicBool>,
 }
 
 impl ReminderGate {
-    pub(crate) fn new(ledger: Arc<ClaimLedger>) -> Self {
+    pub(crate) fn new(ledger: ClaimLedger) -> Self {
         ReminderGate {
             ledger,
-            calls: Arc::new(Mutex::new(HashMap::new())),
+            calls: Arc::default(),
             session: None,
             tracked: Arc::new(AtomicBool::new(false)),
         }
@@ -91,34 +107,28 @@ impl ReminderGate {
     }
 
     /// A gate for one of several sessions sharing `ledger`.
-    pub(crate) fn for_session(ledger: Arc<ClaimLedger>, session: Arc<Session>) -> Self {
+    pub(crate) fn for_session(ledger: ClaimLedger, session: Arc<Session>) -> Self {
         ReminderGate {
             session: Some(session),
             ..ReminderGate::new(ledger)
         }
     }
 
-    /// The ledger's owner for request `id`: the id's JSON text (so `1` and `"1"`
-    /// are different requests), after the session's id when there is one.
-    fn owner(&self, id: &RequestId) -> ClaimOwner {
-        let request = serde_json::to_string(id).unwrap_or_else(|_| id.to_string());
-        let key = match &self.session {
-            Some(session) => format!("{}/{request}", session.id()),
-            None => request,
-        };
-        ClaimOwner::Request(RequestKey::new(key))
+    fn lock(&self) -> MutexGuard<'_, Calls> {
+        // Maps of requests and claims, consistent after every statement.
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Claims for `owner` what this gate's session may take.
-    fn claim_for(&self, owner: &ClaimOwner) -> Option<Reminder> {
+    /// Claims for a response what this gate's session may take.
+    fn claim(&self) -> Option<Claim> {
         match &self.session {
             None => self
                 .ledger
-                .claim_within(owner, REMINDER_BUDGET_CHARS, |_| true),
+                .claim_within(ClaimOwner::Request, REMINDER_BUDGET_CHARS, |_| true),
             Some(session) => {
                 let manager = self.ledger.manager();
                 self.ledger
-                    .claim_within(owner, REMINDER_BUDGET_CHARS, |task| {
+                    .claim_within(ClaimOwner::Request, REMINDER_BUDGET_CHARS, |task| {
                         session.may_claim(manager, task)
                     })
             }
@@ -145,117 +155,134 @@ impl ReminderGate {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<RequestId, Call>> {
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Resolves the next time a claim ends or a task finishes (see
     /// [`ClaimLedger::changed`]).
     pub(crate) fn changed(&self) -> Notified<'_> {
         self.ledger.changed()
     }
 
-    /// The transport received `tools/call` `id`: results may be claimed for it.
-    pub(crate) fn open(&self, id: RequestId) {
-        self.lock().entry(id).or_insert(Call::Open);
-    }
-
-    /// Claims the pending results for the call running this code: for its
-    /// request (see [`REQUEST`]) when it came through the transport, otherwise
-    /// claimed and acknowledged at once. `None` when nothing is pending, `cancel`
-    /// fired, or the request was cancelled already.
-    pub(crate) fn take(&self, cancel: &CancellationToken) -> Option<Reminder> {
-        match REQUEST.try_with(Clone::clone) {
-            Ok(id) => self.claim(&id, cancel),
-            Err(_) => self.take_now(cancel),
+    /// The transport received request `id`. `false` when a request with that
+    /// id is still open: the new one must be refused (JSON-RPC ids are
+    /// unique among the requests in progress), not served.
+    pub(crate) fn open(&self, id: RequestId) -> bool {
+        match self.lock().open.entry(id) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(Open::Running);
+                true
+            }
         }
     }
 
-    /// Claims the pending results for request `id`. `None` when nothing is
-    /// pending, when `cancel` fired, when the request is unknown (cancelled
-    /// already) or answered, or when it holds a claim already (nothing is
+    /// Claims the pending results for the call running this code, and returns
+    /// the reminder text to append to its response: for its request (see
+    /// [`REQUEST`]) when it came through the transport, otherwise claimed and
+    /// acknowledged at once. `None` when nothing is pending, `cancel` fired, or
+    /// the request was cancelled already or has claimed already (nothing is
     /// appended after a reminder).
+    pub(crate) fn answer_current(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Option<(String, Vec<String>)> {
+        match REQUEST.try_with(Clone::clone) {
+            Ok(id) => self.answer(&id, cancel),
+            Err(_) => self.answer_now(cancel),
+        }
+    }
+
+    /// Claims the pending results for request `id`'s response, and returns the
+    /// reminder's text and the ids it carries; the claim waits here for the
+    /// transport. `None` when nothing is pending, when `cancel` fired, when the
+    /// request is not open (cancelled already), or when it holds a claim
+    /// already.
     ///
     /// Without an acking transport ([`track`](Self::track)) no request is
     /// known: the results are claimed and acknowledged at once, delivered by
     /// the response this call is about to send.
-    pub(crate) fn claim(&self, id: &RequestId, cancel: &CancellationToken) -> Option<Reminder> {
+    pub(crate) fn answer(
+        &self,
+        id: &RequestId,
+        cancel: &CancellationToken,
+    ) -> Option<(String, Vec<String>)> {
         if !self.tracked.load(Ordering::SeqCst) {
-            return self.take_now(cancel);
+            return self.answer_now(cancel);
         }
         // Held across the claim: a cancel that arrives meanwhile waits, then
-        // releases what was claimed.
-        let calls = self.lock();
-        if cancel.is_cancelled() || calls.get(id) != Some(&Call::Open) {
+        // finds the claim and releases it.
+        let mut calls = self.lock();
+        if cancel.is_cancelled() || !matches!(calls.open.get(id), Some(Open::Running)) {
             return None;
         }
-        self.claim_for(&self.owner(id))
+        let claim = self.claim()?;
+        let carried = (claim.reminder().text.clone(), claim.task_ids().to_vec());
+        calls.open.insert(id.clone(), Open::Answered(claim));
+        Some(carried)
     }
 
     /// Claims the pending results and acknowledges them at once (a call that
     /// does not come through the transport).
-    fn take_now(&self, cancel: &CancellationToken) -> Option<Reminder> {
+    fn answer_now(&self, cancel: &CancellationToken) -> Option<(String, Vec<String>)> {
         if cancel.is_cancelled() {
             return None;
         }
-        let direct = ClaimOwner::Request(RequestKey::new(format!("direct-{}", next_direct_call())));
-        let reminder = self.claim_for(&direct)?;
-        self.ledger.acknowledge(&direct);
-        Some(reminder)
+        let claim = self.claim()?;
+        let carried = (claim.reminder().text.clone(), claim.task_ids().to_vec());
+        claim.acknowledge();
+        Some(carried)
     }
 
     /// The transport received `notifications/cancelled` for `id`. Unless its
-    /// response was handed to the transport already, rmcp will drop it: release
-    /// its claim, so the next call carries those results.
+    /// response was handed to the transport already, rmcp will drop it: its
+    /// claim is released, so the next call carries those results.
     pub(crate) fn cancelled(&self, id: &RequestId) {
-        let mut calls = self.lock();
-        if calls.get(id) == Some(&Call::Open) {
-            calls.remove(id);
-            self.ledger.release(&self.owner(id));
+        let ended = self.lock().open.remove(id);
+        drop(ended);
+    }
+
+    /// The transport is handing on the response to `id`: the request is no
+    /// longer open (a cancel no longer releases anything), and the claim its
+    /// response carries, if any, is the transport's to end.
+    pub(crate) fn answered(&self, id: &RequestId) -> Option<Claim> {
+        match self.lock().open.remove(id)? {
+            Open::Running => None,
+            Open::Answered(claim) => Some(claim),
         }
     }
 
-    /// The transport starts writing the response to `id`: from now on a cancel
-    /// no longer releases its claim. `false` for a request the gate does not
-    /// track (not a `tools/call`, or cancelled already).
-    pub(crate) fn commit(&self, id: &RequestId) -> bool {
-        match self.lock().get_mut(id) {
-            Some(call) => {
-                *call = Call::Committed;
-                true
+    /// A relay will confirm writing message number `message` (counted from 1
+    /// on the connection), which carries `claim`.
+    pub(crate) fn await_confirmation(&self, message: u64, claim: Claim) {
+        self.lock().unconfirmed.push_back((message, claim));
+    }
+
+    /// The relay wrote the first `written` messages to its client: the claims
+    /// they carried are acknowledged.
+    pub(crate) fn confirmed(&self, written: u64) {
+        let mut delivered = Vec::new();
+        {
+            let mut calls = self.lock();
+            while calls
+                .unconfirmed
+                .front()
+                .is_some_and(|(message, _)| *message <= written)
+            {
+                if let Some((_, claim)) = calls.unconfirmed.pop_front() {
+                    delivered.push(claim);
+                }
             }
-            None => false,
+        }
+        for claim in delivered {
+            claim.acknowledge();
         }
     }
 
-    /// The response to `id` was written (`delivered`) or could not be: its
-    /// results are acknowledged, or released. Either way the claim ends here.
-    pub(crate) fn written(&self, id: &RequestId, delivered: bool) {
-        if self.lock().remove(id).is_none() {
-            return;
-        }
-        if delivered {
-            self.ledger.acknowledge(&self.owner(id));
-        } else {
-            self.ledger.release(&self.owner(id));
-        }
-    }
-
-    /// The connection is gone: every claim still held by its calls (open, or
-    /// committed but never confirmed written) is released for the next call.
+    /// The connection is gone: every claim still held by its calls (answered
+    /// but never handed on, or handed on but never confirmed written) is
+    /// released for the next call.
     pub(crate) fn release_all(&self) {
-        let mut calls = self.lock();
-        for (id, _) in calls.drain() {
-            self.ledger.release(&self.owner(&id));
-        }
+        let ended = std::mem::take(&mut *self.lock());
+        drop(ended);
     }
-}
-
-/// A number no other direct call of this process used.
-fn next_direct_call() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 #[cfg(test)]
@@ -274,7 +301,7 @@ mod tests {
                 .expect("registered");
             assert!(runtime.manager().cancel_task(id));
         }
-        let gate = ReminderGate::new(Arc::clone(runtime.claims()));
+        let gate = ReminderGate::new(runtime.claims().clone());
         gate.track();
         (runtime, gate)
     }
@@ -287,27 +314,39 @@ mod tests {
         runtime.manager().pending_notifications().len()
     }
 
+    fn carried(answer: Option<(String, Vec<String>)>) -> Option<Vec<String>> {
+        answer.map(|(_, ids)| ids)
+    }
+
     #[tokio::test]
     async fn a_claim_is_exclusive_and_acknowledged_only_when_written() {
         let (runtime, gate) = gate_with_finished(&["aaaaaaaa-1", "bbbbbbbb-2"]);
         let live = CancellationToken::new();
-        gate.open(id(1));
-        gate.open(id(2));
-        let first = gate.claim(&id(1), &live).expect("claimed");
-        assert_eq!(first.task_ids, ["aaaaaaaa-1", "bbbbbbbb-2"]);
+        assert!(gate.open(id(1)));
+        assert!(gate.open(id(2)));
+        let (text, ids) = gate.answer(&id(1), &live).expect("claimed");
+        assert_eq!(ids, ["aaaaaaaa-1", "bbbbbbbb-2"]);
         assert!(
-            first.text.starts_with(
+            text.starts_with(
                 "---\nSystem Note: Async Task Status\n\n2 async task(s) completed:\n\n{"
             )
         );
-        assert_eq!(gate.claim(&id(2), &live), None, "claimed by call 1");
-        assert_eq!(gate.claim(&id(1), &live), None, "nothing after a reminder");
+        assert_eq!(
+            carried(gate.answer(&id(2), &live)),
+            None,
+            "claimed by call 1"
+        );
+        assert_eq!(
+            carried(gate.answer(&id(1), &live)),
+            None,
+            "nothing after a reminder"
+        );
         assert_eq!(pending(&runtime), 2, "not delivered before the write");
-        assert!(gate.commit(&id(1)));
+        let claim = gate.answered(&id(1)).expect("the response carries it");
         gate.cancelled(&id(1)); // too late: the response is being written
-        gate.written(&id(1), true);
+        claim.acknowledge();
         assert_eq!(pending(&runtime), 0);
-        assert_eq!(gate.claim(&id(2), &live), None);
+        assert_eq!(carried(gate.answer(&id(2), &live)), None);
         runtime.shutdown().await;
     }
 
@@ -315,23 +354,37 @@ mod tests {
     async fn a_cancel_before_the_write_releases_the_claim() {
         let (runtime, gate) = gate_with_finished(&["aaaaaaaa-1"]);
         let live = CancellationToken::new();
-        gate.open(id(1));
-        gate.open(id(2));
-        assert!(gate.claim(&id(1), &live).is_some());
-        assert_eq!(gate.claim(&id(2), &live), None);
+        assert!(gate.open(id(1)) && gate.open(id(2)));
+        assert!(gate.answer(&id(1), &live).is_some());
+        assert_eq!(carried(gate.answer(&id(2), &live)), None);
         gate.cancelled(&id(1));
-        assert!(!gate.commit(&id(1)), "rmcp drops the response: no write");
+        assert!(gate.answered(&id(1)).is_none(), "rmcp drops the response");
         assert_eq!(pending(&runtime), 1);
-        let next = gate
-            .claim(&id(2), &live)
-            .expect("released to the next call");
-        assert_eq!(next.task_ids, ["aaaaaaaa-1"]);
+        assert_eq!(
+            carried(gate.answer(&id(2), &live)),
+            Some(vec!["aaaaaaaa-1".to_owned()]),
+            "released to the next call"
+        );
         // A failed write releases as well.
-        assert!(gate.commit(&id(2)));
-        gate.written(&id(2), false);
+        drop(gate.answered(&id(2)));
         assert_eq!(pending(&runtime), 1);
-        gate.open(id(3));
-        assert!(gate.claim(&id(3), &live).is_some());
+        assert!(gate.open(id(3)));
+        assert!(gate.answer(&id(3), &live).is_some());
+        runtime.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_request_id_in_use_is_refused_and_claims_nothing() {
+        let (runtime, gate) = gate_with_finished(&["aaaaaaaa-1"]);
+        let live = CancellationToken::new();
+        assert!(gate.open(id(7)));
+        assert!(!gate.open(id(7)), "the second request with id 7");
+        assert!(gate.answer(&id(7), &live).is_some());
+        assert!(!gate.open(id(7)), "still open: answered, not yet sent");
+        let claim = gate.answered(&id(7)).expect("carried");
+        assert!(gate.open(id(7)), "free again once answered");
+        claim.acknowledge();
+        assert_eq!(pending(&runtime), 0);
         runtime.shutdown().await;
     }
 
@@ -340,11 +393,17 @@ mod tests {
         let (runtime, gate) = gate_with_finished(&["aaaaaaaa-1"]);
         let cancelled = CancellationToken::new();
         cancelled.cancel();
-        gate.open(id(1));
-        assert_eq!(gate.claim(&id(1), &cancelled), None);
+        assert!(gate.open(id(1)));
+        assert_eq!(carried(gate.answer(&id(1), &cancelled)), None);
         gate.cancelled(&id(1));
-        assert_eq!(gate.claim(&id(1), &CancellationToken::new()), None);
-        assert_eq!(gate.claim(&id(9), &CancellationToken::new()), None);
+        assert_eq!(
+            carried(gate.answer(&id(1), &CancellationToken::new())),
+            None
+        );
+        assert_eq!(
+            carried(gate.answer(&id(9), &CancellationToken::new())),
+            None
+        );
         assert_eq!(pending(&runtime), 1);
         runtime.shutdown().await;
     }
@@ -352,16 +411,20 @@ mod tests {
     #[tokio::test]
     async fn without_an_acking_transport_a_call_claims_and_acknowledges_at_once() {
         let (runtime, _) = gate_with_finished(&["aaaaaaaa-1"]);
-        let untracked = ReminderGate::new(Arc::clone(runtime.claims()));
+        let untracked = ReminderGate::new(runtime.claims().clone());
         let cancelled = CancellationToken::new();
         cancelled.cancel();
-        assert_eq!(untracked.claim(&id(1), &cancelled), None);
-        let reminder = untracked
-            .claim(&id(1), &CancellationToken::new())
-            .expect("never opened, claimed all the same");
-        assert_eq!(reminder.task_ids, ["aaaaaaaa-1"]);
+        assert_eq!(carried(untracked.answer(&id(1), &cancelled)), None);
+        assert_eq!(
+            carried(untracked.answer(&id(1), &CancellationToken::new())),
+            Some(vec!["aaaaaaaa-1".to_owned()]),
+            "never opened, claimed all the same"
+        );
         assert_eq!(pending(&runtime), 0, "acknowledged at once");
-        assert_eq!(untracked.claim(&id(2), &CancellationToken::new()), None);
+        assert_eq!(
+            carried(untracked.answer(&id(2), &CancellationToken::new())),
+            None
+        );
         runtime.shutdown().await;
     }
 
@@ -369,15 +432,178 @@ mod tests {
     async fn numeric_and_string_ids_are_different_requests() {
         let (runtime, gate) = gate_with_finished(&["aaaaaaaa-1"]);
         let live = CancellationToken::new();
-        gate.open(id(1));
-        gate.open(RequestId::String("1".into()));
-        assert!(gate.claim(&id(1), &live).is_some());
+        assert!(gate.open(id(1)));
+        assert!(gate.open(RequestId::String("1".into())));
+        assert!(gate.answer(&id(1), &live).is_some());
         gate.cancelled(&RequestId::String("1".into()));
-        assert_eq!(
-            runtime.claims().held_by(&gate.owner(&id(1))),
-            ["aaaaaaaa-1"],
+        assert!(
+            runtime.claims().is_claimed("aaaaaaaa-1"),
             "the string id's cancel does not release the number's claim"
         );
         runtime.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn confirmations_acknowledge_in_order_and_a_lost_connection_releases() {
+        let (runtime, gate) = gate_with_finished(&["aaaaaaaa-1", "bbbbbbbb-2"]);
+        let one = |task: &str| {
+            runtime
+                .claims()
+                .claim_matching(ClaimOwner::Request, |t| t.id == task)
+                .expect("pending")
+        };
+        let (first, second) = (one("aaaaaaaa-1"), one("bbbbbbbb-2"));
+        gate.await_confirmation(3, first);
+        gate.await_confirmation(5, second);
+        gate.confirmed(4);
+        assert_eq!(pending(&runtime), 1, "message 3 written, 5 not yet");
+        gate.release_all();
+        assert_eq!(pending(&runtime), 1);
+        assert!(!runtime.claims().is_claimed("bbbbbbbb-2"), "released");
+        runtime.shutdown().await;
+    }
+
+    /// One step of the claim-dropping property test.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Task `i` finishes.
+        Finish(usize),
+        /// Request `k` arrives.
+        Open(usize),
+        /// Request `k`'s handler returns, claiming what is pending.
+        Answer(usize),
+        /// `notifications/cancelled` for request `k`.
+        Cancel(usize),
+        /// Request `k`'s response is written to the client (`true`) or the
+        /// write fails.
+        Write(usize, bool),
+        /// Request `k`'s response is handed to a relay, which confirms later.
+        Relay(usize),
+        /// The relay confirms all but the last `n` messages handed to it.
+        Confirm(usize),
+        /// The relay dies: the connection ends, nothing more is confirmed.
+        RelayDies,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0..6usize).prop_map(Step::Finish),
+            3 => (0..3usize).prop_map(Step::Open),
+            3 => (0..3usize).prop_map(Step::Answer),
+            1 => (0..3usize).prop_map(Step::Cancel),
+            2 => ((0..3usize), proptest::bool::weighted(0.7)).prop_map(|(k, ok)| Step::Write(k, ok)),
+            2 => (0..3usize).prop_map(Step::Relay),
+            2 => (0..3usize).prop_map(Step::Confirm),
+            1 => Just(Step::RelayDies),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, failure_persistence: None, ..Default::default() })]
+
+        /// Claims dropped at any point — a request cancelled, a write that
+        /// fails, a relay that dies before confirming — never lose a result
+        /// and never let two responses deliver one: every result is
+        /// acknowledged exactly once.
+        #[test]
+        fn dropped_claims_lose_nothing_and_deliver_nothing_twice(
+            steps in proptest::collection::vec(step(), 1..60)
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("a runtime");
+            rt.block_on(async move {
+                let runtime = Arc::new(
+                    AsyncTaskRuntime::builder()
+                        .max_async_tasks(asynctask_model::MaxAsyncTasks::UNLIMITED)
+                        .build(),
+                );
+                let ids: Vec<String> = (0..6).map(|i| format!("{i:08}-task")).collect();
+                for id in &ids {
+                    runtime
+                        .manager()
+                        .register_task(RegisterTaskInput::new(id.clone(), "sub", "goal"))
+                        .expect("registered");
+                }
+                let gate = ReminderGate::new(runtime.claims().clone());
+                gate.track();
+                let live = CancellationToken::new();
+                // What each request's response carries, what the relay was
+                // handed (message number, ids), and what was acknowledged.
+                let mut carried: [Vec<String>; 3] = Default::default();
+                let mut relayed: VecDeque<(u64, Vec<String>)> = VecDeque::new();
+                let mut sent = 0u64;
+                let mut acknowledged: Vec<String> = Vec::new();
+                for step in steps {
+                    match step {
+                        Step::Finish(i) => {
+                            runtime.manager().complete_task(&ids[i], asynctask_model::OutputObject::new(asynctask_model::TerminateReason::Goal));
+                        }
+                        Step::Open(k) => {
+                            if gate.open(id(k as i64)) {
+                                carried[k].clear();
+                            }
+                        }
+                        Step::Answer(k) => {
+                            if let Some((_, task_ids)) = gate.answer(&id(k as i64), &live) {
+                                carried[k] = task_ids;
+                            }
+                        }
+                        Step::Cancel(k) => {
+                            gate.cancelled(&id(k as i64));
+                            carried[k].clear();
+                        }
+                        Step::Write(k, ok) => {
+                            let claim = gate.answered(&id(k as i64));
+                            if let Some(claim) = claim {
+                                proptest::prop_assert_eq!(claim.task_ids(), &carried[k][..]);
+                                if ok {
+                                    acknowledged.extend(claim.acknowledge());
+                                }
+                            }
+                            carried[k].clear();
+                        }
+                        Step::Relay(k) => {
+                            if let Some(claim) = gate.answered(&id(k as i64)) {
+                                sent += 1;
+                                relayed.push_back((sent, claim.task_ids().to_vec()));
+                                gate.await_confirmation(sent, claim);
+                            }
+                            carried[k].clear();
+                        }
+                        Step::Confirm(behind) => {
+                            let written = sent.saturating_sub(behind as u64);
+                            gate.confirmed(written);
+                            while relayed.front().is_some_and(|(n, _)| *n <= written) {
+                                if let Some((_, task_ids)) = relayed.pop_front() {
+                                    acknowledged.extend(task_ids);
+                                }
+                            }
+                        }
+                        Step::RelayDies => {
+                            gate.release_all();
+                            relayed.clear();
+                            carried = Default::default();
+                        }
+                    }
+                }
+                // Everything finishes; what is still in flight is lost with
+                // the connection; a new request takes what is left.
+                for id in &ids {
+                    runtime.manager().cancel_task(id);
+                }
+                gate.release_all();
+                let last = id(99);
+                proptest::prop_assert!(gate.open(last.clone()));
+                if gate.answer(&last, &live).is_some() {
+                    let claim = gate.answered(&last).expect("answered");
+                    acknowledged.extend(claim.acknowledge());
+                }
+                acknowledged.sort();
+                proptest::prop_assert_eq!(&acknowledged, &ids, "each result acknowledged exactly once");
+                proptest::prop_assert!(runtime.manager().pending_notifications().is_empty());
+                runtime.shutdown().await;
+                Ok(())
+            })?;
+        }
     }
 }

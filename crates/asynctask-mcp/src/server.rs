@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use asynctask_manager::{AsyncTaskManager, Subscription, TaskEvent, TaskProgress};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
-use asynctask_runtime::{AsyncTaskRuntime, Reminder};
+use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{
     CallContext, SubagentRunner, SyncDetach, TodoPauseTool, Tool, ToolResult, id_prefix,
     truncate_chars, with_call_context,
@@ -271,7 +271,7 @@ impl AsyncTaskMcpServer {
     /// [`name`](Tool::name) is not the one its spec lists (never, for these
     /// tools).
     pub fn new(runtime: Arc<AsyncTaskRuntime>) -> Result<Self, McpError> {
-        let gate = ReminderGate::new(Arc::clone(runtime.claims()));
+        let gate = ReminderGate::new(runtime.claims().clone());
         Self::with_gate(runtime, gate, None)
     }
 
@@ -282,7 +282,7 @@ impl AsyncTaskMcpServer {
         runtime: Arc<AsyncTaskRuntime>,
         session: Arc<Session>,
     ) -> Result<Self, McpError> {
-        let gate = ReminderGate::for_session(Arc::clone(runtime.claims()), Arc::clone(&session));
+        let gate = ReminderGate::for_session(runtime.claims().clone(), Arc::clone(&session));
         Self::with_gate(runtime, gate, Some(session))
     }
 
@@ -356,7 +356,7 @@ impl AsyncTaskMcpServer {
         let reminder = if is_reminder(&result) {
             None
         } else {
-            self.gate.take(&cancel)
+            self.gate.answer_current(&cancel)
         };
         Some(finish(result, reminder))
     }
@@ -399,10 +399,10 @@ fn definitions(tools: &[Arc<dyn Tool>]) -> Result<Vec<rmcp::model::Tool>, McpErr
 }
 
 /// The MCP result: the tool's text, then the reminder as the last block.
-fn finish(result: ToolResult, reminder: Option<Reminder>) -> CallToolResult {
+fn finish(result: ToolResult, reminder: Option<(String, Vec<String>)>) -> CallToolResult {
     let mut content = vec![ContentBlock::text(result.llm_content)];
-    if let Some(reminder) = reminder {
-        content.push(ContentBlock::text(reminder.text));
+    if let Some((text, _)) = reminder {
+        content.push(ContentBlock::text(text));
     }
     if result.error.is_some() {
         CallToolResult::error(content)
@@ -603,7 +603,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         let reminder = if is_reminder(&result) {
             None
         } else {
-            self.gate.claim(&context.id, &cancel)
+            self.gate.answer(&context.id, &cancel)
         };
         Ok(finish(result, reminder).into())
     }

@@ -18,13 +18,13 @@ pub(crate) struct Sessions {
     connected: Arc<Mutex<BTreeSet<String>>>,
     /// Told when a session leaves: waiters in the others may claim its
     /// pending results now.
-    ledger: Option<Arc<ClaimLedger>>,
+    ledger: Option<ClaimLedger>,
 }
 
 impl Sessions {
     /// No session yet, on the registry whose claims `ledger` keeps: a session
     /// that leaves wakes the ledger's waiters.
-    pub(crate) fn on(ledger: Arc<ClaimLedger>) -> Self {
+    pub(crate) fn on(ledger: ClaimLedger) -> Self {
         Sessions {
             connected: Arc::default(),
             ledger: Some(ledger),

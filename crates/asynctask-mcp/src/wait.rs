@@ -141,13 +141,13 @@ impl TypedTool for WaitAsyncTasksTool {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let running = match self.watch(&named) {
-                Watch::Pending => match self.gate.take(&cancel) {
-                    Some(reminder) => {
-                        let count = reminder.task_ids.len();
+                Watch::Pending => match self.gate.answer_current(&cancel) {
+                    Some((text, task_ids)) => {
+                        let count = task_ids.len();
                         return ToolResult::success(
-                            reminder.text,
+                            text,
                             format!("{count} async task(s) finished"),
-                            json!({ "taskIds": reminder.task_ids, REMINDER_KEY: true }),
+                            json!({ "taskIds": task_ids, REMINDER_KEY: true }),
                         );
                     }
                     // A parallel call holds it (until its response is written or
@@ -252,7 +252,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_wait_takes_the_result_of_a_session_that_leaves_while_it_waits() {
         let runtime = Arc::new(AsyncTaskRuntime::builder().build());
-        let sessions = Sessions::on(Arc::clone(runtime.claims()));
+        let sessions = Sessions::on(runtime.claims().clone());
         let (launcher, other) = (
             sessions.join(&BTreeSet::new()),
             sessions.join(&BTreeSet::new()),

@@ -1,10 +1,11 @@
 //! Delivery: the auto-trigger that wakes an idle agent, and next-turn reminders,
 //! both claiming through the one [`ClaimLedger`], so no task is delivered twice.
 //!
-//! The auto-trigger's turn in flight holds its tasks as [`ClaimOwner::AutoTrigger`];
-//! a next-turn reminder holds its tasks as [`ClaimOwner::NextTurn`] until the host
-//! acknowledges it (or its turn ends without an acknowledgement). Host callbacks
-//! are never called with a lock held: they run on a spawned tokio task.
+//! The auto-trigger's turn in flight owns its [`Claim`] while the host runs it;
+//! the next-turn reminder's claim is kept here until the host acknowledges it
+//! (or asks for another, or its turn ends without an acknowledgement). Host
+//! callbacks are never called with a lock held: they run on a spawned tokio
+//! task.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::host::AgentHost;
-use crate::ledger::{ClaimLedger, ClaimOwner};
+use crate::ledger::{Claim, ClaimLedger, ClaimOwner};
 use crate::reminder::{AsyncTaskReminderService, Reminder};
 
 /// The first delay before a failed delivery is retried; it doubles per failure.
@@ -40,7 +41,9 @@ struct State {
 /// The delivery engine; shared by the runtime and the manager's event handlers.
 #[derive(Debug)]
 pub(crate) struct Delivery {
-    ledger: Arc<ClaimLedger>,
+    ledger: ClaimLedger,
+    /// The claim of the reminder the host took for its next request.
+    next_turn: Mutex<Option<Claim>>,
     reminders: AsyncTaskReminderService,
     host: Option<Arc<dyn AgentHost>>,
     handle: Handle,
@@ -59,13 +62,14 @@ impl std::fmt::Debug for dyn AgentHost {
 
 impl Delivery {
     pub(crate) fn new(
-        ledger: Arc<ClaimLedger>,
+        ledger: ClaimLedger,
         reminders: AsyncTaskReminderService,
         host: Option<Arc<dyn AgentHost>>,
         handle: Handle,
     ) -> Self {
         Delivery {
             ledger,
+            next_turn: Mutex::new(None),
             reminders,
             host,
             handle,
@@ -106,8 +110,18 @@ impl Delivery {
     /// The host's turn ended: what it took with `next_turn_reminder` and did not
     /// acknowledge was not delivered; then deliver what is pending.
     pub(crate) fn agent_idle(self: &Arc<Self>) {
-        self.ledger.release(&ClaimOwner::NextTurn);
+        self.next_turn().take();
         self.poke();
+    }
+
+    /// The next-turn claim's slot. Held while that claim is made, ended or
+    /// replaced, so the host's calls apply one after the other (lock order:
+    /// this slot, then the ledger, then the manager).
+    fn next_turn(&self) -> MutexGuard<'_, Option<Claim>> {
+        // One claim or none: consistent after every statement.
+        self.next_turn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The reminder for the host's next model request, claiming its tasks until
@@ -115,14 +129,31 @@ impl Delivery {
     /// claim, the reminder only says how many tasks still run (and carries no
     /// ids); `None` when nothing runs either.
     pub(crate) fn next_turn_reminder(&self) -> Option<Reminder> {
-        self.ledger
-            .reclaim(&ClaimOwner::NextTurn)
-            .or_else(|| self.reminders.running_only())
+        let mut slot = self.next_turn();
+        // The last one was not sent: its results are claimed again, with
+        // whatever finished since.
+        slot.take();
+        match self.ledger.claim(ClaimOwner::NextTurn) {
+            Some(claim) => Some(slot.insert(claim).reminder().clone()),
+            None => self.reminders.running_only(),
+        }
     }
 
-    /// The host delivered these tasks: mark them and release their claim.
+    /// The host delivered these tasks: they are marked notified and leave the
+    /// next-turn claim, whose other tasks stay claimed. Tasks it does not carry
+    /// (delivered by the host some other way) are marked all the same.
     pub(crate) fn ack(&self, task_ids: &[String]) {
-        self.ledger.acknowledge_ids(&ClaimOwner::NextTurn, task_ids);
+        let mut slot = self.next_turn();
+        let (carried, others): (Vec<String>, Vec<String>) =
+            task_ids.iter().cloned().partition(|id| {
+                slot.as_ref()
+                    .is_some_and(|claim| claim.task_ids().contains(id))
+            });
+        if let Some(claim) = slot.take() {
+            *slot = claim.acknowledge_some(&carried);
+        }
+        drop(slot);
+        self.ledger.acknowledge_unclaimed(&others);
     }
 
     /// Stops delivering: no new delivery starts, retry timers end.
@@ -144,13 +175,14 @@ impl Delivery {
             self.lock().in_flight = false;
             return;
         };
-        // If a host callback panics, the delivery unwinds: release what it held so
-        // the tasks stay deliverable by the next event or `agent_idle`.
-        let _unwind = ReleaseOnPanic(&self);
+        // If a host callback panics, the delivery unwinds (dropping, so
+        // releasing, its claim): the tasks stay deliverable by the next event
+        // or `agent_idle`.
+        let _unwind = ResetOnPanic(&self);
         loop {
             // Let a burst of completions land, so they share one turn.
             tokio::task::yield_now().await;
-            let Some(reminder) = self.claim_for_auto_trigger(host.as_ref()) else {
+            let Some(claim) = self.claim_for_auto_trigger(host.as_ref()) else {
                 if self.finish() {
                     continue;
                 }
@@ -159,26 +191,15 @@ impl Delivery {
             let span = tracing::info_span!(
                 "async_task_delivery",
                 path = "auto_trigger",
-                task_ids = ?reminder.task_ids
+                task_ids = ?claim.task_ids()
             );
             let outcome = host
-                .trigger_agent_turn(reminder)
+                .trigger_agent_turn(claim.reminder().clone())
                 .instrument(span.clone())
                 .await;
             match outcome {
                 Ok(()) => {
-                    let delivered = self.ledger.acknowledge(&ClaimOwner::AutoTrigger);
-                    if self.unrecorded(&delivered) {
-                        // The manager's journal could not record the delivery:
-                        // the results stay pending, to be delivered again —
-                        // after a backoff, like a failed delivery, not at once
-                        // and forever while the journal keeps failing.
-                        span.in_scope(|| {
-                            tracing::warn!("delivered, but the journal could not record it; delivering again after a backoff");
-                        });
-                        self.schedule_retry();
-                        return;
-                    }
+                    claim.acknowledge();
                     self.lock().failures = 0;
                     span.in_scope(|| tracing::debug!("delivered; checking again"));
                     // Loop: check again after a successful delivery.
@@ -187,7 +208,7 @@ impl Delivery {
                     span.in_scope(|| {
                         tracing::warn!(%error, "async task delivery failed; the tasks stay pending");
                     });
-                    self.ledger.release(&ClaimOwner::AutoTrigger);
+                    drop(claim);
                     self.schedule_retry();
                     return;
                 }
@@ -236,7 +257,7 @@ impl Delivery {
 
     /// Claims a reminder for the auto-trigger, or `None` when the agent is busy,
     /// delivery has stopped, or nothing that warrants waking it is pending.
-    fn claim_for_auto_trigger(&self, host: &dyn AgentHost) -> Option<Reminder> {
+    fn claim_for_auto_trigger(&self, host: &dyn AgentHost) -> Option<Claim> {
         // Host callback first, without any lock held.
         if host.is_agent_busy() {
             return None;
@@ -245,17 +266,6 @@ impl Delivery {
             return None;
         }
         self.ledger.claim_waking()
-    }
-
-    /// Whether some of the tasks just acknowledged are still pending (their
-    /// mark was refused by the manager's journal).
-    fn unrecorded(&self, delivered: &[String]) -> bool {
-        let manager = self.ledger.manager();
-        delivered.iter().any(|id| {
-            manager
-                .task(id)
-                .is_some_and(|task| task.is_pending_notification())
-        })
     }
 
     /// Ends the loop unless something happened meanwhile; `true` means go on.
@@ -281,13 +291,13 @@ impl State {
 
 /// Resets the in-flight state when a delivery unwinds from a panicking host
 /// callback (and starts a new delivery if an event arrived meanwhile); does
-/// nothing on a normal return (the loop keeps the state right).
-struct ReleaseOnPanic<'a>(&'a Arc<Delivery>);
+/// nothing on a normal return (the loop keeps the state right). The claim the
+/// delivery held was dropped, so released, by the unwinding.
+struct ResetOnPanic<'a>(&'a Arc<Delivery>);
 
-impl Drop for ReleaseOnPanic<'_> {
+impl Drop for ResetOnPanic<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            self.0.ledger.release(&ClaimOwner::AutoTrigger);
             let again = {
                 let mut state = self.0.lock();
                 state.failures += 1;

@@ -1,7 +1,7 @@
-//! The claim ledger: which delivery carries each finished task's result.
+//! The claim ledger: which delivery carries each finished task's result, as
+//! owned [`Claim`]s.
 
-use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -10,172 +10,128 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
-use crate::reminder::{Reminder, fitting, render_with_more};
+use crate::reminder::{Reminder, render_within};
 
-/// Who carries a claimed result to the model.
+/// Who carries a claimed result to the model; said in logs and by
+/// [`Claim::owner`].
 ///
 /// # Examples
 ///
 /// ```
-/// use asynctask_runtime::{ClaimOwner, RequestKey};
+/// use asynctask_runtime::ClaimOwner;
 ///
-/// let owner = ClaimOwner::Request(RequestKey::new("session-1/42"));
-/// assert_eq!(owner.to_string(), "request session-1/42");
+/// assert_eq!(ClaimOwner::Request.to_string(), "request");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum ClaimOwner {
     /// The auto-trigger's turn in flight (it wakes an idle agent).
-    ///
-    /// Reserved for the runtime's own delivery: on a runtime's ledger
-    /// ([`AsyncTaskRuntime::claims`](crate::AsyncTaskRuntime::claims)), claim
-    /// as this owner and the auto-trigger's claims get mixed up with yours.
     AutoTrigger,
-    /// The reminder a host took with `next_turn_reminder` for its next model
-    /// request.
-    ///
-    /// Reserved for the runtime's own delivery: a host goes through
-    /// [`next_turn_reminder`](crate::AsyncTaskRuntime::next_turn_reminder) and
-    /// [`ack_delivered`](crate::AsyncTaskRuntime::ack_delivered), not through
-    /// the ledger as this owner.
+    /// The reminder a host took with
+    /// [`next_turn_reminder`](crate::AsyncTaskRuntime::next_turn_reminder) for
+    /// its next model request.
     NextTurn,
-    /// A request whose response will carry the result (an MCP `tools/call`, say).
-    Request(RequestKey),
+    /// A request whose response will carry the result (an MCP `tools/call`,
+    /// say).
+    Request,
 }
 
 impl fmt::Display for ClaimOwner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClaimOwner::AutoTrigger => f.write_str("auto-trigger"),
-            ClaimOwner::NextTurn => f.write_str("next turn"),
-            ClaimOwner::Request(key) => write!(f, "request {key}"),
-        }
-    }
-}
-
-/// An opaque key naming one request, chosen by the layer that serves requests
-/// (an MCP server uses the JSON-RPC id, with the session when it serves
-/// several). Two owners with equal keys are the same owner.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RequestKey(Arc<str>);
-
-impl RequestKey {
-    /// A key from any text that names the request uniquely.
-    #[must_use]
-    pub fn new(key: impl Into<Arc<str>>) -> Self {
-        RequestKey(key.into())
-    }
-
-    /// The key's text.
-    #[must_use]
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RequestKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(match self {
+            ClaimOwner::AutoTrigger => "auto-trigger",
+            ClaimOwner::NextTurn => "next turn",
+            ClaimOwner::Request => "request",
+        })
     }
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Each owner's claim: the tasks its delivery carries.
-    claims: BTreeMap<ClaimOwner, Vec<String>>,
-    /// Every task no claim may take, for the exclusion test, with how many
-    /// holds it has: one per claim that carries it, and one per acknowledgement
-    /// still marking it notified in the registry.
-    claimed: BTreeMap<String, usize>,
+    /// Every result no claim may take, with how many claims carry it: one per
+    /// live claim, and one while an acknowledgement marks it notified in the
+    /// registry (so no owner sees it as neither claimed nor delivered).
+    claimed: HashMap<String, u32>,
+    /// How many times results left the pending set through this ledger (were
+    /// marked notified). A claim that looked at the registry before one of
+    /// those looks again: a result it saw pending may be delivered now.
+    delivered: u64,
 }
 
 impl State {
-    fn is_held(&self, id: &str) -> bool {
+    fn is_claimed(&self, id: &str) -> bool {
         self.claimed.contains_key(id)
     }
 
-    fn hold(&mut self, id: &str) {
+    fn claim(&mut self, id: &str) {
         *self.claimed.entry(id.to_owned()).or_default() += 1;
     }
 
-    fn unhold(&mut self, ids: &[String]) {
+    fn unclaim(&mut self, ids: &[String]) {
         for id in ids {
-            if let Entry::Occupied(mut holds) = self.claimed.entry(id.clone()) {
-                *holds.get_mut() -= 1;
-                if *holds.get() == 0 {
-                    holds.remove();
+            if let Some(count) = self.claimed.get_mut(id.as_str()) {
+                *count -= 1;
+                if *count == 0 {
+                    self.claimed.remove(id.as_str());
                 }
             }
         }
     }
+}
 
-    /// Ends `owner`'s claim and returns its tasks, which stay held: the caller
-    /// [`unhold`](Self::unhold)s them.
-    fn take_claim(&mut self, owner: &ClaimOwner) -> Vec<String> {
-        self.claims.remove(owner).unwrap_or_default()
-    }
-
-    /// Ends `owner`'s claim and lets its tasks go.
-    fn remove(&mut self, owner: &ClaimOwner) -> Vec<String> {
-        let ids = self.take_claim(owner);
-        self.unhold(&ids);
-        ids
-    }
+struct Inner {
+    manager: AsyncTaskManager,
+    state: Mutex<State>,
+    changed: Arc<Notify>,
+    _finished: Subscription,
 }
 
 /// The one place that decides which delivery carries a finished task's result,
 /// so that each result reaches the model exactly once.
 ///
-/// A finished task that the model has not been told about is **claimed** by
-/// exactly one [owner](ClaimOwner) — the auto-trigger, the next-turn reminder,
-/// or a request — and the claim then ends exactly once:
+/// A finished task the model has not been told about is **claimed** by exactly
+/// one delivery at a time. A claim is a value, [`Claim`], owned by whoever
+/// carries it (the auto-trigger's turn in flight, the host's next request, an
+/// MCP response being written), and it ends exactly once, by ownership:
 ///
-/// - **acknowledged** ([`acknowledge`](Self::acknowledge)): the delivery
-///   succeeded; the tasks are marked notified in the registry. They stay held
-///   until the registry has marked them, so no other owner ever sees a
-///   finished result as neither claimed nor delivered; the marking itself
-///   (the manager's clock, its journal's write) runs without the ledger's
-///   lock, so other owners never wait for it;
-/// - **released** ([`release`](Self::release)): the delivery did not happen;
-///   the tasks are pending again and the next claim takes them.
+/// - [`Claim::acknowledge`] consumes it: the delivery succeeded, the tasks are
+///   marked notified in the registry;
+/// - dropping it (or [`Claim::release`]) releases it: the delivery did not
+///   happen, the tasks are pending again and the next claim takes them.
 ///
-/// Rendering and claiming happen under one lock: a claim's [`Reminder`]
-/// carries exactly the tasks it claimed. An owner holds at most one claim at a
-/// time. [`changed`](Self::changed) wakes waiters when a claim ends or a task
-/// finishes, so they look again instead of polling.
+/// A claim renders its [`Reminder`] from one look at the registry, and carries
+/// exactly the tasks it renders. [`changed`](Self::changed) wakes waiters when
+/// a claim ends or a task finishes, so they look again instead of polling.
 ///
-/// A runtime has one ledger, [`AsyncTaskRuntime::claims`](crate::AsyncTaskRuntime::claims),
-/// shared by every delivery: a second ledger over the same manager would not
-/// see the first one's claims, and the two could deliver one result twice.
+/// A cheap handle: clones share one ledger. A runtime has one,
+/// [`AsyncTaskRuntime::claims`](crate::AsyncTaskRuntime::claims), shared by
+/// every delivery: a second ledger over the same manager would not see the
+/// first one's claims, and the two could deliver one result twice.
 ///
 /// # Examples
 ///
 /// ```
 /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-/// use asynctask_runtime::{ClaimLedger, ClaimOwner, RequestKey};
+/// use asynctask_runtime::{ClaimLedger, ClaimOwner};
 ///
 /// let manager = AsyncTaskManager::default();
 /// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "researcher", "g"))?;
 /// manager.cancel_task("0f3a9c21-1");
 /// let ledger = ClaimLedger::new(manager.clone());
 ///
-/// let first = ClaimOwner::Request(RequestKey::new("1"));
-/// let second = ClaimOwner::Request(RequestKey::new("2"));
-/// let reminder = ledger.claim(&first).expect("a result is pending");
-/// assert_eq!(reminder.task_ids, ["0f3a9c21-1"]);
-/// assert_eq!(ledger.claim(&second), None, "claimed by the first request");
+/// let first = ledger.claim(ClaimOwner::Request).expect("a result is pending");
+/// assert_eq!(first.task_ids(), ["0f3a9c21-1"]);
+/// assert!(ledger.claim(ClaimOwner::Request).is_none(), "claimed by the first");
 ///
-/// ledger.release(&first); // its response was never sent
-/// assert!(ledger.claim(&second).is_some());
-/// ledger.acknowledge(&second); // its response was written
+/// drop(first); // its response was never sent
+/// let second = ledger.claim(ClaimOwner::Request).expect("released");
+/// second.acknowledge(); // its response was written
 /// assert!(manager.pending_notifications().is_empty());
 /// # Ok::<(), asynctask_manager::RegisterError>(())
 /// ```
+#[derive(Clone)]
 pub struct ClaimLedger {
-    manager: AsyncTaskManager,
-    state: Mutex<State>,
-    changed: Arc<Notify>,
-    _finished: Subscription,
+    inner: Arc<Inner>,
 }
 
 impl ClaimLedger {
@@ -188,50 +144,52 @@ impl ClaimLedger {
             manager.subscribe(move |_| changed.notify_waiters())
         };
         ClaimLedger {
-            manager,
-            state: Mutex::new(State::default()),
-            changed,
-            _finished: finished,
+            inner: Arc::new(Inner {
+                manager,
+                state: Mutex::new(State::default()),
+                changed,
+                _finished: finished,
+            }),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A map of claims, consistent after every statement.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        // A map of counts, consistent after every statement.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The registry this ledger claims from.
     #[must_use]
     pub fn manager(&self) -> &AsyncTaskManager {
-        &self.manager
+        &self.inner.manager
     }
 
-    /// Claims every pending result no other owner holds, for `owner`, and
-    /// renders the reminder that carries them (with how many tasks still run).
-    /// `None` when nothing is left to claim or `owner` already holds a claim.
+    /// Claims every pending result no other claim carries, for `owner`, with
+    /// the reminder that carries them (and says how many tasks still run).
+    /// `None` when nothing is left to claim.
     #[must_use]
-    pub fn claim(&self, owner: &ClaimOwner) -> Option<Reminder> {
-        let mut state = self.lock();
-        self.claim_locked(&mut state, owner, usize::MAX, |pending| !pending.is_empty())
+    pub fn claim(&self, owner: ClaimOwner) -> Option<Claim> {
+        self.claim_where(owner, usize::MAX, |_| true, |_| true)
     }
 
     /// [`claim`](Self::claim), taking only the pending results that `pick`
     /// accepts (a server with several sessions, say, gives each its own
     /// tasks' results).
     ///
-    /// `pick` runs without the ledger's lock, on the unclaimed pending results
-    /// of a moment before the claim: it may call into the ledger or the
-    /// manager. What it accepts is claimed only if it is still pending and
-    /// unclaimed when the claim is made (under the lock); a result that
-    /// finished meanwhile waits for the next claim (and is not among the tasks
-    /// the reminder says still run: it has finished).
+    /// `pick` runs without the ledger's lock: it may call into the manager or
+    /// the ledger. What it accepts is claimed only if it is still pending and
+    /// unclaimed when the claim is made; a result that finished meanwhile
+    /// waits for the next claim.
     #[must_use]
     pub fn claim_matching(
         &self,
-        owner: &ClaimOwner,
+        owner: ClaimOwner,
         pick: impl Fn(&AsyncTaskInfo) -> bool,
-    ) -> Option<Reminder> {
-        self.claim_within(owner, usize::MAX, pick)
+    ) -> Option<Claim> {
+        self.claim_where(owner, usize::MAX, pick, |_| true)
     }
 
     /// [`claim_matching`](Self::claim_matching), claiming only as many results
@@ -243,7 +201,7 @@ impl ClaimLedger {
     ///
     /// ```
     /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-    /// use asynctask_runtime::{ClaimLedger, ClaimOwner, RequestKey};
+    /// use asynctask_runtime::{ClaimLedger, ClaimOwner};
     ///
     /// let manager = AsyncTaskManager::new(asynctask_model::MaxAsyncTasks::UNLIMITED);
     /// for id in ["a", "b"] {
@@ -251,73 +209,32 @@ impl ClaimLedger {
     ///     manager.cancel_task(id);
     /// }
     /// let ledger = ClaimLedger::new(manager);
-    /// let first = ClaimOwner::Request(RequestKey::new("1"));
-    /// let reminder = ledger.claim_within(&first, 100, |_| true).expect("pending");
-    /// assert_eq!(reminder.task_ids, ["a"]);
-    /// assert!(reminder.text.contains("1 more async task(s) finished"));
-    /// ledger.acknowledge(&first);
-    /// let second = ClaimOwner::Request(RequestKey::new("2"));
-    /// assert_eq!(ledger.claim_within(&second, 100, |_| true).expect("b").task_ids, ["b"]);
+    /// let first = ledger.claim_within(ClaimOwner::Request, 100, |_| true).expect("pending");
+    /// assert_eq!(first.task_ids(), ["a"]);
+    /// assert!(first.reminder().text.contains("1 more async task(s) finished"));
+    /// first.acknowledge();
+    /// let second = ledger.claim_within(ClaimOwner::Request, 100, |_| true).expect("b");
+    /// assert_eq!(second.task_ids(), ["b"]);
     /// # Ok::<(), asynctask_manager::RegisterError>(())
     /// ```
     #[must_use]
     pub fn claim_within(
         &self,
-        owner: &ClaimOwner,
+        owner: ClaimOwner,
         max_chars: usize,
         pick: impl Fn(&AsyncTaskInfo) -> bool,
-    ) -> Option<Reminder> {
-        let pending = self.manager.pending_notifications();
-        let candidates: Vec<AsyncTaskInfo> = {
-            let state = self.lock();
-            if state.claims.contains_key(owner) {
-                return None;
-            }
-            pending
-                .into_iter()
-                .filter(|task| !state.is_held(&task.id))
-                .collect()
-        };
-        // The caller's code, with no lock held.
-        let picked: BTreeSet<String> = candidates
-            .into_iter()
-            .filter(|task| pick(task))
-            .map(|task| task.id)
-            .collect();
-        if picked.is_empty() {
-            return None;
-        }
-        let mut state = self.lock();
-        self.claim_locked(&mut state, owner, max_chars, |pending| {
-            pending.retain(|task| picked.contains(&task.id));
-            !pending.is_empty()
-        })
-    }
-
-    /// Releases whatever `owner` holds and claims again, under one lock (a
-    /// host that asks for a new next-turn reminder did not send the last one).
-    #[must_use]
-    pub fn reclaim(&self, owner: &ClaimOwner) -> Option<Reminder> {
-        let mut state = self.lock();
-        let released = !state.remove(owner).is_empty();
-        let reminder =
-            self.claim_locked(&mut state, owner, usize::MAX, |pending| !pending.is_empty());
-        drop(state);
-        if released {
-            self.changed.notify_waiters();
-        }
-        reminder
+    ) -> Option<Claim> {
+        self.claim_where(owner, max_chars, pick, |_| true)
     }
 
     /// For the auto-trigger: claims every unclaimed pending result, but only
     /// when one of them warrants waking the agent (a completion or a failure; a
     /// cancel alone does not: the user did it, and is there).
-    pub(crate) fn claim_waking(&self) -> Option<Reminder> {
-        let mut state = self.lock();
-        self.claim_locked(
-            &mut state,
-            &ClaimOwner::AutoTrigger,
+    pub(crate) fn claim_waking(&self) -> Option<Claim> {
+        self.claim_where(
+            ClaimOwner::AutoTrigger,
             usize::MAX,
+            |_| true,
             |pending| {
                 pending.iter().any(|task| {
                     matches!(
@@ -329,128 +246,102 @@ impl ClaimLedger {
         )
     }
 
-    /// Claims, for `owner`, the unclaimed pending tasks left by `accept` (which
-    /// may filter them, and says whether to claim at all), as many as fit in
-    /// `max_chars` ([`fitting`]). `accept` is this module's code: it runs under
-    /// the lock.
-    fn claim_locked(
+    /// The one way a claim is made: one look at the registry, `pick` (the
+    /// caller's, without a lock), then under the lock the unclaimed ones that
+    /// `accept` (ours) takes, as many as fit in `max_chars`, rendered once.
+    fn claim_where(
         &self,
-        state: &mut State,
-        owner: &ClaimOwner,
+        owner: ClaimOwner,
         max_chars: usize,
-        accept: impl FnOnce(&mut Vec<AsyncTaskInfo>) -> bool,
-    ) -> Option<Reminder> {
-        if state.claims.contains_key(owner) {
-            return None;
+        pick: impl Fn(&AsyncTaskInfo) -> bool,
+        accept: impl Fn(&[AsyncTaskInfo]) -> bool,
+    ) -> Option<Claim> {
+        loop {
+            let looked_at = self.lock().delivered;
+            // One read of the registry: a task that finishes meanwhile is
+            // either still counted as running or pending here, never missing
+            // from both.
+            let (pending, running) = self.manager().pending_and_running();
+            let mut picked: Vec<AsyncTaskInfo> =
+                pending.into_iter().filter(|task| pick(task)).collect();
+            if picked.is_empty() {
+                return None;
+            }
+            let mut state = self.lock();
+            if state.delivered != looked_at {
+                // Some results were marked notified since the look: one this
+                // look saw pending may be delivered now. Look again (each turn
+                // of this loop follows another delivery's progress).
+                continue;
+            }
+            picked.retain(|task| !state.is_claimed(&task.id));
+            if picked.is_empty() || !accept(&picked) {
+                return None;
+            }
+            let reminder = render_within(&picked, running, max_chars)?;
+            for id in &reminder.task_ids {
+                state.claim(id);
+            }
+            drop(state);
+            tracing::debug!(%owner, task_ids = ?reminder.task_ids, "results claimed");
+            return Some(Claim {
+                ledger: self.clone(),
+                owner,
+                reminder,
+            });
         }
-        // One read of the registry: a task that finishes meanwhile is either
-        // still counted as running or pending here, never missing from both.
-        let (pending, running) = self.manager.pending_and_running();
-        let mut pending: Vec<AsyncTaskInfo> = pending
-            .into_iter()
-            .filter(|task| !state.is_held(&task.id))
-            .collect();
-        if !accept(&mut pending) || pending.is_empty() {
-            return None;
-        }
-        let fit = fitting(&pending, running, max_chars);
-        let more = pending.len() - fit;
-        pending.truncate(fit);
-        let reminder = render_with_more(&pending, more, running)?;
-        for id in &reminder.task_ids {
-            state.hold(id);
-        }
-        state
-            .claims
-            .insert(owner.clone(), reminder.task_ids.clone());
-        tracing::debug!(%owner, task_ids = ?reminder.task_ids, "results claimed");
-        Some(reminder)
     }
 
-    /// The delivery `owner` holds succeeded: its tasks are marked notified, and
-    /// its claim ends. Returns the ids it carried (empty when it held none).
-    pub fn acknowledge(&self, owner: &ClaimOwner) -> Vec<String> {
-        // The claim ends, but its tasks stay held while the registry marks
-        // them: no other owner sees them as neither claimed nor delivered, and
-        // none waits for the marking (the manager's clock and journal run
-        // without the ledger's lock).
-        let ids = self.lock().take_claim(owner);
-        if ids.is_empty() {
-            return ids;
+    /// The host delivered these results by a way of its own (they need not be
+    /// claimed): they are marked notified. A result another claim carries
+    /// stays in that claim, whose end then changes nothing.
+    pub(crate) fn acknowledge_unclaimed(&self, task_ids: &[String]) {
+        if task_ids.is_empty() {
+            return;
         }
-        self.manager.mark_all_notified(&ids);
-        // Marked (or, if the journal refused, pending again): let them go.
-        self.lock().unhold(&ids);
-        tracing::debug!(%owner, task_ids = ?ids, "results acknowledged");
-        self.changed.notify_waiters();
-        ids
-    }
-
-    /// The host delivered these tasks (all of them, claimed by `owner` or
-    /// not): they are marked notified and leave `owner`'s claim; what is left
-    /// of the claim stays held.
-    pub fn acknowledge_ids(&self, owner: &ClaimOwner, task_ids: &[String]) {
         {
             let mut state = self.lock();
-            // Each task leaves `owner`'s claim keeping its hold, or (claimed by
-            // nobody, or by another owner) gets one now: held until marked,
-            // like in `acknowledge`.
-            let mut unclaimed = Vec::new();
-            match state.claims.get_mut(owner) {
-                Some(held) => {
-                    for id in task_ids {
-                        match held.iter().position(|h| h == id) {
-                            Some(at) => {
-                                held.remove(at);
-                            }
-                            None => unclaimed.push(id),
-                        }
-                    }
-                    if held.is_empty() {
-                        state.claims.remove(owner);
-                    }
-                }
-                None => unclaimed.extend(task_ids),
-            }
-            for id in unclaimed {
-                state.hold(id);
+            for id in task_ids {
+                state.claim(id);
             }
         }
-        self.manager.mark_all_notified(task_ids);
-        self.lock().unhold(task_ids);
-        tracing::debug!(%owner, task_ids = ?task_ids, "results acknowledged");
-        self.changed.notify_waiters();
+        self.mark_and_unclaim(task_ids);
     }
 
-    /// The delivery `owner` holds did not happen: its tasks are pending again,
-    /// for the next claim. Returns the ids it held.
-    pub fn release(&self, owner: &ClaimOwner) -> Vec<String> {
-        let ids = self.lock().remove(owner);
-        if !ids.is_empty() {
-            tracing::debug!(%owner, task_ids = ?ids, "claim released");
-            self.changed.notify_waiters();
+    /// Marks `task_ids` notified (they are claimed: no other owner takes them
+    /// meanwhile, and none waits for the manager's clock or journal), then
+    /// lets them go.
+    fn mark_and_unclaim(&self, task_ids: &[String]) {
+        self.manager().mark_all_notified(task_ids);
+        {
+            let mut state = self.lock();
+            state.unclaim(task_ids);
+            state.delivered += 1;
         }
-        ids
+        self.inner.changed.notify_waiters();
     }
 
-    /// The tasks `owner` holds (empty when none).
-    #[must_use]
-    pub fn held_by(&self, owner: &ClaimOwner) -> Vec<String> {
-        self.lock().claims.get(owner).cloned().unwrap_or_default()
+    /// Lets `task_ids` go, pending again.
+    fn unclaim(&self, task_ids: &[String]) {
+        if task_ids.is_empty() {
+            return;
+        }
+        self.lock().unclaim(task_ids);
+        self.inner.changed.notify_waiters();
     }
 
-    /// Whether task `id` is claimed by some owner (or being marked notified
-    /// after its claim was acknowledged).
+    /// Whether task `id`'s result is carried by a claim (or being marked
+    /// notified by an acknowledgement).
     #[must_use]
     pub fn is_claimed(&self, id: &str) -> bool {
-        self.lock().is_held(id)
+        self.lock().is_claimed(id)
     }
 
     /// Resolves the next time a claim ends (acknowledged or released) or a task
     /// finishes. Create and [`enable`](Notified::enable) it *before* looking at
     /// the ledger, then await it, so nothing that happens in between is missed.
     pub fn changed(&self) -> Notified<'_> {
-        self.changed.notified()
+        self.inner.changed.notified()
     }
 
     /// Wakes every [`changed`](Self::changed) waiter, for a change the ledger
@@ -472,7 +363,7 @@ impl ClaimLedger {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn notify_changed(&self) {
-        self.changed.notify_waiters();
+        self.inner.changed.notify_waiters();
     }
 }
 
@@ -480,7 +371,96 @@ impl fmt::Debug for ClaimLedger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.lock();
         f.debug_struct("ClaimLedger")
-            .field("claims", &state.claims)
+            .field("claimed", &state.claimed.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A claim on finished tasks' results: the [`Reminder`] that carries them,
+/// owned by the delivery that carries it. It ends exactly once:
+/// [`acknowledge`](Self::acknowledge) when the delivery succeeded, or dropped
+/// (released) when it did not — then the results are pending again, for the
+/// next claim.
+///
+/// Made by a [`ClaimLedger`]; see there for an example.
+#[must_use = "dropping a claim releases its results: acknowledge it once they are delivered"]
+pub struct Claim {
+    ledger: ClaimLedger,
+    owner: ClaimOwner,
+    reminder: Reminder,
+}
+
+impl Claim {
+    /// Who carries it.
+    #[must_use]
+    pub fn owner(&self) -> ClaimOwner {
+        self.owner
+    }
+
+    /// The reminder that carries the claimed results (its text says how many
+    /// tasks still run and, for a claim within a budget, how many more wait).
+    #[must_use]
+    pub fn reminder(&self) -> &Reminder {
+        &self.reminder
+    }
+
+    /// The claimed tasks, in registration order.
+    #[must_use]
+    pub fn task_ids(&self) -> &[String] {
+        &self.reminder.task_ids
+    }
+
+    /// The delivery succeeded: the tasks are marked notified, and the claim
+    /// ends. Returns their ids.
+    ///
+    /// Once this returns no other claim ever carries them. (Should the
+    /// registry's journal fail to record the marks, they are kept in memory
+    /// and written with the journal's next successful write.)
+    pub fn acknowledge(mut self) -> Vec<String> {
+        let ids = std::mem::take(&mut self.reminder.task_ids);
+        if !ids.is_empty() {
+            self.ledger.mark_and_unclaim(&ids);
+            tracing::debug!(owner = %self.owner, task_ids = ?ids, "results acknowledged");
+        }
+        ids
+    }
+
+    /// The delivery carried only `task_ids` (a host that acknowledges part of a
+    /// reminder): those are marked notified, and the claim goes on with the
+    /// rest, or ends when nothing is left (`None`). Ids it does not carry are
+    /// ignored.
+    pub fn acknowledge_some(mut self, task_ids: &[String]) -> Option<Claim> {
+        let (delivered, rest): (Vec<String>, Vec<String>) =
+            std::mem::take(&mut self.reminder.task_ids)
+                .into_iter()
+                .partition(|id| task_ids.contains(id));
+        self.reminder.task_ids = rest;
+        if !delivered.is_empty() {
+            self.ledger.mark_and_unclaim(&delivered);
+            tracing::debug!(owner = %self.owner, task_ids = ?delivered, "results acknowledged");
+        }
+        (!self.reminder.task_ids.is_empty()).then_some(self)
+    }
+
+    /// The delivery did not happen: the results are pending again. The same as
+    /// dropping the claim, said out loud.
+    pub fn release(self) {}
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.reminder.task_ids.is_empty() {
+            tracing::debug!(owner = %self.owner, task_ids = ?self.reminder.task_ids, "claim released");
+            self.ledger.unclaim(&self.reminder.task_ids);
+        }
+    }
+}
+
+impl fmt::Debug for Claim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claim")
+            .field("owner", &self.owner)
+            .field("task_ids", &self.reminder.task_ids)
             .finish_non_exhaustive()
     }
 }
@@ -508,14 +488,14 @@ mod tests {
                 AsyncTaskStatus::Cancelled => {
                     manager.cancel_task(id);
                 }
-                AsyncTaskStatus::Running => {}
+                _ => {}
             }
         }
         ClaimLedger::new(manager)
     }
 
-    fn request(key: &str) -> ClaimOwner {
-        ClaimOwner::Request(RequestKey::new(key))
+    fn ids(claim: &Option<Claim>) -> Option<Vec<String>> {
+        claim.as_ref().map(|claim| claim.task_ids().to_vec())
     }
 
     #[test]
@@ -524,37 +504,39 @@ mod tests {
             ("a", AsyncTaskStatus::Completed),
             ("b", AsyncTaskStatus::Failed),
         ]);
-        let first = ledger.claim(&request("1")).expect("claimed");
-        assert_eq!(first.task_ids, ["a", "b"]);
-        assert_eq!(ledger.claim(&request("2")), None);
-        assert_eq!(ledger.claim(&request("1")), None, "one claim per owner");
-        assert_eq!(ledger.claim_waking(), None);
-        assert_eq!(ledger.acknowledge(&request("1")), ["a", "b"]);
+        let first = ledger.claim(ClaimOwner::Request).expect("claimed");
+        assert_eq!(first.task_ids(), ["a", "b"]);
+        assert_eq!(ids(&ledger.claim(ClaimOwner::Request)), None);
+        assert_eq!(ids(&ledger.claim_waking()), None);
+        assert_eq!(first.acknowledge(), ["a", "b"]);
         assert!(ledger.manager().pending_notifications().is_empty());
-        assert_eq!(ledger.claim(&request("2")), None);
+        assert_eq!(ids(&ledger.claim(ClaimOwner::Request)), None);
     }
 
     #[test]
-    fn a_released_claim_goes_to_the_next_owner() {
+    fn a_dropped_claim_goes_to_the_next_owner() {
         let ledger = ledger_with(&[("a", AsyncTaskStatus::Completed)]);
-        assert!(ledger.claim(&ClaimOwner::NextTurn).is_some());
-        assert_eq!(ledger.release(&ClaimOwner::NextTurn), ["a"]);
-        assert_eq!(ledger.release(&ClaimOwner::NextTurn), Vec::<String>::new());
-        let again = ledger.claim_waking().expect("pending again");
-        assert_eq!(again.task_ids, ["a"]);
+        let next_turn = ledger.claim(ClaimOwner::NextTurn);
         assert!(ledger.is_claimed("a"));
+        drop(next_turn);
+        assert!(!ledger.is_claimed("a"));
+        let again = ledger.claim_waking().expect("pending again");
+        assert_eq!(again.task_ids(), ["a"]);
+        assert_eq!(again.owner(), ClaimOwner::AutoTrigger);
+        again.release();
+        assert!(!ledger.is_claimed("a"));
     }
 
     #[test]
     fn a_cancel_alone_does_not_wake_but_rides_along() {
         let ledger = ledger_with(&[("a", AsyncTaskStatus::Cancelled)]);
-        assert_eq!(ledger.claim_waking(), None);
+        assert_eq!(ids(&ledger.claim_waking()), None);
         let ledger = ledger_with(&[
             ("a", AsyncTaskStatus::Cancelled),
             ("b", AsyncTaskStatus::Completed),
         ]);
         assert_eq!(
-            ledger.claim_waking().map(|r| r.task_ids),
+            ids(&ledger.claim_waking()),
             Some(vec!["a".into(), "b".into()])
         );
     }
@@ -566,11 +548,11 @@ mod tests {
             ("b", AsyncTaskStatus::Completed),
         ]);
         let mine = ledger
-            .claim_matching(&request("1"), |task| task.id == "b")
+            .claim_matching(ClaimOwner::Request, |task| task.id == "b")
             .expect("b is pending");
-        assert_eq!(mine.task_ids, ["b"]);
+        assert_eq!(mine.task_ids(), ["b"]);
         assert_eq!(
-            ledger.claim(&request("2")).map(|r| r.task_ids),
+            ids(&ledger.claim(ClaimOwner::Request)),
             Some(vec!["a".into()])
         );
     }
@@ -581,26 +563,49 @@ mod tests {
             ("a", AsyncTaskStatus::Completed),
             ("b", AsyncTaskStatus::Completed),
         ]);
+        let theirs = std::cell::RefCell::new(None);
         let mine = ledger
-            .claim_matching(&request("1"), |task| {
+            .claim_matching(ClaimOwner::Request, |task| {
                 // Back into the ledger from `pick`: another owner takes "a"
                 // between the look and the claim.
                 if task.id == "a" {
-                    let theirs = ledger.claim_matching(&request("2"), |t| t.id == "a");
-                    assert_eq!(theirs.map(|r| r.task_ids), Some(vec!["a".to_owned()]));
+                    *theirs.borrow_mut() =
+                        ledger.claim_matching(ClaimOwner::Request, |t| t.id == "a");
                 }
                 true
             })
             .expect("b is still unclaimed");
-        assert_eq!(mine.task_ids, ["b"]);
-        assert_eq!(ledger.held_by(&request("2")), ["a"]);
+        assert_eq!(mine.task_ids(), ["b"]);
+        assert_eq!(ids(&theirs.into_inner()), Some(vec!["a".to_owned()]));
+    }
+
+    #[test]
+    fn a_look_that_a_delivery_overtook_looks_again() {
+        let ledger = ledger_with(&[
+            ("a", AsyncTaskStatus::Completed),
+            ("b", AsyncTaskStatus::Completed),
+        ]);
+        let held = ledger
+            .claim_matching(ClaimOwner::Request, |task| task.id == "a")
+            .expect("a");
+        let held = std::cell::RefCell::new(Some(held));
+        // This claim looks while "a" is claimed; from its `pick` (between the
+        // look and the lock) the other claim is acknowledged: "a" is no longer
+        // claimed then, but delivered, and must not be carried again.
+        let claimed = ledger.claim_matching(ClaimOwner::Request, |_| {
+            if let Some(claim) = held.borrow_mut().take() {
+                claim.acknowledge();
+            }
+            true
+        });
+        assert_eq!(ids(&claimed), Some(vec!["b".to_owned()]));
     }
 
     /// A clock that, when armed, looks at the ledger from inside the
     /// manager's marking (the manager reads its clock there).
     #[derive(Debug, Default)]
     struct ProbingClock {
-        ledger: std::sync::OnceLock<std::sync::Weak<ClaimLedger>>,
+        ledger: std::sync::OnceLock<std::sync::Weak<Inner>>,
         armed: std::sync::atomic::AtomicBool,
         /// What another owner could claim, and whether "a" was claimed, at
         /// each probe.
@@ -610,11 +615,12 @@ mod tests {
     impl asynctask_model::Clock for ProbingClock {
         fn now_ms(&self) -> u64 {
             let armed = self.armed.swap(false, std::sync::atomic::Ordering::SeqCst);
-            if let Some(ledger) = self.ledger.get().and_then(std::sync::Weak::upgrade)
+            if let Some(inner) = self.ledger.get().and_then(std::sync::Weak::upgrade)
                 && armed
             {
-                let other = ledger.claim(&request("prober")).map(|r| r.task_ids);
-                let probe = (other, ledger.is_claimed("a"));
+                let ledger = ClaimLedger { inner };
+                let other = ledger.claim(ClaimOwner::Request);
+                let probe = (ids(&other), ledger.is_claimed("a"));
                 self.probes.lock().expect("probes").push(probe);
             }
             1_000
@@ -634,59 +640,58 @@ mod tests {
                 .expect("registered");
             manager.complete_task(id, OutputObject::new(TerminateReason::Goal));
         }
-        let ledger = Arc::new(ClaimLedger::new(manager));
-        clock.ledger.set(Arc::downgrade(&ledger)).expect("set once");
+        let ledger = ClaimLedger::new(manager);
+        clock
+            .ledger
+            .set(Arc::downgrade(&ledger.inner))
+            .expect("set once");
 
         // `acknowledge`: while the registry marks "a", another owner (the
-        // clock, here) gets nothing, and sees "a" still claimed.
-        assert!(
-            ledger
-                .claim_matching(&request("1"), |t| t.id == "a")
-                .is_some()
-        );
+        // clock, here) gets only "b", and sees "a" still claimed.
+        let claim = ledger
+            .claim_matching(ClaimOwner::Request, |t| t.id == "a")
+            .expect("a");
         clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-        assert_eq!(ledger.acknowledge(&request("1")), ["a"]);
+        assert_eq!(claim.acknowledge(), ["a"]);
         assert_eq!(
             *clock.probes.lock().expect("probes"),
             [(Some(vec!["b".to_owned()]), true)]
         );
         assert!(!ledger.is_claimed("a"));
-        assert_eq!(ledger.release(&request("prober")), ["b"]);
 
-        // `acknowledge_ids` of a task nobody claimed: held while it is marked.
+        // A result nobody claimed, acknowledged by the host: claimed while it
+        // is marked.
         clock.probes.lock().expect("probes").clear();
         clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-        ledger.acknowledge_ids(&ClaimOwner::NextTurn, &["b".to_owned()]);
+        ledger.acknowledge_unclaimed(&["b".to_owned()]);
         let probes = clock.probes.lock().expect("probes").clone();
         assert_eq!(
             probes,
             [(None, false)],
-            "b held while marked: nothing to claim"
+            "b claimed while marked: nothing to take"
         );
         assert!(!ledger.is_claimed("b"));
         assert!(ledger.manager().pending_notifications().is_empty());
     }
 
     #[test]
-    fn reclaim_and_partial_acknowledgement() {
+    fn a_claim_acknowledged_in_parts() {
         let ledger = ledger_with(&[
             ("a", AsyncTaskStatus::Completed),
             ("b", AsyncTaskStatus::Completed),
         ]);
-        assert!(ledger.claim(&ClaimOwner::NextTurn).is_some());
-        let again = ledger
-            .reclaim(&ClaimOwner::NextTurn)
-            .expect("the same tasks");
-        assert_eq!(again.task_ids, ["a", "b"]);
-        ledger.acknowledge_ids(&ClaimOwner::NextTurn, &["a".to_owned()]);
-        assert_eq!(ledger.held_by(&ClaimOwner::NextTurn), ["b"]);
-        assert!(!ledger.is_claimed("a"));
+        let claim = ledger.claim(ClaimOwner::NextTurn).expect("both");
+        let rest = claim
+            .acknowledge_some(&["a".to_owned(), "z".to_owned()])
+            .expect("b is left");
+        assert_eq!(rest.task_ids(), ["b"]);
+        assert!(!ledger.is_claimed("a") && ledger.is_claimed("b"));
         assert_eq!(ledger.manager().pending_notifications().len(), 1);
-        // Acknowledging a task held by another owner leaves that owner's hold.
-        assert!(ledger.claim(&request("1")).is_none(), "b is held");
-        ledger.acknowledge_ids(&request("1"), &["b".to_owned()]);
+        // Acknowledging a result another claim carries leaves that claim.
+        ledger.acknowledge_unclaimed(&["b".to_owned()]);
         assert!(ledger.is_claimed("b"), "still in the next turn's claim");
-        assert_eq!(ledger.acknowledge(&ClaimOwner::NextTurn), ["b"]);
+        assert!(rest.acknowledge_some(&["b".to_owned()]).is_none());
         assert!(!ledger.is_claimed("b"));
+        assert!(ledger.manager().pending_notifications().is_empty());
     }
 }

@@ -56,7 +56,7 @@ pub use crate::continuation::{
     MAX_TASK_DESCRIPTION_LENGTH, MIN_CONTINUATION_INTERVAL_MS, TodoContinuationService,
 };
 pub use crate::host::{AgentHost, TriggerError};
-pub use crate::ledger::{ClaimLedger, ClaimOwner, RequestKey};
+pub use crate::ledger::{Claim, ClaimLedger, ClaimOwner};
 pub use crate::reminder::{AsyncTaskReminderService, Reminder};
 pub use crate::runtime::{
     AsyncTaskRuntime, AsyncTaskRuntimeBuilder, BuildError, SHUTDOWN_TIMEOUT, SettingError,

@@ -1,6 +1,8 @@
 //! The reminder service: the status summary and the `System Note` reminders the
 //! model reads, rendered from the registry.
 
+use std::borrow::Cow;
+
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 use asynctask_tools::{completion_notification, id_prefix};
@@ -121,69 +123,79 @@ impl AsyncTaskReminderService {
     }
 }
 
-/// The reminder for `pending` (in order) and `running` tasks: `---\nSystem Note:
-/// Async Task Status\n\n` + parts joined by blank lines + `\n---`; `None` when
+/// The reminder for `pending` (in order) and `running` tasks; `None` when
 /// there is nothing to say.
 pub(crate) fn render(pending: &[AsyncTaskInfo], running: usize) -> Option<Reminder> {
-    render_with_more(pending, 0, running)
+    render_within(pending, running, usize::MAX)
 }
 
-/// [`render`], saying that `more` finished tasks were left for a later
-/// reminder (a claim within a size budget).
-pub(crate) fn render_with_more(
+/// The reminder for as many of `pending`, from the first, as fit in about
+/// `max_chars` characters — at least one (a single result larger than the
+/// budget still goes, whole) — saying how many more wait and how many tasks
+/// still run. Each completion notification is rendered once. `None` when
+/// there is nothing to say.
+pub(crate) fn render_within(
     pending: &[AsyncTaskInfo],
-    more: usize,
     running: usize,
+    max_chars: usize,
 ) -> Option<Reminder> {
-    if pending.is_empty() && running == 0 {
-        return None;
+    // What the frame costs around the notifications, at most: every count at
+    // its largest, the "more" line included.
+    let frame_cost =
+        frame(pending.len(), "", pending.len(), running).map_or(0, |text| text.chars().count());
+    let mut notes = String::new();
+    let mut used = frame_cost;
+    let mut carried = 0;
+    for task in pending {
+        let note = completion_notification(task);
+        let separator = if carried == 0 { "" } else { "\n\n" };
+        let cost = separator.len() + note.chars().count();
+        if carried > 0 && used.saturating_add(cost) > max_chars {
+            break;
+        }
+        used = used.saturating_add(cost);
+        notes.push_str(separator);
+        notes.push_str(&note);
+        carried += 1;
     }
-    let mut parts = Vec::with_capacity(pending.len() + 3);
-    if !pending.is_empty() {
-        parts.push(format!("{} async task(s) completed:", pending.len()));
-        parts.extend(pending.iter().map(completion_notification));
-    }
-    if more > 0 {
-        parts.push(more_text(more));
-    }
-    if running > 0 {
-        parts.push(format!("{running} async task(s) still running."));
-    }
+    let text = frame(carried, &notes, pending.len() - carried, running)?;
     Some(Reminder {
-        text: format!(
-            "---\nSystem Note: Async Task Status\n\n{}\n---",
-            parts.join("\n\n")
-        ),
-        task_ids: pending.iter().map(|task| task.id.clone()).collect(),
+        text,
+        task_ids: pending[..carried]
+            .iter()
+            .map(|task| task.id.clone())
+            .collect(),
     })
 }
 
-/// The line saying that `more` finished tasks' results come later.
-fn more_text(more: usize) -> String {
-    format!("{more} more async task(s) finished; their results follow in the next reminder.")
-}
-
-/// How many of `pending`, from the first, a reminder that also counts
-/// `running` tasks carries within `max_chars` characters: at least one (a single result larger than the budget
-/// still goes, whole), then as many as fit.
-pub(crate) fn fitting(pending: &[AsyncTaskInfo], running: usize, max_chars: usize) -> usize {
-    if max_chars == usize::MAX {
-        return pending.len();
+/// The one frame of every reminder: `---\nSystem Note: Async Task Status\n\n`,
+/// then these parts joined by blank lines, then `\n---` — `N async task(s)
+/// completed:` and `notes` (the completion notifications of `finished` tasks,
+/// joined by blank lines) when `finished > 0`; the line saying that `more`
+/// finished tasks' results follow later, when `more > 0`; `M async task(s)
+/// still running.` when `running > 0`. `None` when there is no part.
+fn frame(finished: usize, notes: &str, more: usize, running: usize) -> Option<String> {
+    let mut parts: Vec<Cow<'_, str>> = Vec::with_capacity(4);
+    if finished > 0 {
+        parts.push(format!("{finished} async task(s) completed:").into());
+        parts.push(notes.into());
     }
-    // The frame, the header, the "more" and "still running" lines: what a
-    // reminder costs besides its results (at most).
-    let mut used = "---\nSystem Note: Async Task Status\n\n\n---".len()
-        + format!("{} async task(s) completed:", pending.len()).len()
-        + 2
-        + more_text(pending.len()).len()
-        + 2
-        + format!("{running} async task(s) still running.").len();
-    for (at, task) in pending.iter().enumerate() {
-        let cost = completion_notification(task).chars().count() + 2;
-        if at > 0 && used.saturating_add(cost) > max_chars {
-            return at;
-        }
-        used = used.saturating_add(cost);
+    if more > 0 {
+        parts.push(
+            format!(
+                "{more} more async task(s) finished; their results follow in the next reminder."
+            )
+            .into(),
+        );
     }
-    pending.len()
+    if running > 0 {
+        parts.push(format!("{running} async task(s) still running.").into());
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "---\nSystem Note: Async Task Status\n\n{}\n---",
+        parts.join("\n\n")
+    ))
 }

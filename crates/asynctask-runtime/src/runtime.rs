@@ -78,7 +78,7 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct AsyncTaskRuntime {
     manager: AsyncTaskManager,
     reminders: AsyncTaskReminderService,
-    claims: Arc<ClaimLedger>,
+    claims: ClaimLedger,
     delivery: Arc<Delivery>,
     task_tool: Option<Arc<TaskTool>>,
     message_tool: Option<Arc<MessageAsyncTaskTool>>,
@@ -241,7 +241,7 @@ impl AsyncTaskRuntimeBuilder {
             None => AsyncTaskManager::with_clock(self.max_async_tasks, Arc::clone(&clock)),
         };
         let reminders = AsyncTaskReminderService::new(manager.clone());
-        let claims = Arc::new(ClaimLedger::new(manager.clone()));
+        let claims = ClaimLedger::new(manager.clone());
         let tracker = TaskTracker::new();
         let stopping = CancellationToken::new();
         if journaled {
@@ -251,7 +251,7 @@ impl AsyncTaskRuntimeBuilder {
             );
         }
         let delivery = Arc::new(Delivery::new(
-            Arc::clone(&claims),
+            claims.clone(),
             reminders.clone(),
             self.host,
             handle,
@@ -432,7 +432,7 @@ impl AsyncTaskRuntime {
     /// [`AutoTrigger`](crate::ClaimOwner::AutoTrigger) and
     /// [`NextTurn`](crate::ClaimOwner::NextTurn) are the runtime's own.
     #[must_use]
-    pub fn claims(&self) -> &Arc<ClaimLedger> {
+    pub fn claims(&self) -> &ClaimLedger {
         &self.claims
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use asynctask_manager::RegisterTaskInput;
 use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_runtime::{AsyncTaskRuntime, ClaimOwner, RequestKey};
+use asynctask_runtime::{AsyncTaskRuntime, Claim, ClaimOwner};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
@@ -337,10 +337,11 @@ proptest! {
             }
             let mut acked: Vec<String> = Vec::new();
             let mut held: Option<asynctask_runtime::Reminder> = None;
-            let claims = std::sync::Arc::clone(runtime.claims());
-            let request = |k: usize| ClaimOwner::Request(RequestKey::new(format!("call-{k}")));
-            // What each request claimed, to check that acknowledging gives back
-            // exactly that.
+            let claims = runtime.claims().clone();
+            // The claim each request holds (a request holds at most one: it
+            // claims again only once its response ended), and the ids it
+            // carried, to check that acknowledging gives back exactly that.
+            let mut requests: [Option<Claim>; 2] = [None, None];
             let mut requested: [Vec<String>; 2] = [Vec::new(), Vec::new()];
             for step in steps {
                 match step {
@@ -362,29 +363,31 @@ proptest! {
                         }
                     }
                     Step::RequestClaim(k) => {
-                        if let Some(reminder) = claims.claim(&request(k)) {
+                        if requests[k].is_none() && let Some(claim) = claims.claim(ClaimOwner::Request) {
                             prop_assert!(requested[k].is_empty(), "one claim per owner");
-                            requested[k] = reminder.task_ids;
+                            requested[k] = claim.task_ids().to_vec();
+                            requests[k] = Some(claim);
                         }
                     }
                     Step::RequestClaimSome(k) => {
                         let even = |task: &asynctask_model::AsyncTaskInfo| {
                             task.id.ends_with(['0', '2', '4'])
                         };
-                        if let Some(reminder) = claims.claim_matching(&request(k), even) {
+                        if requests[k].is_none() && let Some(claim) = claims.claim_matching(ClaimOwner::Request, even) {
                             prop_assert!(requested[k].is_empty(), "one claim per owner");
-                            prop_assert!(reminder.task_ids.iter().all(|id| id.ends_with(['0', '2', '4'])));
-                            requested[k] = reminder.task_ids;
+                            prop_assert!(claim.task_ids().iter().all(|id| id.ends_with(['0', '2', '4'])));
+                            requested[k] = claim.task_ids().to_vec();
+                            requests[k] = Some(claim);
                         }
                     }
                     Step::RequestAck(k) => {
-                        let ids = claims.acknowledge(&request(k));
+                        let ids = requests[k].take().map(Claim::acknowledge).unwrap_or_default();
                         prop_assert_eq!(&ids, &requested[k]);
                         acked.extend(ids);
                         requested[k].clear();
                     }
                     Step::RequestRelease(k) => {
-                        let ids = claims.release(&request(k));
+                        let ids = requests[k].take().map(|claim| claim.task_ids().to_vec()).unwrap_or_default();
                         prop_assert_eq!(&ids, &requested[k]);
                         requested[k].clear();
                     }
@@ -392,8 +395,10 @@ proptest! {
                 }
             }
             // Requests still in flight end: one is written, the other cancelled.
-            acked.extend(claims.acknowledge(&request(0)));
-            claims.release(&request(1));
+            if let Some(claim) = requests[0].take() {
+                acked.extend(claim.acknowledge());
+            }
+            drop(requests[1].take());
             // Drain: finish everything, let the host work, then take what is left
             // (cancel-only leftovers never wake the agent) through a next turn.
             for id in &ids {

@@ -6,7 +6,7 @@ use std::thread;
 
 use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
 use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_runtime::{ClaimLedger, ClaimOwner, RequestKey};
+use asynctask_runtime::{ClaimLedger, ClaimOwner};
 use pretty_assertions::assert_eq;
 
 const TASKS: usize = 200;
@@ -22,7 +22,7 @@ fn concurrent_owners_acknowledge_every_result_exactly_once() {
                 .register_task(RegisterTaskInput::new(id.clone(), "sub", "g"))
                 .expect("unlimited");
         }
-        let ledger = Arc::new(ClaimLedger::new(manager.clone()));
+        let ledger = ClaimLedger::new(manager.clone());
         let acknowledged = Arc::new(Mutex::new(Vec::new()));
         let start = Arc::new(Barrier::new(OWNERS + 1));
         let finisher = {
@@ -41,40 +41,47 @@ fn concurrent_owners_acknowledge_every_result_exactly_once() {
         let owners: Vec<_> = (0..OWNERS)
             .map(|n| {
                 let (ledger, acknowledged, start) = (
-                    Arc::clone(&ledger),
+                    ledger.clone(),
                     Arc::clone(&acknowledged),
                     Arc::clone(&start),
                 );
                 thread::spawn(move || {
-                    let owner = ClaimOwner::Request(RequestKey::new(format!("owner-{n}")));
                     start.wait();
                     for attempt in 0..400 {
                         let claimed = if n == 0 {
                             // Picks the even tasks, looking at the ledger as it
                             // does so (`pick` runs without the ledger's lock).
-                            ledger.claim_matching(&owner, |task| {
+                            ledger.claim_matching(ClaimOwner::Request, |task| {
                                 !ledger.is_claimed(&task.id)
                                     && task.id.ends_with(['0', '2', '4', '6', '8'])
                             })
                         } else {
-                            ledger.claim(&owner)
+                            ledger.claim(ClaimOwner::Request)
                         };
-                        if let Some(reminder) = claimed {
+                        if let Some(claim) = claimed {
                             // Every other delivery "fails" and is released.
                             if (attempt + n) % 2 == 0 {
-                                assert_eq!(ledger.release(&owner), reminder.task_ids);
+                                let ids = claim.task_ids().to_vec();
+                                drop(claim);
+                                assert!(ids.iter().all(|id| !ledger.is_claimed(id)));
                             } else if n == 1 {
                                 // Acknowledged in two parts, by id.
-                                let ids = reminder.task_ids;
+                                let ids = claim.task_ids().to_vec();
                                 let (first, rest) = ids.split_at(ids.len() / 2);
-                                ledger.acknowledge_ids(&owner, first);
-                                assert_eq!(ledger.held_by(&owner), rest);
-                                ledger.acknowledge_ids(&owner, rest);
-                                assert!(ledger.held_by(&owner).is_empty());
+                                let left = claim.acknowledge_some(first);
+                                assert_eq!(
+                                    left.as_ref()
+                                        .map(|claim| claim.task_ids())
+                                        .unwrap_or_default(),
+                                    rest
+                                );
+                                let left = left.and_then(|claim| claim.acknowledge_some(rest));
+                                assert!(left.is_none());
                                 acknowledged.lock().expect("lock").extend(ids);
                             } else {
-                                let ids = ledger.acknowledge(&owner);
-                                assert_eq!(ids, reminder.task_ids);
+                                let carried = claim.task_ids().to_vec();
+                                let ids = claim.acknowledge();
+                                assert_eq!(ids, carried);
                                 acknowledged.lock().expect("lock").extend(ids);
                             }
                         }
@@ -88,12 +95,11 @@ fn concurrent_owners_acknowledge_every_result_exactly_once() {
             owner.join().expect("owner");
         }
         // Whatever is left goes to one last owner.
-        let last = ClaimOwner::NextTurn;
-        if ledger.claim(&last).is_some() {
+        if let Some(last) = ledger.claim(ClaimOwner::NextTurn) {
             acknowledged
                 .lock()
                 .expect("lock")
-                .extend(ledger.acknowledge(&last));
+                .extend(last.acknowledge());
         }
         let mut seen = acknowledged.lock().expect("lock").clone();
         seen.sort();
@@ -120,7 +126,7 @@ fn a_claim_counts_every_task_as_pending_or_running_while_tasks_finish() {
                 .register_task(RegisterTaskInput::new(id.clone(), "sub", "g"))
                 .expect("unlimited");
         }
-        let ledger = Arc::new(ClaimLedger::new(manager.clone()));
+        let ledger = ClaimLedger::new(manager.clone());
         let start = Arc::new(Barrier::new(2));
         let finisher = {
             let (manager, ids, start) = (manager.clone(), ids.clone(), Arc::clone(&start));
@@ -132,12 +138,12 @@ fn a_claim_counts_every_task_as_pending_or_running_while_tasks_finish() {
                 }
             })
         };
-        let owner = ClaimOwner::Request(RequestKey::new("looker"));
         start.wait();
         for _ in 0..200 {
             // Nothing is ever delivered: every task is either pending (and
             // claimed here) or still running, in one and the same reminder.
-            if let Some(reminder) = ledger.claim(&owner) {
+            if let Some(claim) = ledger.claim(ClaimOwner::Request) {
+                let reminder = claim.reminder();
                 assert_eq!(
                     reminder.task_ids.len() + running_in(&reminder.text),
                     FEW,
@@ -146,7 +152,7 @@ fn a_claim_counts_every_task_as_pending_or_running_while_tasks_finish() {
                     running_in(&reminder.text),
                     reminder.task_ids
                 );
-                ledger.release(&owner);
+                claim.release();
             }
             thread::yield_now();
         }

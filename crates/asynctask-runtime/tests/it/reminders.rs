@@ -51,34 +51,36 @@ fn reminder_text_and_ids() {
 
 #[test]
 fn a_claim_within_a_budget_carries_what_fits_and_says_how_many_wait() {
-    use asynctask_runtime::{ClaimLedger, ClaimOwner, RequestKey};
+    use asynctask_runtime::{ClaimLedger, ClaimOwner};
     let manager = fixture();
     let ledger = ClaimLedger::new(manager.clone());
-    let owner = |key: &str| ClaimOwner::Request(RequestKey::new(key));
-    let whole = ledger
-        .claim_within(&owner("all"), usize::MAX, |_| true)
-        .unwrap();
+    let claim = |max| {
+        ledger
+            .claim_within(ClaimOwner::Request, max, |_| true)
+            .unwrap()
+    };
+    let whole = claim(usize::MAX).reminder().clone();
     assert_eq!(
         Some(whole.clone()),
         service().reminder(),
         "no budget: everything"
     );
-    ledger.release(&owner("all"));
 
     // A budget below one result still carries one, whole.
-    let first = ledger.claim_within(&owner("1"), 1, |_| true).unwrap();
-    assert_eq!(first.task_ids, ["7b2e0d44-1c9a"]);
-    insta::assert_snapshot!("reminder_within_budget", first.text);
+    let first = claim(1);
+    assert_eq!(first.task_ids(), ["7b2e0d44-1c9a"]);
+    insta::assert_snapshot!("reminder_within_budget", first.reminder().text);
     // The rest wait, unclaimed, for the next claim.
-    let second = ledger.claim_within(&owner("2"), 1, |_| true).unwrap();
-    assert_eq!(second.task_ids, ["c91d5e8f-3a7b"]);
-    ledger.acknowledge(&owner("1"));
-    ledger.acknowledge(&owner("2"));
+    let second = claim(1);
+    assert_eq!(second.task_ids(), ["c91d5e8f-3a7b"]);
+    first.acknowledge();
+    second.acknowledge();
     // A budget that fits the last one: no "more" line.
-    let last = ledger.claim_within(&owner("3"), 2_000, |_| true).unwrap();
-    assert_eq!(last.task_ids, ["e4a8b7c2-9d1f"]);
-    assert!(!last.text.contains("more async task"), "{}", last.text);
-    ledger.acknowledge(&owner("3"));
+    let last = claim(2_000);
+    assert_eq!(last.task_ids(), ["e4a8b7c2-9d1f"]);
+    let text = &last.reminder().text;
+    assert!(!text.contains("more async task"), "{text}");
+    last.acknowledge();
     assert!(manager.pending_notifications().is_empty());
 
     // A budget that fits two of three.
@@ -96,7 +98,10 @@ fn a_claim_within_a_budget_carries_what_fits_and_says_how_many_wait() {
     // The whole reminder without the third result, plus its "more" line.
     let more = "1 more async task(s) finished; their results follow in the next reminder.";
     let budget = whole.text.chars().count() - sizes[2] + more.len();
-    let two = ledger.claim_within(&owner("4"), budget, |_| true).unwrap();
+    let two = ledger
+        .claim_within(ClaimOwner::Request, budget, |_| true)
+        .unwrap();
+    let two = two.reminder();
     assert_eq!(two.task_ids, ["7b2e0d44-1c9a", "c91d5e8f-3a7b"]);
     assert!(
         two.text.contains(&format!("\n\n{more}\n\n")),
