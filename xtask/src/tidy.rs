@@ -30,6 +30,7 @@ const LAYERS: &[&[&str]] = &[
     &["asynctask-tools", "asynctask-store"],
     &["asynctask-runtime", "asynctask-process"],
     &["asynctask-mcp"],
+    &["asynctask-supervisor"],
     &["asynctask-cli"],
     &["asynctask-e2e"],
 ];

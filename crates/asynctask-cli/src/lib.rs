@@ -107,7 +107,7 @@ pub enum CliError {
     },
     /// The state directory is too deep for its socket.
     #[error(transparent)]
-    SocketPath(#[from] asynctask_mcp::SocketPathTooLong),
+    SocketPath(#[from] asynctask_supervisor::SocketPathTooLong),
     /// The supervisor's lock cannot be taken.
     #[error("cannot lock {}", path.display())]
     Lock {
@@ -123,6 +123,10 @@ pub enum CliError {
     /// Serving failed: the MCP session, the supervisor's socket, signals.
     #[error(transparent)]
     Serve(#[from] asynctask_mcp::McpError),
+    /// Durable serving failed: a supervisor could not serve, or a front could
+    /// not reach one.
+    #[error(transparent)]
+    Supervisor(#[from] asynctask_supervisor::SupervisorError),
     /// The supervisor did not answer a question.
     #[error("the supervisor did not answer")]
     SupervisorSilent(#[source] std::io::Error),

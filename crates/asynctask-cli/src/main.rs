@@ -12,9 +12,9 @@ use asynctask_cli::serve::{
     supervisor_status, supervisor_stop, wants_durable,
 };
 use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, run_once, schemas};
-use asynctask_mcp::StateDir;
 use asynctask_model::MaxAsyncTasks;
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+use asynctask_supervisor::StateDir;
 use asynctask_tools::Provider;
 use clap::builder::PossibleValue;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -229,6 +229,7 @@ fn main() -> ExitCode {
         return asynctask_process::reaper::main(args);
     }
     let cli = Cli::parse();
+    install_logging();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -250,6 +251,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs go to stderr (stdout is the protocol channel of `mcp`, and the
+/// output of the other commands): what the libraries say at `info` and above,
+/// or what `RUST_LOG` asks for.
+fn install_logging() {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
 }
 
 async fn run(command: Command) -> Result<ExitCode, CliError> {

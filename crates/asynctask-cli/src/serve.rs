@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asynctask_manager::StoredTask;
-use asynctask_mcp::{
-    McpServerOptions, StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask,
-    relay_stdio, serve_stdio,
-};
+use asynctask_mcp::{McpServerOptions, serve_stdio};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_store::{Store, StoreError};
+use asynctask_supervisor::{
+    StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask, relay_stdio,
+};
 use asynctask_tools::SyncDetach;
 use serde_json::{Value, json};
 

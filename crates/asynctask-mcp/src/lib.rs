@@ -49,7 +49,6 @@
 //! # });
 //! ```
 
-mod durable;
 mod end;
 mod gate;
 mod params;
@@ -58,15 +57,12 @@ mod session;
 mod transport;
 mod wait;
 
-pub use crate::durable::{
-    MAX_SOCKET_PATH, SocketPathTooLong, StateDir, Supervisor, SupervisorExit, SupervisorLock,
-    SupervisorOptions, ask, connect, relay_stdio,
-};
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
 };
 pub use crate::server::{
     AsyncTaskMcpServer, DETACH_FOLLOW_UP, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, McpError,
-    McpServerOptions, REMINDER_KEY, serve_stdio,
+    McpServerOptions, REMINDER_KEY, TerminationSignals, log_task_ends, serve_stdio,
 };
+pub use crate::session::{Session, Sessions};
 pub use crate::transport::DELIVERED_NOTIFICATION;

@@ -141,60 +141,6 @@ pub enum McpError {
     /// Listening for termination signals failed.
     #[error("cannot listen for signals")]
     Signals(#[source] std::io::Error),
-    /// The supervisor's socket cannot be bound.
-    #[error("cannot listen on {}", path.display())]
-    Listen {
-        /// The socket.
-        path: std::path::PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// No supervisor acknowledged a session for this state directory in time,
-    /// even after starting one.
-    #[error("{}", unreachable_supervisor(state, log, log_tail))]
-    Supervisor {
-        /// The state directory.
-        state: std::path::PathBuf,
-        /// The supervisor's log.
-        log: std::path::PathBuf,
-        /// Its last lines when the error was made (empty when it had none).
-        log_tail: String,
-        /// Why the last attempt failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A supervisor could not be started.
-    #[error("cannot start a supervisor for {}", state.display())]
-    StartSupervisor {
-        /// The state directory.
-        state: std::path::PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// [`McpError::Supervisor`]'s text: the state directory, and the end of the
-/// supervisor's log, which usually says why.
-fn unreachable_supervisor(
-    state: &std::path::Path,
-    log: &std::path::Path,
-    log_tail: &str,
-) -> String {
-    if log_tail.trim().is_empty() {
-        format!(
-            "cannot reach the supervisor of {} (its log, {}, is empty)",
-            state.display(),
-            log.display()
-        )
-    } else {
-        format!(
-            "cannot reach the supervisor of {}; the end of its log, {}:\n{log_tail}",
-            state.display(),
-            log.display()
-        )
-    }
 }
 
 /// The MCP server: serves `task`, `check_async_tasks`, `message_async_task`,
@@ -277,8 +223,14 @@ impl AsyncTaskMcpServer {
 
     /// A server for one of several sessions sharing `runtime` (a durable
     /// supervisor's): the tasks it launches record the session as their
-    /// origin, and its calls claim only the results the session may take.
-    pub(crate) fn for_session(
+    /// origin, and its calls claim only the results the session may take
+    /// (see [`Session::may_claim`]). Serve it with
+    /// [`serve_relayed`](Self::serve_relayed).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn for_session(
         runtime: Arc<AsyncTaskRuntime>,
         session: Arc<Session>,
     ) -> Result<Self, McpError> {
@@ -371,9 +323,42 @@ impl AsyncTaskMcpServer {
         AckingTransport::new(inner, self.gate.clone(), self.calls.clone(), mode)
     }
 
-    /// The token that ends every call of this server.
-    pub(crate) fn calls(&self) -> &CancellationToken {
-        &self.calls
+    /// Serves one connection whose other end is a relay to the client (a
+    /// durable front), until either side closes it.
+    ///
+    /// The relay confirms every line it wrote to its client with a
+    /// [`DELIVERED_NOTIFICATION`](crate::DELIVERED_NOTIFICATION) counting
+    /// them; a result a response carried is marked delivered only once a
+    /// confirmation covers that response. When the connection ends, what was
+    /// not confirmed is released for the next session, and the calls still
+    /// running end (their background tasks do not).
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::Session`] when the client never initialized the session.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future ends the session like a closed connection.
+    pub async fn serve_relayed<R, W>(self, reader: R, writer: W) -> Result<(), McpError>
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let calls = self.calls.clone();
+        // Whatever way this ends, the calls end with it.
+        let _end_calls = calls.clone().drop_guard();
+        let transport = self.transport(
+            AsyncRwTransport::new_server(reader, writer),
+            AckMode::Confirmed,
+        );
+        let service = self
+            .serve(transport)
+            .await
+            .map_err(|err| McpError::Session(Box::new(err)))?;
+        // A session that ends abnormally (its task panicked) ends the same way.
+        let _ = service.waiting().await;
+        Ok(())
     }
 }
 
@@ -622,9 +607,20 @@ impl fmt::Debug for AsyncTaskMcpServer {
     }
 }
 
-/// One line on stderr for the human each time a task ends. stdout is the
-/// protocol channel and is never written to.
-pub(crate) fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
+/// Logs (at `info`, through `tracing`) one line for the human each time one of
+/// `runtime`'s tasks ends: its id's head, its subagent, how it ended and after
+/// how long. Logging stops when the returned [`Subscription`] is dropped.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let runtime = asynctask_runtime::AsyncTaskRuntime::builder().build();
+/// let _log = asynctask_mcp::log_task_ends(&runtime);
+/// # });
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
     let manager = runtime.manager().clone();
     runtime.manager().subscribe(move |event: &TaskEvent| {
         let task = event.task();
@@ -645,8 +641,8 @@ pub(crate) fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
             AsyncTaskStatus::Cancelled => "cancelled".to_owned(),
             AsyncTaskStatus::Running => "running".to_owned(),
         };
-        eprintln!(
-            "asynctask: task {} ({}) {how} after {took}",
+        tracing::info!(
+            "task {} ({}) {how} after {took}",
             id_prefix(&task.id),
             task.subagent_name
         );
@@ -690,7 +686,7 @@ pub async fn serve_stdio(
     let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
         .with_progress_interval(options.progress_interval);
     // Listened to for the whole life of the server, its shutdown included.
-    let mut signals = Signals::new()?;
+    let mut signals = TerminationSignals::new().map_err(McpError::Signals)?;
     let served = serve(server, &mut signals).await;
     if let Ok(Ended::Signal) = served {
         // A client that stops its server with a signal gives it little time
@@ -723,18 +719,39 @@ enum Ended {
     Signal,
 }
 
-/// `SIGTERM`, `SIGINT` and `SIGHUP` (the terminal closed), as one stream.
-pub(crate) struct Signals {
+/// `SIGTERM`, `SIGINT` and `SIGHUP` (the terminal closed), as one stream: what
+/// ends a server, a supervisor or a front.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_io().build()?.block_on(async {
+/// let mut signals = asynctask_mcp::TerminationSignals::new()?;
+/// tokio::select! {
+///     name = signals.recv() => println!("ending on {name}"),
+///     () = std::future::ready(()) => {} // served to the end instead
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// # })
+/// ```
+#[derive(Debug)]
+pub struct TerminationSignals {
     terminate: tokio::signal::unix::Signal,
     interrupt: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
 }
 
-impl Signals {
-    pub(crate) fn new() -> Result<Self, McpError> {
+impl TerminationSignals {
+    /// Starts listening; a signal that arrives from now on is not missed.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error when a signal handler cannot be installed (outside a
+    /// tokio runtime with I/O enabled, say).
+    pub fn new() -> std::io::Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
-        let listen = |kind| signal(kind).map_err(McpError::Signals);
-        Ok(Signals {
+        let listen = signal;
+        Ok(TerminationSignals {
             terminate: listen(SignalKind::terminate())?,
             interrupt: listen(SignalKind::interrupt())?,
             hangup: listen(SignalKind::hangup())?,
@@ -743,7 +760,12 @@ impl Signals {
 
     /// Resolves when one of the signals arrives, with its name (`SIGTERM`,
     /// `SIGINT` or `SIGHUP`).
-    pub(crate) async fn recv(&mut self) -> &'static str {
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a signal that arrives while no call waits is returned by
+    /// the next call.
+    pub async fn recv(&mut self) -> &'static str {
         tokio::select! {
             _ = self.terminate.recv() => "SIGTERM",
             _ = self.interrupt.recv() => "SIGINT",
@@ -752,7 +774,10 @@ impl Signals {
     }
 }
 
-async fn serve(server: AsyncTaskMcpServer, signals: &mut Signals) -> Result<Ended, McpError> {
+async fn serve(
+    server: AsyncTaskMcpServer,
+    signals: &mut TerminationSignals,
+) -> Result<Ended, McpError> {
     let calls = server.calls.clone();
     // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
     // servers): a blocking stdin read would hold the process past its shutdown.

@@ -9,12 +9,30 @@ use asynctask_manager::AsyncTaskManager;
 use asynctask_model::AsyncTaskInfo;
 use asynctask_runtime::ClaimLedger;
 
-/// The sessions connected to one registry right now.
+/// The sessions connected to one registry right now (a durable supervisor's
+/// clients), which decides which results each may take.
 ///
 /// A cheap handle (clones share the set). A session joins with
 /// [`join`](Self::join) and leaves when its [`Session`] is dropped.
+///
+/// # Examples
+///
+/// ```
+/// use std::collections::BTreeSet;
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_mcp::Sessions;
+///
+/// let manager = AsyncTaskManager::default();
+/// let sessions = Sessions::default();
+/// let (a, b) = (sessions.join(&BTreeSet::new()), sessions.join(&BTreeSet::new()));
+/// let task = manager.register_task(RegisterTaskInput::new("t1", "s", "g").with_origin(a.id()))?;
+/// assert!(a.may_claim(&manager, &task) && !b.may_claim(&manager, &task));
+/// drop(a); // gone: the next session that calls takes its results
+/// assert!(b.may_claim(&manager, &task));
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
 #[derive(Clone, Default)]
-pub(crate) struct Sessions {
+pub struct Sessions {
     connected: Arc<Mutex<BTreeSet<String>>>,
     /// Told when a session leaves: waiters in the others may claim its
     /// pending results now.
@@ -24,7 +42,8 @@ pub(crate) struct Sessions {
 impl Sessions {
     /// No session yet, on the registry whose claims `ledger` keeps: a session
     /// that leaves wakes the ledger's waiters.
-    pub(crate) fn on(ledger: ClaimLedger) -> Self {
+    #[must_use]
+    pub fn on(ledger: ClaimLedger) -> Self {
         Sessions {
             connected: Arc::default(),
             ledger: Some(ledger),
@@ -43,7 +62,8 @@ impl Sessions {
     /// `recorded` (the origins the registry holds, restored ones included), so
     /// no two sessions ever share an id and a new one never inherits another's
     /// tasks.
-    pub(crate) fn join(&self, recorded: &BTreeSet<String>) -> Session {
+    #[must_use]
+    pub fn join(&self, recorded: &BTreeSet<String>) -> Session {
         self.join_drawing(recorded, uuid_head)
     }
 
@@ -69,8 +89,15 @@ impl Sessions {
     }
 
     /// How many sessions are connected.
-    pub(crate) fn len(&self) -> usize {
+    #[must_use]
+    pub fn len(&self) -> usize {
         self.lock().len()
+    }
+
+    /// Whether no session is connected.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     fn is_connected(&self, id: &str) -> bool {
@@ -92,15 +119,17 @@ fn uuid_head() -> String {
     id
 }
 
-/// One connected session; leaving drops it from its [`Sessions`].
-pub(crate) struct Session {
+/// One connected session; dropping it is leaving (its [`Sessions`] wakes the
+/// waits of the others, which may take its results now).
+pub struct Session {
     id: String,
     sessions: Sessions,
 }
 
 impl Session {
     /// The session's id, recorded as the origin of the tasks it launches.
-    pub(crate) fn id(&self) -> &str {
+    #[must_use]
+    pub fn id(&self) -> &str {
         &self.id
     }
 
@@ -108,7 +137,8 @@ impl Session {
     /// tasks no session launched, and tasks whose session is gone. (A result
     /// goes to the session that launched its task while that session is
     /// connected; when it is gone, to the next session that calls.)
-    pub(crate) fn may_claim(&self, manager: &AsyncTaskManager, task: &AsyncTaskInfo) -> bool {
+    #[must_use]
+    pub fn may_claim(&self, manager: &AsyncTaskManager, task: &AsyncTaskInfo) -> bool {
         match manager.origin(&task.id) {
             None => true,
             Some(origin) => origin == self.id || !self.sessions.is_connected(&origin),

@@ -1,0 +1,192 @@
+//! One connection to the supervisor: who may connect, the first line that says
+//! what it wants (a session, `status` or `stop`), and serving it.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use asynctask_mcp::{AsyncTaskMcpServer, McpError, Sessions};
+use asynctask_model::AsyncTaskStatus;
+use asynctask_runtime::AsyncTaskRuntime;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::RELAY_PROTOCOL;
+use crate::supervisor::SupervisorOptions;
+
+/// How long a connection may take to say what it wants.
+const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest first line a connection may send.
+const PREAMBLE_MAX_BYTES: usize = 1024;
+
+/// Why a connection to the supervisor was refused or failed (logged; the
+/// supervisor goes on).
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("cannot read the peer's credentials")]
+    PeerCredentials(#[source] io::Error),
+    #[error(
+        "a connection from uid {peer} refused: only the state directory's owner (uid {owner}) \
+         may use this supervisor"
+    )]
+    Stranger { peer: u32, owner: u32 },
+    #[error("no preamble within {} s", PREAMBLE_TIMEOUT.as_secs())]
+    NoPreamble,
+    #[error("cannot read the preamble")]
+    ReadPreamble(#[source] io::Error),
+    #[error("a bad preamble")]
+    BadPreamble(#[source] serde_json::Error),
+    #[error("an unknown preamble: {0}")]
+    UnknownPreamble(Value),
+    #[error("a front of another version (relay protocol {0:?}, this one {RELAY_PROTOCOL})")]
+    Protocol(Option<u64>),
+    #[error("cannot serve the session")]
+    Server(#[source] McpError),
+    #[error("cannot answer")]
+    Answer(#[source] io::Error),
+}
+
+/// What a connection handler needs from its supervisor.
+pub(crate) struct ConnectionContext {
+    pub(crate) runtime: Arc<AsyncTaskRuntime>,
+    pub(crate) sessions: Sessions,
+    pub(crate) options: SupervisorOptions,
+    pub(crate) stop: CancellationToken,
+    pub(crate) owner: u32,
+}
+
+impl ConnectionContext {
+    pub(crate) async fn serve(self, stream: UnixStream) {
+        if let Err(why) = self.serve_checked(stream).await {
+            tracing::warn!(
+                error = &why as &dyn std::error::Error,
+                "connection refused or failed"
+            );
+        }
+    }
+
+    async fn serve_checked(self, stream: UnixStream) -> Result<(), ConnectionError> {
+        let peer = stream
+            .peer_cred()
+            .map_err(ConnectionError::PeerCredentials)?;
+        if peer.uid() != self.owner {
+            return Err(ConnectionError::Stranger {
+                peer: peer.uid(),
+                owner: self.owner,
+            });
+        }
+        let (read, mut write) = stream.into_split();
+        let mut reader = BufReader::new(read);
+        let mut line = Vec::new();
+        let mut limited = (&mut reader).take(PREAMBLE_MAX_BYTES as u64);
+        let read = limited.read_until(b'\n', &mut line);
+        tokio::time::timeout(PREAMBLE_TIMEOUT, read)
+            .await
+            .map_err(|_| ConnectionError::NoPreamble)?
+            .map_err(ConnectionError::ReadPreamble)?;
+        let preamble: Value =
+            serde_json::from_slice(&line).map_err(ConnectionError::BadPreamble)?;
+        match preamble.get("asynctask").and_then(Value::as_str) {
+            Some("session") => {
+                let protocol = preamble.get("protocol").and_then(Value::as_u64);
+                if protocol != Some(RELAY_PROTOCOL) {
+                    // A front of another version: it cannot confirm what it
+                    // writes the way this supervisor counts on.
+                    let refusal = json!({
+                        "asynctask": "refused",
+                        "reason": format!(
+                            "this supervisor speaks relay protocol {RELAY_PROTOCOL}, the front \
+                             another; stop it with `asynctask supervisor stop` to start one of \
+                             the front's version"
+                        ),
+                        "protocol": RELAY_PROTOCOL,
+                    });
+                    write_line(&mut write, &refusal).await?;
+                    return Err(ConnectionError::Protocol(protocol));
+                }
+                self.session(reader, write).await
+            }
+            Some("status") => {
+                let status = status(&self.runtime, self.sessions.len());
+                write_line(&mut write, &status).await
+            }
+            Some("stop") => {
+                // Every task ends, and every process group with it, before the
+                // answer: the caller waits for a supervisor that has let go.
+                self.runtime.shutdown().await;
+                let answer = json!({"stopped": true, "pid": std::process::id()});
+                let written = write_line(&mut write, &answer).await;
+                self.stop.cancel();
+                written
+            }
+            _ => Err(ConnectionError::UnknownPreamble(preamble)),
+        }
+    }
+
+    async fn session<R, W>(self, reader: R, mut writer: W) -> Result<(), ConnectionError>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        let manager = self.runtime.manager();
+        let recorded: std::collections::BTreeSet<String> = manager
+            .tasks()
+            .iter()
+            .filter_map(|task| manager.origin(&task.id))
+            .collect();
+        let session = Arc::new(self.sessions.join(&recorded));
+        tracing::info!(session = session.id(), "session connected");
+        // The front waits for this line: a supervisor that closes before it has
+        // not taken the session, and the front finds another.
+        let accepted = json!({
+            "asynctask": "session",
+            "session": session.id(),
+            "protocol": RELAY_PROTOCOL,
+        });
+        write_line(&mut writer, &accepted).await?;
+        let served =
+            AsyncTaskMcpServer::for_session(Arc::clone(&self.runtime), Arc::clone(&session))
+                .map_err(ConnectionError::Server)?
+                .with_progress_interval(self.options.server.progress_interval)
+                .serve_relayed(reader, writer)
+                .await
+                .map_err(ConnectionError::Server);
+        tracing::info!(session = session.id(), "session disconnected");
+        served
+    }
+}
+
+/// The supervisor's status, as `asynctask supervisor status` prints it.
+fn status(runtime: &AsyncTaskRuntime, sessions: usize) -> Value {
+    let manager = runtime.manager();
+    let tasks: Vec<Value> = manager
+        .tasks()
+        .into_iter()
+        .map(|task| {
+            json!({
+                "id": task.id,
+                "subagent": task.subagent_name,
+                "status": task.status,
+                "session": manager.origin(&task.id),
+                "delivered": task.notified_at.is_some(),
+                "running": task.status == AsyncTaskStatus::Running,
+            })
+        })
+        .collect();
+    json!({"pid": std::process::id(), "sessions": sessions, "tasks": tasks})
+}
+
+async fn write_line(
+    write: &mut (impl AsyncWrite + Unpin),
+    value: &Value,
+) -> Result<(), ConnectionError> {
+    let mut line = value.to_string();
+    line.push('\n');
+    write
+        .write_all(line.as_bytes())
+        .await
+        .map_err(ConnectionError::Answer)
+}
