@@ -43,6 +43,8 @@
 mod capture;
 mod config;
 #[cfg(unix)]
+mod env;
+#[cfg(unix)]
 mod group;
 #[cfg(unix)]
 mod output;
@@ -51,7 +53,13 @@ pub mod reaper;
 #[cfg(unix)]
 mod runner;
 #[cfg(unix)]
+mod stdin;
+#[cfg(unix)]
+mod streams;
+#[cfg(unix)]
 mod sys;
+#[cfg(unix)]
+mod vars;
 
 pub use config::{
     CommandLine, ConfigDir, ConfigError, ConfigPosition, EnvName, EnvValue, InvalidValue,
