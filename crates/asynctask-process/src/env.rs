@@ -1,19 +1,55 @@
 //! The child's environment: the allowlist passed through from the host, and
 //! the `ASYNCTASK_*` variables that carry the request.
 
+use std::path::Path;
+
 use asynctask_tools::SubagentRequest;
+use tokio::process::Command;
+
+use crate::config::{EnvName, SubagentCommand};
 
 /// Variables always passed through from the host's environment, when set.
-pub(crate) const BASE_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"];
+const BASE_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"];
 
 /// The longest value an `ASYNCTASK_*` variable carries; a longer one is left
 /// out (Linux refuses to start a program with a single environment string over
 /// 128 KiB). stdin always carries the whole goal.
 const ENV_VALUE_MAX_BYTES: usize = 64 * 1024;
 
+/// Gives `command` the child's whole environment, nothing else of the host's:
+/// the allowlisted variables the host has ([`BASE_ENV`] and the subagent's
+/// `inherit_env`), then the subagent's `env`, then the request's `ASYNCTASK_*`
+/// variables and `ASYNCTASK_VARS_FILE`, each overriding the ones before.
+pub(crate) fn set_env(
+    command: &mut Command,
+    spec: &SubagentCommand,
+    request: &SubagentRequest,
+    vars_file: &Path,
+) {
+    command.env_clear();
+    for name in BASE_ENV
+        .iter()
+        .copied()
+        .chain(spec.inherit_env.iter().map(EnvName::as_str))
+    {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    command.envs(
+        spec.env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str())),
+    );
+    for (name, value) in request_env(request) {
+        command.env(name, value);
+    }
+    command.env("ASYNCTASK_VARS_FILE", vars_file);
+}
+
 /// The `ASYNCTASK_*` variables of a request; values too long for the
 /// environment, or holding NUL, are left out.
-pub(crate) fn request_env(request: &SubagentRequest) -> Vec<(&'static str, String)> {
+fn request_env(request: &SubagentRequest) -> Vec<(&'static str, String)> {
     let mut vars = vec![
         ("ASYNCTASK_TASK_ID", request.task_id.clone()),
         ("ASYNCTASK_SUBAGENT", request.subagent_name.clone()),

@@ -17,12 +17,12 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use crate::capture::{ByteTail, InlineText};
-use crate::config::{EnvName, ProcessRunnerConfig, StdinMode, SubagentCommand};
-use crate::env::{BASE_ENV, request_env};
+use crate::capture::ByteTail;
+use crate::config::{ProcessRunnerConfig, StdinMode, SubagentCommand};
+use crate::env::set_env;
 use crate::group::{ProcessGroup, Registry, describe_exit};
 use crate::output::{TempOutputDir, file_stem, remove_if_there};
-use crate::stdin::{CloseOnDrop, feed, forward, undelivered_note};
+use crate::stdin::{StdinFeeder, undelivered_note};
 use crate::streams::{Reader, StdoutSink, drain, take};
 use crate::sys;
 use crate::vars::{bound_vars, read_vars, vars_note};
@@ -596,25 +596,7 @@ impl ProcessRunner {
         if let Some(cwd) = &spec.cwd {
             command.current_dir(cwd);
         }
-        command.env_clear();
-        for name in BASE_ENV
-            .iter()
-            .copied()
-            .chain(spec.inherit_env.iter().map(EnvName::as_str))
-        {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
-        command.envs(
-            spec.env
-                .iter()
-                .map(|(name, value)| (name.as_str(), value.as_str())),
-        );
-        for (name, value) in request_env(request) {
-            command.env(name, value);
-        }
-        command.env("ASYNCTASK_VARS_FILE", vars_file);
+        set_env(&mut command, spec, request, vars_file);
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -698,30 +680,13 @@ impl ProcessRunner {
         // Each stream has a task of its own, so a chatty child never blocks on a
         // full pipe while we wait for something else. Their captures are shared
         // so that what was read survives a reader that has to be aborted.
-        let stdin = child.stdin.take();
-        // Messages the forwarder took from the inbox but could not write.
-        let unwritten = Arc::new(Mutex::new(Vec::new()));
-        let feeder = match spec.stdin {
-            StdinMode::Jsonl => Reader::spawn(forward(
-                stdin,
-                request.goal_prompt.clone(),
-                request.inbox.clone(),
-                Arc::clone(&unwritten),
-            )),
-            // `StdinMode` may grow; every other mode takes no messages.
-            _ => {
-                request.inbox.close();
-                Reader::spawn(feed(stdin, request.goal_prompt.clone()))
-            }
-        };
-        // Whatever happens to the run, its inbox closes with it.
-        let _close_inbox = CloseOnDrop(request.inbox.clone());
-        let stdout = Arc::new(Mutex::new(StdoutSink {
-            file: Some(output.file),
-            bytes: 0,
-            write_error: None,
-            inline: InlineText::new(self.inline_budget),
-        }));
+        let feeder = StdinFeeder::start(
+            spec.stdin,
+            child.stdin.take(),
+            request.goal_prompt.clone(),
+            request.inbox.clone(),
+        );
+        let stdout = Arc::new(Mutex::new(StdoutSink::new(output.file, self.inline_budget)));
         let mut stdout_reader = Reader::spawn(drain(
             child.stdout.take(),
             Arc::clone(&stdout),
@@ -736,12 +701,9 @@ impl ProcessRunner {
             () = cancel.cancelled() => None,
             status = child.wait() => Some(status),
         };
-        // The task is ending: stdin closes (a hint to a child that is still
-        // there) and no message is forwarded any more. Senders are told so from
-        // now on; what was sent but never written is reported with the result.
-        drop(feeder);
-        let mut undelivered = take(&unwritten);
-        undelivered.extend(request.inbox.close_and_take_unread());
+        // The task is ending: what was sent but never written is reported with
+        // the result.
+        let undelivered = feeder.stop();
         if !undelivered.is_empty() {
             tracing::debug!(
                 subagent = name,

@@ -8,9 +8,66 @@ use asynctask_manager::Inbox;
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
 
+use crate::config::StdinMode;
+use crate::streams::{Reader, take};
+
+/// What feeds a running child's stdin, as its [`StdinMode`] says: a task that
+/// writes the goal, and with `jsonl` every message of the task's inbox after
+/// it. However the run ends, the task is aborted and the inbox closed with it.
+pub(crate) struct StdinFeeder {
+    writer: Reader,
+    /// Messages the writer took from the inbox but has not written whole.
+    unwritten: Arc<Mutex<Vec<String>>>,
+    inbox: CloseOnDrop,
+}
+
+impl StdinFeeder {
+    /// Starts feeding `stdin`. A subagent that takes no messages has its
+    /// inbox closed at once, so senders are told.
+    pub(crate) fn start(
+        mode: StdinMode,
+        stdin: Option<ChildStdin>,
+        goal: String,
+        inbox: Inbox,
+    ) -> Self {
+        let unwritten = Arc::new(Mutex::new(Vec::new()));
+        let writer = match mode {
+            StdinMode::Jsonl => {
+                Reader::spawn(forward(stdin, goal, inbox.clone(), Arc::clone(&unwritten)))
+            }
+            // `StdinMode` may grow; every other mode takes no messages.
+            _ => {
+                inbox.close();
+                Reader::spawn(feed(stdin, goal))
+            }
+        };
+        StdinFeeder {
+            writer,
+            unwritten,
+            inbox: CloseOnDrop(inbox),
+        }
+    }
+
+    /// Stops feeding, as the task ends: stdin closes (a hint to a child that
+    /// is still there), no message is forwarded any more, and senders are told
+    /// so from now on. Returns what was sent but never written, in order, to
+    /// be reported with the result.
+    pub(crate) fn stop(self) -> Vec<String> {
+        let StdinFeeder {
+            writer,
+            unwritten,
+            inbox,
+        } = self;
+        drop(writer);
+        let mut undelivered = take(&unwritten);
+        undelivered.extend(inbox.0.close_and_take_unread());
+        undelivered
+    }
+}
+
 /// Writes the goal to the child's stdin and closes it. A child that exits
 /// without reading it all is not an error.
-pub(crate) async fn feed(stdin: Option<ChildStdin>, goal: String) {
+async fn feed(stdin: Option<ChildStdin>, goal: String) {
     let Some(mut stdin) = stdin else { return };
     if let Err(err) = stdin.write_all(goal.as_bytes()).await
         && err.kind() != std::io::ErrorKind::BrokenPipe
@@ -28,7 +85,7 @@ pub(crate) async fn feed(stdin: Option<ChildStdin>, goal: String) {
 /// until its whole line is written: one whose write fails, or is cut short
 /// because the task ends (this task is aborted mid-write), stays there and is
 /// reported with the result.
-pub(crate) async fn forward(
+async fn forward(
     stdin: Option<ChildStdin>,
     goal: String,
     inbox: Inbox,
@@ -115,7 +172,7 @@ pub(crate) fn undelivered_note(messages: &[String]) -> String {
 }
 
 /// Closes an inbox when dropped: the run is over.
-pub(crate) struct CloseOnDrop(pub(crate) Inbox);
+struct CloseOnDrop(Inbox);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {

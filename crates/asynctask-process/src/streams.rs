@@ -56,10 +56,10 @@ impl Sink for ByteTail {
 #[derive(Default)]
 pub(crate) struct StdoutSink {
     /// `None` once a write failed.
-    pub(crate) file: Option<std::fs::File>,
-    pub(crate) bytes: u64,
-    pub(crate) write_error: Option<std::io::Error>,
-    pub(crate) inline: InlineText,
+    file: Option<std::fs::File>,
+    bytes: u64,
+    write_error: Option<std::io::Error>,
+    inline: InlineText,
 }
 
 impl Sink for StdoutSink {
@@ -80,6 +80,17 @@ impl Sink for StdoutSink {
 }
 
 impl StdoutSink {
+    /// A sink writing into `file` (just created), keeping `inline_budget`
+    /// characters for the final message.
+    pub(crate) fn new(file: std::fs::File, inline_budget: usize) -> Self {
+        StdoutSink {
+            file: Some(file),
+            bytes: 0,
+            write_error: None,
+            inline: InlineText::new(inline_budget),
+        }
+    }
+
     /// The final message's text, and when it was cut, the line that names the
     /// file holding the whole output ([`whole_output_line`]) to end the
     /// message with; the marker in the middle names the file too, when it
