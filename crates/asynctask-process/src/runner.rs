@@ -34,165 +34,24 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A [`SubagentRunner`] that runs a configured command per subagent name.
 ///
-/// Each run starts the subagent's [`command`](SubagentCommand::command) directly
-/// — `command[0]` with `command[1..]` as its arguments, no shell unless the
-/// command is one — in its own process group. Nothing the model sends is ever
-/// part of a command line: the request reaches the child on stdin and in
-/// `ASYNCTASK_*` variables. stdin, stdout and stderr are pipes, never the host's
-/// own (an MCP server's stdout is its protocol channel).
+/// A run starts the subagent's [`command`](SubagentCommand::command) directly
+/// (no shell unless the command is one) in its own process group, with an
+/// allowlisted environment. The request reaches the child on stdin and in
+/// `ASYNCTASK_*` variables, never on its command line; stdin, stdout and
+/// stderr are pipes, never the host's own. stdout streams whole into
+/// `<task id>.out` in the [output directory](Self::output_dir), and into the
+/// request's [`progress`](SubagentRequest::progress) while it runs.
 ///
-/// The environment is an allowlist: `PATH`, `HOME`, `LANG`, `LC_ALL`, `TMPDIR`
-/// and `USER` when the host has them, the names in
-/// [`inherit_env`](SubagentCommand::inherit_env), the values in
-/// [`env`](SubagentCommand::env), and these:
-///
-/// | variable | value |
-/// |---|---|
-/// | `ASYNCTASK_GOAL` | the goal prompt (also on stdin: see [`StdinMode`](crate::StdinMode)) |
-/// | `ASYNCTASK_TASK_ID` | the task's id |
-/// | `ASYNCTASK_SUBAGENT` | the subagent's name |
-/// | `ASYNCTASK_CONTEXT` | the context as a JSON object of name → value (when there is any) |
-/// | `ASYNCTASK_BEHAVIOUR` | the behaviour prompts joined by newlines (when there are any) |
-/// | `ASYNCTASK_OUTPUT_SPEC` | the variables the model asked for, a JSON array of `{"name", "description"}` (when it asked for any) |
-/// | `ASYNCTASK_TOOLS` | the tools the model allowed, a JSON array of strings (when it gave a whitelist) |
-/// | `ASYNCTASK_VARS_FILE` | an absolute path (`<task id>.vars.json` in the output directory, not created) where the subagent may write its variables |
-///
-/// A value that is over 64 KiB or holds a NUL byte is left out of the
-/// environment (stdin still carries the whole goal).
-///
-/// A subagent emits variables by writing a JSON object of strings to
-/// `$ASYNCTASK_VARS_FILE` before it exits, for instance:
-///
-/// ```sh
-/// echo "working on: $ASYNCTASK_GOAL" >&2
-/// printf '{"answer":"42"}' > "$ASYNCTASK_VARS_FILE"
-/// ```
-///
-/// After a successful exit the object becomes the output's `emitted_vars`; no
-/// file means no variables. A file that is not a JSON object of strings, is
-/// over 1 MiB, or is no regular file (a FIFO, a directory, a symbolic link:
-/// it is never followed nor waited on) fails the task: `subagent 'tester'
-/// wrote a bad variables file /tmp/…/3f2a….vars.json: the value of "count"
-/// is not a string`. That file is kept, so the model can look at it.
-///
-/// The variables are bounded like stdout: their names and values together
-/// cost at most the [inline budget](Self::inline_budget) once JSON-escaped.
-/// Over it, variables are taken in name order while each still has room for
-/// its name and 100 characters of its value (the others are dropped), and the
-/// kept values are cut to a common length that fits, each cut marked
-/// `... [N more characters cut]`. The final message then ends with a line
-/// that says so and names the variables file, which is kept: `[12 of 9000
-/// emitted variables were dropped to fit the inline budget; all of them are
-/// in /tmp/…/3f2a….vars.json]`. A file whose variables all fit is removed
-/// once read.
-///
-/// The run ends with:
-/// - exit status 0: an [`OutputObject`] with `terminate_reason` `GOAL`, the
-///   variables the subagent wrote (above), and `final_message` the child's
-///   stdout (lossy UTF-8) with trailing whitespace removed — `None` when
-///   that leaves nothing.
-///   stdout longer than the [inline budget](Self::inline_budget) keeps its
-///   head and its tail, half the budget each, around one line that says how
-///   much was left out and where the whole output is: `[... 45210 characters
-///   omitted; the whole output (123456 bytes) is in
-///   /tmp/asynctask-123-ab12cd34/3f2a….out ...]`. The budget counts each
-///   character at what it costs once written in a JSON string, as the model
-///   reads the result (`\n`, `"` and `\` cost 2, other control characters
-///   6), so the head and the tail together stay within the budget however
-///   they are escaped; the marker line comes on top. A message that was cut
-///   also ends with `[whole output: /tmp/…/3f2a….out (123456 bytes)]`, so a
-///   client that cuts the middle out of a long tool result still leaves the
-///   model the path;
-/// - another status or a signal: a [`SubagentError`] like
-///   `subagent 'tester' exited with status 3: <end of stderr>` or
-///   `subagent 'tester' was killed by signal 9 (SIGKILL)`;
-/// - a cancel: the group is ended (below), then
-///   `subagent 'tester' was cancelled`;
-/// - a bad variables file (below) fails the task too;
-/// - every failure after the child started, when the subagent wrote anything
-///   to stdout, ends with a blank line and the line that names the file
-///   holding all of it, as a cut result does: `[whole output:
-///   /tmp/…/3f2a….out (123 bytes)]`;
-/// - an unknown name: `unknown subagent 'foo'; configured subagents: researcher,
-///   tester`; a program that cannot be started: the program and the OS error
-///   (through the reaper: `exited with status 127: asynctask-reaper: cannot
-///   start 'x': ...`).
-///
-/// Its [catalog](SubagentRunner::catalog) lists the configured subagents,
-/// sorted by name, with their descriptions (empty when they have none) and
-/// whether they take messages: the `task` tool offers the model exactly those.
-///
-/// # No orphans
-///
-/// A subagent's processes never outlive its task. The child leads its own
-/// process group: a cancel sends it `SIGTERM`, then `SIGKILL` after the
-/// [grace](Self::grace); when the child exits, whatever it left in its group
-/// is killed; a dropped run kills the group at once; and
-/// [`terminate_all`](Self::terminate_all) ends every live subagent of the
-/// runner and its clones. On Linux the child also gets `SIGKILL` when the
-/// host dies, even by `SIGKILL` (a parent-death signal).
-///
-/// Two holes remain without the reaper: a descendant that leaves the group
-/// (`setsid`, or a double fork into a new session) escapes the group kill,
-/// and the child's own descendants live on when the host is killed. With
-/// [`with_reaper`](Self::with_reaper) every run goes through a small
-/// supervisor process ([`reaper`](crate::reaper)) that adopts every orphaned
-/// descendant, ends them all when the command exits, forwards a cancel, and
-/// kills everything at once, without a grace, when the host dies (Linux; on
-/// other Unixes only the process group is reliably ended).
-///
-/// # Messages
-///
-/// A subagent configured with `stdin = "jsonl"` ([`StdinMode::Jsonl`](crate::StdinMode))
-/// reads the goal and then every message sent to its running task as JSON
-/// lines on stdin, and its catalog entry says it accepts messages:
-///
-/// ```text
-/// {"type":"goal","text":"find the flaky test"}
-/// {"type":"message","text":"skip the benches"}
-/// ```
-///
-/// Any other subagent gets the goal alone, then end of file, and its task's
-/// inbox is closed at once, so senders are told it takes no messages.
-///
-/// # Live output
-///
-/// While the child runs, each chunk of its stdout is also reported to the
-/// request's [`progress`](SubagentRequest::progress) (so a peek at the running
-/// task shows its last lines), and the output file's path is set on it as soon
-/// as the file exists.
-///
-/// # Output files
-///
-/// Every run streams the child's whole stdout into `<task id>.out` in the
-/// [output directory](Self::with_output_dir) while it runs; memory holds only
-/// what the final message needs (the budget's head and tail) and the last
-/// [2 KiB](Self::STDERR_TAIL) of stderr, for a failure's message. By default
-/// the output directory is a temporary one, `asynctask-<pid>-<random>` under
-/// [`std::env::temp_dir`], made on the first run and removed with everything
-/// in it when the last clone of the runner is dropped: a host that wants the
-/// files to outlive the runner gives a directory of its own. The drop waits at
-/// most 100 ms for the removal (a thread finishes it); a host killed with
-/// `SIGKILL` runs no code at all. What either leaves is removed by the next
-/// runner that makes its temporary directory under the same parent, once the
-/// process that left it is gone (a directory is recognised by its name and
-/// its owner; its process is gone when no process has the id in its name and
-/// nothing holds the `flock` its runner keeps on the `.lock` file inside, so
-/// a runner in another PID namespace sharing the parent keeps its directory;
-/// nothing else in the parent is touched).
-///
-/// The files do not pile up: a variables file is removed once read, unless
-/// the result names it (its variables did not all fit, or were bad), and a task's files
-/// are removed when the `task` tool tells the runner that nothing will ask
-/// for the task again, and long after ([`forget`](Self::forget)): once
-/// [`KEPT_TASK_FILES`](asynctask_tools::KEPT_TASK_FILES) (100) later tasks
-/// were done with — pruned from the manager's history, or, for a synchronous
-/// run, ended — so a file a result named stays readable while the
-/// conversation goes on. So the directory holds the files of that window and
-/// of the history at most. A task id is used
-/// in a file name as it is only when it is made of ASCII letters, digits, `-`
-/// and `_` (a UUID is); any other character is replaced, so no id names a
-/// file outside the directory.
+/// Exit status 0 gives an [`OutputObject`] (`GOAL`; the variables the subagent
+/// wrote to `$ASYNCTASK_VARS_FILE`; stdout as the final message, its head and
+/// tail within the [inline budget](Self::inline_budget) around a line naming
+/// the file); anything else a [`SubagentError`] that says what happened. No
+/// process of a subagent outlives its task: its group is ended on cancel
+/// (`SIGTERM`, then `SIGKILL` after the [grace](Self::grace)), when the
+/// command exits, and when the run is dropped; [`with_reaper`](Self::with_reaper)
+/// also ends descendants that left the group, and those of a killed host.
+/// The [catalog](SubagentRunner::catalog) lists the configured subagents.
+/// `docs/guide.md` (section 5) describes all of it from the subagent's side.
 ///
 /// # Examples
 ///
@@ -202,41 +61,16 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// use asynctask_tools::{SubagentRequest, SubagentRunner};
 /// use tokio_util::sync::CancellationToken;
 ///
-/// let config = ProcessRunnerConfig::from_toml_str(
-///     "[subagents.echo]\ncommand = [\"echo\", \"hello from a subagent\"]\n",
-///     Path::new("."),
-/// ).unwrap();
-/// let runner = ProcessRunner::new(config);
-/// assert_eq!(runner.subagent_names(), ["echo"]);
-/// let catalog = runner.catalog().unwrap();
-/// assert_eq!((catalog[0].name.as_str(), catalog[0].description.as_str()), ("echo", ""));
+/// let toml = "[subagents.echo]\ncommand = [\"echo\", \"hello from a subagent\"]\n";
+/// let runner = ProcessRunner::new(ProcessRunnerConfig::from_toml_str(toml, Path::new("."))?);
+/// assert_eq!(runner.catalog().unwrap()[0].name, "echo");
 ///
 /// let request = SubagentRequest::new("task-1", "echo", "say hello");
-/// tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-///     let output = runner.run(request, CancellationToken::new()).await.unwrap();
-///     assert_eq!(output.final_message.as_deref(), Some("hello from a subagent"));
-/// });
+/// let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// let output = tokio.block_on(runner.run(request, CancellationToken::new()))?;
+/// assert_eq!(output.final_message.as_deref(), Some("hello from a subagent"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-///
-/// # Runtime
-///
-/// [`run`](SubagentRunner::run) needs a tokio runtime with its I/O, time and
-/// signal drivers on (`enable_all()`), as `tokio::process` does.
-///
-/// Linux sends the parent-death signal when the *thread* that started the
-/// child ends, not the host process. Call `run` from async context (a tokio
-/// worker thread lives as long as its runtime, a `current_thread` runtime's
-/// thread as long as it runs), never from a `spawn_blocking` closure: the
-/// blocking pool ends idle threads after a few seconds, and the subagent
-/// would be killed with its thread.
-///
-/// # Cancel safety
-///
-/// Cancelling the token ends the subagent gracefully and returns within the
-/// [grace](Self::grace) and about two seconds more. Dropping the `run` future
-/// instead ends it at once: `SIGKILL` to the group, or through the reaper,
-/// its "kill everything now"; the child is reaped in the background by
-/// tokio.
 #[derive(Debug, Clone)]
 pub struct ProcessRunner {
     config: Arc<ProcessRunnerConfig>,
@@ -813,6 +647,21 @@ impl ProcessRunner {
 
 #[async_trait::async_trait]
 impl SubagentRunner for ProcessRunner {
+    /// Runs the subagent `request` names, to the end.
+    ///
+    /// It needs a tokio runtime with its I/O, time and signal drivers on
+    /// (`enable_all()`), as `tokio::process` does. Call it from async
+    /// context, never from a `spawn_blocking` closure: Linux sends the
+    /// parent-death signal when the *thread* that started the child ends, and
+    /// the blocking pool ends idle threads after a few seconds.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling the token ends the subagent gracefully and returns within
+    /// the [grace](ProcessRunner::grace) and about two seconds more. Dropping
+    /// the future ends it at once: `SIGKILL` to the group, or through the
+    /// reaper its "kill everything now"; tokio reaps the child in the
+    /// background.
     async fn run(
         &self,
         request: SubagentRequest,
