@@ -6,7 +6,8 @@ use std::path::Path;
 use asynctask_tools::SubagentRequest;
 use tokio::process::Command;
 
-use crate::config::{EnvName, SubagentCommand};
+use crate::config::SubagentCommand;
+use crate::values::EnvName;
 
 /// Variables always passed through from the host's environment, when set.
 const BASE_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"];

@@ -58,12 +58,13 @@ mod stdin;
 mod streams;
 #[cfg(unix)]
 mod sys;
+mod values;
 #[cfg(unix)]
 mod vars;
 
 pub use config::{
-    CommandLine, ConfigDir, ConfigError, ConfigPosition, EnvName, EnvValue, InvalidValue,
-    ProcessRunnerConfig, StdinMode, SubagentCommand, SubagentName,
+    ConfigDir, ConfigError, ConfigPosition, ProcessRunnerConfig, StdinMode, SubagentCommand,
 };
 #[cfg(unix)]
 pub use runner::ProcessRunner;
+pub use values::{CommandLine, EnvName, EnvValue, InvalidValue, SubagentName};
