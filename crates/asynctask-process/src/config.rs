@@ -7,6 +7,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::toplevel::{ConfigExtension, TopLevel};
 use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 
 /// The subagents a [`ProcessRunner`](crate::ProcessRunner) can run: the
@@ -15,7 +16,6 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 ///
 /// ```toml
 /// roots = ["..", "/srv/checkouts"]  # default: this file's directory; before any table
-/// durable = true                    # for `asynctask mcp`: tasks outlive the session
 /// inline_budget = 8000              # how much output a result holds (default 10000)
 ///
 /// [subagents.researcher]
@@ -30,7 +30,9 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 /// command = ["sh", "-c", "cargo test 2>&1 | tail -n 50"]
 /// ```
 ///
-/// Unknown keys are errors, so a typo never silently drops a setting.
+/// Unknown keys are errors, so a typo never silently drops a setting. A layer
+/// above the runner that keeps top-level keys of its own in the same file
+/// declares them with a [`ConfigExtension`].
 ///
 /// # Examples
 ///
@@ -46,31 +48,22 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 /// assert!(config.roots.is_empty());
 /// # Ok::<(), asynctask_process::InvalidValue>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProcessRunnerConfig {
     /// Each subagent by name.
-    #[serde(default)]
     pub subagents: BTreeMap<SubagentName, SubagentCommand>,
     /// The directories subagents may work in: every subagent's working
     /// directory must lie under one of them. In the file, paths are relative to
     /// its directory, and absent or empty means the file's directory; once
     /// loaded they are absolute with symlinks resolved. Empty in a config built
     /// in code: no restriction.
-    #[serde(default)]
     pub roots: Vec<PathBuf>,
-    /// Whether a server of these subagents keeps their tasks beyond its
-    /// session (`asynctask mcp` serves as with `--durable`). The runner itself
-    /// does not read it.
-    #[serde(default)]
-    pub durable: bool,
     /// How much of a subagent's stdout (and, apart, of its emitted variables)
     /// a result holds, in characters as they cost once JSON-escaped; `None`:
     /// [`ProcessRunner::DEFAULT_INLINE_BUDGET`](crate::ProcessRunner::DEFAULT_INLINE_BUDGET).
     /// In the file it must lie within [`MIN_INLINE_BUDGET`](Self::MIN_INLINE_BUDGET)
     /// and [`MAX_INLINE_BUDGET`](Self::MAX_INLINE_BUDGET).
-    #[serde(default)]
     pub inline_budget: Option<usize>,
 }
 
@@ -365,13 +358,6 @@ impl ProcessRunnerConfig {
         self
     }
 
-    /// Sets [`durable`](Self::durable).
-    #[must_use]
-    pub fn with_durable(mut self, durable: bool) -> Self {
-        self.durable = durable;
-        self
-    }
-
     /// Sets [`inline_budget`](Self::inline_budget) (taken as it is: a config
     /// built in code is not checked against the file's bounds).
     ///
@@ -421,6 +407,21 @@ impl ProcessRunnerConfig {
     /// made absolute; [`ConfigError::Invalid`] for a working directory outside
     /// the `roots` (the message names the subagent).
     pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
+        Self::from_toml_str_with::<()>(text, base_dir).map(|(config, ())| config)
+    }
+
+    /// [`from_toml_str`](Self::from_toml_str) for a text that also holds the
+    /// top-level keys of `X`, a layer above the runner: the config, and what
+    /// `X` read.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`from_toml_str`](Self::from_toml_str); a key of neither is
+    /// an unknown key.
+    pub fn from_toml_str_with<X: ConfigExtension>(
+        text: &str,
+        base_dir: &Path,
+    ) -> Result<(Self, X), ConfigError> {
         Self::parse(text, base_dir, Path::new("<string>"))
     }
 
@@ -446,6 +447,16 @@ impl ProcessRunnerConfig {
     /// [`ConfigError::NotUtf8`] when it is not UTF-8, or any error of
     /// [`from_toml_str`](Self::from_toml_str), naming `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with::<()>(path).map(|(config, ())| config)
+    }
+
+    /// [`load`](Self::load) for a file that also holds the top-level keys of
+    /// `X`, a layer above the runner: the config, and what `X` read.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`load`](Self::load); a key of neither is an unknown key.
+    pub fn load_with<X: ConfigExtension>(path: &Path) -> Result<(Self, X), ConfigError> {
         let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
@@ -461,8 +472,12 @@ impl ProcessRunnerConfig {
         Self::parse(&text, base_dir, path)
     }
 
-    fn parse(text: &str, base_dir: &Path, origin: &Path) -> Result<Self, ConfigError> {
-        let mut config: Self = toml::from_str(text).map_err(|mut source| {
+    fn parse<X: ConfigExtension>(
+        text: &str,
+        base_dir: &Path,
+        origin: &Path,
+    ) -> Result<(Self, X), ConfigError> {
+        let top: TopLevel<X> = toml::from_str(text).map_err(|mut source| {
             let position = source
                 .span()
                 .map(|span| ConfigPosition::of(text, span.start));
@@ -475,6 +490,7 @@ impl ProcessRunnerConfig {
                 source: Box::new(source),
             }
         })?;
+        let (mut config, extension) = (top.config, top.extension);
         let invalid = |message: String| ConfigError::Invalid {
             path: origin.to_owned(),
             message,
@@ -532,7 +548,7 @@ impl ProcessRunnerConfig {
                 )));
             }
         }
-        Ok(config)
+        Ok((config, extension))
     }
 }
 

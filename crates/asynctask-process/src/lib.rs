@@ -58,6 +58,7 @@ mod stdin;
 mod streams;
 #[cfg(unix)]
 mod sys;
+mod toplevel;
 mod values;
 #[cfg(unix)]
 mod vars;
@@ -67,4 +68,5 @@ pub use config::{
 };
 #[cfg(unix)]
 pub use runner::ProcessRunner;
+pub use toplevel::ConfigExtension;
 pub use values::{CommandLine, EnvName, EnvValue, InvalidValue, SubagentName};

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use asynctask_manager::{Inbox, InboxError, ProgressSnapshot, TaskProgress};
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_process::{
-    CommandLine, ConfigError, EnvName, EnvValue, ProcessRunner, ProcessRunnerConfig,
-    SubagentCommand, SubagentName,
+    CommandLine, ConfigError, ConfigExtension, EnvName, EnvValue, ProcessRunner,
+    ProcessRunnerConfig, SubagentCommand, SubagentName,
 };
 use asynctask_tools::{
     ContextVar, OutputVarSpec, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner,
@@ -1726,7 +1726,7 @@ fn config_errors_name_the_position_then_the_parsers_message() {
         ),
         (
             "[subagent.a]\ncommand = [\"x\"]\n",
-            "invalid config <string> at line 1, column 2: unknown field `subagent`, expected one of `subagents`, `roots`, `durable`, `inline_budget`",
+            "invalid config <string> at line 1, column 2: unknown field `subagent`, expected one of `subagents`, `roots`, `inline_budget`",
         ),
         (
             "inline_budget = 10\n",
@@ -1774,6 +1774,78 @@ fn config_errors_name_the_position_then_the_parsers_message() {
         .map(|&(toml, message)| (toml, message.to_owned()))
         .collect();
     assert_eq!(seen, expected);
+}
+
+/// The top-level keys of a layer above the runner, as the `asynctask`
+/// command keeps `durable` in the same file.
+#[derive(Debug, Default, PartialEq)]
+struct Serving {
+    durable: bool,
+}
+
+impl ConfigExtension for Serving {
+    const KEYS: &'static [&'static str] = &["durable"];
+
+    fn read<'de, D: serde::Deserializer<'de>>(
+        &mut self,
+        key: &str,
+        value: D,
+    ) -> Result<(), D::Error> {
+        assert_eq!(key, "durable", "only its own keys are handed over");
+        self.durable = serde::Deserialize::deserialize(value)?;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_layer_above_reads_its_own_top_level_keys_in_the_same_parse() {
+    let parse = |toml: &str| {
+        ProcessRunnerConfig::from_toml_str_with::<Serving>(toml, Path::new("/base"))
+            .map_err(|err| chain(&err))
+    };
+    assert_eq!(
+        parse("durable = true\ninline_budget = 2000\n[subagents.a]\ncommand = [\"x\"]\n"),
+        Ok((
+            ProcessRunnerConfig::new()
+                .with_subagent(
+                    SubagentName::new("a").expect("valid"),
+                    SubagentCommand::new(CommandLine::new(["x"]).expect("valid"))
+                        .with_cwd(PathBuf::from("/base")),
+                )
+                .with_roots(vec![PathBuf::from("/base")])
+                .with_inline_budget(2000),
+            Serving { durable: true }
+        ))
+    );
+    assert_eq!(
+        parse(""),
+        Ok((
+            ProcessRunnerConfig::new().with_roots(vec![PathBuf::from("/base")]),
+            Serving::default()
+        ))
+    );
+    assert_eq!(
+        parse("durable = \"yes\"\n"),
+        Err(
+            "invalid config <string> at line 1, column 11: invalid type: string \"yes\", \
+             expected a boolean; in `durable`"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        parse("roots = []\nbogus = 1\n"),
+        Err(
+            "invalid config <string> at line 2, column 1: unknown field `bogus`, expected one \
+             of `subagents`, `roots`, `inline_budget`, `durable`"
+                .to_owned()
+        )
+    );
+    // The runner alone does not know the key.
+    assert_eq!(
+        parse_error("durable = true\n"),
+        "invalid config <string> at line 1, column 1: unknown field `durable`, expected one of \
+         `subagents`, `roots`, `inline_budget`"
+    );
 }
 
 #[test]
