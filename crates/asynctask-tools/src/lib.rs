@@ -38,7 +38,9 @@
 //! # });
 //! ```
 
+mod catalog;
 mod check_async_tasks;
+mod command;
 mod context;
 mod format;
 mod ids;
@@ -53,7 +55,9 @@ mod task;
 mod todo_pause;
 mod tool;
 
+pub use crate::catalog::SubagentInfo;
 pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, PEEK_OUTPUT_LINES};
+pub use crate::command::{CommandOutput, CommandOutputKind};
 pub use crate::context::{CallContext, with_call_context};
 pub use crate::format::{
     ECHO_CHARS, ID_PREFIX_CHARS, WHOLE_OUTPUT_PREFIX, bound_text, bound_text_keeping_pointer,
@@ -69,11 +73,9 @@ pub use crate::params::{
 };
 pub use crate::render::completion_notification;
 pub use crate::result::{ToolError, ToolErrorType, ToolResult};
-pub use crate::slash::{
-    CommandOutput, CommandOutputKind, complete_task_ids, end_task, run_slash_command,
-};
+pub use crate::slash::{complete_task_ids, end_task, run_slash_command};
 pub use crate::task::{
-    KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentInfo, SubagentRequest,
+    KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentRequest,
     SubagentRunner, SyncDetach, TaskTool,
 };
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};

@@ -24,8 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
-pub use self::runner::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
+pub use self::runner::{SubagentError, SubagentRequest, SubagentRunner};
 use self::supervise::{Background, Outcome, Run, TimeoutText, far_future};
+use crate::catalog::SubagentInfo;
 use crate::context::CallContext;
 use crate::ids::new_task_id;
 use crate::params::{InvalidParams, TaskParams, TaskTimeouts, ToolParams};
