@@ -69,12 +69,10 @@ pub trait SubagentRunner: Send + Sync {
 
     /// Nothing will ask for task `task_id` again, and a file a result named
     /// has been readable for long: drop whatever was kept for it (its output
-    /// files, say). The [`TaskTool`](crate::TaskTool) calls it once
-    /// [`KEPT_TASK_FILES`](crate::KEPT_TASK_FILES) later tasks were done with
-    /// (a background task is done with when the manager prunes it from its
-    /// history, a synchronous run when it ends). It may come for a
-    /// task this runner never ran, or ran in an earlier process, and must
-    /// never block for long or panic. The default keeps nothing, so does
+    /// files, say). The [`TaskTool`](crate::TaskTool) calls it
+    /// [`KEPT_TASK_FILES`](crate::KEPT_TASK_FILES) tasks later. It may come
+    /// for a task this runner never ran, or ran in an earlier process, and
+    /// must never block for long or panic. The default keeps nothing, so does
     /// nothing.
     fn forget(&self, task_id: &str) {
         let _ = task_id;
