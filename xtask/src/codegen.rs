@@ -3,8 +3,8 @@
 //! The generated files are the tool definitions for each LLM provider,
 //! `docs/schemas/<provider>/<tool>.json`, and the tool reference `docs/tools.md`.
 //! They are rendered by the code that owns their content: the test
-//! `schemas::generated_files_are_fresh` of `asynctask-tools` (in
-//! `crates/asynctask-tools/tests/it/schemas.rs`). xtask depends on no workspace
+//! `codegen::generated_files_are_fresh` of `asynctask-tools` (in
+//! `crates/asynctask-tools/tests/it/codegen.rs`). xtask depends on no workspace
 //! crate, so it runs that one test through cargo:
 //!
 //! - `cargo xtask codegen` sets `ASYNCTASK_CODEGEN=write`, and the test writes
@@ -30,7 +30,7 @@ pub(crate) enum Mode {
 }
 
 /// The test that renders the generated files, and the variable that makes it write.
-const GENERATOR_TEST: &str = "schemas::generated_files_are_fresh";
+const GENERATOR_TEST: &str = "codegen::generated_files_are_fresh";
 const WRITE_VAR: &str = "ASYNCTASK_CODEGEN";
 
 /// The cargo arguments that run the generator test.
@@ -88,7 +88,7 @@ mod tests {
     use super::*;
 
     /// Where [`GENERATOR_TEST`] lives.
-    const GENERATOR_SOURCE: &str = "crates/asynctask-tools/tests/it/schemas.rs";
+    const GENERATOR_SOURCE: &str = "crates/asynctask-tools/tests/it/codegen.rs";
 
     // Running the generator from here would start cargo inside `cargo test`, which
     // waits on the build lock the outer cargo holds. The generator test itself runs
@@ -107,7 +107,7 @@ mod tests {
                 "it",
                 "--locked",
                 "--",
-                "schemas::generated_files_are_fresh",
+                "codegen::generated_files_are_fresh",
                 "--exact"
             ]
         );

@@ -8,13 +8,14 @@ use std::time::Duration;
 use asynctask_manager::StoredTask;
 use asynctask_mcp::{McpServerOptions, serve_stdio};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
-use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+use asynctask_process::{ConfigExtension, ProcessRunner, ProcessRunnerConfig};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_store::{Store, StoreError};
 use asynctask_supervisor::{
     StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask, relay_stdio,
 };
 use asynctask_tools::SyncDetach;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use crate::CliError;
@@ -78,6 +79,48 @@ pub fn default_state_dir(config: &Path) -> PathBuf {
     config.parent().unwrap_or(Path::new(".")).join(".asynctask")
 }
 
+/// The subagents config's top-level keys that belong to this command, not to
+/// the runner. The file is parsed once; a key of neither is refused, the error
+/// naming the file, the line and column, and every key expected there.
+///
+/// ```
+/// # use std::path::Path;
+/// use asynctask_cli::serve::CliSettings;
+/// use asynctask_process::ProcessRunnerConfig;
+///
+/// let text = "durable = true\n[subagents.a]\ncommand = [\"true\"]\n";
+/// let (_, settings) = ProcessRunnerConfig::from_toml_str_with::<CliSettings>(text, Path::new("/"))?;
+/// assert!(settings.durable);
+/// # Ok::<(), asynctask_process::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CliSettings {
+    /// `durable = true`: `asynctask mcp` serves as with `--durable`.
+    pub durable: bool,
+}
+
+impl ConfigExtension for CliSettings {
+    const KEYS: &'static [&'static str] = &["durable"];
+
+    fn read<'de, D: Deserializer<'de>>(&mut self, key: &str, value: D) -> Result<(), D::Error> {
+        // `durable` is the one key there is.
+        debug_assert_eq!(key, "durable");
+        self.durable = bool::deserialize(value)?;
+        Ok(())
+    }
+}
+
+/// Loads the subagents config: the runner's part, and this command's own
+/// keys ([`CliSettings`]).
+///
+/// # Errors
+///
+/// [`CliError::Config`] when the config cannot be loaded.
+pub fn load_config(path: &Path) -> Result<(ProcessRunnerConfig, CliSettings), CliError> {
+    Ok(ProcessRunnerConfig::load_with(path)?)
+}
+
 /// The hidden first argument that makes the `asynctask` binary act as the
 /// reaper between a runner and a subagent's command (see
 /// [`asynctask_process::reaper`]).
@@ -91,7 +134,7 @@ pub const REAPER_ARG: &str = "__asynctask-reaper";
 ///
 /// [`CliError::Config`] when the config cannot be loaded.
 pub fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
-    let runner = ProcessRunner::new(ProcessRunnerConfig::load(path)?);
+    let runner = ProcessRunner::new(load_config(path)?.0);
     Ok(match std::env::current_exe() {
         Ok(exe) => runner.with_reaper(exe, vec![REAPER_ARG.into()]),
         // No path to ourselves (deleted binary): the parent-death signal on
@@ -170,7 +213,7 @@ pub fn wants_durable(options: &ServeOptions, flag: bool) -> Result<bool, CliErro
     if flag {
         return Ok(true);
     }
-    Ok(ProcessRunnerConfig::load(&options.config)?.durable)
+    Ok(load_config(&options.config)?.1.durable)
 }
 
 /// `asynctask mcp`: one server on stdio, its tasks ending with it.

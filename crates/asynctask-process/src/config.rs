@@ -1,12 +1,14 @@
-//! The subagent config: its types, the validated values they hold, loading a
-//! TOML file, and checking every working directory against the roots.
+//! The subagent config: its types, loading a TOML file, and checking every
+//! working directory against the roots.
 
-use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
+
+use crate::toplevel::{ConfigExtension, TopLevel};
+use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 
 /// The subagents a [`ProcessRunner`](crate::ProcessRunner) can run: the
 /// `[subagents.<name>]` tables of a TOML file, and the `roots` their working
@@ -14,7 +16,6 @@ use serde::Deserialize;
 ///
 /// ```toml
 /// roots = ["..", "/srv/checkouts"]  # default: this file's directory; before any table
-/// durable = true                    # for `asynctask mcp`: tasks outlive the session
 /// inline_budget = 8000              # how much output a result holds (default 10000)
 ///
 /// [subagents.researcher]
@@ -29,7 +30,9 @@ use serde::Deserialize;
 /// command = ["sh", "-c", "cargo test 2>&1 | tail -n 50"]
 /// ```
 ///
-/// Unknown keys are errors, so a typo never silently drops a setting.
+/// Unknown keys are errors, so a typo never silently drops a setting. A layer
+/// above the runner that keeps top-level keys of its own in the same file
+/// declares them with a [`ConfigExtension`].
 ///
 /// # Examples
 ///
@@ -45,31 +48,22 @@ use serde::Deserialize;
 /// assert!(config.roots.is_empty());
 /// # Ok::<(), asynctask_process::InvalidValue>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProcessRunnerConfig {
     /// Each subagent by name.
-    #[serde(default)]
     pub subagents: BTreeMap<SubagentName, SubagentCommand>,
     /// The directories subagents may work in: every subagent's working
     /// directory must lie under one of them. In the file, paths are relative to
     /// its directory, and absent or empty means the file's directory; once
     /// loaded they are absolute with symlinks resolved. Empty in a config built
     /// in code: no restriction.
-    #[serde(default)]
     pub roots: Vec<PathBuf>,
-    /// Whether a server of these subagents keeps their tasks beyond its
-    /// session (`asynctask mcp` serves as with `--durable`). The runner itself
-    /// does not read it.
-    #[serde(default)]
-    pub durable: bool,
     /// How much of a subagent's stdout (and, apart, of its emitted variables)
     /// a result holds, in characters as they cost once JSON-escaped; `None`:
     /// [`ProcessRunner::DEFAULT_INLINE_BUDGET`](crate::ProcessRunner::DEFAULT_INLINE_BUDGET).
     /// In the file it must lie within [`MIN_INLINE_BUDGET`](Self::MIN_INLINE_BUDGET)
     /// and [`MAX_INLINE_BUDGET`](Self::MAX_INLINE_BUDGET).
-    #[serde(default)]
     pub inline_budget: Option<usize>,
 }
 
@@ -156,255 +150,6 @@ pub enum StdinMode {
     Jsonl,
 }
 
-/// A config value that breaks a rule; the `Display` is one line for the user.
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_process::{CommandLine, InvalidValue};
-///
-/// let err = CommandLine::new(Vec::<String>::new()).unwrap_err();
-/// assert_eq!(err, InvalidValue::EmptyCommand);
-/// assert_eq!(err.to_string(), "`command` must not be empty: give the program and its arguments");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidValue {
-    /// A command line without a program.
-    #[error("`command` must not be empty: give the program and its arguments")]
-    EmptyCommand,
-    /// A program that is empty or only whitespace.
-    #[error("the program (`command[0]`) must not be blank")]
-    BlankProgram,
-    /// A NUL byte in the program or an argument (it cannot reach a process).
-    #[error("`command` must not contain NUL bytes")]
-    NulInCommand,
-    /// A subagent name that is empty or only whitespace.
-    #[error("a subagent name must not be blank")]
-    BlankName,
-    /// A subagent name with leading or trailing whitespace.
-    #[error("subagent name {0:?} must not start or end with whitespace")]
-    NameWhitespace(String),
-    /// An empty environment variable name.
-    #[error("an environment variable name must not be empty")]
-    EmptyEnvName,
-    /// An environment variable name holding `=` or NUL.
-    #[error("environment variable name {0:?} must not contain `=` or NUL")]
-    BadEnvName(String),
-    /// An environment variable value holding NUL.
-    #[error("an environment variable value must not contain NUL bytes")]
-    NulInEnvValue,
-}
-
-/// A command line: a program that is not blank, then its arguments; no NUL
-/// byte anywhere (it could not be passed to a process).
-///
-/// A program without a `/` is looked up in the child's `PATH`; a relative one
-/// with a `/` is relative to the child's working directory.
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_process::{CommandLine, InvalidValue};
-///
-/// let command = CommandLine::new(["sh", "-c", "make test"])?;
-/// assert_eq!((command.program(), command.args()), ("sh", &["-c".to_owned(), "make test".to_owned()][..]));
-/// assert_eq!(CommandLine::new([" ", "x"]), Err(InvalidValue::BlankProgram));
-/// # Ok::<(), InvalidValue>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "Vec<String>")]
-pub struct CommandLine(Vec<String>);
-
-impl CommandLine {
-    /// A command line from the program and its arguments.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidValue::EmptyCommand`], [`BlankProgram`](InvalidValue::BlankProgram)
-    /// or [`NulInCommand`](InvalidValue::NulInCommand).
-    pub fn new<I, S>(argv: I) -> Result<Self, InvalidValue>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self::try_from(argv.into_iter().map(Into::into).collect::<Vec<String>>())
-    }
-
-    /// The program (`command[0]`).
-    ///
-    /// ```
-    /// # use asynctask_process::CommandLine;
-    /// assert_eq!(CommandLine::new(["true"])?.program(), "true");
-    /// # Ok::<(), asynctask_process::InvalidValue>(())
-    /// ```
-    #[must_use]
-    pub fn program(&self) -> &str {
-        // Never empty: checked by `try_from`, the only constructor.
-        self.0.first().map_or("", String::as_str)
-    }
-
-    /// The arguments (`command[1..]`).
-    ///
-    /// ```
-    /// # use asynctask_process::CommandLine;
-    /// assert!(CommandLine::new(["true"])?.args().is_empty());
-    /// # Ok::<(), asynctask_process::InvalidValue>(())
-    /// ```
-    #[must_use]
-    pub fn args(&self) -> &[String] {
-        self.0.get(1..).unwrap_or_default()
-    }
-}
-
-impl TryFrom<Vec<String>> for CommandLine {
-    type Error = InvalidValue;
-
-    fn try_from(argv: Vec<String>) -> Result<Self, InvalidValue> {
-        match argv.first() {
-            None => Err(InvalidValue::EmptyCommand),
-            Some(program) if program.trim().is_empty() => Err(InvalidValue::BlankProgram),
-            Some(_) if argv.iter().any(|arg| arg.contains('\0')) => Err(InvalidValue::NulInCommand),
-            Some(_) => Ok(CommandLine(argv)),
-        }
-    }
-}
-
-/// Defines a validated string newtype: `new`, `as_str`, `Display`, `Borrow<str>`
-/// (so maps keyed by it are looked up with a `&str`), and serde `try_from`.
-macro_rules! string_newtype {
-    ($(#[$meta:meta])* $name:ident, $check:path) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
-        #[serde(try_from = "String")]
-        pub struct $name(String);
-
-        impl $name {
-            /// The value, checked.
-            ///
-            /// # Errors
-            ///
-            /// The rule it breaks (see the type's docs).
-            pub fn new(value: impl Into<String>) -> Result<Self, InvalidValue> {
-                let value = value.into();
-                $check(&value)?;
-                Ok($name(value))
-            }
-
-            /// The value.
-            #[must_use]
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl TryFrom<String> for $name {
-            type Error = InvalidValue;
-
-            fn try_from(value: String) -> Result<Self, InvalidValue> {
-                Self::new(value)
-            }
-        }
-
-        impl Borrow<str> for $name {
-            fn borrow(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl AsRef<str> for $name {
-            fn as_ref(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-    };
-}
-
-string_newtype!(
-    /// A subagent's name: not blank, no surrounding whitespace (the model has
-    /// to spell it exactly).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use asynctask_process::{InvalidValue, SubagentName};
-    ///
-    /// assert_eq!(SubagentName::new("tester")?.as_str(), "tester");
-    /// assert_eq!(SubagentName::new(" "), Err(InvalidValue::BlankName));
-    /// assert_eq!(SubagentName::new("a ").unwrap_err().to_string(), "subagent name \"a \" must not start or end with whitespace");
-    /// # Ok::<(), InvalidValue>(())
-    /// ```
-    SubagentName,
-    check_subagent_name
-);
-
-string_newtype!(
-    /// An environment variable's name: not empty, no `=` or NUL.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use asynctask_process::{EnvName, InvalidValue};
-    ///
-    /// assert_eq!(EnvName::new("RUST_LOG")?.as_str(), "RUST_LOG");
-    /// assert_eq!(EnvName::new(""), Err(InvalidValue::EmptyEnvName));
-    /// assert_eq!(EnvName::new("A=B"), Err(InvalidValue::BadEnvName("A=B".to_owned())));
-    /// # Ok::<(), InvalidValue>(())
-    /// ```
-    EnvName,
-    check_env_name
-);
-
-string_newtype!(
-    /// An environment variable's value: no NUL.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use asynctask_process::{EnvValue, InvalidValue};
-    ///
-    /// assert_eq!(EnvValue::new("hello world")?.as_str(), "hello world");
-    /// assert_eq!(EnvValue::new("a\0b"), Err(InvalidValue::NulInEnvValue));
-    /// # Ok::<(), InvalidValue>(())
-    /// ```
-    EnvValue,
-    check_env_value
-);
-
-fn check_subagent_name(name: &str) -> Result<(), InvalidValue> {
-    if name.trim().is_empty() {
-        Err(InvalidValue::BlankName)
-    } else if name.trim() != name {
-        Err(InvalidValue::NameWhitespace(name.to_owned()))
-    } else {
-        Ok(())
-    }
-}
-
-fn check_env_name(name: &str) -> Result<(), InvalidValue> {
-    if name.is_empty() {
-        Err(InvalidValue::EmptyEnvName)
-    } else if name.contains(['=', '\0']) {
-        Err(InvalidValue::BadEnvName(name.to_owned()))
-    } else {
-        Ok(())
-    }
-}
-
-fn check_env_value(value: &str) -> Result<(), InvalidValue> {
-    if value.contains('\0') {
-        Err(InvalidValue::NulInEnvValue)
-    } else {
-        Ok(())
-    }
-}
-
 /// Why a config could not be loaded.
 ///
 /// The `Display` is one line naming the file and what went wrong with it; the
@@ -448,7 +193,7 @@ pub enum ConfigError {
     },
     /// The text is not TOML, or not a config: a syntax error, an unknown key,
     /// a missing or mistyped value, or a value that breaks its rule
-    /// ([`InvalidValue`]).
+    /// ([`InvalidValue`](crate::InvalidValue)).
     #[error("invalid config {}{}", path.display(), At(*position))]
     Parse {
         /// The file (`<string>` when parsed from a string).
@@ -613,13 +358,6 @@ impl ProcessRunnerConfig {
         self
     }
 
-    /// Sets [`durable`](Self::durable).
-    #[must_use]
-    pub fn with_durable(mut self, durable: bool) -> Self {
-        self.durable = durable;
-        self
-    }
-
     /// Sets [`inline_budget`](Self::inline_budget) (taken as it is: a config
     /// built in code is not checked against the file's bounds).
     ///
@@ -664,11 +402,26 @@ impl ProcessRunnerConfig {
     /// # Errors
     ///
     /// All with path `<string>`: [`ConfigError::Parse`] for bad TOML, unknown
-    /// keys, or a value that breaks its rule ([`InvalidValue`]);
+    /// keys, or a value that breaks its rule ([`InvalidValue`](crate::InvalidValue));
     /// [`ConfigError::Resolve`] for a root or working directory that cannot be
     /// made absolute; [`ConfigError::Invalid`] for a working directory outside
     /// the `roots` (the message names the subagent).
     pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
+        Self::from_toml_str_with::<()>(text, base_dir).map(|(config, ())| config)
+    }
+
+    /// [`from_toml_str`](Self::from_toml_str) for a text that also holds the
+    /// top-level keys of `X`, a layer above the runner: the config, and what
+    /// `X` read.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`from_toml_str`](Self::from_toml_str); a key of neither is
+    /// an unknown key.
+    pub fn from_toml_str_with<X: ConfigExtension>(
+        text: &str,
+        base_dir: &Path,
+    ) -> Result<(Self, X), ConfigError> {
         Self::parse(text, base_dir, Path::new("<string>"))
     }
 
@@ -694,6 +447,16 @@ impl ProcessRunnerConfig {
     /// [`ConfigError::NotUtf8`] when it is not UTF-8, or any error of
     /// [`from_toml_str`](Self::from_toml_str), naming `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with::<()>(path).map(|(config, ())| config)
+    }
+
+    /// [`load`](Self::load) for a file that also holds the top-level keys of
+    /// `X`, a layer above the runner: the config, and what `X` read.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`load`](Self::load); a key of neither is an unknown key.
+    pub fn load_with<X: ConfigExtension>(path: &Path) -> Result<(Self, X), ConfigError> {
         let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
@@ -709,8 +472,12 @@ impl ProcessRunnerConfig {
         Self::parse(&text, base_dir, path)
     }
 
-    fn parse(text: &str, base_dir: &Path, origin: &Path) -> Result<Self, ConfigError> {
-        let mut config: Self = toml::from_str(text).map_err(|mut source| {
+    fn parse<X: ConfigExtension>(
+        text: &str,
+        base_dir: &Path,
+        origin: &Path,
+    ) -> Result<(Self, X), ConfigError> {
+        let top: TopLevel<X> = toml::from_str(text).map_err(|mut source| {
             let position = source
                 .span()
                 .map(|span| ConfigPosition::of(text, span.start));
@@ -723,6 +490,7 @@ impl ProcessRunnerConfig {
                 source: Box::new(source),
             }
         })?;
+        let (mut config, extension) = (top.config, top.extension);
         let invalid = |message: String| ConfigError::Invalid {
             path: origin.to_owned(),
             message,
@@ -780,7 +548,7 @@ impl ProcessRunnerConfig {
                 )));
             }
         }
-        Ok(config)
+        Ok((config, extension))
     }
 }
 

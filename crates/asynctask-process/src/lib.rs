@@ -4,20 +4,18 @@
 //! Each subagent is a command line in a TOML file ([`ProcessRunnerConfig`] of
 //! [`SubagentCommand`]s, checked as it is parsed: [`CommandLine`],
 //! [`SubagentName`], [`EnvName`], [`EnvValue`], [`StdinMode`]), and
-//! [`ProcessRunner`] runs it whenever the model asks for that name. The model
+//! [`ProcessRunner`] runs it whenever the model asks for that name: the model
 //! chooses only *which* command runs and its goal, never a command line. The
-//! crate sits beside `asynctask-runtime`, on top of `asynctask-model` and
-//! `asynctask-tools`, whose [`SubagentRunner`] contract it implements; a host
-//! that spawns no processes never compiles it.
+//! crate sits beside `asynctask-runtime`, on `asynctask-tools`, whose
+//! [`SubagentRunner`] contract it implements; a host that spawns no processes
+//! never compiles it.
 //!
-//! A run streams the child's whole stdout into a file, so output never costs
-//! memory (the final message is a bounded head and tail naming that file),
-//! and no process of a subagent outlives its task: its process group is ended,
-//! and with the [`reaper`] (a tiny supervisor process, also the
-//! `asynctask-reaper` binary) so are escaped descendants, even when the host
-//! is killed. It does not enforce the task's timeout (the `task` tool does, by
-//! cancelling the run), sandbox the child, or run anywhere but on Unix (other
-//! platforms get only the config types).
+//! A run streams the child's whole stdout into a file (the final message is a
+//! bounded head and tail naming it), and no process of a subagent outlives its
+//! task: its process group is ended, and with the [`reaper`] (also the
+//! `asynctask-reaper` binary) so are escaped descendants, even of a killed
+//! host. It does not enforce the task's timeout (the `task` tool cancels the
+//! run), sandbox the child, or run anywhere but on Unix (elsewhere: the config).
 //!
 //! ```
 //! use std::path::Path;
@@ -43,6 +41,8 @@
 mod capture;
 mod config;
 #[cfg(unix)]
+mod env;
+#[cfg(unix)]
 mod group;
 #[cfg(unix)]
 mod output;
@@ -51,11 +51,20 @@ pub mod reaper;
 #[cfg(unix)]
 mod runner;
 #[cfg(unix)]
+mod stdin;
+#[cfg(unix)]
+mod streams;
+#[cfg(unix)]
 mod sys;
+mod toplevel;
+mod values;
+#[cfg(unix)]
+mod vars;
 
 pub use config::{
-    CommandLine, ConfigDir, ConfigError, ConfigPosition, EnvName, EnvValue, InvalidValue,
-    ProcessRunnerConfig, StdinMode, SubagentCommand, SubagentName,
+    ConfigDir, ConfigError, ConfigPosition, ProcessRunnerConfig, StdinMode, SubagentCommand,
 };
 #[cfg(unix)]
 pub use runner::ProcessRunner;
+pub use toplevel::ConfigExtension;
+pub use values::{CommandLine, EnvName, EnvValue, InvalidValue, SubagentName};

@@ -1,6 +1,6 @@
 //! Where a run's files go: the output directory (the host's, or a temporary
-//! one per runner that is removed with it) and the file names made from task
-//! ids.
+//! one per runner that is removed with it), the file names made from task
+//! ids, and removing a file that may be gone.
 
 use std::collections::hash_map::{DefaultHasher, RandomState};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -313,6 +313,17 @@ pub(crate) fn file_stem(task_id: &str) -> String {
     let mut hasher = DefaultHasher::new();
     task_id.hash(&mut hasher);
     format!("{safe}-{:016x}", hasher.finish())
+}
+
+/// Removes a file that may not exist; a failure is only logged.
+pub(crate) fn remove_if_there(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => {
+            tracing::warn!(path = %path.display(), %err, "cannot remove a subagent's file");
+        }
+    }
 }
 
 #[cfg(test)]

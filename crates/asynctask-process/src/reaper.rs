@@ -63,48 +63,40 @@ pub const USAGE: u8 = 2;
 /// The grace without `--grace-ms`.
 const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 
-/// Runs the reaper with `args` (its arguments, without the program name):
+/// Runs the reaper with `args` (without the program name):
 /// `[--parent PID] [--grace-ms MS] -- PROGRAM [ARGS...]`, and returns the exit
-/// code to end with (when the command was killed by a signal, the reaper
-/// re-raises that signal on itself and does not return).
+/// code to end with; when the command was killed by a signal, the reaper
+/// re-raises it on itself and does not return.
 ///
-/// It takes its signals with `sigwait` after blocking them in the calling
-/// thread, so it must run in a process of its own, before any other thread is
-/// started. A host's own binary can serve as the reaper by dispatching to this
-/// function first thing in `main`, from a hidden argument, and pass that
-/// argument as
-/// [`ProcessRunner::with_reaper`](crate::ProcessRunner::with_reaper)'s leading
-/// argument:
+/// It must run in a process of its own, before any other thread starts (it
+/// blocks its signals and takes them with `sigwait`). A host's own binary can
+/// be the reaper: it dispatches to this function first thing in `main`, on a
+/// hidden argument it gives [`ProcessRunner::with_reaper`](crate::ProcessRunner::with_reaper).
+///
+/// # Examples
 ///
 /// ```no_run
-/// use std::ffi::OsString;
-/// use std::process::ExitCode;
-///
-/// fn main() -> ExitCode {
+/// fn main() -> std::process::ExitCode {
 ///     let mut args = std::env::args_os().skip(1).peekable();
 ///     if args.peek().is_some_and(|arg| arg == "__asynctask-reaper") {
 ///         return asynctask_process::reaper::main(args.skip(1));
 ///     }
-///     // ... the host itself, with
-///     // ProcessRunner::new(config).with_reaper(std::env::current_exe().unwrap(), vec![OsString::from("__asynctask-reaper")])
-///     ExitCode::SUCCESS
+///     // ... the host itself, whose runner is
+///     // ProcessRunner::new(config).with_reaper(current_exe, vec!["__asynctask-reaper".into()])
+///     std::process::ExitCode::SUCCESS
 /// }
 /// ```
 ///
-/// Errors go to stderr as one line starting `asynctask-reaper:`, with exit
-/// status [`USAGE`] (bad arguments), 1 (its parent was already gone, or a
-/// system call failed) or [`CANNOT_START`].
+/// # Errors
 ///
-/// # Examples
-///
-/// Arguments it does not understand are refused before anything starts (a
-/// real run becomes a subreaper and waits for its children, so it belongs in
-/// a process of its own, as this crate's integration tests run it):
+/// One line on stderr, starting `asynctask-reaper:`, and exit status [`USAGE`]
+/// for arguments it does not understand (refused before anything starts), 1
+/// when its parent was already gone or a system call failed, or
+/// [`CANNOT_START`]:
 ///
 /// ```
-/// use std::process::ExitCode;
+/// # use std::process::ExitCode;
 /// use asynctask_process::reaper;
-///
 /// assert_eq!(reaper::main(["--bogus"].map(Into::into)), ExitCode::from(reaper::USAGE));
 /// assert_eq!(reaper::main(["--grace-ms", "soon", "--", "true"].map(Into::into)), ExitCode::from(reaper::USAGE));
 /// ```

@@ -1,214 +1,57 @@
 //! `ProcessRunner`: the `SubagentRunner` that runs each configured subagent as
-//! a child process, the child's command line and environment, and its I/O.
+//! a child process: its command line, its output file, and the run from start
+//! to end.
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::future::Future;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use asynctask_manager::{Inbox, TaskProgress};
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_tools::{
     ECHO_CHARS, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, truncate_chars,
-    whole_output_line,
 };
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::task::JoinHandle;
+use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use crate::capture::{ByteTail, InlineText, json_cost, json_len};
-use crate::config::{EnvName, ProcessRunnerConfig, StdinMode, SubagentCommand};
+use crate::capture::ByteTail;
+use crate::config::{ProcessRunnerConfig, StdinMode, SubagentCommand};
+use crate::env::set_env;
 use crate::group::{ProcessGroup, Registry, describe_exit};
-use crate::output::{TempOutputDir, file_stem};
+use crate::output::{TempOutputDir, file_stem, remove_if_there};
+use crate::stdin::{StdinFeeder, undelivered_note};
+use crate::streams::{Reader, StdoutSink, drain, take};
 use crate::sys;
-
-/// Variables always passed through from the host's environment, when set.
-const BASE_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"];
-
-/// The longest value an `ASYNCTASK_*` variable carries; a longer one is left
-/// out (Linux refuses to start a program with a single environment string over
-/// 128 KiB). stdin always carries the whole goal.
-const ENV_VALUE_MAX_BYTES: usize = 64 * 1024;
+use crate::vars::{bound_vars, read_vars, vars_note};
 
 /// How long to wait for a `SIGKILL`ed child to be reaped, and for the output
 /// pipes to close after the child exits (a process outside the group may hold
 /// them open).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The largest variables file a subagent may write.
-const VARS_FILE_MAX_BYTES: u64 = 1024 * 1024;
-
-/// The read buffer for each output pipe (a Linux pipe holds 64 KiB).
-const READ_CHUNK_BYTES: usize = 32 * 1024;
-
 /// A [`SubagentRunner`] that runs a configured command per subagent name.
 ///
-/// Each run starts the subagent's [`command`](SubagentCommand::command) directly
-/// — `command[0]` with `command[1..]` as its arguments, no shell unless the
-/// command is one — in its own process group. Nothing the model sends is ever
-/// part of a command line: the request reaches the child on stdin and in
-/// `ASYNCTASK_*` variables. stdin, stdout and stderr are pipes, never the host's
-/// own (an MCP server's stdout is its protocol channel).
+/// A run starts the subagent's [`command`](SubagentCommand::command) directly
+/// (no shell unless the command is one) in its own process group, with an
+/// allowlisted environment. The request reaches the child on stdin and in
+/// `ASYNCTASK_*` variables, never on its command line; stdin, stdout and
+/// stderr are pipes, never the host's own. stdout streams whole into
+/// `<task id>.out` in the [output directory](Self::output_dir), and into the
+/// request's [`progress`](SubagentRequest::progress) while it runs.
 ///
-/// The environment is an allowlist: `PATH`, `HOME`, `LANG`, `LC_ALL`, `TMPDIR`
-/// and `USER` when the host has them, the names in
-/// [`inherit_env`](SubagentCommand::inherit_env), the values in
-/// [`env`](SubagentCommand::env), and these:
-///
-/// | variable | value |
-/// |---|---|
-/// | `ASYNCTASK_GOAL` | the goal prompt (also on stdin: see [`StdinMode`](crate::StdinMode)) |
-/// | `ASYNCTASK_TASK_ID` | the task's id |
-/// | `ASYNCTASK_SUBAGENT` | the subagent's name |
-/// | `ASYNCTASK_CONTEXT` | the context as a JSON object of name → value (when there is any) |
-/// | `ASYNCTASK_BEHAVIOUR` | the behaviour prompts joined by newlines (when there are any) |
-/// | `ASYNCTASK_OUTPUT_SPEC` | the variables the model asked for, a JSON array of `{"name", "description"}` (when it asked for any) |
-/// | `ASYNCTASK_TOOLS` | the tools the model allowed, a JSON array of strings (when it gave a whitelist) |
-/// | `ASYNCTASK_VARS_FILE` | an absolute path (`<task id>.vars.json` in the output directory, not created) where the subagent may write its variables |
-///
-/// A value that is over 64 KiB or holds a NUL byte is left out of the
-/// environment (stdin still carries the whole goal).
-///
-/// A subagent emits variables by writing a JSON object of strings to
-/// `$ASYNCTASK_VARS_FILE` before it exits, for instance:
-///
-/// ```sh
-/// echo "working on: $ASYNCTASK_GOAL" >&2
-/// printf '{"answer":"42"}' > "$ASYNCTASK_VARS_FILE"
-/// ```
-///
-/// After a successful exit the object becomes the output's `emitted_vars`; no
-/// file means no variables. A file that is not a JSON object of strings, is
-/// over 1 MiB, or is no regular file (a FIFO, a directory, a symbolic link:
-/// it is never followed nor waited on) fails the task: `subagent 'tester'
-/// wrote a bad variables file /tmp/…/3f2a….vars.json: the value of "count"
-/// is not a string`. That file is kept, so the model can look at it.
-///
-/// The variables are bounded like stdout: their names and values together
-/// cost at most the [inline budget](Self::inline_budget) once JSON-escaped.
-/// Over it, variables are taken in name order while each still has room for
-/// its name and 100 characters of its value (the others are dropped), and the
-/// kept values are cut to a common length that fits, each cut marked
-/// `... [N more characters cut]`. The final message then ends with a line
-/// that says so and names the variables file, which is kept: `[12 of 9000
-/// emitted variables were dropped to fit the inline budget; all of them are
-/// in /tmp/…/3f2a….vars.json]`. A file whose variables all fit is removed
-/// once read.
-///
-/// The run ends with:
-/// - exit status 0: an [`OutputObject`] with `terminate_reason` `GOAL`, the
-///   variables the subagent wrote (above), and `final_message` the child's
-///   stdout (lossy UTF-8) with trailing whitespace removed — `None` when
-///   that leaves nothing.
-///   stdout longer than the [inline budget](Self::inline_budget) keeps its
-///   head and its tail, half the budget each, around one line that says how
-///   much was left out and where the whole output is: `[... 45210 characters
-///   omitted; the whole output (123456 bytes) is in
-///   /tmp/asynctask-123-ab12cd34/3f2a….out ...]`. The budget counts each
-///   character at what it costs once written in a JSON string, as the model
-///   reads the result (`\n`, `"` and `\` cost 2, other control characters
-///   6), so the head and the tail together stay within the budget however
-///   they are escaped; the marker line comes on top. A message that was cut
-///   also ends with `[whole output: /tmp/…/3f2a….out (123456 bytes)]`, so a
-///   client that cuts the middle out of a long tool result still leaves the
-///   model the path;
-/// - another status or a signal: a [`SubagentError`] like
-///   `subagent 'tester' exited with status 3: <end of stderr>` or
-///   `subagent 'tester' was killed by signal 9 (SIGKILL)`;
-/// - a cancel: the group is ended (below), then
-///   `subagent 'tester' was cancelled`;
-/// - a bad variables file (below) fails the task too;
-/// - every failure after the child started, when the subagent wrote anything
-///   to stdout, ends with a blank line and the line that names the file
-///   holding all of it, as a cut result does: `[whole output:
-///   /tmp/…/3f2a….out (123 bytes)]`;
-/// - an unknown name: `unknown subagent 'foo'; configured subagents: researcher,
-///   tester`; a program that cannot be started: the program and the OS error
-///   (through the reaper: `exited with status 127: asynctask-reaper: cannot
-///   start 'x': ...`).
-///
-/// Its [catalog](SubagentRunner::catalog) lists the configured subagents,
-/// sorted by name, with their descriptions (empty when they have none) and
-/// whether they take messages: the `task` tool offers the model exactly those.
-///
-/// # No orphans
-///
-/// A subagent's processes never outlive its task. The child leads its own
-/// process group: a cancel sends it `SIGTERM`, then `SIGKILL` after the
-/// [grace](Self::grace); when the child exits, whatever it left in its group
-/// is killed; a dropped run kills the group at once; and
-/// [`terminate_all`](Self::terminate_all) ends every live subagent of the
-/// runner and its clones. On Linux the child also gets `SIGKILL` when the
-/// host dies, even by `SIGKILL` (a parent-death signal).
-///
-/// Two holes remain without the reaper: a descendant that leaves the group
-/// (`setsid`, or a double fork into a new session) escapes the group kill,
-/// and the child's own descendants live on when the host is killed. With
-/// [`with_reaper`](Self::with_reaper) every run goes through a small
-/// supervisor process ([`reaper`](crate::reaper)) that adopts every orphaned
-/// descendant, ends them all when the command exits, forwards a cancel, and
-/// kills everything at once, without a grace, when the host dies (Linux; on
-/// other Unixes only the process group is reliably ended).
-///
-/// # Messages
-///
-/// A subagent configured with `stdin = "jsonl"` ([`StdinMode::Jsonl`](crate::StdinMode))
-/// reads the goal and then every message sent to its running task as JSON
-/// lines on stdin, and its catalog entry says it accepts messages:
-///
-/// ```text
-/// {"type":"goal","text":"find the flaky test"}
-/// {"type":"message","text":"skip the benches"}
-/// ```
-///
-/// Any other subagent gets the goal alone, then end of file, and its task's
-/// inbox is closed at once, so senders are told it takes no messages.
-///
-/// # Live output
-///
-/// While the child runs, each chunk of its stdout is also reported to the
-/// request's [`progress`](SubagentRequest::progress) (so a peek at the running
-/// task shows its last lines), and the output file's path is set on it as soon
-/// as the file exists.
-///
-/// # Output files
-///
-/// Every run streams the child's whole stdout into `<task id>.out` in the
-/// [output directory](Self::with_output_dir) while it runs; memory holds only
-/// what the final message needs (the budget's head and tail) and the last
-/// [2 KiB](Self::STDERR_TAIL) of stderr, for a failure's message. By default
-/// the output directory is a temporary one, `asynctask-<pid>-<random>` under
-/// [`std::env::temp_dir`], made on the first run and removed with everything
-/// in it when the last clone of the runner is dropped: a host that wants the
-/// files to outlive the runner gives a directory of its own. The drop waits at
-/// most 100 ms for the removal (a thread finishes it); a host killed with
-/// `SIGKILL` runs no code at all. What either leaves is removed by the next
-/// runner that makes its temporary directory under the same parent, once the
-/// process that left it is gone (a directory is recognised by its name and
-/// its owner; its process is gone when no process has the id in its name and
-/// nothing holds the `flock` its runner keeps on the `.lock` file inside, so
-/// a runner in another PID namespace sharing the parent keeps its directory;
-/// nothing else in the parent is touched).
-///
-/// The files do not pile up: a variables file is removed once read, unless
-/// the result names it (its variables did not all fit, or were bad), and a task's files
-/// are removed when the `task` tool tells the runner that nothing will ask
-/// for the task again, and long after ([`forget`](Self::forget)): once
-/// [`KEPT_TASK_FILES`](asynctask_tools::KEPT_TASK_FILES) (100) later tasks
-/// were done with — pruned from the manager's history, or, for a synchronous
-/// run, ended — so a file a result named stays readable while the
-/// conversation goes on. So the directory holds the files of that window and
-/// of the history at most. A task id is used
-/// in a file name as it is only when it is made of ASCII letters, digits, `-`
-/// and `_` (a UUID is); any other character is replaced, so no id names a
-/// file outside the directory.
+/// Exit status 0 gives an [`OutputObject`] (`GOAL`; the variables the subagent
+/// wrote to `$ASYNCTASK_VARS_FILE`; stdout as the final message, its head and
+/// tail within the [inline budget](Self::inline_budget) around a line naming
+/// the file); anything else a [`SubagentError`] that says what happened. No
+/// process of a subagent outlives its task: its group is ended on cancel
+/// (`SIGTERM`, then `SIGKILL` after the [grace](Self::grace)), when the
+/// command exits, and when the run is dropped; [`with_reaper`](Self::with_reaper)
+/// also ends descendants that left the group, and those of a killed host.
+/// The [catalog](SubagentRunner::catalog) lists the configured subagents.
+/// `docs/guide.md` (section 5) describes all of it from the subagent's side.
 ///
 /// # Examples
 ///
@@ -218,41 +61,16 @@ const READ_CHUNK_BYTES: usize = 32 * 1024;
 /// use asynctask_tools::{SubagentRequest, SubagentRunner};
 /// use tokio_util::sync::CancellationToken;
 ///
-/// let config = ProcessRunnerConfig::from_toml_str(
-///     "[subagents.echo]\ncommand = [\"echo\", \"hello from a subagent\"]\n",
-///     Path::new("."),
-/// ).unwrap();
-/// let runner = ProcessRunner::new(config);
-/// assert_eq!(runner.subagent_names(), ["echo"]);
-/// let catalog = runner.catalog().unwrap();
-/// assert_eq!((catalog[0].name.as_str(), catalog[0].description.as_str()), ("echo", ""));
+/// let toml = "[subagents.echo]\ncommand = [\"echo\", \"hello from a subagent\"]\n";
+/// let runner = ProcessRunner::new(ProcessRunnerConfig::from_toml_str(toml, Path::new("."))?);
+/// assert_eq!(runner.catalog().unwrap()[0].name, "echo");
 ///
 /// let request = SubagentRequest::new("task-1", "echo", "say hello");
-/// tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-///     let output = runner.run(request, CancellationToken::new()).await.unwrap();
-///     assert_eq!(output.final_message.as_deref(), Some("hello from a subagent"));
-/// });
+/// let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// let output = tokio.block_on(runner.run(request, CancellationToken::new()))?;
+/// assert_eq!(output.final_message.as_deref(), Some("hello from a subagent"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-///
-/// # Runtime
-///
-/// [`run`](SubagentRunner::run) needs a tokio runtime with its I/O, time and
-/// signal drivers on (`enable_all()`), as `tokio::process` does.
-///
-/// Linux sends the parent-death signal when the *thread* that started the
-/// child ends, not the host process. Call `run` from async context (a tokio
-/// worker thread lives as long as its runtime, a `current_thread` runtime's
-/// thread as long as it runs), never from a `spawn_blocking` closure: the
-/// blocking pool ends idle threads after a few seconds, and the subagent
-/// would be killed with its thread.
-///
-/// # Cancel safety
-///
-/// Cancelling the token ends the subagent gracefully and returns within the
-/// [grace](Self::grace) and about two seconds more. Dropping the `run` future
-/// instead ends it at once: `SIGKILL` to the group, or through the reaper,
-/// its "kill everything now"; the child is reaped in the background by
-/// tokio.
 #[derive(Debug, Clone)]
 pub struct ProcessRunner {
     config: Arc<ProcessRunnerConfig>,
@@ -612,25 +430,7 @@ impl ProcessRunner {
         if let Some(cwd) = &spec.cwd {
             command.current_dir(cwd);
         }
-        command.env_clear();
-        for name in BASE_ENV
-            .iter()
-            .copied()
-            .chain(spec.inherit_env.iter().map(EnvName::as_str))
-        {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
-        command.envs(
-            spec.env
-                .iter()
-                .map(|(name, value)| (name.as_str(), value.as_str())),
-        );
-        for (name, value) in request_env(request) {
-            command.env(name, value);
-        }
-        command.env("ASYNCTASK_VARS_FILE", vars_file);
+        set_env(&mut command, spec, request, vars_file);
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -714,30 +514,13 @@ impl ProcessRunner {
         // Each stream has a task of its own, so a chatty child never blocks on a
         // full pipe while we wait for something else. Their captures are shared
         // so that what was read survives a reader that has to be aborted.
-        let stdin = child.stdin.take();
-        // Messages the forwarder took from the inbox but could not write.
-        let unwritten = Arc::new(Mutex::new(Vec::new()));
-        let feeder = match spec.stdin {
-            StdinMode::Jsonl => Reader::spawn(forward(
-                stdin,
-                request.goal_prompt.clone(),
-                request.inbox.clone(),
-                Arc::clone(&unwritten),
-            )),
-            // `StdinMode` may grow; every other mode takes no messages.
-            _ => {
-                request.inbox.close();
-                Reader::spawn(feed(stdin, request.goal_prompt.clone()))
-            }
-        };
-        // Whatever happens to the run, its inbox closes with it.
-        let _close_inbox = CloseOnDrop(request.inbox.clone());
-        let stdout = Arc::new(Mutex::new(StdoutSink {
-            file: Some(output.file),
-            bytes: 0,
-            write_error: None,
-            inline: InlineText::new(self.inline_budget),
-        }));
+        let feeder = StdinFeeder::start(
+            spec.stdin,
+            child.stdin.take(),
+            request.goal_prompt.clone(),
+            request.inbox.clone(),
+        );
+        let stdout = Arc::new(Mutex::new(StdoutSink::new(output.file, self.inline_budget)));
         let mut stdout_reader = Reader::spawn(drain(
             child.stdout.take(),
             Arc::clone(&stdout),
@@ -752,12 +535,9 @@ impl ProcessRunner {
             () = cancel.cancelled() => None,
             status = child.wait() => Some(status),
         };
-        // The task is ending: stdin closes (a hint to a child that is still
-        // there) and no message is forwarded any more. Senders are told so from
-        // now on; what was sent but never written is reported with the result.
-        drop(feeder);
-        let mut undelivered = take(&unwritten);
-        undelivered.extend(request.inbox.close_and_take_unread());
+        // The task is ending: what was sent but never written is reported with
+        // the result.
+        let undelivered = feeder.stop();
         if !undelivered.is_empty() {
             tracing::debug!(
                 subagent = name,
@@ -867,6 +647,21 @@ impl ProcessRunner {
 
 #[async_trait::async_trait]
 impl SubagentRunner for ProcessRunner {
+    /// Runs the subagent `request` names, to the end.
+    ///
+    /// It needs a tokio runtime with its I/O, time and signal drivers on
+    /// (`enable_all()`), as `tokio::process` does. Call it from async
+    /// context, never from a `spawn_blocking` closure: Linux sends the
+    /// parent-death signal when the *thread* that started the child ends, and
+    /// the blocking pool ends idle threads after a few seconds.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling the token ends the subagent gracefully and returns within
+    /// the [grace](ProcessRunner::grace) and about two seconds more. Dropping
+    /// the future ends it at once: `SIGKILL` to the group, or through the
+    /// reaper its "kill everything now"; tokio reaps the child in the
+    /// background.
     async fn run(
         &self,
         request: SubagentRequest,
@@ -912,527 +707,10 @@ impl SubagentRunner for ProcessRunner {
     }
 }
 
-/// The `ASYNCTASK_*` variables of a request; values too long for the
-/// environment, or holding NUL, are left out.
-fn request_env(request: &SubagentRequest) -> Vec<(&'static str, String)> {
-    let mut vars = vec![
-        ("ASYNCTASK_TASK_ID", request.task_id.clone()),
-        ("ASYNCTASK_SUBAGENT", request.subagent_name.clone()),
-        ("ASYNCTASK_GOAL", request.goal_prompt.clone()),
-    ];
-    if !request.context.is_empty() {
-        let context: serde_json::Map<String, serde_json::Value> = request
-            .context
-            .iter()
-            .map(|var| {
-                (
-                    var.name.clone(),
-                    serde_json::Value::from(var.value.as_str()),
-                )
-            })
-            .collect();
-        vars.push((
-            "ASYNCTASK_CONTEXT",
-            serde_json::Value::Object(context).to_string(),
-        ));
-    }
-    if !request.behaviour_prompts.is_empty() {
-        vars.push(("ASYNCTASK_BEHAVIOUR", request.behaviour_prompts.join("\n")));
-    }
-    if !request.output_spec.is_empty() {
-        let spec: Vec<serde_json::Value> = request
-            .output_spec
-            .iter()
-            .map(|var| serde_json::json!({"name": var.name, "description": var.description}))
-            .collect();
-        vars.push((
-            "ASYNCTASK_OUTPUT_SPEC",
-            serde_json::Value::from(spec).to_string(),
-        ));
-    }
-    if let Some(tools) = &request.tool_whitelist {
-        vars.push((
-            "ASYNCTASK_TOOLS",
-            serde_json::Value::from(tools.clone()).to_string(),
-        ));
-    }
-    vars.retain(|(name, value)| {
-        let fits = value.len() <= ENV_VALUE_MAX_BYTES && !value.contains('\0');
-        if !fits {
-            tracing::warn!(
-                variable = name,
-                bytes = value.len(),
-                "left out of the subagent's environment: too long or holds NUL"
-            );
-        }
-        fits
-    });
-    vars
-}
-
-/// The variables a subagent wrote to `path`: none when it wrote no file, else
-/// a JSON object of strings no larger than [`VARS_FILE_MAX_BYTES`]. Anything
-/// else fails the run with one line naming the subagent, the file and what is
-/// wrong.
-///
-/// The subagent controls that path: it may have made it a FIFO, or a symbolic
-/// link to a terminal, which a plain open would wait on forever. So the file
-/// is opened without following a final symbolic link and without waiting
-/// (`O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`), and read only when it is a regular
-/// file; a read of a regular file never waits on another process, so it is
-/// done here, on the async worker.
-fn read_vars(name: &str, path: &Path) -> Result<BTreeMap<String, String>, SubagentError> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let bad = |what: String| {
-        SubagentError::new(format!(
-            "subagent '{name}' wrote a bad variables file {}: {what}",
-            path.display()
-        ))
-    };
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
-        .open(path);
-    let file = match opened {
-        Ok(file) => file,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        // `O_NOFOLLOW` on a symbolic link.
-        Err(err) if err.raw_os_error() == Some(nix::libc::ELOOP) => {
-            return Err(
-                bad("it is a symbolic link, not a regular file".to_owned()).with_source(err)
-            );
-        }
-        Err(err) => return Err(bad(format!("cannot read it: {err}")).with_source(err)),
-    };
-    let metadata = file
-        .metadata()
-        .map_err(|err| bad(format!("cannot read it: {err}")).with_source(err))?;
-    if !metadata.file_type().is_file() {
-        return Err(bad("it is not a regular file".to_owned()));
-    }
-    if metadata.len() > VARS_FILE_MAX_BYTES {
-        return Err(bad(format!(
-            "it is larger than {VARS_FILE_MAX_BYTES} bytes"
-        )));
-    }
-    let mut bytes = Vec::new();
-    // One byte over the bound is enough to know the file grew too large.
-    file.take(VARS_FILE_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|err| bad(format!("cannot read it: {err}")).with_source(err))?;
-    if bytes.len() as u64 > VARS_FILE_MAX_BYTES {
-        return Err(bad(format!(
-            "it is larger than {VARS_FILE_MAX_BYTES} bytes"
-        )));
-    }
-    let value: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|err| bad(format!("not JSON: {err}")).with_source(err))?;
-    let serde_json::Value::Object(object) = value else {
-        return Err(bad("not a JSON object".to_owned()));
-    };
-    object
-        .into_iter()
-        .map(|(key, value)| match value {
-            serde_json::Value::String(value) => Ok((key, value)),
-            _ => Err(bad(format!("the value of {key:?} is not a string"))),
-        })
-        .collect()
-}
-
-/// The least a kept variable's value may be cut to, in JSON-escaped
-/// characters; when even that does not fit the budget, variables are dropped.
-const VAR_VALUE_FLOOR: usize = 100;
-
-/// The room the marker of a cut value takes (`... [1048576 more characters
-/// cut]` is 33 characters).
-const VAR_CUT_MARKER: usize = 40;
-
-/// Emitted variables cut to fit a budget, and what was left out.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct BoundedVars {
-    vars: BTreeMap<String, String>,
-    /// How many values were cut.
-    cut: usize,
-    /// How many variables were dropped.
-    dropped: usize,
-}
-
-/// Fits `vars` into `budget`, counted as the JSON-escaped length of every name
-/// and value ([`json_len`]), as the model reads them:
-///
-/// - when they all fit, they are kept as they are;
-/// - else the variables are taken in name order, each reserving its name and
-///   up to [`VAR_VALUE_FLOOR`] of its value; one that does not fit any more
-///   is dropped;
-/// - the kept values then share the budget: every value is cut to the largest
-///   common length that fits (never under the floor), its cut marked with
-///   `... [N more characters cut]`.
-fn bound_vars(vars: BTreeMap<String, String>, budget: usize) -> BoundedVars {
-    let cost = |(name, value): (&String, &String)| json_len(name) + json_len(value);
-    if vars.iter().map(cost).sum::<usize>() <= budget {
-        return BoundedVars {
-            vars,
-            ..BoundedVars::default()
-        };
-    }
-    let total = vars.len();
-    let mut reserved = 0;
-    let mut kept = Vec::new();
-    for (name, value) in vars {
-        let (name_cost, value_cost) = (json_len(&name), json_len(&value));
-        let reserve = name_cost + value_cost.min(VAR_VALUE_FLOOR);
-        if reserved + reserve <= budget {
-            reserved += reserve;
-            kept.push((name, value, name_cost, value_cost));
-        }
-    }
-    let dropped = total - kept.len();
-    // The largest cap on each value's cost that fits, found by bisection:
-    // `fits(VAR_VALUE_FLOOR)` holds by construction.
-    let fits = |cap: usize| {
-        kept.iter()
-            .map(|(_, _, name_cost, value_cost)| name_cost + (*value_cost).min(cap))
-            .sum::<usize>()
-            <= budget
-    };
-    let (mut low, mut high) = (
-        VAR_VALUE_FLOOR,
-        kept.iter()
-            .map(|(_, _, _, value_cost)| *value_cost)
-            .max()
-            .unwrap_or(0)
-            .max(VAR_VALUE_FLOOR),
-    );
-    while low < high {
-        let middle = (low + high).div_ceil(2);
-        if fits(middle) {
-            low = middle;
-        } else {
-            high = middle - 1;
-        }
-    }
-    let mut cut = 0;
-    let vars = kept
-        .into_iter()
-        .map(|(name, value, _, value_cost)| {
-            if value_cost <= low {
-                return (name, value);
-            }
-            cut += 1;
-            (name, cut_to_json_len(&value, low - VAR_CUT_MARKER))
-        })
-        .collect();
-    BoundedVars { vars, cut, dropped }
-}
-
-/// The head of `text` whose JSON-escaped length is at most `budget`, then
-/// `... [N more characters cut]`.
-fn cut_to_json_len(text: &str, budget: usize) -> String {
-    let mut used = 0;
-    let mut end = text.len();
-    for (at, c) in text.char_indices() {
-        used += json_cost(c);
-        if used > budget {
-            end = at;
-            break;
-        }
-    }
-    let rest = text[end..].chars().count();
-    format!("{}... [{rest} more characters cut]", &text[..end])
-}
-
-/// The line a final message gets when emitted variables were cut or dropped,
-/// naming the file that holds them all.
-fn vars_note(bounded: &BoundedVars, total: usize, file: &Path) -> Option<String> {
-    let values = |cut: usize| {
-        if cut == 1 {
-            "1 value was cut".to_owned()
-        } else {
-            format!("{cut} values were cut")
-        }
-    };
-    let what = match (bounded.dropped, bounded.cut) {
-        (0, 0) => return None,
-        (dropped, 0) => format!("{dropped} of {total} emitted variables were dropped"),
-        (0, cut) => format!("of the emitted variables, {}", values(cut)),
-        (dropped, cut) => format!(
-            "{dropped} of {total} emitted variables were dropped and of the rest, {}",
-            values(cut)
-        ),
-    };
-    Some(format!(
-        "[{what} to fit the inline budget; all of them are in {}]",
-        file.display()
-    ))
-}
-
-/// Removes a file that may not exist; a failure is only logged.
-fn remove_if_there(path: &Path) {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-        Err(err) => {
-            tracing::warn!(path = %path.display(), %err, "cannot remove a subagent's file");
-        }
-    }
-}
-
-/// A spawned I/O task that is aborted when dropped, so no reader or writer
-/// outlives its run (a process that escaped the group may hold a pipe open
-/// forever).
-struct Reader(JoinHandle<()>);
-
-impl Reader {
-    fn spawn(task: impl Future<Output = ()> + Send + 'static) -> Self {
-        Reader(tokio::spawn(task))
-    }
-
-    /// Waits for the task to end; a panicked or aborted task has simply
-    /// stopped.
-    async fn join(&mut self) {
-        let _ = (&mut self.0).await;
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// A run's stdout file, just created, and where its subagent may write its
 /// variables.
 struct OutputFile {
     path: PathBuf,
     file: std::fs::File,
     vars: PathBuf,
-}
-
-/// Where a reader puts what it reads.
-trait Sink: Send + 'static {
-    fn push(&mut self, chunk: &[u8]);
-}
-
-impl Sink for ByteTail {
-    fn push(&mut self, chunk: &[u8]) {
-        ByteTail::push(self, chunk);
-    }
-}
-
-/// Where stdout goes: the whole of it into the output file, and what the final
-/// message needs into memory.
-#[derive(Default)]
-struct StdoutSink {
-    /// `None` once a write failed.
-    file: Option<std::fs::File>,
-    bytes: u64,
-    write_error: Option<std::io::Error>,
-    inline: InlineText,
-}
-
-impl Sink for StdoutSink {
-    fn push(&mut self, chunk: &[u8]) {
-        // A plain blocking write: one chunk into the page cache is quick, and
-        // it keeps the file exact up to the last chunk read even when the
-        // reader is aborted.
-        if let Some(file) = &mut self.file
-            && let Err(err) = file.write_all(chunk)
-        {
-            tracing::warn!(%err, "cannot write the subagent's output file");
-            self.write_error = Some(err);
-            self.file = None;
-        }
-        self.bytes += chunk.len() as u64;
-        self.inline.push(chunk);
-    }
-}
-
-impl StdoutSink {
-    /// The final message's text, and when it was cut, the line that names the
-    /// file holding the whole output ([`whole_output_line`]) to end the
-    /// message with; the marker in the middle names the file too, when it
-    /// holds the whole output.
-    fn finish(self, path: &Path) -> (String, Option<String>) {
-        let (bytes, shown) = (self.bytes, path.display());
-        match self.write_error {
-            None => {
-                let (text, cut) = self.inline.finish(|omitted| {
-                    format!(
-                        "[... {omitted} characters omitted; the whole output ({bytes} bytes) is in {shown} ...]"
-                    )
-                });
-                (text, cut.then(|| whole_output_line(path, bytes)))
-            }
-            Some(err) => {
-                let (text, _) = self.inline.finish(|omitted| {
-                    format!(
-                        "[... {omitted} characters omitted; the whole output ({bytes} bytes) could not be kept in {shown}: {err} ...]"
-                    )
-                });
-                (text, None)
-            }
-        }
-    }
-
-    /// For a failure's message: a blank line, then the line that names the
-    /// file holding the whole output ([`whole_output_line`]) when the subagent
-    /// wrote anything to stdout and the file holds it all; else nothing.
-    fn pointer(&self, path: &Path) -> String {
-        if self.bytes == 0 || self.write_error.is_some() {
-            return String::new();
-        }
-        format!("\n\n{}", whole_output_line(path, self.bytes))
-    }
-}
-
-/// Takes what a reader captured. The reader may still be running if it was
-/// aborted mid-chunk; a sink is whole after every push.
-fn take<S: Default>(sink: &Mutex<S>) -> S {
-    std::mem::take(&mut *sink.lock().unwrap_or_else(PoisonError::into_inner))
-}
-
-/// Writes the goal to the child's stdin and closes it. A child that exits
-/// without reading it all is not an error.
-async fn feed(stdin: Option<ChildStdin>, goal: String) {
-    let Some(mut stdin) = stdin else { return };
-    if let Err(err) = stdin.write_all(goal.as_bytes()).await
-        && err.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        tracing::debug!(%err, "cannot write the goal to the subagent's stdin");
-    }
-    // Dropping `stdin` closes it: the child reads end-of-file.
-}
-
-/// Writes the goal and then every message of `inbox` to the child's stdin as
-/// JSON lines, in order, until the inbox ends or the task does (this task is
-/// aborted). A child that stops reading ends the forwarding: the inbox is
-/// closed, so later senders are told instead of queueing messages nobody
-/// reads. A message is in `unwritten` from the moment it leaves the inbox
-/// until its whole line is written: one whose write fails, or is cut short
-/// because the task ends (this task is aborted mid-write), stays there and is
-/// reported with the result.
-async fn forward(
-    stdin: Option<ChildStdin>,
-    goal: String,
-    inbox: Inbox,
-    unwritten: Arc<Mutex<Vec<String>>>,
-) {
-    let Some(mut stdin) = stdin else {
-        inbox.close();
-        return;
-    };
-    let pending = |change: &dyn Fn(&mut Vec<String>)| {
-        change(&mut unwritten.lock().unwrap_or_else(PoisonError::into_inner));
-    };
-    let mut line = StdinLine::Goal(goal);
-    loop {
-        if let Err(err) = stdin.write_all(line.to_json().as_bytes()).await {
-            tracing::debug!(%err, "the subagent stopped reading its stdin: no more messages are forwarded");
-            inbox.close();
-            return;
-        }
-        if let StdinLine::Message(_) = line {
-            // Written: it is the only one pending.
-            pending(&|messages| messages.clear());
-        }
-        match inbox.recv().await {
-            Some(message) => {
-                pending(&|messages| messages.push(message.clone()));
-                line = StdinLine::Message(message);
-            }
-            None => return,
-        }
-    }
-}
-
-/// One line of the `jsonl` stdin: `{"type":"goal"|"message","text":…}`.
-#[derive(serde::Serialize)]
-#[serde(tag = "type", content = "text", rename_all = "lowercase")]
-enum StdinLine {
-    Goal(String),
-    Message(String),
-}
-
-impl StdinLine {
-    /// The line, with its `\n`.
-    fn to_json(&self) -> String {
-        // A string-only enum always serializes.
-        let mut line = serde_json::to_string(self).unwrap_or_default();
-        line.push('\n');
-        line
-    }
-}
-
-/// How many characters of each undelivered message a result quotes.
-const UNDELIVERED_QUOTE_CHARS: usize = 200;
-/// How many undelivered messages a result quotes; the rest are counted.
-const UNDELIVERED_QUOTED: usize = 5;
-
-/// The note a result carries about messages that reached its task but never
-/// its subagent (sent after it stopped reading, or as it ended); empty when
-/// there are none.
-fn undelivered_note(messages: &[String]) -> String {
-    use std::fmt::Write as _;
-    if messages.is_empty() {
-        return String::new();
-    }
-    let count = messages.len();
-    let mut note = format!(
-        "\n\n[{count} message{} sent to this task never reached the subagent, which had stopped reading its stdin:",
-        if count == 1 { "" } else { "s" }
-    );
-    for message in messages.iter().take(UNDELIVERED_QUOTED) {
-        let quoted: String = message.chars().take(UNDELIVERED_QUOTE_CHARS).collect();
-        let cut = if quoted.len() < message.len() {
-            "..."
-        } else {
-            ""
-        };
-        let _ = write!(note, "\n- {quoted:?}{cut}");
-    }
-    if count > UNDELIVERED_QUOTED {
-        let _ = write!(note, "\n- and {} more", count - UNDELIVERED_QUOTED);
-    }
-    note.push(']');
-    note
-}
-
-/// Closes an inbox when dropped: the run is over.
-struct CloseOnDrop(Inbox);
-
-impl Drop for CloseOnDrop {
-    fn drop(&mut self) {
-        self.0.close();
-    }
-}
-
-/// Reads a pipe to its end into `sink`, and reports each chunk to `progress`
-/// (outside the sink's lock) so a peek at the running task shows its latest
-/// output.
-async fn drain(
-    pipe: Option<impl AsyncRead + Unpin>,
-    sink: Arc<Mutex<impl Sink>>,
-    progress: Option<TaskProgress>,
-) {
-    let Some(mut pipe) = pipe else { return };
-    let mut chunk = vec![0_u8; READ_CHUNK_BYTES];
-    loop {
-        match pipe.read(&mut chunk).await {
-            Ok(0) => return,
-            Ok(n) => {
-                sink.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(&chunk[..n]);
-                if let Some(progress) = &progress {
-                    progress.record_output(&chunk[..n]);
-                }
-            }
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(err) => {
-                tracing::debug!(%err, "cannot read the subagent's output");
-                return;
-            }
-        }
-    }
 }

@@ -1,32 +1,27 @@
 //! The asynctask runtime: delivering background results to the model.
 //!
-//! This is the delivery layer, on `asynctask-tools` (beside `asynctask-process`,
-//! which it never depends on; the MCP server builds on it). A background task is only
-//! useful once the model hears how it ended; this crate makes sure it does —
-//! exactly once, and never lost:
+//! The delivery layer, on `asynctask-tools` (beside `asynctask-process`, which it
+//! never depends on; the MCP server builds on it): the model hears how each
+//! background task ended, exactly once, and nothing is lost.
 //!
 //! - [`AsyncTaskReminderService`] renders the status summary and the
 //!   `System Note` reminders the model reads, returning the ids each carries;
 //! - the auto-trigger (inside [`AsyncTaskRuntime`]) wakes an idle agent through
-//!   the host's [`AgentHost`] when a task completes or fails, coalesces bursts,
-//!   marks only what was delivered, checks again after each delivery and retries a
-//!   failed one with backoff — never in a hot loop; a cancel alone wakes nobody;
+//!   the host's [`AgentHost`] when a task completes or fails (a cancel alone
+//!   wakes nobody), and retries a failed delivery with backoff;
 //! - [`AsyncTaskRuntime::next_turn_reminder`] / [`AsyncTaskRuntime::ack_delivered`]
 //!   serve hosts that inject reminders into their own requests;
 //! - the [`ClaimLedger`] is the one place a finished task's result is claimed by
 //!   exactly one delivery — the auto-trigger, a next-turn reminder, or a request
 //!   a serving layer names — and then acknowledged or released, so no result is
 //!   delivered twice or lost;
-//! - [`TodoContinuationService`] nudges the model to keep working on active
-//!   todos, with fixed constants, conditions, reasons and prompt texts;
+//! - [`TodoContinuationService`] nudges the model to keep working on active todos;
 //! - [`AsyncTaskRuntime`] wires it all: registry, tools, delivery, settings and
 //!   shutdown; with [`AsyncTaskRuntimeBuilder::journal`] the registry is kept in
 //!   a store and restored from it, so results survive a crashed host.
 //!
-//! What it does not do: talk to a model, run subagents, or hold a database. The
-//! host brings an [`AgentHost`] (optional), a
-//! [`SubagentRunner`](asynctask_tools::SubagentRunner), and, to survive restarts, a
-//! [`Journal`](asynctask_manager::Journal) (`asynctask-store` has one on SQLite).
+//! It does not talk to a model, run subagents (the host's runner does), or hold
+//! a database (a [`Journal`](asynctask_manager::Journal) is handed to it).
 //!
 //! # Example
 //!

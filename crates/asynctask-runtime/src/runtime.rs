@@ -30,41 +30,35 @@ use crate::reminder::{AsyncTaskReminderService, Reminder};
 /// it, so this is an outer bound, not the usual wait.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The whole of asynctask for one agent session: the registry, the tools, the
-/// reminders, the auto-trigger and todo continuation, wired together.
-///
-/// Build it once, inside a tokio runtime, with [`AsyncTaskRuntime::builder`]; give
+/// The whole of asynctask for one agent session, wired together: the registry,
+/// the tools, the reminders, the auto-trigger and todo continuation. Build it
+/// once, inside a tokio runtime, with [`AsyncTaskRuntime::builder`]; give
 /// [`tools`](Self::tools) to the model; call [`agent_idle`](Self::agent_idle)
-/// whenever the agent's turn ends; and either let the auto-trigger wake the agent
-/// (with a [`AgentHost`]) or put [`next_turn_reminder`](Self::next_turn_reminder)
+/// whenever the agent's turn ends; and either let the auto-trigger wake the
+/// agent (with an [`AgentHost`]) or put [`next_turn_reminder`](Self::next_turn_reminder)
 /// into each model request and [`ack_delivered`](Self::ack_delivered) it.
 ///
 /// # Examples
 ///
 /// ```
-/// use std::sync::Arc;
 /// use asynctask_model::{OutputObject, TerminateReason};
 /// use asynctask_runtime::AsyncTaskRuntime;
 /// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, Tool};
 /// use tokio_util::sync::CancellationToken;
 ///
 /// struct Echo;
-///
 /// #[async_trait::async_trait]
 /// impl SubagentRunner for Echo {
 ///     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken) -> Result<OutputObject, SubagentError> {
 ///         Ok(OutputObject::new(TerminateReason::Goal).with_final_message(request.goal_prompt))
 ///     }
 /// }
-///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-/// let runtime = AsyncTaskRuntime::builder().runner(Arc::new(Echo)).build();
+/// let runtime = AsyncTaskRuntime::builder().runner(std::sync::Arc::new(Echo)).build();
 /// let task = runtime.tools().into_iter().find(|t| t.name() == "task").unwrap();
-/// let launched = task
-///     .execute(serde_json::json!({"subagent_name": "echo", "goal_prompt": "hi", "async": true}), CancellationToken::new())
-///     .await;
+/// let params = serde_json::json!({"subagent_name": "echo", "goal_prompt": "hi", "async": true});
+/// let launched = task.execute(params, CancellationToken::new()).await;
 /// assert!(launched.llm_content.starts_with("Async task launched: subagent 'echo'"));
-///
 /// while runtime.manager().counts().running > 0 {
 ///     tokio::task::yield_now().await; // the subagent runs in the background
 /// }

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::CallContext;
 use crate::format::{
-    bound_text, bound_text_keeping_pointer, format_duration, id_prefix, iso_time, to_pretty,
-    truncate_chars,
+    bound_text, bound_text_keeping_pointer, id_prefix, iso_time, to_pretty, truncate_chars,
 };
 use crate::lookup::find_task;
 use crate::params::{CheckAsyncTasksParams, ToolParams};
+use crate::render::{origin_note, task_duration};
 use crate::result::ToolResult;
 use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 
@@ -360,22 +360,6 @@ fn with_icon(icon: &str, text: &str) -> String {
     } else {
         format!("{icon} {text}")
     }
-}
-
-/// Which session launched task `id`, for a list line: ` (this session)` when it
-/// is the caller's, ` (session <origin>)` for another, nothing when the task
-/// has no origin (a registry with one user).
-pub(crate) fn origin_note(manager: &AsyncTaskManager, id: &str, caller: Option<&str>) -> String {
-    match manager.origin(id) {
-        None => String::new(),
-        Some(origin) if Some(origin.as_str()) == caller => " (this session)".to_owned(),
-        Some(origin) => format!(" (session {origin})"),
-    }
-}
-
-/// From launch to completion, or to `now` while running.
-pub(crate) fn task_duration(task: &AsyncTaskInfo, now: u64) -> String {
-    format_duration(task.launched_at, task.completed_at.unwrap_or(now))
 }
 
 #[async_trait]

@@ -10,33 +10,23 @@ tokio::task_local! {
 }
 
 /// What a serving layer (an MCP server, say) knows about the tool call being
-/// served, for the tools it runs: set it around a call with
-/// [`with_call_context`].
-///
-/// - A synchronous `task` run reports its subagent's output into
-///   [`progress`](Self::progress), so the server can send progress
-///   notifications that carry the latest line. (A background launch returns at
-///   once; its progress is the task's own, see
-///   [`AsyncTaskManager::progress`](asynctask_manager::AsyncTaskManager::progress).)
-/// - [`origin`](Self::origin) names who made the call (a session, when several
-///   share one registry): `task` records it as the origin of the tasks it
-///   launches, and `check_async_tasks` marks each task with the session that
-///   launched it.
-///
-/// Outside any context the tools behave as if the context were the default:
-/// a fresh progress, no origin.
+/// served, set around the call with [`with_call_context`]. A synchronous `task`
+/// run reports its subagent's output into [`progress`](Self::progress), for
+/// progress notifications (a background task's progress is its own, in the
+/// manager); `task` records [`origin`](Self::origin), who made the call, as the
+/// origin of the tasks it launches, and `check_async_tasks` marks each task
+/// with it. Outside any context: a fresh progress, no origin.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::sync::Arc;
-/// use asynctask_manager::{AsyncTaskManager, TaskProgress};
+/// use asynctask_manager::AsyncTaskManager;
 /// use asynctask_model::{OutputObject, TerminateReason};
 /// use asynctask_tools::{CallContext, SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool, with_call_context};
 /// use tokio_util::sync::CancellationToken;
 ///
 /// struct Chatty;
-///
 /// #[async_trait::async_trait]
 /// impl SubagentRunner for Chatty {
 ///     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken) -> Result<OutputObject, SubagentError> {
@@ -44,12 +34,10 @@ tokio::task_local! {
 ///         Ok(OutputObject::new(TerminateReason::Goal))
 ///     }
 /// }
-///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let manager = AsyncTaskManager::default();
 /// let tool = TaskTool::new(manager.clone(), Arc::new(Chatty));
 /// let context = CallContext::new().with_origin("session-a");
-///
 /// let params = serde_json::json!({"subagent_name": "chatty", "goal_prompt": "work"});
 /// with_call_context(context.clone(), tool.execute(params, CancellationToken::new())).await;
 /// assert_eq!(context.progress.snapshot().last_line(), Some("step 1 of 2 done"));

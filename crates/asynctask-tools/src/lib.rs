@@ -1,26 +1,26 @@
-//! The tools the model calls to work with background subagents.
-//!
-//! This layer sits on `asynctask-manager`. It holds:
+//! The tools the model calls to work with background subagents, and the user's
+//! slash commands: the layer on `asynctask-manager` that the runtime, the
+//! process runner and the MCP server build on.
 //!
 //! - [`TaskTool`] — `task`, which runs a subagent through the host's
 //!   [`SubagentRunner`], synchronously or (with `async: true`) in the background,
 //!   registering it atomically under the limit, with a per-task timeout, panic
 //!   capture and real cancellation;
 //! - [`CheckAsyncTasksTool`] — `check_async_tasks`, the list and peek views;
+//! - [`MessageAsyncTaskTool`] — `message_async_task`, which steers a running task;
 //! - [`TodoPauseTool`] — `todo_pause`, which reports a blocker to the runtime;
-//! - [`run_slash_command`] — the user's `/tasks list` and `/task end <id>`;
+//! - [`run_slash_command`] — the user's `/tasks list` (or `/task list`),
+//!   `/task end <id>` and `/task msg <id> <text>`;
 //! - [`ToolSpec`] — each tool's canonical JSON Schema and its adapters for
 //!   OpenAI (strict), Anthropic, Gemini (both schema dialects) and MCP.
 //!
-//! Every tool parses the model's arguments into a typed struct that rejects
-//! unknown fields; a wrong type, a missing or blank field is a [`ToolResult`]
-//! whose error names the field, never a panic. Every text the model reads —
-//! listings, details, refusals, completion JSON — keeps one fixed wording and is
-//! snapshot-tested.
+//! A tool's arguments are parsed into a typed struct that rejects unknown fields:
+//! bad input is a [`ToolResult`] whose error names the field, never a panic.
+//! Every text the model reads keeps one wording and is snapshot-tested.
 //!
-//! What it does not do: deliver results to the model (that is the runtime's
-//! reminder service and auto-trigger) or run subagents itself (that is the host's
-//! [`SubagentRunner`]).
+//! What it does not do: deliver results (the runtime does), run subagents (the
+//! host's [`SubagentRunner`] does), or know a transport (a serving layer words
+//! what depends on one, such as [`SyncDetach`]'s follow-up).
 //!
 //! # Example
 //!
@@ -38,7 +38,9 @@
 //! # });
 //! ```
 
+mod catalog;
 mod check_async_tasks;
+mod command;
 mod context;
 mod format;
 mod ids;
@@ -53,7 +55,9 @@ mod task;
 mod todo_pause;
 mod tool;
 
+pub use crate::catalog::SubagentInfo;
 pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, PEEK_OUTPUT_LINES};
+pub use crate::command::{CommandOutput, CommandOutputKind};
 pub use crate::context::{CallContext, with_call_context};
 pub use crate::format::{
     ECHO_CHARS, ID_PREFIX_CHARS, WHOLE_OUTPUT_PREFIX, bound_text, bound_text_keeping_pointer,
@@ -69,11 +73,9 @@ pub use crate::params::{
 };
 pub use crate::render::completion_notification;
 pub use crate::result::{ToolError, ToolErrorType, ToolResult};
-pub use crate::slash::{
-    CommandOutput, CommandOutputKind, complete_task_ids, end_task, run_slash_command,
-};
+pub use crate::slash::{complete_task_ids, end_task, run_slash_command};
 pub use crate::task::{
-    KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentInfo, SubagentRequest,
+    KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentRequest,
     SubagentRunner, SyncDetach, TaskTool,
 };
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};

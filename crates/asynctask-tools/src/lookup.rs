@@ -4,6 +4,7 @@
 use asynctask_manager::{AsyncTaskManager, PrefixMatch};
 use asynctask_model::AsyncTaskInfo;
 
+use crate::command::CommandOutput;
 use crate::format::{ECHO_CHARS, truncate_chars};
 use crate::render;
 use crate::result::{ToolErrorType, ToolResult};
@@ -107,6 +108,22 @@ impl LookupError {
                     render::candidate_list(candidates)
                 ),
             ),
+        }
+    }
+
+    /// The error a user's command answers with: `Task not found: <arg>`, or
+    /// `Ambiguous task ID. Did you mean:` with one `  - <id> (<subagent>,
+    /// <status>)` line per candidate.
+    pub(crate) fn to_command_output(&self) -> CommandOutput {
+        match self {
+            LookupError::Ambiguous { candidates, .. } => {
+                let mut lines = vec!["Ambiguous task ID. Did you mean:".to_owned()];
+                lines.extend(candidates.iter().map(|task| {
+                    format!("  - {} ({}, {})", task.id, task.subagent_name, task.status)
+                }));
+                CommandOutput::error(lines.join("\n"))
+            }
+            _ => CommandOutput::error(format!("Task not found: {}", self.shown_query())),
         }
     }
 }

@@ -9,11 +9,11 @@ use asynctask_model::AsyncTaskStatus;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::command::CommandOutput;
 use crate::lookup::{LookupError, find_task};
 use crate::params::{InvalidParams, MessageAsyncTaskParams, ToolParams};
 use crate::render;
 use crate::result::{ToolErrorType, ToolResult};
-use crate::slash::CommandOutput;
 use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 
 /// Why a message was not queued.
@@ -226,7 +226,7 @@ fn refused_task(refusal: &Refusal) -> Option<&AsyncTaskInfo> {
 pub fn message_task(manager: &AsyncTaskManager, task_id: &str, message: &str) -> CommandOutput {
     match send(manager, task_id, message) {
         Ok(task) => CommandOutput::info(render::message_queued(&task)),
-        Err(Refusal::Lookup(error)) => crate::slash::lookup_failure(&error),
+        Err(Refusal::Lookup(error)) => error.to_command_output(),
         Err(refusal) => CommandOutput::error(refusal_texts(&refusal).1),
     }
 }

@@ -1,5 +1,6 @@
-//! Every text the `task` tool and the task lookups give the model, in one place,
-//! so each has one spelling and one snapshot.
+//! Every text the `task` tool and the task lookups give the model, and the
+//! pieces both task listings show, in one place, so each has one spelling and
+//! one snapshot.
 //!
 //! The completion notification keeps the exact JSON shape (and key order) that
 //! models are prompted with elsewhere; the other texts each say what happened
@@ -8,12 +9,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use asynctask_manager::{LimitReached, TaskProgress};
+use asynctask_manager::{AsyncTaskManager, LimitReached, TaskProgress};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, TerminateReason};
 use serde::Serialize;
 
-use crate::format::{ECHO_CHARS, id_prefix, to_pretty, truncate_chars, whole_output_line};
-use crate::task::SubagentInfo;
+use crate::catalog::SubagentInfo;
+use crate::format::{
+    ECHO_CHARS, format_duration, id_prefix, to_pretty, truncate_chars, whole_output_line,
+};
 
 #[derive(Serialize)]
 struct CompletedPayload<'a> {
@@ -303,6 +306,22 @@ pub(crate) fn candidate_list(candidates: &[AsyncTaskInfo]) -> String {
         .map(|task| format!("- {}... ({})", id_prefix(&task.id), task.subagent_name))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Which session launched task `id`, for a list line: ` (this session)` when it
+/// is the caller's, ` (session <origin>)` for another, nothing when the task
+/// has no origin (a registry with one user).
+pub(crate) fn origin_note(manager: &AsyncTaskManager, id: &str, caller: Option<&str>) -> String {
+    match manager.origin(id) {
+        None => String::new(),
+        Some(origin) if Some(origin.as_str()) == caller => " (this session)".to_owned(),
+        Some(origin) => format!(" (session {origin})"),
+    }
+}
+
+/// From launch to completion, or to `now` while running.
+pub(crate) fn task_duration(task: &AsyncTaskInfo, now: u64) -> String {
+    format_duration(task.launched_at, task.completed_at.unwrap_or(now))
 }
 
 #[cfg(test)]

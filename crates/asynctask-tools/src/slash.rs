@@ -1,53 +1,21 @@
 //! The user's slash commands: `/tasks list`, `/task list`, `/task end <id>`.
 
 use asynctask_manager::AsyncTaskManager;
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+use asynctask_model::AsyncTaskStatus;
 
-use crate::check_async_tasks::{origin_note, task_duration};
+use crate::command::CommandOutput;
 use crate::context::CallContext;
 use crate::format::{id_prefix, truncate_chars};
-use crate::lookup::{LookupError, find_task};
+use crate::lookup::find_task;
+use crate::message::message_task;
+use crate::params::is_blank;
+use crate::render::{origin_note, task_duration};
 
 /// How many characters of a goal `/tasks list` shows.
 const GOAL_PREVIEW_CHARS: usize = 40;
 
 /// How many characters of a running task's latest output line it shows.
 const LAST_LINE_PREVIEW_CHARS: usize = 80;
-
-/// What a slash command answers.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CommandOutput {
-    /// Whether it is information or an error.
-    pub kind: CommandOutputKind,
-    /// The text to show the user.
-    pub text: String,
-}
-
-impl CommandOutput {
-    pub(crate) fn info(text: impl Into<String>) -> Self {
-        CommandOutput {
-            kind: CommandOutputKind::Info,
-            text: text.into(),
-        }
-    }
-
-    pub(crate) fn error(text: impl Into<String>) -> Self {
-        CommandOutput {
-            kind: CommandOutputKind::Error,
-            text: text.into(),
-        }
-    }
-}
-
-/// The kind of a [`CommandOutput`]. Serialized as `"info"` / `"error"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CommandOutputKind {
-    /// The command worked.
-    Info,
-    /// The command was refused (bad usage, unknown id, nothing to cancel).
-    Error,
-}
 
 /// Runs `line` if it is one of ours; `None` when it is not.
 ///
@@ -89,8 +57,8 @@ pub fn run_slash_command(manager: &AsyncTaskManager, line: &str) -> Option<Comma
             arg => end_task(manager, arg),
         },
         (_, "msg") => match next_word(rest) {
-            (id, text) if !id.is_empty() && !crate::is_blank(text) => {
-                crate::message_task(manager, id, text.trim())
+            (id, text) if !id.is_empty() && !is_blank(text) => {
+                message_task(manager, id, text.trim())
             }
             _ => CommandOutput::error("Usage: /task msg <task_id> <message>"),
         },
@@ -180,7 +148,7 @@ fn list_icon(status: AsyncTaskStatus) -> &'static str {
 pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
     let task = match find_task(manager, task_id) {
         Ok(task) => task,
-        Err(error) => return lookup_failure(&error),
+        Err(error) => return error.to_command_output(),
     };
     if manager.cancel_task(&task.id) {
         return CommandOutput::info(format!("Cancelled task: {}", task.id));
@@ -188,24 +156,6 @@ pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
     // Already terminal — or it finished between the lookup and the cancel.
     let status = manager.task(&task.id).map_or(task.status, |now| now.status);
     CommandOutput::error(format!("Task {} is already {status}.", task.id))
-}
-
-/// The user-facing text of a failed lookup: `Task not found: <arg>`, or
-/// `Ambiguous task ID. Did you mean:` with one `  - <id> (<subagent>, <status>)`
-/// line per candidate.
-pub(crate) fn lookup_failure(error: &LookupError) -> CommandOutput {
-    match error {
-        LookupError::Ambiguous { candidates, .. } => {
-            let mut lines = vec!["Ambiguous task ID. Did you mean:".to_owned()];
-            lines.extend(candidates.iter().map(candidate_line));
-            CommandOutput::error(lines.join("\n"))
-        }
-        _ => CommandOutput::error(format!("Task not found: {}", error.shown_query())),
-    }
-}
-
-fn candidate_line(task: &AsyncTaskInfo) -> String {
-    format!("  - {} ({}, {})", task.id, task.subagent_name, task.status)
 }
 
 /// Running task ids that start with `partial`, ignoring case: completions for

@@ -40,8 +40,7 @@ pub trait Tool: Send + Sync {
 
 /// A [`Tool`] whose arguments are a [`ToolParams`] type: the adapter parses the
 /// model's JSON into [`Params`](Self::Params) and hands it to [`run`](Self::run),
-/// or answers with the `InvalidToolParams` result that names the field at fault
-/// (`Invalid parameters for <tool>: <field>: <problem>`).
+/// or answers with the `InvalidToolParams` result that names the field at fault.
 ///
 /// # Examples
 ///
@@ -56,9 +55,7 @@ pub trait Tool: Send + Sync {
 ///     name: String,
 /// }
 /// impl ToolParams for Greet {}
-///
 /// struct Greeter;
-///
 /// #[async_trait::async_trait]
 /// impl TypedTool for Greeter {
 ///     type Params = Greet;

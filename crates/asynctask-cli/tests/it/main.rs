@@ -229,6 +229,61 @@ fn bad_input_is_one_clear_line_and_a_failure() {
 }
 
 #[test]
+fn durable_at_the_top_of_the_config_is_the_commands_own_key() {
+    let (_dir, durable) = config(
+        "durable-key",
+        "durable = true\n[subagents.echoer]\ncommand = [\"cat\"]\n",
+    );
+    let durable = durable.to_str().unwrap();
+    // Every command that loads the config accepts the key.
+    let ok = asynctask(&["run", "--config", durable, "echoer", "hello"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    // `mcp` then serves durably, as with `--durable`: here it stops at a state
+    // directory too deep for the supervisor's socket.
+    let deep = format!("/tmp/{}", "d".repeat(100));
+    let output = asynctask(&["mcp", "--config", durable, "--state-dir", &deep]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "asynctask: the supervisor's socket {deep}/supervisor.sock would be 121 bytes \
+             long, more than the 107 a Unix socket allows: choose a shorter state directory \
+             with --state-dir\n"
+        )
+    );
+
+    let (_dir, mistyped) = config(
+        "durable-mistyped",
+        "durable = \"yes\"\n[subagents.echoer]\ncommand = [\"cat\"]\n",
+    );
+    let output = asynctask(&["mcp", "--config", mistyped.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "asynctask: invalid config {} at line 1, column 11: invalid type: string \"yes\", \
+             expected a boolean; in `durable`\n",
+            mistyped.display()
+        )
+    );
+
+    let (_dir, unknown) = config(
+        "durable-unknown",
+        "durabel = true\n[subagents.echoer]\ncommand = [\"cat\"]\n",
+    );
+    let output = asynctask(&["run", "--config", unknown.to_str().unwrap(), "echoer", "x"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "asynctask: invalid config {} at line 1, column 1: unknown field `durabel`, expected \
+             one of `subagents`, `roots`, `inline_budget`, `durable`\n",
+            unknown.display()
+        )
+    );
+}
+
+#[test]
 fn run_prints_the_completion_json_and_reports_failures() {
     let (_dir, path) = config(
         "run",

@@ -24,8 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
-pub use self::runner::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
+pub use self::runner::{SubagentError, SubagentRequest, SubagentRunner};
 use self::supervise::{Background, Outcome, Run, TimeoutText, far_future};
+use crate::catalog::SubagentInfo;
 use crate::context::CallContext;
 use crate::ids::new_task_id;
 use crate::params::{InvalidParams, TaskParams, TaskTimeouts, ToolParams};
@@ -103,69 +104,26 @@ impl SyncDetach {
 
 /// The `task` tool: runs a subagent through the host's [`SubagentRunner`].
 ///
-/// **Synchronously** (`async` absent, `null` or `false`) the call waits for the
-/// runner and answers with the completion notification JSON
-/// ([`completion_notification`](crate::completion_notification)) — the same text a
-/// background task's result is delivered with. Nothing is registered in the
-/// manager. The runner's token is a child of the call's token, so abandoning the
-/// call stops the subagent.
-///
-/// **Asynchronously** (`async: true`) the task is registered in the manager under
-/// the running limit (atomically: two launches never both slip past it) with a
-/// fresh cancellation token, the subagent is started on the [tracker](Self::tracker)
-/// and the call returns at once with the task's id. The background run records
-/// exactly one end in the manager: the runner's output (completed), its error or
-/// panic (`subagent panicked: <payload>`) (failed), the timeout (failed, with a
-/// text that names the timeout and `timeout_seconds`), or a cancel
-/// ([`AsyncTaskManager::cancel_task`], or the token cancelled by the host). Once
-/// the run has ended the task is never left `running`.
-///
-/// **Sync-detach** ([`with_sync_detach`](Self::with_sync_detach), [`SyncDetach`]): a synchronous
-/// run still going after a set time is turned into a background task, so a
-/// client with a request timeout (an MCP client's is usually 60 s) is never left
-/// waiting on a long subagent.
+/// - **Synchronously** (`async` absent, `null` or `false`) the call waits for
+///   the runner and answers with the
+///   [completion notification](crate::completion_notification), the text a
+///   background result is delivered with. Nothing is registered; the runner's
+///   token is a child of the call's, so abandoning the call stops the subagent.
+/// - **In the background** (`async: true`) the task is registered under the
+///   running limit (atomically: two launches never both slip past it) with a
+///   fresh token, started on the [tracker](Self::tracker), and the call answers
+///   at once with its id. The run records exactly one end in the manager: the
+///   runner's output, its error or panic (`subagent panicked: <payload>`), the
+///   timeout (a text naming `timeout_seconds`), or a cancel. Once the run has
+///   ended the task is never left `running`.
+/// - **Sync-detach** ([`with_sync_detach`](Self::with_sync_detach)): a
+///   synchronous run still going after a set time becomes a background task,
+///   so a client with a request timeout is never left waiting.
 ///
 /// Every run has a timeout: `timeout_seconds`, or the [default](TaskTimeouts),
-/// never above the maximum. A runner that is cancelled (timeout, cancel,
-/// abandoned call) gets a grace period of 5 seconds to return before it is
-/// aborted.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use asynctask_manager::AsyncTaskManager;
-/// use asynctask_model::{AsyncTaskStatus, OutputObject, TerminateReason};
-/// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool};
-/// use tokio_util::sync::CancellationToken;
-///
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl SubagentRunner for Echo {
-/// #     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken)
-/// #         -> Result<OutputObject, SubagentError> {
-/// #         Ok(OutputObject::new(TerminateReason::Goal).with_var("goal", request.goal_prompt))
-/// #     }
-/// # }
-/// # tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime").block_on(async {
-/// let manager = AsyncTaskManager::default();
-/// let tool = TaskTool::new(manager.clone(), Arc::new(Echo));
-///
-/// // Synchronous: the result is the completion JSON.
-/// let params = serde_json::json!({"subagent_name": "echo", "goal_prompt": "say hi"});
-/// let result = tool.execute(params, CancellationToken::new()).await;
-/// assert!(result.llm_content.contains("\"terminate_reason\": \"GOAL\""));
-/// assert!(manager.tasks().is_empty(), "a synchronous run is not registered");
-///
-/// // Asynchronous: the call returns at once; the result lands in the manager.
-/// let params = serde_json::json!({"subagent_name": "echo", "goal_prompt": "say hi", "async": true});
-/// let result = tool.execute(params, CancellationToken::new()).await;
-/// assert!(result.llm_content.starts_with("Async task launched: subagent 'echo' (ID: "));
-/// tool.tracker().close();
-/// tool.tracker().wait().await;
-/// assert_eq!(manager.tasks()[0].status, AsyncTaskStatus::Completed);
-/// # });
-/// ```
+/// never above the maximum. A cancelled runner (timeout, cancel, abandoned
+/// call) has 5 seconds to return before it is aborted. The tool tells the
+/// runner when it may drop what it keeps for a task ([`KEPT_TASK_FILES`]).
 ///
 /// # Panics
 ///
@@ -173,27 +131,10 @@ impl SyncDetach {
 ///
 /// # Cancel safety
 ///
-/// Dropping a synchronous `execute` future cancels the runner's token; the runner
-/// is given its grace period on the tracker, then aborted. A background task
-/// already launched is not affected by the call: it is stopped only by
-/// [`AsyncTaskManager::cancel_task`], by cancelling its token, or by its timeout.
-/// If the runtime drops a background run before it ends (shutdown), its task is
-/// failed rather than left `running`.
-///
-/// # What the runner keeps
-///
-/// A runner may keep files per task (the process runner keeps each
-/// subagent's whole output, and results name that file for the model to
-/// read). The tool tells it when it may drop them ([`SubagentRunner::forget`]),
-/// long after anything could ask for the task again, so a file a result named
-/// stays readable while the conversation goes on. A task becomes *done with*
-/// when the manager prunes it from its history
-/// ([`AsyncTaskManager::on_task_pruned`]), or, for a synchronous run (never
-/// registered, so never pruned), when it ends. The tool keeps the last
-/// [`KEPT_TASK_FILES`] tasks done with, in the order they became so, and
-/// tells the runner to forget the oldest one beyond them. So what a runner
-/// keeps is bounded by that window plus the history, however long the host
-/// runs.
+/// Dropping a synchronous `execute` future cancels the runner's token; the
+/// runner is given its grace on the tracker, then aborted. A background task
+/// is stopped only by [`AsyncTaskManager::cancel_task`], its token, or its
+/// timeout; one the runtime drops before it ends (shutdown) is failed.
 pub struct TaskTool {
     manager: AsyncTaskManager,
     runner: Arc<dyn SubagentRunner>,
@@ -209,10 +150,18 @@ pub struct TaskTool {
     kept: Arc<KeptFiles>,
 }
 
-/// How many tasks done with (pruned from the manager's history, or
-/// synchronous runs that ended) keep their files in the runner: the
-/// [`TaskTool`] tells the runner to forget a task's files once this many
-/// later tasks were done with (see the type's docs).
+/// How many tasks done with keep what their runner keeps for them (the process
+/// runner: each subagent's whole output, a file results name for the model to
+/// read).
+///
+/// A task is done with when the manager prunes it from its history
+/// ([`AsyncTaskManager::on_task_pruned`]) or, for a synchronous run (never
+/// registered), when it ends. The [`TaskTool`] keeps the last this many, in the
+/// order they became so, and tells the runner to
+/// [`forget`](SubagentRunner::forget) the oldest one beyond them: a file a
+/// result named stays readable while the conversation goes on, and what a
+/// runner keeps is bounded by this window plus the history, however long the
+/// host runs.
 pub const KEPT_TASK_FILES: usize = 100;
 
 /// The last [`KEPT_TASK_FILES`] tasks done with, oldest first.
@@ -242,6 +191,43 @@ impl TaskTool {
     pub const NAME: &'static str = "task";
 
     /// A `task` tool registering into `manager` and running subagents with `runner`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use asynctask_manager::AsyncTaskManager;
+    /// use asynctask_model::{AsyncTaskStatus, OutputObject, TerminateReason};
+    /// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool};
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl SubagentRunner for Echo {
+    /// #     async fn run(&self, request: SubagentRequest, _cancel: CancellationToken)
+    /// #         -> Result<OutputObject, SubagentError> {
+    /// #         Ok(OutputObject::new(TerminateReason::Goal).with_var("goal", request.goal_prompt))
+    /// #     }
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime").block_on(async {
+    /// let manager = AsyncTaskManager::default();
+    /// let tool = TaskTool::new(manager.clone(), Arc::new(Echo));
+    ///
+    /// // Synchronous: the result is the completion JSON.
+    /// let params = serde_json::json!({"subagent_name": "echo", "goal_prompt": "say hi"});
+    /// let result = tool.execute(params, CancellationToken::new()).await;
+    /// assert!(result.llm_content.contains("\"terminate_reason\": \"GOAL\""));
+    /// assert!(manager.tasks().is_empty(), "a synchronous run is not registered");
+    ///
+    /// // Asynchronous: the call returns at once; the result lands in the manager.
+    /// let params = serde_json::json!({"subagent_name": "echo", "goal_prompt": "say hi", "async": true});
+    /// let result = tool.execute(params, CancellationToken::new()).await;
+    /// assert!(result.llm_content.starts_with("Async task launched: subagent 'echo' (ID: "));
+    /// tool.tracker().close();
+    /// tool.tracker().wait().await;
+    /// assert_eq!(manager.tasks()[0].status, AsyncTaskStatus::Completed);
+    /// # });
+    /// ```
     #[must_use]
     pub fn new(manager: AsyncTaskManager, runner: Arc<dyn SubagentRunner>) -> Self {
         let kept = Arc::new(KeptFiles {
@@ -267,40 +253,28 @@ impl TaskTool {
     /// Turns a synchronous run that is still going after `after` into a
     /// background task.
     ///
-    /// When the timer fires before the runner returns, the task is registered in
-    /// the manager (atomically, under the running limit, with the runner's own
-    /// token, so `cancel_task` and `/task end` reach it), the running runner is
-    /// handed to the same background machinery `async: true` launches use — its
-    /// timeout still counted from the original start — and the call returns at
-    /// once:
-    ///
-    /// `Subagent '<name>' is still running after <N> seconds; it continues in the
-    /// background as async task <id>. Its result will be reported when it
-    /// finishes; <follow-up>` — the follow-up from [`SyncDetach`] —
-    ///
-    /// with metadata `{agentId, async: true, status: "running", detached: true}`.
-    /// Its end is then delivered like any background task's.
-    ///
-    /// **If the limit is reached** when the timer fires, the call keeps waiting
-    /// synchronously, and tries to detach again every `after`. A cancelled call
-    /// still cancels its subagent until the moment it is detached; from then on
-    /// only the task's own token (cancel, timeout, shutdown) stops it.
+    /// When the timer fires first, the task is registered (under the running
+    /// limit, with the runner's own token, so `cancel_task` reaches it), the
+    /// runner goes on in the background (its timeout counted from the start),
+    /// and the call answers at once: `Subagent '<name>' is still running after
+    /// <N> seconds; it continues in the background as async task <id>. …`,
+    /// ending with [`SyncDetach`]'s follow-up, with metadata `{agentId, async:
+    /// true, status: "running", detached: true}`. At the limit, the call keeps
+    /// waiting and tries again every `after`. Until it is detached a cancelled
+    /// call cancels its subagent; then only the task's own token does.
     ///
     /// # Examples
     ///
     /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
+    /// use std::{sync::Arc, time::Duration};
     /// use asynctask_manager::AsyncTaskManager;
     /// use asynctask_model::{OutputObject, TerminateReason};
     /// use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner, SyncDetach, TaskTool, Tool};
     /// use tokio_util::sync::CancellationToken;
-    ///
     /// # struct Slow;
     /// # #[async_trait::async_trait]
     /// # impl SubagentRunner for Slow {
-    /// #     async fn run(&self, _request: SubagentRequest, _cancel: CancellationToken)
-    /// #         -> Result<OutputObject, SubagentError> {
+    /// #     async fn run(&self, _: SubagentRequest, _: CancellationToken) -> Result<OutputObject, SubagentError> {
     /// #         tokio::time::sleep(Duration::from_secs(120)).await;
     /// #         Ok(OutputObject::new(TerminateReason::Goal))
     /// #     }

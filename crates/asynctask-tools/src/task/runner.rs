@@ -10,6 +10,7 @@ use asynctask_manager::{Inbox, TaskProgress};
 use asynctask_model::OutputObject;
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::SubagentInfo;
 use crate::params::{ContextVar, OutputVarSpec};
 
 /// Runs subagents for the `task` tool. The host implements it.
@@ -68,57 +69,13 @@ pub trait SubagentRunner: Send + Sync {
 
     /// Nothing will ask for task `task_id` again, and a file a result named
     /// has been readable for long: drop whatever was kept for it (its output
-    /// files, say). The [`TaskTool`](crate::TaskTool) calls it once
-    /// [`KEPT_TASK_FILES`](crate::KEPT_TASK_FILES) later tasks were done with
-    /// (a background task is done with when the manager prunes it from its
-    /// history, a synchronous run when it ends). It may come for a
-    /// task this runner never ran, or ran in an earlier process, and must
-    /// never block for long or panic. The default keeps nothing, so does
+    /// files, say). The [`TaskTool`](crate::TaskTool) calls it
+    /// [`KEPT_TASK_FILES`](crate::KEPT_TASK_FILES) tasks later. It may come
+    /// for a task this runner never ran, or ran in an earlier process, and
+    /// must never block for long or panic. The default keeps nothing, so does
     /// nothing.
     fn forget(&self, task_id: &str) {
         let _ = task_id;
-    }
-}
-
-/// One subagent a runner offers: its name, what it is for, and whether it
-/// reads messages sent to it while it runs.
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_tools::SubagentInfo;
-///
-/// let info = SubagentInfo::new("tester", "Runs the unit tests").with_messages(true);
-/// assert_eq!((info.name.as_str(), info.accepts_messages), ("tester", true));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub struct SubagentInfo {
-    /// The name the model passes as `subagent_name`.
-    pub name: String,
-    /// What it is for, for the model (may be empty).
-    pub description: String,
-    /// Whether it reads its [inbox](SubagentRequest::inbox): `message_async_task`
-    /// refuses messages to a subagent that does not. `false` unless set.
-    pub accepts_messages: bool,
-}
-
-impl SubagentInfo {
-    /// A subagent that takes no messages.
-    #[must_use]
-    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
-        SubagentInfo {
-            name: name.into(),
-            description: description.into(),
-            accepts_messages: false,
-        }
-    }
-
-    /// Says whether it reads messages sent while it runs.
-    #[must_use]
-    pub fn with_messages(mut self, accepts_messages: bool) -> Self {
-        self.accepts_messages = accepts_messages;
-        self
     }
 }
 

@@ -1,0 +1,165 @@
+//! The child's output streams: reader tasks that drain stdout into its file,
+//! the final message's head and tail and the task's progress, and stderr into
+//! its tail.
+
+use std::future::Future;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use asynctask_manager::TaskProgress;
+use asynctask_tools::whole_output_line;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::task::JoinHandle;
+
+use crate::capture::{ByteTail, InlineText};
+
+/// The read buffer for each output pipe (a Linux pipe holds 64 KiB).
+const READ_CHUNK_BYTES: usize = 32 * 1024;
+
+/// A spawned I/O task that is aborted when dropped, so no reader or writer
+/// outlives its run (a process that escaped the group may hold a pipe open
+/// forever).
+pub(crate) struct Reader(JoinHandle<()>);
+
+impl Reader {
+    pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) -> Self {
+        Reader(tokio::spawn(task))
+    }
+
+    /// Waits for the task to end; a panicked or aborted task has simply
+    /// stopped.
+    pub(crate) async fn join(&mut self) {
+        let _ = (&mut self.0).await;
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Where a reader puts what it reads.
+pub(crate) trait Sink: Send + 'static {
+    fn push(&mut self, chunk: &[u8]);
+}
+
+impl Sink for ByteTail {
+    fn push(&mut self, chunk: &[u8]) {
+        ByteTail::push(self, chunk);
+    }
+}
+
+/// Where stdout goes: the whole of it into the output file, and what the final
+/// message needs into memory.
+#[derive(Default)]
+pub(crate) struct StdoutSink {
+    /// `None` once a write failed.
+    file: Option<std::fs::File>,
+    bytes: u64,
+    write_error: Option<std::io::Error>,
+    inline: InlineText,
+}
+
+impl Sink for StdoutSink {
+    fn push(&mut self, chunk: &[u8]) {
+        // A plain blocking write: one chunk into the page cache is quick, and
+        // it keeps the file exact up to the last chunk read even when the
+        // reader is aborted.
+        if let Some(file) = &mut self.file
+            && let Err(err) = file.write_all(chunk)
+        {
+            tracing::warn!(%err, "cannot write the subagent's output file");
+            self.write_error = Some(err);
+            self.file = None;
+        }
+        self.bytes += chunk.len() as u64;
+        self.inline.push(chunk);
+    }
+}
+
+impl StdoutSink {
+    /// A sink writing into `file` (just created), keeping `inline_budget`
+    /// characters for the final message.
+    pub(crate) fn new(file: std::fs::File, inline_budget: usize) -> Self {
+        StdoutSink {
+            file: Some(file),
+            bytes: 0,
+            write_error: None,
+            inline: InlineText::new(inline_budget),
+        }
+    }
+
+    /// The final message's text, and when it was cut, the line that names the
+    /// file holding the whole output ([`whole_output_line`]) to end the
+    /// message with; the marker in the middle names the file too, when it
+    /// holds the whole output.
+    pub(crate) fn finish(self, path: &Path) -> (String, Option<String>) {
+        let (bytes, shown) = (self.bytes, path.display());
+        match self.write_error {
+            None => {
+                let (text, cut) = self.inline.finish(|omitted| {
+                    format!(
+                        "[... {omitted} characters omitted; the whole output ({bytes} bytes) is in {shown} ...]"
+                    )
+                });
+                (text, cut.then(|| whole_output_line(path, bytes)))
+            }
+            Some(err) => {
+                let (text, _) = self.inline.finish(|omitted| {
+                    format!(
+                        "[... {omitted} characters omitted; the whole output ({bytes} bytes) could not be kept in {shown}: {err} ...]"
+                    )
+                });
+                (text, None)
+            }
+        }
+    }
+
+    /// For a failure's message: a blank line, then the line that names the
+    /// file holding the whole output ([`whole_output_line`]) when the subagent
+    /// wrote anything to stdout and the file holds it all; else nothing.
+    pub(crate) fn pointer(&self, path: &Path) -> String {
+        if self.bytes == 0 || self.write_error.is_some() {
+            return String::new();
+        }
+        format!("\n\n{}", whole_output_line(path, self.bytes))
+    }
+}
+
+/// Takes what a reader captured. The reader may still be running if it was
+/// aborted mid-chunk; a sink is whole after every push.
+pub(crate) fn take<S: Default>(sink: &Mutex<S>) -> S {
+    std::mem::take(&mut *sink.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Reads a pipe to its end into `sink`, and reports each chunk to `progress`
+/// (outside the sink's lock) so a peek at the running task shows its latest
+/// output.
+pub(crate) async fn drain(
+    pipe: Option<impl AsyncRead + Unpin>,
+    sink: Arc<Mutex<impl Sink>>,
+    progress: Option<TaskProgress>,
+) {
+    let Some(mut pipe) = pipe else { return };
+    let mut chunk = vec![0_u8; READ_CHUNK_BYTES];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) => return,
+            Ok(n) => {
+                sink.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(&chunk[..n]);
+                if let Some(progress) = &progress {
+                    progress.record_output(&chunk[..n]);
+                }
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => {
+                tracing::debug!(%err, "cannot read the subagent's output");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! A config file's top-level table: the runner's keys, and those a layer
+//! above declares ([`ConfigExtension`]), read in one pass so that the parser's
+//! positions reach every error.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use crate::config::ProcessRunnerConfig;
+
+/// Top-level keys of a config file that a layer above the runner owns (the
+/// `asynctask` command's `durable`, say), read in the same parse as the
+/// runner's own keys by [`ProcessRunnerConfig::load_with`] and
+/// [`from_toml_str_with`](ProcessRunnerConfig::from_toml_str_with). A key of
+/// neither is refused, the error listing both; an error in the value of one
+/// of these keys names its line, column and key, as for the runner's own.
+///
+/// `()` is the extension with no keys: [`load`](ProcessRunnerConfig::load).
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use asynctask_process::{ConfigExtension, ProcessRunnerConfig};
+///
+/// #[derive(Debug, Default, PartialEq)]
+/// struct Serving { durable: bool }
+///
+/// impl ConfigExtension for Serving {
+///     const KEYS: &'static [&'static str] = &["durable"];
+///     fn read<'de, D: serde::Deserializer<'de>>(&mut self, _key: &str, value: D) -> Result<(), D::Error> {
+///         self.durable = serde::Deserialize::deserialize(value)?; // the one key
+///         Ok(())
+///     }
+/// }
+///
+/// let text = "durable = true\n[subagents.a]\ncommand = [\"true\"]\n";
+/// let (config, serving) = ProcessRunnerConfig::from_toml_str_with::<Serving>(text, Path::new("/"))?;
+/// assert_eq!((config.subagents.len(), serving), (1, Serving { durable: true }));
+/// let err = ProcessRunnerConfig::from_toml_str_with::<Serving>("durable = 1\n", Path::new("/"));
+/// assert_eq!(err.unwrap_err().to_string(), "invalid config <string> at line 1, column 11");
+/// # Ok::<(), asynctask_process::ConfigError>(())
+/// ```
+pub trait ConfigExtension: Default {
+    /// The keys, as written in the file.
+    const KEYS: &'static [&'static str];
+
+    /// Reads the value of `key`, one of [`KEYS`](Self::KEYS).
+    ///
+    /// # Errors
+    ///
+    /// The value's own error (a wrong type, say).
+    fn read<'de, D: Deserializer<'de>>(&mut self, key: &str, value: D) -> Result<(), D::Error>;
+}
+
+impl ConfigExtension for () {
+    const KEYS: &'static [&'static str] = &[];
+
+    fn read<'de, D: Deserializer<'de>>(&mut self, _key: &str, value: D) -> Result<(), D::Error> {
+        IgnoredAny::deserialize(value).map(|_| ())
+    }
+}
+
+impl<'de> Deserialize<'de> for ProcessRunnerConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        TopLevel::<()>::deserialize(deserializer).map(|top| top.config)
+    }
+}
+
+/// The runner's own top-level keys, in the order errors list them.
+const RUNNER_KEYS: &[&str] = &["subagents", "roots", "inline_budget"];
+
+/// A config file's top level: the runner's keys and those of `X`, in one
+/// pass over the table, so that the parser's positions reach every error.
+pub(crate) struct TopLevel<X> {
+    pub(crate) config: ProcessRunnerConfig,
+    pub(crate) extension: X,
+}
+
+impl<'de, X: ConfigExtension> Deserialize<'de> for TopLevel<X> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_struct(
+            "ProcessRunnerConfig",
+            RUNNER_KEYS,
+            TopLevelVisitor(PhantomData),
+        )
+    }
+}
+
+/// A top-level key: the runner's, or one of the extension's.
+enum TopLevelKey {
+    Subagents,
+    Roots,
+    InlineBudget,
+    Extension(&'static str),
+}
+
+/// Reads a key, refusing one that is neither the runner's nor `X`'s with the
+/// wording serde gives an unknown field, listing both.
+struct KeySeed<X>(PhantomData<X>);
+
+impl<'de, X: ConfigExtension> DeserializeSeed<'de> for KeySeed<X> {
+    type Value = TopLevelKey;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<TopLevelKey, D::Error> {
+        deserializer.deserialize_identifier(self)
+    }
+}
+
+impl<X: ConfigExtension> Visitor<'_> for KeySeed<X> {
+    type Value = TopLevelKey;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("field identifier")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<TopLevelKey, E> {
+        match key {
+            "subagents" => Ok(TopLevelKey::Subagents),
+            "roots" => Ok(TopLevelKey::Roots),
+            "inline_budget" => Ok(TopLevelKey::InlineBudget),
+            _ => match X::KEYS.iter().find(|known| **known == key) {
+                Some(known) => Ok(TopLevelKey::Extension(known)),
+                None => {
+                    let expected: Vec<String> = RUNNER_KEYS
+                        .iter()
+                        .chain(X::KEYS)
+                        .map(|known| format!("`{known}`"))
+                        .collect();
+                    Err(E::custom(format_args!(
+                        "unknown field `{key}`, expected one of {}",
+                        expected.join(", ")
+                    )))
+                }
+            },
+        }
+    }
+}
+
+/// Hands the value of one of `X`'s keys to [`ConfigExtension::read`].
+struct ExtensionValue<'a, X> {
+    key: &'static str,
+    extension: &'a mut X,
+}
+
+impl<'de, X: ConfigExtension> DeserializeSeed<'de> for ExtensionValue<'_, X> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, value: D) -> Result<(), D::Error> {
+        self.extension.read(self.key, value)
+    }
+}
+
+struct TopLevelVisitor<X>(PhantomData<X>);
+
+impl<'de, X: ConfigExtension> Visitor<'de> for TopLevelVisitor<X> {
+    type Value = TopLevel<X>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct ProcessRunnerConfig")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel<X>, A::Error> {
+        let mut subagents = None;
+        let mut roots = None;
+        let mut inline_budget = None;
+        let mut extension = X::default();
+        let mut extension_keys: Vec<&'static str> = Vec::new();
+        while let Some(key) = map.next_key_seed(KeySeed::<X>(PhantomData))? {
+            match key {
+                TopLevelKey::Subagents => {
+                    if subagents.is_some() {
+                        return Err(de::Error::duplicate_field("subagents"));
+                    }
+                    subagents = Some(map.next_value()?);
+                }
+                TopLevelKey::Roots => {
+                    if roots.is_some() {
+                        return Err(de::Error::duplicate_field("roots"));
+                    }
+                    roots = Some(map.next_value()?);
+                }
+                TopLevelKey::InlineBudget => {
+                    if inline_budget.is_some() {
+                        return Err(de::Error::duplicate_field("inline_budget"));
+                    }
+                    inline_budget = Some(map.next_value()?);
+                }
+                TopLevelKey::Extension(key) => {
+                    if extension_keys.contains(&key) {
+                        return Err(de::Error::duplicate_field(key));
+                    }
+                    extension_keys.push(key);
+                    map.next_value_seed(ExtensionValue {
+                        key,
+                        extension: &mut extension,
+                    })?;
+                }
+            }
+        }
+        Ok(TopLevel {
+            config: ProcessRunnerConfig {
+                subagents: subagents.unwrap_or_default(),
+                roots: roots.unwrap_or_default(),
+                inline_budget: inline_budget.unwrap_or_default(),
+            },
+            extension,
+        })
+    }
+}
