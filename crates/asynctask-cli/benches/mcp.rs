@@ -17,6 +17,12 @@
 //! Wall-clock time on a shared machine varies: run it on a quiet one, and read
 //! the numbers as orientation (`docs/benchmarks.md` records them).
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a benchmark reports what it measured"
+)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};

@@ -12,6 +12,12 @@
 //! Subagents are [`ProcessRunner`](asynctask_process::ProcessRunner) commands from
 //! a TOML config; [`DEMO_CONFIG`] is the bundled one.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the command line owns stdout and stderr: its output and its messages to the user"
+)]
+
 pub mod demo;
 pub mod serve;
 

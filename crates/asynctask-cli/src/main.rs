@@ -1,5 +1,11 @@
 //! The `asynctask` binary: background subagents from the command line.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the command line owns stdout and stderr: its output and its messages to the user"
+)]
+
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -4,6 +4,12 @@
 //! and for finished-but-undelivered tasks, the bytes retained per task besides the
 //! task's own strings (id, subagent name, goal, error, output values).
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a benchmark reports what it measured"
+)]
+
 use std::alloc::System;
 use std::sync::Arc;
 

@@ -3,6 +3,12 @@
 //!
 //! Run with `cargo run -p asynctask-manager --example registry`.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "an example shows its output"
+)]
+
 use asynctask_manager::{AsyncTaskManager, PrefixMatch, RegisterTaskInput};
 use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
 

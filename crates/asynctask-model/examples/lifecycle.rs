@@ -2,6 +2,12 @@
 //!
 //! Run with `cargo run -p asynctask-model --example lifecycle`.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "an example shows its output"
+)]
+
 use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks, OutputObject, TerminateReason};
 
 fn main() {

@@ -100,6 +100,10 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 /// assert_eq!(reaper::main(["--bogus"].map(Into::into)), ExitCode::from(reaper::USAGE));
 /// assert_eq!(reaper::main(["--grace-ms", "soon", "--", "true"].map(Into::into)), ExitCode::from(reaper::USAGE));
 /// ```
+#[expect(
+    clippy::print_stderr,
+    reason = "the reaper's own process: its stderr is where its usage and failures go"
+)]
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let args = match Args::parse(args) {
         Ok(args) => args,

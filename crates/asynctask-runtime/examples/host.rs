@@ -3,6 +3,12 @@
 //!
 //! Run with `cargo run -p asynctask-runtime --example host`.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "an example shows its output"
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

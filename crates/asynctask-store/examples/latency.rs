@@ -6,6 +6,12 @@
 //! Run with `cargo run --release -p asynctask-store --example latency -- 20000`
 //! (the argument is the number of rounds; 200 by default, to stay quick).
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "an example shows its output"
+)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

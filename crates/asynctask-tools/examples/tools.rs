@@ -3,6 +3,12 @@
 //!
 //! Run with `cargo run -p asynctask-tools --example tools`.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "an example shows its output"
+)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -3,6 +3,12 @@
 //! operations on a journaled manager, printing each one that returned, until
 //! done or killed — or until it kills itself at a chosen journal write).
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "this program reports to whoever runs it"
+)]
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;

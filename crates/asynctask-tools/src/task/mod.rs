@@ -527,6 +527,7 @@ impl TaskTool {
                 ToolResult::success(completion_notification(&task), display, metadata)
             }
             Outcome::Finished(Err(err)) => {
+                supervise::log_failure(&err);
                 let display = format!("Subagent **{name}** failed: {}", err.message());
                 failed(
                     &mut task,

@@ -269,6 +269,27 @@ impl SubagentError {
         }
     }
 
+    /// The message followed by every cause, each after `: ` (what a log
+    /// line shows; the model reads only [`message`](Self::message)).
+    ///
+    /// ```
+    /// use asynctask_tools::SubagentError;
+    /// let io = std::io::Error::other("disk full");
+    /// let error = SubagentError::new("cannot write the output").with_source(io);
+    /// assert_eq!(error.chain(), "cannot write the output: disk full");
+    /// ```
+    #[must_use]
+    pub fn chain(&self) -> String {
+        let mut text = self.message.clone();
+        let mut cause = Error::source(self);
+        while let Some(error) = cause {
+            text.push_str(": ");
+            text.push_str(&error.to_string());
+            cause = error.source();
+        }
+        text
+    }
+
     /// The same error, caused by `source`.
     #[must_use]
     pub fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> Self {

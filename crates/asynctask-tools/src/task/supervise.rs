@@ -93,7 +93,7 @@ impl Background {
                 manager.complete_task(&id, output);
             }
             Outcome::Finished(Err(err)) => {
-                tracing::debug!(error = %err, "async task failed");
+                log_failure(&err);
                 manager.fail_task(&id, err.message());
             }
             Outcome::Panicked(message) | Outcome::Aborted(message) => {
@@ -298,5 +298,16 @@ fn panic_message(payload: &(dyn Any + Send)) -> &str {
         text
     } else {
         "<non-string panic payload>"
+    }
+}
+
+/// Logs a runner's error with every cause (the model reads only its message):
+/// a failure with a cause (an I/O error, say) is a warning, one without is
+/// how a subagent may end.
+pub(super) fn log_failure(error: &SubagentError) {
+    if std::error::Error::source(error).is_some() {
+        tracing::warn!(error = %error.chain(), "subagent failed");
+    } else {
+        tracing::debug!(error = %error.chain(), "subagent failed");
     }
 }
