@@ -174,6 +174,11 @@ impl ReminderGate {
         }
     }
 
+    /// How many requests are open (received, neither answered nor cancelled).
+    pub(crate) fn open_requests(&self) -> usize {
+        self.lock().open.len()
+    }
+
     /// Claims the pending results for the call running this code, and returns
     /// the reminder text to append to its response: for its request (see
     /// [`REQUEST`]) when it came through the transport, otherwise claimed and

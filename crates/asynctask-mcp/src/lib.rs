@@ -56,6 +56,7 @@ mod server;
 mod session;
 mod transport;
 mod wait;
+mod wire;
 
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
@@ -65,4 +66,5 @@ pub use crate::server::{
     McpServerOptions, REMINDER_KEY, TerminationSignals, log_task_ends, serve_stdio,
 };
 pub use crate::session::{Session, Sessions};
-pub use crate::transport::DELIVERED_NOTIFICATION;
+pub use crate::transport::{DELIVERED_NOTIFICATION, OVERSIZED_NOTIFICATION};
+pub use crate::wire::{Line, LineReader, MAX_LINE_BYTES, scan_request_id};

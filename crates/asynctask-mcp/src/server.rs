@@ -19,7 +19,6 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -28,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::end::EndAsyncTaskTool;
 use crate::gate::{REQUEST, ReminderGate};
 use crate::session::Session;
-use crate::transport::{AckMode, AckingTransport};
+use crate::transport::{AckMode, ServerTransport};
 use crate::wait::WaitAsyncTasksTool;
 
 /// The server's `instructions`: how results reach the model, in two sentences.
@@ -317,10 +316,19 @@ impl AsyncTaskMcpServer {
         self.tools.iter().find(|tool| tool.name() == name)
     }
 
-    /// A transport around `inner` that acknowledges this server's reminders once
-    /// delivered (see [`AckingTransport`]).
-    pub(crate) fn transport<T>(&self, inner: T, mode: AckMode) -> AckingTransport<T> {
-        AckingTransport::new(inner, self.gate.clone(), self.calls.clone(), mode)
+    /// This server's transport on `reader` and `writer` (see
+    /// [`ServerTransport`]).
+    pub(crate) fn transport<R, W>(
+        &self,
+        reader: R,
+        writer: W,
+        mode: AckMode,
+    ) -> ServerTransport<R, W>
+    where
+        R: tokio::io::AsyncRead + Unpin,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        ServerTransport::new(reader, writer, self.gate.clone(), self.calls.clone(), mode)
     }
 
     /// Serves one connection whose other end is a relay to the client (a
@@ -348,10 +356,7 @@ impl AsyncTaskMcpServer {
         let calls = self.calls.clone();
         // Whatever way this ends, the calls end with it.
         let _end_calls = calls.clone().drop_guard();
-        let transport = self.transport(
-            AsyncRwTransport::new_server(reader, writer),
-            AckMode::Confirmed,
-        );
+        let transport = self.transport(reader, writer, AckMode::Confirmed);
         let service = self
             .serve(transport)
             .await
@@ -792,10 +797,7 @@ async fn serve(
     // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
     // servers): a blocking stdin read would hold the process past its shutdown.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let transport = server.transport(
-        AsyncRwTransport::new_server(stdin, stdout),
-        AckMode::Written,
-    );
+    let transport = server.transport(stdin, stdout, AckMode::Written);
     // A signal also ends a session the client has not initialized yet.
     let service = tokio::select! {
         service = server.serve(transport) => {

@@ -1,19 +1,27 @@
-//! The server's transport, wrapped: it acknowledges reminders once the response
-//! carrying them was delivered, releases them when the call is cancelled first,
-//! and ends every call at once when the client goes away.
+//! The server's transport: JSON-RPC lines both ways, every request answered,
+//! what a client does not read never piling up, and each claim a response
+//! carries ended by what happened to that response.
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, CustomNotification, ErrorData, JsonRpcMessage,
-    ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientNotification, CustomNotification, ErrorCode, ErrorData,
+    JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::transport::Transport;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use asynctask_runtime::Claim;
+
 use crate::gate::ReminderGate;
+use crate::wire::{Decoded, Line, LineReader, MAX_LINE_BYTES, decode, refuse_too_long};
 
 /// The notification a relay sends to a durable supervisor as it writes the
 /// supervisor's messages to its client: `params: {"written": N}`, the number
@@ -22,6 +30,20 @@ use crate::gate::ReminderGate;
 /// delivered only once a confirmation covers it; a relay that ends before
 /// confirming leaves them pending for the next session.
 pub const DELIVERED_NOTIFICATION: &str = "notifications/asynctask/delivered";
+
+/// The notification a relay sends to a durable supervisor in place of a line
+/// from its client longer than [`MAX_LINE_BYTES`], which it did not pass on:
+/// `params: {"id": <the request's id, or null>, "bytes": N}`. The supervisor
+/// answers it as it answers such a line of its own.
+pub const OVERSIZED_NOTIFICATION: &str = "notifications/asynctask/oversized";
+
+/// How many messages may wait to be written before the transport stops
+/// reading: a client that does not read its answers is not read either.
+const MAX_UNWRITTEN: usize = 64;
+
+/// How many requests may be in progress (received, not answered) before the
+/// transport stops reading until one is answered.
+const MAX_OPEN_REQUESTS: usize = 256;
 
 /// When a response counts as delivered to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,44 +57,233 @@ pub(crate) enum AckMode {
     Confirmed,
 }
 
-/// A server transport around `inner` that tells the [`ReminderGate`] what
-/// happened on the wire:
-/// - a request received: the gate opens its id — or, when a request with that
-///   id is still open, the transport answers it with a JSON-RPC error itself
-///   and rmcp never sees it (two requests sharing an id would share a claim);
-/// - `notifications/cancelled` received: rmcp will drop the response unless it
-///   was handed over already, so the gate releases the request's claim;
-/// - a response handed to [`send`](Transport::send): the request's claim is
-///   taken from the gate and ended by the write — acknowledged once delivered
-///   (see [`AckMode`]), released if the write failed;
-/// - end of input: `calls` is cancelled before rmcp sees the end, so synchronous
-///   subagents and waits end at once instead of after rmcp's 5 s drain, and
-///   (with [`AckMode::Confirmed`]) unconfirmed claims are released.
-pub(crate) struct AckingTransport<T> {
-    inner: T,
-    gate: ReminderGate,
-    calls: CancellationToken,
-    mode: AckMode,
-    /// How many messages were handed to `inner` (a relay confirms by count).
-    sent: u64,
+/// The writing side, shared by every `send` (rmcp writes responses from tasks
+/// of their own) and by the transport's own answers.
+struct Writer<W> {
+    state: tokio::sync::Mutex<Written<W>>,
+    /// Messages handed to `send` and not yet written.
+    unwritten: AtomicUsize,
+    /// Woken each time a message was written (or could not be).
+    progress: Notify,
 }
 
-impl<T> AckingTransport<T> {
+struct Written<W> {
+    out: Option<W>,
+    /// Messages written on this connection so far (a relay confirms by count).
+    count: u64,
+}
+
+impl<W: AsyncWrite + Unpin> Writer<W> {
+    /// Writes one message (`line`, with its line break) and ends the claim it
+    /// carries: with [`AckMode::Written`] acknowledged once written, with
+    /// [`AckMode::Confirmed`] left with the gate for the relay to confirm; a
+    /// failed write releases it.
+    async fn write(
+        &self,
+        line: Vec<u8>,
+        claim: Option<Claim>,
+        mode: AckMode,
+        gate: &ReminderGate,
+    ) -> io::Result<()> {
+        let mut state = self.state.lock().await;
+        state.count += 1;
+        let claim = match (mode, claim) {
+            (AckMode::Confirmed, Some(claim)) => {
+                // Numbered as written, so a relay's count covers it exactly.
+                gate.await_confirmation(state.count, claim);
+                None
+            }
+            (_, claim) => claim,
+        };
+        let result = match &mut state.out {
+            Some(out) => match out.write_all(&line).await {
+                Ok(()) => out.flush().await,
+                Err(error) => Err(error),
+            },
+            None => Err(io::ErrorKind::BrokenPipe.into()),
+        };
+        drop(state);
+        self.unwritten.fetch_sub(1, Ordering::SeqCst);
+        self.progress.notify_waiters();
+        if let (Ok(()), Some(claim)) = (&result, claim) {
+            claim.acknowledge();
+        }
+        // A failed write dropped its claim: released.
+        result
+    }
+}
+
+/// The server's side of one connection: reads the client's JSON-RPC lines and
+/// writes the server's, and keeps the [`ReminderGate`] told of what happened
+/// on the wire.
+///
+/// - **Every request gets one answer.** A line that is not JSON is answered
+///   `-32700`, JSON that is not a request `-32600`, a request whose parameters
+///   do not fit its method `-32602`, a line longer than [`MAX_LINE_BYTES`]
+///   `-32600` — with the request's id whenever it can be read — and reading
+///   goes on. What can be mended is served (bytes that are not UTF-8 and lone
+///   surrogates become U+FFFD). A request whose id is still in use by another
+///   request in progress is refused `-32600` before any handler runs (two
+///   requests sharing an id would share a claim). Notifications and responses
+///   that arrive before the session started are dropped, not allowed to end
+///   it.
+/// - **Bounded.** At most 64 messages wait to be written and 256 requests are
+///   in progress: past either, the client is not read until its answers are
+///   written (a client that does not read is not read either).
+/// - **Claims end with their responses.** `notifications/cancelled` releases
+///   the claim of a request not yet answered (rmcp then drops the answer); a
+///   response's claim is acknowledged once written ([`AckMode::Written`]) or
+///   once a relay confirms writing it ([`AckMode::Confirmed`]), and released if
+///   the write fails or the connection ends first.
+/// - **End of input** cancels `calls` before rmcp sees it, so synchronous
+///   subagents and waits end at once instead of after rmcp's 5 s drain.
+pub(crate) struct ServerTransport<R, W> {
+    reader: LineReader<BufReader<R>>,
+    side: Side<W>,
+    calls: CancellationToken,
+}
+
+/// What the transport's reading and writing share (all of it `Sync`, so a
+/// `receive` waiting on it stays `Send` whatever the reader is).
+struct Side<W> {
+    writer: Arc<Writer<W>>,
+    gate: ReminderGate,
+    mode: AckMode,
+    /// The session started (initialized, or past its first request): before,
+    /// notifications and responses are dropped, since rmcp ends a session
+    /// whose first message is one.
+    started: Arc<AtomicBool>,
+}
+
+impl<R, W> ServerTransport<R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
     pub(crate) fn new(
-        inner: T,
+        reader: R,
+        writer: W,
         gate: ReminderGate,
         calls: CancellationToken,
         mode: AckMode,
     ) -> Self {
         gate.track();
-        AckingTransport {
-            inner,
-            gate,
+        ServerTransport {
+            reader: LineReader::new(BufReader::new(reader), MAX_LINE_BYTES),
+            side: Side {
+                writer: Arc::new(Writer {
+                    state: tokio::sync::Mutex::new(Written {
+                        out: Some(writer),
+                        count: 0,
+                    }),
+                    unwritten: AtomicUsize::new(0),
+                    progress: Notify::new(),
+                }),
+                gate,
+                mode,
+                started: Arc::new(AtomicBool::new(false)),
+            },
             calls,
-            mode,
-            sent: 0,
         }
     }
+}
+
+impl<W> Side<W>
+where
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    /// Writes an answer of the transport's own (an error for a line that is
+    /// not a request it serves).
+    async fn answer(&self, message: &ServerJsonRpcMessage) -> io::Result<()> {
+        let line = to_line(message)?;
+        self.writer.unwritten.fetch_add(1, Ordering::SeqCst);
+        self.writer.write(line, None, self.mode, &self.gate).await
+    }
+
+    /// Waits while too much is unwritten or too many requests are open.
+    async fn room(&self) {
+        loop {
+            let progress = self.writer.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            if self.writer.unwritten.load(Ordering::SeqCst) < MAX_UNWRITTEN
+                && self.gate.open_requests() < MAX_OPEN_REQUESTS
+            {
+                return;
+            }
+            progress.await;
+        }
+    }
+
+    /// Where a decoded message goes: to rmcp (`Some`), or nowhere because the
+    /// transport dealt with it (`None`), answering it if needed.
+    async fn route(
+        &self,
+        message: ClientJsonRpcMessage,
+    ) -> io::Result<Option<ClientJsonRpcMessage>> {
+        match &message {
+            JsonRpcMessage::Notification(notification) => {
+                match &notification.notification {
+                    ClientNotification::CustomNotification(custom)
+                        if self.mode == AckMode::Confirmed =>
+                    {
+                        if let Some(written) = delivered(custom) {
+                            // Ours, not the client's: rmcp never sees it.
+                            self.gate.confirmed(written);
+                            return Ok(None);
+                        }
+                        if let Some((id, len)) = oversized(custom) {
+                            if let Some(refusal) = refuse_too_long_id(id, len) {
+                                self.answer(&refusal).await?;
+                            }
+                            return Ok(None);
+                        }
+                    }
+                    ClientNotification::CancelledNotification(cancelled) => {
+                        if let Some(id) = &cancelled.params.request_id {
+                            self.gate.cancelled(id);
+                        }
+                    }
+                    _ => {}
+                }
+                if !self.started.load(Ordering::SeqCst) {
+                    tracing::debug!("a notification before the session started is dropped");
+                    return Ok(None);
+                }
+            }
+            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {
+                if !self.started.load(Ordering::SeqCst) {
+                    tracing::debug!("a response before the session started is dropped");
+                    return Ok(None);
+                }
+            }
+            JsonRpcMessage::Request(request) => {
+                if !self.gate.open(request.id.clone()) {
+                    let refusal = ServerJsonRpcMessage::error(
+                        ErrorData::invalid_request(
+                            format!(
+                                "request id {} is already in use by a request in progress; \
+                                 a request's id must be unique until it is answered",
+                                request.id
+                            ),
+                            None,
+                        ),
+                        Some(request.id.clone()),
+                    );
+                    self.answer(&refusal).await?;
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(message))
+    }
+}
+
+/// `message` as one line of JSON, with its line break.
+fn to_line(message: &ServerJsonRpcMessage) -> io::Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(message)?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 /// A relay's delivery confirmation, if `notification` is one: how many
@@ -89,14 +300,57 @@ fn delivered(notification: &CustomNotification) -> Option<u64> {
     Some(params.written)
 }
 
-impl<T> Transport<RoleServer> for AckingTransport<T>
+/// A relay's report of a line too long to pass on, if `notification` is one:
+/// the request's id (when the relay could read it) and the line's length.
+fn oversized(notification: &CustomNotification) -> Option<(Option<RequestId>, usize)> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        id: Option<RequestId>,
+        bytes: usize,
+    }
+    if notification.method != OVERSIZED_NOTIFICATION {
+        return None;
+    }
+    let params: Params = notification.params_as().ok()??;
+    Some((params.id, params.bytes))
+}
+
+/// The answer to a line of `len` bytes that a relay did not pass on, for
+/// request `id`; `None` for a notification (no id).
+fn refuse_too_long_id(id: Option<RequestId>, len: usize) -> Option<ServerJsonRpcMessage> {
+    let id = id?;
+    Some(ServerJsonRpcMessage::error(
+        ErrorData::new(
+            ErrorCode::INVALID_REQUEST,
+            format!(
+                "Invalid Request: the message is {len} bytes long, more than the {MAX_LINE_BYTES} \
+                 bytes a message may have"
+            ),
+            None,
+        ),
+        Some(id),
+    ))
+}
+
+/// Whether a response shows the session started: a result other than the
+/// answer to a ping or a discovery (which come before a session).
+fn starts_the_session(message: &ServerJsonRpcMessage) -> bool {
+    matches!(
+        message,
+        JsonRpcMessage::Response(response)
+            if !matches!(response.result, ServerResult::EmptyResult(_) | ServerResult::DiscoverResult(_))
+    )
+}
+
+impl<R, W> Transport<RoleServer> for ServerTransport<R, W>
 where
-    T: Transport<RoleServer>,
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
 {
-    type Error = T::Error;
+    type Error = io::Error;
 
     fn name() -> Cow<'static, str> {
-        T::name()
+        Cow::Borrowed("asynctask-lines")
     }
 
     fn send(
@@ -110,81 +364,73 @@ where
         };
         // Taken now, synchronously: rmcp calls `send` from its loop, so a
         // cancel it receives later finds the response on its way out.
-        let claim = id.and_then(|id| self.gate.answered(id));
-        self.sent += 1;
-        let claim = match (self.mode, claim) {
-            (AckMode::Confirmed, Some(claim)) => {
-                // Ended by the relay's confirmation, or released with the
-                // connection.
-                self.gate.await_confirmation(self.sent, claim);
-                None
-            }
-            (_, claim) => claim,
-        };
-        let send = self.inner.send(item);
+        let side = &self.side;
+        let claim = id.and_then(|id| side.gate.answered(id));
+        if starts_the_session(&item) {
+            side.started.store(true, Ordering::SeqCst);
+        }
+        let line = to_line(&item);
+        side.writer.unwritten.fetch_add(1, Ordering::SeqCst);
+        let (writer, gate, mode) = (Arc::clone(&side.writer), side.gate.clone(), side.mode);
         async move {
-            let result = send.await;
-            if let (Some(claim), true) = (claim, result.is_ok()) {
-                claim.acknowledge();
+            match line {
+                Ok(line) => writer.write(line, claim, mode, &gate).await,
+                Err(error) => {
+                    writer.unwritten.fetch_sub(1, Ordering::SeqCst);
+                    writer.progress.notify_waiters();
+                    Err(error)
+                }
             }
-            // A failed write dropped the claim: released.
-            result
         }
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
         loop {
-            let Some(message) = self.inner.receive().await else {
-                // The client is gone: end every call now, before rmcp starts its
-                // drain; what was never confirmed delivered is released.
-                self.calls.cancel();
-                if self.mode == AckMode::Confirmed {
-                    self.gate.release_all();
+            self.side.room().await;
+            let line = match self.reader.next().await {
+                Ok(Some(line)) => line,
+                Ok(None) | Err(_) => {
+                    // The client is gone: end every call now, before rmcp
+                    // starts its drain; what was never confirmed delivered is
+                    // released.
+                    self.calls.cancel();
+                    if self.side.mode == AckMode::Confirmed {
+                        self.side.gate.release_all();
+                    }
+                    return None;
                 }
-                return None;
             };
-            match &message {
-                JsonRpcMessage::Notification(notification) => match &notification.notification {
-                    ClientNotification::CustomNotification(custom) => {
-                        if let Some(written) = delivered(custom) {
-                            // Ours, not the client's: rmcp never sees it.
-                            self.gate.confirmed(written);
-                            continue;
-                        }
-                    }
-                    ClientNotification::CancelledNotification(cancelled) => {
-                        if let Some(id) = &cancelled.params.request_id {
-                            self.gate.cancelled(id);
-                        }
-                    }
-                    _ => {}
+            let decoded = match line {
+                Line::Whole(bytes) => decode(&bytes),
+                Line::TooLong { head, len } => match refuse_too_long(&head, len) {
+                    Some(refusal) => Decoded::Refused(Box::new(refusal)),
+                    None => Decoded::Ignored,
                 },
-                JsonRpcMessage::Request(request) if !self.gate.open(request.id.clone()) => {
-                    let refusal = ServerJsonRpcMessage::error(
-                        ErrorData::invalid_request(
-                            format!(
-                                "request id {} is already in use by a request in progress; \
-                                 a request's id must be unique until it is answered",
-                                request.id
-                            ),
-                            None,
-                        ),
-                        Some(request.id.clone()),
-                    );
-                    self.sent += 1;
-                    if self.inner.send(refusal).await.is_err() {
-                        return None;
-                    }
-                    continue;
+            };
+            let routed = match decoded {
+                Decoded::Ignored => continue,
+                Decoded::Refused(refusal) => self.side.answer(&refusal).await.map(|()| None),
+                Decoded::Message(message) => self.side.route(*message).await,
+            };
+            match routed {
+                Ok(Some(message)) => return Some(message),
+                Ok(None) => {}
+                // The client cannot be written to: the session is over.
+                Err(_) => {
+                    self.calls.cancel();
+                    self.side.gate.release_all();
+                    return None;
                 }
-                _ => {}
             }
-            return Some(message);
         }
     }
 
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let out = self.side.writer.state.lock().await.out.take();
+        if let Some(mut out) = out {
+            out.shutdown().await?;
+        }
+        Ok(())
     }
 }
 
@@ -197,7 +443,6 @@ mod tests {
     use asynctask_runtime::AsyncTaskRuntime;
     use pretty_assertions::assert_eq;
     use rmcp::ServiceExt as _;
-    use rmcp::transport::async_rw::AsyncRwTransport;
     use serde_json::{Value, json};
     use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
@@ -215,8 +460,7 @@ mod tests {
         let server = AsyncTaskMcpServer::new(Arc::clone(runtime)).expect("valid tools");
         let (client_end, server_end) = tokio::io::duplex(1 << 20);
         let (read, write) = tokio::io::split(server_end);
-        let transport =
-            server.transport(AsyncRwTransport::new_server(read, write), AckMode::Written);
+        let transport = server.transport(read, write, AckMode::Written);
         tokio::spawn(async move {
             if let Ok(service) = server.serve(transport).await {
                 let _ = service.waiting().await;

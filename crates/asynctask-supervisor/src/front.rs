@@ -8,8 +8,9 @@ use std::process::Child;
 use std::time::Duration;
 
 use asynctask_mcp::TerminationSignals;
+use asynctask_mcp::{Line, LineReader, MAX_LINE_BYTES};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -41,10 +42,8 @@ pub async fn connect(state: &StateDir, kind: &str) -> io::Result<UnixStream> {
 /// `InvalidData` for an answer that is not JSON.
 pub async fn ask(state: &StateDir, kind: &str) -> io::Result<Value> {
     let stream = connect(state, kind).await?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).await?;
-    serde_json::from_str(&line).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
+    let line = first_line(BufReader::new(stream), MAX_LINE_BYTES).await?;
+    serde_json::from_slice(&line).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
 }
 
 /// Relays this process's stdio (an MCP client) to the supervisor of `state`,
@@ -84,6 +83,26 @@ pub async fn relay_stdio(
 /// How long a front tries to reach a supervisor: to start one, to let one that
 /// is ending make way, and for the new one to recover its store.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest acknowledgement a front reads.
+const ACK_MAX_BYTES: usize = 4096;
+
+/// The first line `reader` gives, of at most `max` bytes.
+///
+/// # Errors
+///
+/// The I/O error; `UnexpectedEof` when the input ends before a line;
+/// `InvalidData` for a line longer than `max`.
+async fn first_line(reader: impl AsyncBufRead + Unpin, max: usize) -> io::Result<Vec<u8>> {
+    match LineReader::new(reader, max).next().await? {
+        Some(Line::Whole(line)) => Ok(line),
+        Some(Line::TooLong { len, .. }) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a line of {len} bytes, more than the {max} expected"),
+        )),
+        None => Err(io::ErrorKind::UnexpectedEof.into()),
+    }
+}
 
 /// How long a front waits for the supervisor to acknowledge its session.
 const ACK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -131,14 +150,15 @@ pub(crate) struct SessionStream {
 pub(crate) async fn open_session(state: &StateDir) -> io::Result<SessionStream> {
     let (read, write) = connect(state, "session").await?.into_split();
     let mut read = BufReader::new(read);
-    let mut line = String::new();
-    let n = tokio::time::timeout(ACK_TIMEOUT, read.read_line(&mut line))
-        .await
-        .map_err(|_| Unacknowledged::Silent)??;
-    if n == 0 {
-        return Err(Unacknowledged::Closed.into());
-    }
-    let ack: Value = serde_json::from_str(&line)
+    // Only the acknowledgement is taken: what follows it stays in `read`.
+    let line = match tokio::time::timeout(ACK_TIMEOUT, first_line(&mut read, ACK_MAX_BYTES)).await {
+        Err(_) => return Err(Unacknowledged::Silent.into()),
+        Ok(Err(err)) if err.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(Unacknowledged::Closed.into());
+        }
+        Ok(line) => line?,
+    };
+    let ack: Value = serde_json::from_slice(&line)
         .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
     if ack.get("asynctask").and_then(Value::as_str) != Some("session") {
         return Err(Unacknowledged::Answer(ack).into());

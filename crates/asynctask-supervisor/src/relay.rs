@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use asynctask_mcp::DELIVERED_NOTIFICATION;
+use asynctask_mcp::{
+    DELIVERED_NOTIFICATION, Line, LineReader, MAX_LINE_BYTES, OVERSIZED_NOTIFICATION,
+};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::front::SessionStream;
@@ -15,11 +17,25 @@ use crate::front::SessionStream;
 /// (the client's lines it read, and its confirmations) before it exits.
 const FLUSH_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// How many of the client's lines wait to be written to the supervisor before
+/// the relay stops reading the client.
+const QUEUED_LINES: usize = 16;
+
 /// Copies the client's messages to the supervisor, and the supervisor's lines
-/// to the client, confirming each response once it is written.
+/// to the client, confirming what it wrote.
+///
+/// Lines are read with a bound ([`MAX_LINE_BYTES`]) both ways. A client's line
+/// past it is not passed on: the supervisor is told of it
+/// ([`OVERSIZED_NOTIFICATION`], with the request's id when its head has one)
+/// and answers it. A supervisor's line past it (never sent by a supervisor of
+/// this version) ends the relay: it could neither write nor confirm it.
+/// Nothing piles up: a client that does not read its answers stops the
+/// supervisor's writes, which stops the supervisor reading this session,
+/// which stops the relay reading the client; confirmations never wait behind
+/// the client's lines.
 ///
 /// When the client's input ends, or `stop` resolves (a signal), the relay stops
-/// reading the client, finishes writing the response it is writing (if any) and
+/// reading the client, finishes writing the line it is writing (if any) and
 /// confirms it, sends the supervisor what it still holds, closes its side, and
 /// returns — within [`FLUSH_TIMEOUT`]. A response whose confirmation is lost all
 /// the same is released by the supervisor when the connection ends: its results
@@ -34,34 +50,53 @@ pub(crate) async fn relay<I, O>(
     O: AsyncWrite + Unpin,
 {
     let SessionStream {
-        read: mut from_supervisor,
+        read: from_supervisor,
         write: mut to_supervisor,
     } = supervisor;
-    // One writer to the supervisor: the client's lines and our confirmations.
-    // It ends once every sender is gone and it wrote what was queued.
-    let (send, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
+    // What the client sent, for the one writer to the supervisor.
+    let (send, mut outbox) = mpsc::channel::<Vec<u8>>(QUEUED_LINES);
+    // How many of the supervisor's lines were written to the client: the
+    // writer confirms the latest count, never queued behind the client's lines.
+    let (confirm, mut confirmed) = watch::channel(0u64);
     let writer = async move {
-        while let Some(line) = outbox.recv().await {
+        let (mut lines_open, mut confirms_open) = (true, true);
+        while lines_open || confirms_open {
+            let line = tokio::select! {
+                biased;
+                changed = confirmed.changed(), if confirms_open => match changed {
+                    Ok(()) => confirmation(*confirmed.borrow_and_update()),
+                    Err(_) => {
+                        confirms_open = false;
+                        continue;
+                    }
+                },
+                line = outbox.recv(), if lines_open => match line {
+                    Some(line) => line,
+                    None => {
+                        lines_open = false;
+                        continue;
+                    }
+                },
+            };
             if to_supervisor.write_all(&line).await.is_err() {
                 return;
             }
         }
         let _ = to_supervisor.shutdown().await;
     };
-    let upstream = {
-        let send = send.clone();
-        async move {
-            let mut lines = BufReader::new(client_in);
-            loop {
-                let mut line = Vec::new();
-                match lines.read_until(b'\n', &mut line).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {
-                        if send.send(line).is_err() {
-                            return;
-                        }
-                    }
+    let upstream = async move {
+        let mut lines = LineReader::new(BufReader::new(client_in), MAX_LINE_BYTES);
+        loop {
+            let line = match lines.next().await {
+                Ok(Some(Line::Whole(mut line))) => {
+                    line.push(b'\n');
+                    line
                 }
+                Ok(Some(Line::TooLong { head, len })) => oversized(&head, len),
+                Ok(None) | Err(_) => return,
+            };
+            if send.send(line).await.is_err() {
+                return;
             }
         }
     };
@@ -70,18 +105,23 @@ pub(crate) async fn relay<I, O>(
     let downstream = {
         let closing = closing.clone();
         async move {
-            // Every line the supervisor sent, counted: a confirmation says how
-            // many were written to the client.
+            let mut lines = LineReader::new(from_supervisor, MAX_LINE_BYTES);
             let mut written: u64 = 0;
             loop {
-                let mut line = Vec::new();
-                tokio::select! {
-                    read = from_supervisor.read_until(b'\n', &mut line) => match read {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
+                let line = tokio::select! {
+                    read = lines.next() => match read {
+                        Ok(Some(Line::Whole(mut line))) => {
+                            line.push(b'\n');
+                            line
+                        }
+                        Ok(Some(Line::TooLong { len, .. })) => {
+                            tracing::error!(bytes = len, "the supervisor sent a line too long to pass on; the session ends");
+                            return;
+                        }
+                        Ok(None) | Err(_) => return,
                     },
                     () = closing.cancelled() => return,
-                }
+                };
                 // Not interrupted by `closing`: a line being written is
                 // finished and confirmed.
                 let result = async {
@@ -93,18 +133,9 @@ pub(crate) async fn relay<I, O>(
                     return;
                 }
                 written += 1;
-                // One confirmation per burst: when no further line is
-                // waiting already.
-                if from_supervisor.buffer().is_empty() {
-                    let confirmation = json!({
-                        "jsonrpc": "2.0",
-                        "method": DELIVERED_NOTIFICATION,
-                        "params": {"written": written},
-                    });
-                    let mut confirmation = confirmation.to_string().into_bytes();
-                    confirmation.push(b'\n');
-                    let _ = send.send(confirmation);
-                }
+                // Ends with the relay: a confirmation dropped then was never
+                // needed (the connection's end releases what it covers).
+                let _ = confirm.send(written);
             }
         }
     };
@@ -138,4 +169,33 @@ pub(crate) async fn relay<I, O>(
             FLUSH_TIMEOUT.as_millis()
         );
     }
+}
+
+/// The confirmation that the supervisor's first `written` lines were written
+/// to the client.
+fn confirmation(written: u64) -> Vec<u8> {
+    let mut line = json!({
+        "jsonrpc": "2.0",
+        "method": DELIVERED_NOTIFICATION,
+        "params": {"written": written},
+    })
+    .to_string()
+    .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// What the supervisor is told in place of a client's line of `len` bytes too
+/// long to pass on (starting with `head`).
+fn oversized(head: &[u8], len: usize) -> Vec<u8> {
+    let id = asynctask_mcp::scan_request_id(head);
+    let mut line = json!({
+        "jsonrpc": "2.0",
+        "method": OVERSIZED_NOTIFICATION,
+        "params": {"id": id, "bytes": len},
+    })
+    .to_string()
+    .into_bytes();
+    line.push(b'\n');
+    line
 }

@@ -1,0 +1,323 @@
+"""The wire, as a careless or hostile client writes it: every request gets exactly one
+answer whatever the line, the session goes on after it, and nothing piles up for a
+client that writes without reading — plain and durable (through the front and its
+supervisor).
+
+Each test drives `asynctask mcp` over raw pipes, line by line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import CONFIG, binary, process_gone
+
+#: How long any one answer may take to arrive.
+ANSWER_TIMEOUT = 20.0
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "wire", "version": "0"}},
+}
+
+
+def rss_kib(pid: int) -> int:
+    """The resident memory of process `pid`, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+class LineServer:
+    """`asynctask mcp` (plain, or a durable front with its own state directory) on
+    pipes the test writes raw bytes to and reads lines from."""
+
+    def __init__(self, tmp_path: Path, durable: bool) -> None:
+        self.state = tmp_path / "state"
+        self.durable = durable
+        args = [str(binary()), "mcp", "--config", str(CONFIG), "--state-dir", str(self.state)]
+        if durable:
+            args.append("--durable")
+        self.stderr = (tmp_path / "server-stderr.log").open("w")
+        self.process = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env={**os.environ, "ASYNCTASK_TEST_DIR": str(tmp_path)},
+        )
+        self.pending = b""
+
+    def write(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def send(self, message: Any) -> None:
+        self.write(json.dumps(message).encode() + b"\n")
+
+    def line(self, timeout: float = ANSWER_TIMEOUT) -> dict[str, Any]:
+        """The next line from the server, as JSON."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no line within {timeout} s; got {self.pending[:200]!r}"
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                assert chunk, "the server closed its stdout"
+                self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def answer(self, id: Any) -> dict[str, Any]:
+        """The answer to request `id` (notifications before it are skipped)."""
+        while True:
+            message = self.line()
+            if "method" not in message:
+                assert message.get("id") == id, f"an answer to {message.get('id')!r} before the one to {id!r}: {message}"
+                return message
+
+    def initialize(self) -> None:
+        self.send(INITIALIZE)
+        assert "result" in self.answer(0)
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def ping(self, id: int) -> None:
+        """The session goes on: a ping is answered."""
+        self.send({"jsonrpc": "2.0", "id": id, "method": "ping"})
+        assert self.answer(id) == {"jsonrpc": "2.0", "id": id, "result": {}}
+
+    def supervisor_pid(self) -> int:
+        done = subprocess.run(
+            [str(binary()), "supervisor", "status", "--config", str(CONFIG), "--state-dir", str(self.state)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        pid = json.loads(done.stdout)["pid"]
+        assert pid, "no supervisor runs"
+        return pid
+
+    def close(self) -> None:
+        """Closes stdin; the server (or front) exits by itself; a durable workspace's
+        supervisor is stopped."""
+        if self.process.stdin:
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            status = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail("the server did not exit after its stdin closed")
+        finally:
+            if self.durable:
+                stopped = subprocess.run(
+                    [str(binary()), "supervisor", "stop", "--config", str(CONFIG), "--state-dir", str(self.state)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                assert stopped.returncode == 0, stopped.stderr
+            self.stderr.close()
+        assert status == 0, f"exit status {status}"
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "durable"])
+def server(request: pytest.FixtureRequest, tmp_path: Path):
+    server = LineServer(tmp_path, request.param)
+    yield server
+    if server.process.poll() is None:
+        server.close()
+    log = tmp_path / "server-stderr.log"
+    print(f"--- server stderr ---\n{log.read_text()}")
+    assert "panicked" not in log.read_text()
+
+
+def call(id: int, name: str, arguments: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+#: A line, and the error code and id its answer carries (None: served, not refused).
+CASES: list[tuple[str, bytes, int | None, Any]] = [
+    ("not JSON", b"this is not json", -32700, None),
+    ("a trailing comma, its id readable", b'{"jsonrpc":"2.0","id":7,"method":"tools/list",}', -32700, 7),
+    (
+        "nesting of 127 levels",
+        b'{"jsonrpc":"2.0","id":"deep","method":"tools/call","params":{"name":"check_async_tasks","arguments":{"x":'
+        + nested(127).encode()
+        + b"}}}",
+        -32700,
+        "deep",
+    ),
+    ("not a request, its id readable", b'{"id":3,"method":"ping"}', -32600, 3),
+    ("a batch", b'[{"jsonrpc":"2.0","id":4,"method":"ping"}]', -32600, None),
+    (
+        "arguments that are not an object",
+        json.dumps(call(5, "check_async_tasks", [1, 2])).encode(),
+        -32602,
+        5,
+    ),
+    (
+        "a truncated emoji (a lone surrogate escape)",
+        b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"check_async_tasks","arguments":{"task_id":"x\\ud83d"}}}',
+        None,
+        6,
+    ),
+    (
+        "bytes that are not UTF-8",
+        b'{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"check_async_tasks","arguments":{"task_id":"caf\xe9"}}}',
+        None,
+        8,
+    ),
+]
+
+
+@pytest.mark.parametrize("name,line,code,id", CASES, ids=[case[0] for case in CASES])
+def test_every_request_gets_one_answer_and_the_session_goes_on(
+    server: LineServer, name: str, line: bytes, code: int | None, id: Any
+) -> None:
+    server.initialize()
+    server.write(line + b"\n")
+    answer = server.answer(id)
+    print(f"{name}: {answer}")
+    if code is None:
+        assert "result" in answer, answer
+    else:
+        assert answer["error"]["code"] == code, answer
+    server.ping(100)
+    server.close()
+
+
+def test_a_line_past_the_bound_is_answered_and_skipped(server: LineServer) -> None:
+    """A request of 17 MiB is answered with its id, never read whole; the session goes on."""
+    server.initialize()
+    head = b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"check_async_tasks","arguments":{"x":"'
+    server.write(head + b"x" * (17 << 20) + b'"}}}\n')
+    answer = server.answer(12)
+    assert answer["error"]["code"] == -32600, answer
+    assert "more than the 16777216 bytes" in answer["error"]["message"], answer
+    server.ping(13)
+    server.close()
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
+        {"jsonrpc": "2.0", "id": 99, "result": {}},
+    ],
+    ids=["initialized", "cancelled", "a response"],
+)
+def test_a_notification_or_response_before_initialize_does_not_end_the_session(
+    server: LineServer, first: dict[str, Any]
+) -> None:
+    server.send(first)
+    server.initialize()
+    server.ping(1)
+    server.close()
+
+
+def test_a_request_whose_id_is_in_use_is_refused(server: LineServer) -> None:
+    """A second `wait_async_tasks` with the id of one in progress is refused at once
+    with that id; the first goes on and is answered."""
+    server.initialize()
+    waiting = call(21, "wait_async_tasks", {"timeout_seconds": 1})
+    server.send(waiting)
+    server.send(waiting)
+    refused = server.answer(21)
+    assert refused["error"]["code"] == -32600 and "already in use" in refused["error"]["message"], refused
+    answered = server.answer(21)
+    assert "result" in answered, answered
+    server.close()
+
+
+def test_a_client_that_does_not_read_is_not_read(server: LineServer) -> None:
+    """20,000 `tools/list` requests written without reading a byte: the server stops
+    reading instead of queueing answers (its memory, and a durable supervisor's, stays
+    flat), then answers every one once read."""
+    server.initialize()
+    count = 20_000
+    request = b"".join(
+        json.dumps({"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/list"}).encode() + b"\n" for i in range(count)
+    )
+    written = threading.Event()
+
+    def write_all() -> None:
+        try:
+            server.write(request)
+        finally:
+            written.set()
+
+    writer = threading.Thread(target=write_all, daemon=True)
+    watched = server.supervisor_pid() if server.durable else server.process.pid
+    before = rss_kib(watched)
+    writer.start()
+    # The writes stop making progress once the server stops reading: wait until
+    # its memory holds still.
+    last, still_since = rss_kib(watched), time.monotonic()
+    deadline = time.monotonic() + 30
+    while time.monotonic() - still_since < 1.0:
+        assert time.monotonic() < deadline, "the server's memory never settled"
+        time.sleep(0.1)
+        now = rss_kib(watched)
+        if abs(now - last) > 256:
+            last, still_since = now, time.monotonic()
+    blocked = rss_kib(watched)
+    print(f"RSS before {before} KiB, with {count} requests unread {blocked} KiB")
+    assert not written.is_set(), "every request was read: nothing stopped reading"
+    assert blocked - before < 40_000, f"memory grew by {blocked - before} KiB"
+    # Answered in any order (requests are served concurrently), each once.
+    answered = []
+    while len(answered) < count:
+        answer = server.line()
+        assert "tools" in answer["result"], answer
+        answered.append(answer["id"])
+    assert sorted(answered) == list(range(1000, 1000 + count))
+    assert written.wait(10)
+    server.ping(1)
+    server.close()
+
+
+def test_a_durable_front_holds_no_more_than_a_line_of_its_client(tmp_path: Path) -> None:
+    """An unterminated 64 MiB line into a durable front: it holds at most one line's
+    bound (16 MiB) of it, answers the request once its end comes, and goes on."""
+    server = LineServer(tmp_path, durable=True)
+    try:
+        server.initialize()
+        before = rss_kib(server.process.pid)
+        server.write(b'{"jsonrpc":"2.0","id":31,"method":"ping","params":{"x":"' + b"y" * (64 << 20))
+        during = rss_kib(server.process.pid)
+        server.write(b'"}}\n')
+        answer = server.answer(31)
+        assert answer["error"]["code"] == -32600, answer
+        print(f"front RSS {before} KiB before, {during} KiB with 64 MiB of one line written")
+        assert during - before < 48_000, f"the front grew by {during - before} KiB"
+        server.ping(32)
+    finally:
+        server.close()
+        assert process_gone(server.process.pid)
