@@ -114,14 +114,14 @@ pub enum PrefixMatch {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TaskCounts {
-    /// Running tasks, and finished ones whose end the journal has not
-    /// recorded yet (readers see them running until it has).
+    /// Running tasks, and *unrecorded* ones: finished, but their end not
+    /// recorded by the journal yet (readers see them running until it is).
     pub running: usize,
-    /// Completed tasks still held.
+    /// Completed tasks in the registry (unrecorded ones aside).
     pub completed: usize,
-    /// Failed tasks still held.
+    /// Failed tasks in the registry (unrecorded ones aside).
     pub failed: usize,
-    /// Cancelled tasks still held.
+    /// Cancelled tasks in the registry (unrecorded ones aside).
     pub cancelled: usize,
     /// Terminal tasks not yet delivered to the model.
     pub pending_notifications: usize,
@@ -130,7 +130,7 @@ pub struct TaskCounts {
 }
 
 impl TaskCounts {
-    /// Every task held (running and terminal).
+    /// Every task in the registry (running and terminal).
     #[must_use]
     pub fn total(&self) -> usize {
         self.running + self.completed + self.failed + self.cancelled

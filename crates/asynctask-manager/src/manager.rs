@@ -10,7 +10,7 @@ use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
 use crate::events::{Dispatcher, Handler, PruneDelivery, PruneHandler, TaskEvent};
 use crate::journal::{Journal, JournalError, RestoreError, StoredTask};
 use crate::live::{MessageError, TaskProgress};
-use crate::registry::{Finished, Registry, Terminal};
+use crate::registry::{Registry, Terminal, Transition};
 use crate::{PrefixMatch, TaskCounts};
 
 /// The registry of background tasks: a cheap handle, clones share one registry.
@@ -180,9 +180,9 @@ impl AsyncTaskManager {
         manager
     }
 
-    /// After an operation that wrote to the journal: announces the held tasks
-    /// the journal caught up with (their transitions' events were held back
-    /// with them), and signals [`journal_failed`](Self::journal_failed) when
+    /// After an operation that wrote to the journal: announces the
+    /// unrecorded tasks the journal caught up with (their transitions' events
+    /// waited with them), and signals [`journal_failed`](Self::journal_failed) when
     /// changes still wait. Returns whether events wait to be drained.
     fn after_journal(&self, state: &mut State) -> bool {
         if self.shared.journal.is_none() {
@@ -208,7 +208,7 @@ impl AsyncTaskManager {
     /// until it succeeds. Never returns for a manager without a journal.
     ///
     /// A terminal transition whose write failed is applied in memory (its slot
-    /// is free) but its result is *held*: not offered for delivery, nor
+    /// is free) but the task is *unrecorded*: its result is not offered for delivery, nor
     /// markable, until the journal has recorded it — a result the store does
     /// not hold must never reach the model. The next successful write of any
     /// change catches up too. `AsyncTaskRuntime` runs this loop for its host.
@@ -240,7 +240,7 @@ impl AsyncTaskManager {
     }
 
     /// Writes the changes the journal missed. `Ok(true)` when there were some
-    /// and they are recorded now (held results become deliverable, and their
+    /// and they are recorded now (unrecorded results become deliverable, and their
     /// events are delivered); `Ok(false)` when nothing waited (or there is no
     /// journal).
     ///
@@ -344,7 +344,7 @@ impl AsyncTaskManager {
         }
         let counts = registry.counts();
         tracing::debug!(
-            held = counts.total(),
+            tasks = counts.total(),
             pending = counts.pending_notifications,
             "async task registry restored"
         );
@@ -481,26 +481,27 @@ impl AsyncTaskManager {
     /// Completes a running task with its output. Returns `false`, changing
     /// nothing, when the task is unknown or already terminal.
     pub fn complete_task(&self, id: &str, output: OutputObject) -> bool {
-        self.finish(id, Terminal::Completed(output)).is_some()
+        self.transition(id, Terminal::Completed(output)).is_some()
     }
 
     /// Fails a running task with an error message. Returns `false`, changing
     /// nothing, when the task is unknown or already terminal.
     pub fn fail_task(&self, id: &str, error: impl Into<String>) -> bool {
-        self.finish(id, Terminal::Failed(error.into())).is_some()
+        self.transition(id, Terminal::Failed(error.into()))
+            .is_some()
     }
 
     /// Cancels a running task and its cancellation token. Returns `false`,
     /// changing nothing, when the task is unknown or already terminal.
     pub fn cancel_task(&self, id: &str) -> bool {
-        self.finish(id, Terminal::Cancelled).is_some()
+        self.transition(id, Terminal::Cancelled).is_some()
     }
 
     /// Applies a terminal transition; then, outside the lock, cancels the task's
     /// token (for a cancel: before any handler runs, so the runner hears of it at
     /// once) and delivers the event. Returns the task's token when the transition
     /// happened.
-    fn finish(&self, id: &str, terminal: Terminal) -> Option<CancellationToken> {
+    fn transition(&self, id: &str, terminal: Terminal) -> Option<CancellationToken> {
         // The span covers the event handlers too: what they log carries the id.
         let _span =
             tracing::debug_span!("async_task_transition", task_id = %id, to = terminal.name())
@@ -510,27 +511,27 @@ impl AsyncTaskManager {
         let (drain, token, pruned) = {
             let mut state = self.lock();
             let snapshot = state.events.has_subscribers();
-            let Finished {
+            let Transition {
                 task,
                 token,
                 journal_error,
             } = state
                 .registry
-                .finish(id, terminal, now, snapshot, self.journal())?;
-            let held = journal_error.is_some();
+                .transition(id, terminal, now, snapshot, self.journal())?;
+            let unrecorded = journal_error.is_some();
             if let Some(error) = journal_error {
                 tracing::error!(
                     task_id = %id,
                     error = %error.chain(),
                     "the journal could not record a terminal transition; applied in memory anyway \
-                     (a task must never stay running forever), its result held back until the \
-                     journal records it"
+                     (a task must never stay running forever), the task unrecorded (its result not delivered) \
+                     until the journal records it"
                 );
             }
             tracing::debug!(task_id = %id, "async task finished");
-            // A held task's event waits for the journal, like its result.
+            // An unrecorded task's event waits for the journal, like its result.
             let mut drain = match task.and_then(TaskEvent::from_task) {
-                Some(event) if !held => state.events.push(event),
+                Some(event) if !unrecorded => state.events.push(event),
                 _ => false,
             };
             drain |= self.after_journal(&mut state);

@@ -41,14 +41,14 @@ struct Record {
     notified_at: Option<u64>,
     /// The order in which the task reached its terminal state (0 while running);
     /// breaks ties between tasks that finished in the same millisecond.
-    finish: u64,
-    outcome: Outcome,
+    finish_order: u64,
+    run: RunState,
 }
 
 /// The status and what comes with it: a running task keeps its subagent's
 /// token; a terminal one drops it and keeps its result.
 #[derive(Debug)]
-enum Outcome {
+enum RunState {
     Running(CancellationToken),
     Completed(Box<OutputObject>),
     /// Boxed twice so that the enum stays 16 bytes: failures are rare.
@@ -68,29 +68,29 @@ struct Live {
     inbox: Option<InboxSender>,
 }
 
-// The record's size is what every held task costs; keep it from creeping up.
+// The record's size is what every task in the registry costs; keep it from creeping up.
 const _: () = assert!(std::mem::size_of::<Record>() <= 104);
 
 impl Record {
     fn status(&self) -> AsyncTaskStatus {
-        match self.outcome {
-            Outcome::Running(_) => AsyncTaskStatus::Running,
-            Outcome::Completed(_) => AsyncTaskStatus::Completed,
-            Outcome::Failed(_) => AsyncTaskStatus::Failed,
-            Outcome::Cancelled => AsyncTaskStatus::Cancelled,
+        match self.run {
+            RunState::Running(_) => AsyncTaskStatus::Running,
+            RunState::Completed(_) => AsyncTaskStatus::Completed,
+            RunState::Failed(_) => AsyncTaskStatus::Failed,
+            RunState::Cancelled => AsyncTaskStatus::Cancelled,
         }
     }
 
     fn token(&self) -> Option<&CancellationToken> {
-        match &self.outcome {
-            Outcome::Running(token) => Some(token),
+        match &self.run {
+            RunState::Running(token) => Some(token),
             _ => None,
         }
     }
 
     /// The task as readers see it while its terminal transition waits for the
     /// journal: still running, nothing of its result shown.
-    fn info_held(&self) -> AsyncTaskInfo {
+    fn info_unrecorded(&self) -> AsyncTaskInfo {
         AsyncTaskInfo {
             id: self.id.to_string(),
             subagent_name: self.subagent_name.to_string(),
@@ -105,10 +105,10 @@ impl Record {
     }
 
     fn info(&self) -> AsyncTaskInfo {
-        let (output, error) = match &self.outcome {
-            Outcome::Completed(output) => (Some(OutputObject::clone(output)), None),
-            Outcome::Failed(error) => (None, Some(String::clone(error))),
-            Outcome::Running(_) | Outcome::Cancelled => (None, None),
+        let (output, error) = match &self.run {
+            RunState::Completed(output) => (Some(OutputObject::clone(output)), None),
+            RunState::Failed(error) => (None, Some(String::clone(error))),
+            RunState::Running(_) | RunState::Cancelled => (None, None),
         };
         AsyncTaskInfo {
             id: self.id.to_string(),
@@ -125,21 +125,21 @@ impl Record {
 
     /// A terminal transition: refused (returning `None`) unless running; else
     /// returns the token the task held.
-    fn finish(&mut self, outcome: Outcome, now_ms: u64, order: u64) -> Option<CancellationToken> {
-        if !matches!(self.outcome, Outcome::Running(_)) {
+    fn end(&mut self, run: RunState, now_ms: u64, order: u64) -> Option<CancellationToken> {
+        if !matches!(self.run, RunState::Running(_)) {
             return None;
         }
-        let Outcome::Running(token) = std::mem::replace(&mut self.outcome, outcome) else {
+        let RunState::Running(token) = std::mem::replace(&mut self.run, run) else {
             return None;
         };
         self.completed_at = now_ms;
-        self.finish = order;
+        self.finish_order = order;
         Some(token)
     }
 
     /// Refused unless terminal and not yet notified.
     fn mark_notified(&mut self, now_ms: u64) -> bool {
-        if matches!(self.outcome, Outcome::Running(_)) || self.notified_at.is_some() {
+        if matches!(self.run, RunState::Running(_)) || self.notified_at.is_some() {
             return false;
         }
         self.notified_at = Some(now_ms);
@@ -148,30 +148,30 @@ impl Record {
 
     /// The pruning queue's key: oldest-finished first, ties in finish order.
     fn delivered_key(&self) -> (u64, u64) {
-        (self.completed_at, self.finish)
+        (self.completed_at, self.finish_order)
     }
 
     /// The journal entry of the terminal transition this task made (`None`
     /// while it runs).
     fn finished_entry(&self) -> Option<JournalEntry<'_>> {
-        let outcome = match &self.outcome {
-            Outcome::Running(_) => return None,
-            Outcome::Completed(output) => TerminalOutcome::Completed(output),
-            Outcome::Failed(error) => TerminalOutcome::Failed(error),
-            Outcome::Cancelled => TerminalOutcome::Cancelled,
+        let outcome = match &self.run {
+            RunState::Running(_) => return None,
+            RunState::Completed(output) => TerminalOutcome::Completed(output),
+            RunState::Failed(error) => TerminalOutcome::Failed(error),
+            RunState::Cancelled => TerminalOutcome::Cancelled,
         };
         Some(JournalEntry::Finished {
             id: &self.id,
             outcome,
             completed_at: self.completed_at,
-            finish_order: self.finish,
+            finish_order: self.finish_order,
         })
     }
 }
 
 /// What a successful terminal transition hands back to the manager.
 #[derive(Debug)]
-pub(crate) struct Finished {
+pub(crate) struct Transition {
     /// The task right after the transition, when a snapshot was asked for.
     pub(crate) task: Option<AsyncTaskInfo>,
     /// The task's cancellation token.
@@ -199,7 +199,7 @@ pub(crate) struct Registry {
     over_limit: usize,
     reserved: usize,
     next_seq: Seq,
-    next_finish: u64,
+    next_finish_order: u64,
     /// Every task, in registration order.
     tasks: BTreeMap<Seq, Box<Record>>,
     /// Exact and prefix lookup by id.
@@ -221,12 +221,13 @@ pub(crate) struct Registry {
     /// that a journal that failed once catches up instead of missing them for
     /// good (a task it still holds as running would refuse every later mark).
     unjournaled: Vec<Unjournaled>,
-    /// Pending tasks whose terminal transition the journal has not recorded
-    /// yet (its write failed): they are terminal in memory, so their slot is
-    /// free, but they are not offered for delivery — a result the store does
-    /// not hold must never reach the model — until a write catches up.
-    held: BTreeSet<Seq>,
-    /// Held tasks the journal has caught up with since the manager last
+    /// *Unrecorded* tasks: pending tasks whose terminal transition the
+    /// journal has not recorded yet (its write failed). They are terminal in
+    /// memory, so their slot is free, but they are not offered for delivery —
+    /// a result the store does not hold must never reach the model — until a
+    /// write catches up.
+    unrecorded: BTreeSet<Seq>,
+    /// Unrecorded tasks the journal has caught up with since the manager last
     /// looked: it announces them, as their transition could not be.
     released: Vec<Seq>,
     /// The ids pruned since the manager last took them
@@ -241,7 +242,7 @@ impl Registry {
             over_limit: 0,
             reserved: 0,
             next_seq: 0,
-            next_finish: 1,
+            next_finish_order: 1,
             tasks: BTreeMap::new(),
             ids: BTreeMap::new(),
             running: BTreeSet::new(),
@@ -251,7 +252,7 @@ impl Registry {
             origins: BTreeMap::new(),
             live: BTreeMap::new(),
             unjournaled: Vec::new(),
-            held: BTreeSet::new(),
+            unrecorded: BTreeSet::new(),
             released: Vec::new(),
             pruned: Vec::new(),
         }
@@ -264,15 +265,15 @@ impl Registry {
     }
 
     /// The journal has recorded every change: nothing is missed any more, and
-    /// the held tasks become deliverable.
+    /// the unrecorded tasks become deliverable.
     fn caught_up(&mut self) {
         self.unjournaled.clear();
-        if !self.held.is_empty() {
-            self.released.extend(std::mem::take(&mut self.held));
+        if !self.unrecorded.is_empty() {
+            self.released.extend(std::mem::take(&mut self.unrecorded));
         }
     }
 
-    /// The held tasks released since the last call, oldest-registered first,
+    /// The unrecorded tasks recorded since the last call, oldest-registered first,
     /// as snapshots (for their events).
     pub(crate) fn take_released(&mut self) -> Vec<AsyncTaskInfo> {
         if self.released.is_empty() {
@@ -329,7 +330,7 @@ impl Registry {
             Err(error) => {
                 self.unjournaled
                     .extend(finished.iter().copied().map(Unjournaled::Finished));
-                self.held.extend(finished.iter().copied());
+                self.unrecorded.extend(finished.iter().copied());
                 let removed: Vec<Unjournaled> = pruned
                     .iter()
                     .filter_map(|seq| self.tasks.get(seq))
@@ -458,8 +459,8 @@ impl Registry {
             launched_at: now_ms,
             completed_at: 0,
             notified_at: None,
-            finish: 0,
-            outcome: Outcome::Running(input.cancellation),
+            finish_order: 0,
+            run: RunState::Running(input.cancellation),
         };
         if input.progress.is_some() || input.inbox.is_some() {
             self.live.insert(
@@ -484,25 +485,25 @@ impl Registry {
     /// running (the first transition wins). The transition and its pruning are
     /// journaled before they are visible, and applied even when the journal's
     /// write fails (a task must never stay running forever): the error comes
-    /// back in [`Finished`], and the task is held back from delivery until a
+    /// back in [`Transition`], and the task is kept from delivery (unrecorded) until a
     /// later write records it.
-    pub(crate) fn finish(
+    pub(crate) fn transition(
         &mut self,
         id: &str,
-        outcome: Terminal,
+        terminal: Terminal,
         now_ms: u64,
         snapshot: bool,
         journal: Option<&dyn Journal>,
-    ) -> Option<Finished> {
+    ) -> Option<Transition> {
         let seq = *self.ids.get(id)?;
         let record = self.tasks.get_mut(&seq)?;
-        let outcome = match outcome {
-            Terminal::Completed(output) => Outcome::Completed(Box::new(output)),
-            Terminal::Failed(error) => Outcome::Failed(Box::new(error)),
-            Terminal::Cancelled => Outcome::Cancelled,
+        let run = match terminal {
+            Terminal::Completed(output) => RunState::Completed(Box::new(output)),
+            Terminal::Failed(error) => RunState::Failed(Box::new(error)),
+            Terminal::Cancelled => RunState::Cancelled,
         };
-        let token = record.finish(outcome, now_ms, self.next_finish)?;
-        self.next_finish += 1;
+        let token = record.end(run, now_ms, self.next_finish_order)?;
+        self.next_finish_order += 1;
         let status = record.status();
         let task = snapshot.then(|| record.info());
         self.finished_by_status[status_slot(status)] += 1;
@@ -532,7 +533,7 @@ impl Registry {
                 error
             }
         };
-        Some(Finished {
+        Some(Transition {
             task,
             token,
             journal_error,
@@ -540,7 +541,7 @@ impl Registry {
     }
 
     /// Marks terminal tasks notified and prunes; returns how many were marked
-    /// (a task that is unknown, running, held for the journal or already
+    /// (a task that is unknown, running, unrecorded or already
     /// marked is skipped). The marks and the pruning are one journal write,
     /// told before they are visible; when it fails every mark is undone (the
     /// results stay pending, so they are delivered again rather than lost).
@@ -558,7 +559,7 @@ impl Registry {
             let Some(record) = self.tasks.get_mut(&seq) else {
                 continue;
             };
-            if self.held.contains(&seq) || !record.mark_notified(now_ms) {
+            if self.unrecorded.contains(&seq) || !record.mark_notified(now_ms) {
                 continue;
             }
             let key = record.delivered_key();
@@ -635,7 +636,7 @@ impl Registry {
             if let Some(record) = self.tasks.remove(seq) {
                 self.delivered.remove(&record.delivered_key());
                 self.pending.remove(seq);
-                self.held.remove(seq);
+                self.unrecorded.remove(seq);
                 self.ids.remove(&*record.id);
                 self.origins.remove(seq);
                 self.finished_by_status[status_slot(record.status())] -= 1;
@@ -692,15 +693,15 @@ impl Registry {
             // `inconsistency` let through only these shapes; the last arm is
             // the running task, which ends now.
             let stored_end = info.completed_at.unwrap_or(now_ms);
-            let (outcome, completed_at) = match (info.status, info.output, info.error) {
+            let (run, completed_at) = match (info.status, info.output, info.error) {
                 (AsyncTaskStatus::Completed, Some(output), _) => {
-                    (Outcome::Completed(Box::new(output)), stored_end)
+                    (RunState::Completed(Box::new(output)), stored_end)
                 }
                 (AsyncTaskStatus::Failed, _, Some(error)) => {
-                    (Outcome::Failed(Box::new(error)), stored_end)
+                    (RunState::Failed(Box::new(error)), stored_end)
                 }
-                (AsyncTaskStatus::Cancelled, _, _) => (Outcome::Cancelled, stored_end),
-                _ => (Outcome::Failed(Box::new(interrupted_error)), now_ms),
+                (AsyncTaskStatus::Cancelled, _, _) => (RunState::Cancelled, stored_end),
+                _ => (RunState::Failed(Box::new(interrupted_error)), now_ms),
             };
             if running {
                 interrupted.push(seq);
@@ -716,8 +717,8 @@ impl Registry {
                 launched_at: info.launched_at,
                 completed_at,
                 notified_at: info.notified_at,
-                finish: 0,
-                outcome,
+                finish_order: 0,
+                run,
             };
             if let Some(origin) = origin {
                 registry.origins.insert(seq, Arc::from(origin));
@@ -732,14 +733,14 @@ impl Registry {
         let ranks = ended.iter().map(|(_, _, seq)| *seq);
         for (rank, seq) in (1..).zip(ranks) {
             if let Some(record) = registry.tasks.get_mut(&seq) {
-                record.finish = rank;
+                record.finish_order = rank;
             }
         }
-        registry.next_finish = last_order.max(ended.len() as u64) + 1;
+        registry.next_finish_order = last_order.max(ended.len() as u64) + 1;
         for seq in &interrupted {
             if let Some(record) = registry.tasks.get_mut(seq) {
-                record.finish = registry.next_finish;
-                registry.next_finish += 1;
+                record.finish_order = registry.next_finish_order;
+                registry.next_finish_order += 1;
             }
         }
         for (seq, record) in &registry.tasks {
@@ -783,7 +784,7 @@ impl Registry {
     pub(crate) fn inbox(&self, id: &str) -> Option<(AsyncTaskStatus, Option<&InboxSender>)> {
         let seq = self.ids.get(id)?;
         let record = self.tasks.get(seq)?;
-        let status = if self.held.contains(seq) {
+        let status = if self.unrecorded.contains(seq) {
             AsyncTaskStatus::Running
         } else {
             record.status()
@@ -799,13 +800,13 @@ impl Registry {
         self.origins.get(seq).cloned()
     }
 
-    /// Task `seq` as readers see it: a held task (its terminal transition not
+    /// Task `seq` as readers see it: an unrecorded task (its terminal transition not
     /// journaled yet) still looks running, so nothing shows a result the
     /// journal does not hold.
     fn info(&self, seq: Seq) -> Option<AsyncTaskInfo> {
         let record = self.tasks.get(&seq)?;
-        Some(if self.held.contains(&seq) {
-            record.info_held()
+        Some(if self.unrecorded.contains(&seq) {
+            record.info_unrecorded()
         } else {
             record.info()
         })
@@ -837,13 +838,13 @@ impl Registry {
         self.infos(self.tasks.keys())
     }
 
-    /// The running tasks, held ones included (they look running), in
+    /// The running tasks, unrecorded ones included (they look running), in
     /// registration order.
     pub(crate) fn running_tasks(&self) -> Vec<AsyncTaskInfo> {
-        if self.held.is_empty() {
+        if self.unrecorded.is_empty() {
             return self.infos(self.running.iter());
         }
-        self.infos(self.running.union(&self.held))
+        self.infos(self.running.union(&self.unrecorded))
     }
 
     pub(crate) fn running_tokens(&self) -> Vec<CancellationToken> {
@@ -853,22 +854,22 @@ impl Registry {
             .collect()
     }
 
-    /// The pending tasks that may be delivered (held ones wait for the journal).
+    /// The pending tasks that may be delivered (unrecorded ones wait for the journal).
     pub(crate) fn pending_notifications(&self) -> Vec<AsyncTaskInfo> {
-        if self.held.is_empty() {
+        if self.unrecorded.is_empty() {
             return self.infos(self.pending.iter());
         }
-        self.infos(self.pending.difference(&self.held))
+        self.infos(self.pending.difference(&self.unrecorded))
     }
 
     pub(crate) fn has_pending(&self) -> bool {
-        self.pending.len() > self.held.len()
+        self.pending.len() > self.unrecorded.len()
     }
 
-    /// The counts as readers see them: held tasks count as running.
+    /// The counts as readers see them: unrecorded tasks count as running.
     pub(crate) fn counts(&self) -> TaskCounts {
         let [mut completed, mut failed, mut cancelled] = self.finished_by_status;
-        for record in self.held.iter().filter_map(|seq| self.tasks.get(seq)) {
+        for record in self.unrecorded.iter().filter_map(|seq| self.tasks.get(seq)) {
             match record.status() {
                 AsyncTaskStatus::Completed => completed -= 1,
                 AsyncTaskStatus::Failed => failed -= 1,
@@ -877,11 +878,11 @@ impl Registry {
             }
         }
         TaskCounts {
-            running: self.running.len() + self.held.len(),
+            running: self.running.len() + self.unrecorded.len(),
             completed,
             failed,
             cancelled,
-            pending_notifications: self.pending.len() - self.held.len(),
+            pending_notifications: self.pending.len() - self.unrecorded.len(),
             reserved: self.reserved,
         }
     }
@@ -913,7 +914,7 @@ impl Registry {
             if record.notified_at.is_some() && !status.is_terminal() {
                 return Err(format!("running task '{id}' has notified_at"));
             }
-            if !status.is_terminal() && (record.completed_at, record.finish) != (0, 0) {
+            if !status.is_terminal() && (record.completed_at, record.finish_order) != (0, 0) {
                 return Err(format!("running task '{id}' has a completion time"));
             }
             match (status, record.notified_at) {
@@ -926,7 +927,7 @@ impl Registry {
                 }
                 (status, Some(_)) => {
                     by_status[status_slot(status)] += 1;
-                    delivered.insert((record.completed_at, record.finish), *seq);
+                    delivered.insert((record.completed_at, record.finish_order), *seq);
                 }
             }
         }
@@ -969,12 +970,12 @@ impl Registry {
                     .is_none_or(|record| !record.status().is_terminal())
             {
                 return Err(format!(
-                    "a transition awaiting the journal names task #{seq}, which is not held terminal"
+                    "a transition awaiting the journal names task #{seq}, which is not terminal"
                 ));
             }
         }
-        if !self.held.is_subset(&self.pending) {
-            return Err("a task held for the journal is not pending".to_owned());
+        if !self.unrecorded.is_subset(&self.pending) {
+            return Err("an unrecorded task is not pending".to_owned());
         }
         let missed: BTreeSet<Seq> = self
             .unjournaled
@@ -984,9 +985,9 @@ impl Registry {
                 Unjournaled::Removed(_) => None,
             })
             .collect();
-        if !self.held.is_subset(&missed) {
+        if !self.unrecorded.is_subset(&missed) {
             return Err(
-                "a task is held for the journal although its transition is not awaiting it"
+                "a task is unrecorded although its transition is not awaiting the journal"
                     .to_owned(),
             );
         }
@@ -1071,7 +1072,7 @@ mod tests {
         // All finish at t=5, in the order c, a, b.
         for id in ["c", "a", "b"] {
             registry
-                .finish(id, Terminal::Cancelled, 5, false, None)
+                .transition(id, Terminal::Cancelled, 5, false, None)
                 .unwrap();
         }
         for id in ["a", "b", "c"] {
@@ -1097,7 +1098,7 @@ mod tests {
         assert_eq!(registry.over_limit, 4);
         registry.check_invariants().unwrap();
         registry
-            .finish("a", Terminal::Failed("x".into()), 1, false, None)
+            .transition("a", Terminal::Failed("x".into()), 1, false, None)
             .unwrap();
         assert_eq!(registry.over_limit, 3);
         // Spending the reservation keeps the admitted count, and the allowance.
@@ -1120,7 +1121,7 @@ mod tests {
         run(&mut registry, "t", 10);
         let output = OutputObject::new(TerminateReason::MaxTurns).with_final_message("bye");
         let finished = registry
-            .finish("t", Terminal::Completed(output.clone()), 20, true, None)
+            .transition("t", Terminal::Completed(output.clone()), 20, true, None)
             .unwrap();
         let mut expected = AsyncTaskInfo::new("t", "agent", "goal", 10);
         expected.complete(output, 20);
@@ -1136,12 +1137,12 @@ mod tests {
         run(&mut registry, "t", 0);
         assert!(
             registry
-                .finish("t", Terminal::Failed("first".into()), 1, false, None)
+                .transition("t", Terminal::Failed("first".into()), 1, false, None)
                 .is_some()
         );
         assert!(
             registry
-                .finish("t", Terminal::Cancelled, 2, false, None)
+                .transition("t", Terminal::Cancelled, 2, false, None)
                 .is_none()
         );
         let task = registry.task("t").unwrap();

@@ -455,8 +455,8 @@ impl Supervisor {
     }
 
     /// Whether a session is connected, a connection open, a task running, or a
-    /// result held until the journal records it (the runtime retries the
-    /// write; ending now would lose the result).
+    /// change waiting for the journal to record it (the runtime retries the
+    /// write; ending now would lose it).
     fn is_busy(&self, connections: &JoinSet<()>) -> bool {
         let manager = self.runtime.manager();
         self.sessions.len() > 0

@@ -74,7 +74,7 @@ fn a_duplicate_id_is_an_error_and_never_overwrites() {
         Err(RegisterError::DuplicateId("same".into()))
     );
     assert_eq!(manager.tasks(), vec![first]);
-    // Also once it is terminal but still held.
+    // Also once it is terminal but still in the registry.
     manager.complete_task("same", goal());
     assert_eq!(
         manager.register_task(input("same")),

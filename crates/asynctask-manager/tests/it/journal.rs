@@ -154,7 +154,7 @@ fn a_mark_the_journal_cannot_record_is_not_applied_and_the_result_stays_pending(
 }
 
 #[test]
-fn a_terminal_transition_the_journal_cannot_record_is_applied_but_held_back_from_delivery() {
+fn a_terminal_transition_the_journal_cannot_record_is_applied_but_kept_from_delivery() {
     let (manager, replica, clock) = journaled(2);
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let _subscription = manager.subscribe({
@@ -215,7 +215,7 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_but_held_back_from
 }
 
 #[tokio::test]
-async fn a_held_result_is_released_once_a_retry_writes_it() {
+async fn an_unrecorded_result_is_released_once_a_retry_writes_it() {
     let (manager, replica, _clock) = journaled(2);
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let _subscription = manager.subscribe({
@@ -232,7 +232,7 @@ async fn a_held_result_is_released_once_a_retry_writes_it() {
     replica.fail_next();
     assert!(
         manager.retry_journal().is_err(),
-        "still failing: still held"
+        "still failing: still unrecorded"
     );
     assert!(manager.pending_notifications().is_empty());
     assert_eq!(manager.retry_journal(), Ok(true));
@@ -266,15 +266,15 @@ fn a_transition_the_journal_missed_is_written_again_ahead_of_the_next_change() {
     manager.register_task(input("c")).unwrap();
     clock.advance(5);
     // Completing "c" prunes "a"; the write fails, so the store misses both,
-    // and "c" is held back from delivery.
+    // and "c" is unrecorded: kept from delivery.
     replica.fail_next();
     assert!(manager.complete_task("c", goal()));
     assert_eq!(replica.tasks().len(), 3);
     assert!(
         !manager.mark_notified("c"),
-        "a held result cannot be marked"
+        "an unrecorded result cannot be marked"
     );
-    // The next change fails too: still missed, still held.
+    // The next change fails too: still missed, still unrecorded.
     replica.fail_next();
     assert!(manager.register_task(input("d")).is_err());
     assert_eq!(replica.tasks().len(), 3);
@@ -567,7 +567,7 @@ fn a_restore_whose_journal_write_fails_is_built_all_the_same() {
     ))]));
     replica.fail_next();
     let manager = restart(&replica, 2, 100);
-    // Failed as interrupted in memory, but held back: readers see it as the
+    // Failed as interrupted in memory, but unrecorded: readers see it as the
     // store holds it, running, until a write records the interruption.
     assert_eq!(manager.task("a").unwrap().status, AsyncTaskStatus::Running);
     assert!(manager.has_journal_backlog());

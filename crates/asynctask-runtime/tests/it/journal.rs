@@ -119,15 +119,15 @@ async fn a_result_the_journal_missed_is_delivered_once_a_retry_records_it() {
     let runtime = runtime_on(&host, &journal, Vec::new());
     finish_one(&runtime, "a");
     settle().await;
-    assert_eq!(host.attempts(), 0, "held back: the store does not hold it");
+    assert_eq!(host.attempts(), 0, "unrecorded: the store does not hold it");
     assert_eq!(
         host.attempts(),
         0,
-        "retries (1 s, 2 s) failed: still held: {:?}",
+        "retries (1 s, 2 s) failed: still unrecorded: {:?}",
         host.delivered_ids()
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(host.attempts(), 0, "retries (1 s, 2 s) failed: still held");
+    assert_eq!(host.attempts(), 0, "retries (1 s, 2 s) failed: still unrecorded");
 
     journal.failing_ends.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -148,7 +148,7 @@ async fn shutdown_writes_a_result_the_journal_missed() {
     let runtime = runtime_on(&host, &journal, Vec::new());
     finish_one(&runtime, "a");
     settle().await;
-    assert!(runtime.manager().has_journal_backlog(), "held");
+    assert!(runtime.manager().has_journal_backlog(), "unrecorded");
 
     // The journal recovers before the first retry is due; the runtime shuts
     // down before it is.
@@ -156,7 +156,7 @@ async fn shutdown_writes_a_result_the_journal_missed() {
     runtime.shutdown().await;
     assert!(
         !runtime.manager().has_journal_backlog(),
-        "shutdown wrote the held result"
+        "shutdown wrote the unrecorded result"
     );
     assert_eq!(host.attempts(), 0, "and delivered nothing after shutdown");
 }
