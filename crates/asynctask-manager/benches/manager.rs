@@ -57,8 +57,8 @@ fn register_complete_mark(bencher: Bencher) {
         .bench_local_values(|id| {
             let input = RegisterTaskInput::new(id, "researcher", "goal");
             let task = manager.register_task(input).expect("admitted");
-            manager.complete_task(&task.id, output());
-            manager.mark_notified(&task.id)
+            manager.complete_task(task.id(), output());
+            manager.mark_notified(task.id())
         });
 }
 
@@ -103,10 +103,10 @@ fn churn(bencher: Bencher, held: usize) {
         .bench_local_values(|id| {
             let input = RegisterTaskInput::new(id, "researcher", "goal");
             let task = manager.register_task(input).expect("admitted");
-            manager.complete_task(&task.id, output());
-            let found = manager.find_by_prefix(&task.id[..16]);
+            manager.complete_task(task.id(), output());
+            let found = manager.find_by_prefix(&task.id()[..16]);
             let pending = manager.pending_notifications();
-            manager.mark_notified(&task.id);
+            manager.mark_notified(task.id());
             (found, pending)
         });
 }

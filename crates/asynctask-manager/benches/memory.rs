@@ -46,7 +46,7 @@ fn measure(count: usize, finish: bool) -> f64 {
         );
         let task = manager.register_task(input).expect("unlimited");
         if finish {
-            manager.complete_task(&task.id, OutputObject::new(TerminateReason::Goal));
+            manager.complete_task(task.id(), OutputObject::new(TerminateReason::Goal));
         }
     }
     let stats = region.change();

@@ -3,14 +3,15 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use asynctask_model::{AsyncTaskInfo, Clock, MaxAsyncTasks, OutputObject, SystemClock};
+use asynctask_model::{Clock, MaxAsyncTasks, OutputObject, SystemClock};
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
 use crate::events::{Dispatcher, Handler, PruneDelivery, PruneHandler, TaskEvent};
 use crate::journal::{Journal, JournalError, RestoreError, StoredTask};
 use crate::live::{MessageError, TaskProgress};
-use crate::registry::{Registry, Terminal, Transition};
+use crate::registry::{Marked, Registry, Terminal, Transition};
+use crate::snapshot::TaskSnapshot;
 use crate::{PrefixMatch, TaskCounts};
 
 /// The registry of background tasks: a cheap handle, clones share one registry.
@@ -21,8 +22,10 @@ use crate::{PrefixMatch, TaskCounts};
 /// terminal transition. It never spawns or awaits anything, so it works the same
 /// from async code, threads, or tests.
 ///
-/// Every operation is O(log n) in the number of tasks held, plus O(k) to return k
-/// results. All queries return snapshots in registration order.
+/// Every operation is O(log n) or better in the number of tasks held (a lookup
+/// by exact id is O(1)), plus O(k) to return k results. All queries return
+/// [`TaskSnapshot`]s — cheap views that share what does not change with the
+/// registry — in registration order.
 ///
 /// # Journal
 ///
@@ -52,7 +55,7 @@ use crate::{PrefixMatch, TaskCounts};
 /// assert!(!manager.cancel_task("7f3a09c1-aa"), "the first transition wins");
 ///
 /// let PrefixMatch::One(task) = manager.find_by_prefix("7f3a") else { panic!() };
-/// assert_eq!(task.status, AsyncTaskStatus::Completed);
+/// assert_eq!(task.status(), AsyncTaskStatus::Completed);
 ///
 /// // Until the model is told, the task is pending; afterwards it may be pruned.
 /// assert_eq!(manager.pending_notifications().len(), 1);
@@ -119,10 +122,11 @@ struct State {
 
 impl State {
     /// The tasks the last change pruned, for their handlers to hear of once
-    /// the lock is released.
+    /// the lock is released (`None`, and nothing kept, when nobody listens).
     fn take_pruned(&mut self) -> Option<PruneDelivery> {
-        let ids = self.registry.take_pruned();
-        self.events.pruned(ids)
+        let keep = self.events.has_prune_subscribers();
+        let heads = self.registry.take_pruned(keep)?;
+        Some(self.events.pruned(heads))
     }
 }
 
@@ -192,8 +196,8 @@ impl AsyncTaskManager {
             self.shared.journal_failed.notify_one();
         }
         let mut drain = false;
-        for task in state.registry.take_released() {
-            tracing::info!(task_id = %task.id, "the journal caught up: the task's result may now be delivered");
+        for task in state.registry.take_recorded() {
+            tracing::info!(task_id = %task.id(), "the journal caught up: the task's result may now be delivered");
             if let Some(event) = TaskEvent::from_task(task) {
                 drain |= state.events.push(event);
             }
@@ -320,8 +324,8 @@ impl AsyncTaskManager {
     /// let manager = AsyncTaskManager::restore(MaxAsyncTasks::default(), clock, journal.clone(), stored)?;
     ///
     /// let a1 = manager.task("a1").unwrap();
-    /// assert_eq!((a1.status, a1.completed_at), (AsyncTaskStatus::Failed, Some(9_000)));
-    /// assert!(a1.error.unwrap().starts_with("interrupted: the process running this task ended"));
+    /// assert_eq!((a1.status(), a1.completed_at()), (AsyncTaskStatus::Failed, Some(9_000)));
+    /// assert!(a1.error().unwrap().starts_with("interrupted: the process running this task ended"));
     /// assert_eq!(manager.pending_notifications().len(), 2, "both results await delivery");
     /// assert_eq!(*journal.0.lock().unwrap(), 1, "the interruption was journaled");
     /// # Ok::<(), asynctask_manager::RestoreError>(())
@@ -441,7 +445,7 @@ impl AsyncTaskManager {
     /// [`RegisterError::DuplicateId`] when the id is taken (the task holding it is
     /// untouched), [`RegisterError::EmptyId`] for an empty id,
     /// [`RegisterError::Journal`] when the journal could not record it.
-    pub fn register_task(&self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
+    pub fn register_task(&self, input: RegisterTaskInput) -> Result<TaskSnapshot, RegisterError> {
         self.register(input, false)
     }
 
@@ -449,7 +453,7 @@ impl AsyncTaskManager {
         &self,
         input: RegisterTaskInput,
         reserved: bool,
-    ) -> Result<AsyncTaskInfo, RegisterError> {
+    ) -> Result<TaskSnapshot, RegisterError> {
         let now = self.now();
         let id = (self.journal().is_some()).then(|| input.id.clone());
         let (registered, drain) = {
@@ -464,7 +468,7 @@ impl AsyncTaskManager {
         }
         match &registered {
             Ok(task) => {
-                tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, reserved, "async task registered");
+                tracing::debug!(task_id = %task.id(), subagent = %task.subagent_name(), reserved, "async task registered");
             }
             Err(RegisterError::Journal(error)) => {
                 tracing::error!(
@@ -564,7 +568,7 @@ impl AsyncTaskManager {
 
     /// The task with exactly this id.
     #[must_use]
-    pub fn task(&self, id: &str) -> Option<AsyncTaskInfo> {
+    pub fn task(&self, id: &str) -> Option<TaskSnapshot> {
         self.lock().registry.task(id)
     }
 
@@ -577,20 +581,20 @@ impl AsyncTaskManager {
 
     /// Every task held, in registration order.
     #[must_use]
-    pub fn tasks(&self) -> Vec<AsyncTaskInfo> {
+    pub fn tasks(&self) -> Vec<TaskSnapshot> {
         self.lock().registry.tasks()
     }
 
     /// The running tasks, in registration order.
     #[must_use]
-    pub fn running_tasks(&self) -> Vec<AsyncTaskInfo> {
+    pub fn running_tasks(&self) -> Vec<TaskSnapshot> {
         self.lock().registry.running_tasks()
     }
 
     /// Every terminal task the model has not been told about yet — cancelled ones
     /// included — in registration order.
     #[must_use]
-    pub fn pending_notifications(&self) -> Vec<AsyncTaskInfo> {
+    pub fn pending_notifications(&self) -> Vec<TaskSnapshot> {
         self.lock().registry.pending_notifications()
     }
 
@@ -609,11 +613,11 @@ impl AsyncTaskManager {
     /// manager.register_task(RegisterTaskInput::new("b", "tester", "g"))?;
     /// manager.cancel_task("a");
     /// let (pending, running) = manager.pending_and_running();
-    /// assert_eq!((pending.len(), pending[0].id.as_str(), running), (1, "a", 1));
+    /// assert_eq!((pending.len(), pending[0].id(), running), (1, "a", 1));
     /// # Ok::<(), asynctask_manager::RegisterError>(())
     /// ```
     #[must_use]
-    pub fn pending_and_running(&self) -> (Vec<AsyncTaskInfo>, usize) {
+    pub fn pending_and_running(&self) -> (Vec<TaskSnapshot>, usize) {
         let state = self.lock();
         (
             state.registry.pending_notifications(),
@@ -705,10 +709,7 @@ impl AsyncTaskManager {
     /// Who launched task `id`, when its registration said.
     #[must_use]
     pub fn origin(&self, id: &str) -> Option<String> {
-        self.lock()
-            .registry
-            .origin(id)
-            .map(|origin| origin.to_string())
+        self.lock().registry.origin(id)
     }
 
     /// The cancellation tokens of every running task, in registration order.
@@ -718,9 +719,10 @@ impl AsyncTaskManager {
     }
 
     /// Records that the model was told how the task ended, then prunes. Returns
-    /// `false` when the task is unknown, still running, or already marked — or
-    /// when the journal could not record the mark (logged): the result then
-    /// stays pending, to be delivered again rather than lost.
+    /// `false` when the task is unknown, still running, unrecorded (its end not
+    /// journaled yet) or already marked — or when the journal could not record
+    /// the mark (logged): the result then stays pending, to be delivered again
+    /// rather than lost.
     ///
     /// Call it only after the delivery succeeded.
     pub fn mark_notified(&self, id: &str) -> bool {
@@ -747,27 +749,14 @@ impl AsyncTaskManager {
     /// # Ok::<(), asynctask_manager::RegisterError>(())
     /// ```
     pub fn try_mark_notified(&self, id: &str) -> Result<bool, JournalError> {
-        let now = self.now();
-        let (marked, drain, pruned) = {
-            let mut state = self.lock();
-            let marked = state
-                .registry
-                .mark_notified(&[id], now, self.journal())
-                .map(|marked| marked == 1);
-            (marked, self.after_journal(&mut state), state.take_pruned())
-        };
-        if drain {
-            self.drain_events();
+        let Marked {
+            count,
+            journal_error,
+        } = self.mark(&[id]);
+        match journal_error {
+            None => Ok(count == 1),
+            Some(error) => Err(error),
         }
-        if let Some(pruned) = pruned {
-            pruned.run();
-        }
-        match &marked {
-            Ok(true) => tracing::debug!(task_id = %id, "async task marked notified"),
-            Ok(false) => {}
-            Err(error) => log_unmarked(id, error),
-        }
-        marked
     }
 
     /// [`mark_notified`](Self::mark_notified) for several ids under one lock;
@@ -775,19 +764,14 @@ impl AsyncTaskManager {
     /// journal cannot record it (logged), none is applied and every result
     /// stays pending.
     pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
+        self.mark(ids).count
+    }
+
+    fn mark<S: AsRef<str>>(&self, ids: &[S]) -> Marked {
         let now = self.now();
-        let journal = self.journal();
         let (marked, drain, pruned) = {
             let mut state = self.lock();
-            let marked = match state.registry.mark_notified(ids, now, journal) {
-                Ok(marked) => marked,
-                Err(error) => {
-                    for id in ids {
-                        log_unmarked(id.as_ref(), &error);
-                    }
-                    0
-                }
-            };
+            let marked = state.registry.mark_notified(ids, now, self.journal());
             (marked, self.after_journal(&mut state), state.take_pruned())
         };
         if drain {
@@ -795,6 +779,19 @@ impl AsyncTaskManager {
         }
         if let Some(pruned) = pruned {
             pruned.run();
+        }
+        match &marked.journal_error {
+            None => {
+                if marked.count > 0 {
+                    tracing::debug!(marked = marked.count, "async tasks marked notified");
+                }
+            }
+            Some(error) => tracing::error!(
+                task_ids = ?ids.iter().map(AsRef::as_ref).collect::<Vec<_>>(),
+                error = %error.chain(),
+                "the journal could not record a delivery; the tasks stay pending and will be \
+                 delivered again"
+            ),
         }
         marked
     }
@@ -808,7 +805,7 @@ impl AsyncTaskManager {
     /// Subscribes to completions only.
     pub fn on_task_completed(
         &self,
-        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
+        handler: impl Fn(&TaskSnapshot) + Send + Sync + 'static,
     ) -> Subscription {
         self.subscribe(move |event| {
             if let TaskEvent::Completed(task) = event {
@@ -820,7 +817,7 @@ impl AsyncTaskManager {
     /// Subscribes to failures only.
     pub fn on_task_failed(
         &self,
-        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
+        handler: impl Fn(&TaskSnapshot) + Send + Sync + 'static,
     ) -> Subscription {
         self.subscribe(move |event| {
             if let TaskEvent::Failed(task) = event {
@@ -832,7 +829,7 @@ impl AsyncTaskManager {
     /// Subscribes to cancellations only.
     pub fn on_task_cancelled(
         &self,
-        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
+        handler: impl Fn(&TaskSnapshot) + Send + Sync + 'static,
     ) -> Subscription {
         self.subscribe(move |event| {
             if let TaskEvent::Cancelled(task) = event {
@@ -895,14 +892,6 @@ impl AsyncTaskManager {
     }
 }
 
-fn log_unmarked(id: &str, error: &JournalError) {
-    tracing::error!(
-        task_id = %id,
-        error = %error.chain(),
-        "the journal could not record a delivery; the task stays pending and will be delivered again"
-    );
-}
-
 impl Default for AsyncTaskManager {
     /// A manager with the default limit (5) on the system clock.
     fn default() -> Self {
@@ -962,7 +951,7 @@ impl Reservation {
     /// [`RegisterError::DuplicateId`], [`RegisterError::EmptyId`] or
     /// [`RegisterError::Journal`]; the slot is freed either way, since the
     /// reservation is spent.
-    pub fn register(mut self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
+    pub fn register(mut self, input: RegisterTaskInput) -> Result<TaskSnapshot, RegisterError> {
         self.spent = true;
         self.manager.register(input, true)
     }

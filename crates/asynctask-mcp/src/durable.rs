@@ -434,8 +434,8 @@ impl Supervisor {
         let manager = self.runtime.manager();
         let error = format!("interrupted: the supervisor received {signal}");
         for task in manager.running_tasks() {
-            let token = manager.cancellation_token(&task.id);
-            if manager.fail_task(&task.id, error.as_str())
+            let token = manager.cancellation_token(task.id());
+            if manager.fail_task(task.id(), error.as_str())
                 && let Some(token) = token
             {
                 token.cancel();
@@ -652,7 +652,7 @@ impl ConnectionContext {
         let recorded: std::collections::BTreeSet<String> = manager
             .tasks()
             .iter()
-            .filter_map(|task| manager.origin(&task.id))
+            .filter_map(|task| manager.origin(task.id()))
             .collect();
         let session = Arc::new(self.sessions.join(&recorded));
         tracing::info!(session = session.id(), "session connected");
@@ -691,12 +691,12 @@ fn status(runtime: &AsyncTaskRuntime, sessions: usize) -> Value {
         .into_iter()
         .map(|task| {
             json!({
-                "id": task.id,
-                "subagent": task.subagent_name,
-                "status": task.status,
-                "session": manager.origin(&task.id),
-                "delivered": task.notified_at.is_some(),
-                "running": task.status == AsyncTaskStatus::Running,
+                "id": task.id(),
+                "subagent": task.subagent_name(),
+                "status": task.status(),
+                "session": manager.origin(task.id()),
+                "delivered": task.notified_at().is_some(),
+                "running": task.status() == AsyncTaskStatus::Running,
             })
         })
         .collect();
@@ -1393,7 +1393,7 @@ mod tests {
         runtime
             .manager()
             .task("t1")
-            .is_some_and(|task| task.notified_at.is_some())
+            .is_some_and(|task| task.notified_at().is_some())
     }
 
     /// Waits until `condition` holds, failing after 10 s.

@@ -5,8 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_manager::AsyncTaskManager;
-use asynctask_model::AsyncTaskInfo;
+use asynctask_manager::TaskSnapshot;
 use asynctask_runtime::ClaimLedger;
 
 /// The sessions connected to one registry right now.
@@ -108,10 +107,10 @@ impl Session {
     /// tasks no session launched, and tasks whose session is gone. (A result
     /// goes to the session that launched its task while that session is
     /// connected; when it is gone, to the next session that calls.)
-    pub(crate) fn may_claim(&self, manager: &AsyncTaskManager, task: &AsyncTaskInfo) -> bool {
-        match manager.origin(&task.id) {
+    pub(crate) fn may_claim(&self, task: &TaskSnapshot) -> bool {
+        match task.origin() {
             None => true,
-            Some(origin) => origin == self.id || !self.sessions.is_connected(&origin),
+            Some(origin) => origin == self.id || !self.sessions.is_connected(origin),
         }
     }
 }
@@ -135,7 +134,7 @@ impl fmt::Debug for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asynctask_manager::RegisterTaskInput;
+    use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
 
     #[test]
     fn a_session_id_in_use_is_drawn_again() {
@@ -174,10 +173,10 @@ mod tests {
         let of_a = register("1", Some(a.id()));
         let of_b = register("2", Some(b.id()));
         let of_nobody = register("3", None);
-        assert!(a.may_claim(&manager, &of_a) && !a.may_claim(&manager, &of_b));
-        assert!(a.may_claim(&manager, &of_nobody));
+        assert!(a.may_claim(&of_a) && !a.may_claim(&of_b));
+        assert!(a.may_claim(&of_nobody));
         drop(b);
-        assert!(a.may_claim(&manager, &of_b), "its session is gone");
+        assert!(a.may_claim(&of_b), "its session is gone");
         assert_eq!(sessions.len(), 1);
     }
 }

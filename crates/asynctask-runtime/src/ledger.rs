@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_manager::{AsyncTaskManager, Subscription};
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+use asynctask_manager::{AsyncTaskManager, Subscription, TaskSnapshot};
+use asynctask_model::AsyncTaskStatus;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
@@ -229,7 +229,7 @@ impl ClaimLedger {
     pub fn claim_matching(
         &self,
         owner: &ClaimOwner,
-        pick: impl Fn(&AsyncTaskInfo) -> bool,
+        pick: impl Fn(&TaskSnapshot) -> bool,
     ) -> Option<Reminder> {
         self.claim_within(owner, usize::MAX, pick)
     }
@@ -265,31 +265,31 @@ impl ClaimLedger {
         &self,
         owner: &ClaimOwner,
         max_chars: usize,
-        pick: impl Fn(&AsyncTaskInfo) -> bool,
+        pick: impl Fn(&TaskSnapshot) -> bool,
     ) -> Option<Reminder> {
         let pending = self.manager.pending_notifications();
-        let candidates: Vec<AsyncTaskInfo> = {
+        let candidates: Vec<TaskSnapshot> = {
             let state = self.lock();
             if state.claims.contains_key(owner) {
                 return None;
             }
             pending
                 .into_iter()
-                .filter(|task| !state.is_held(&task.id))
+                .filter(|task| !state.is_held(task.id()))
                 .collect()
         };
         // The caller's code, with no lock held.
         let picked: BTreeSet<String> = candidates
             .into_iter()
             .filter(|task| pick(task))
-            .map(|task| task.id)
+            .map(|task| task.id().to_owned())
             .collect();
         if picked.is_empty() {
             return None;
         }
         let mut state = self.lock();
         self.claim_locked(&mut state, owner, max_chars, |pending| {
-            pending.retain(|task| picked.contains(&task.id));
+            pending.retain(|task| picked.contains(task.id()));
             !pending.is_empty()
         })
     }
@@ -321,7 +321,7 @@ impl ClaimLedger {
             |pending| {
                 pending.iter().any(|task| {
                     matches!(
-                        task.status,
+                        task.status(),
                         AsyncTaskStatus::Completed | AsyncTaskStatus::Failed
                     )
                 })
@@ -338,7 +338,7 @@ impl ClaimLedger {
         state: &mut State,
         owner: &ClaimOwner,
         max_chars: usize,
-        accept: impl FnOnce(&mut Vec<AsyncTaskInfo>) -> bool,
+        accept: impl FnOnce(&mut Vec<TaskSnapshot>) -> bool,
     ) -> Option<Reminder> {
         if state.claims.contains_key(owner) {
             return None;
@@ -346,9 +346,9 @@ impl ClaimLedger {
         // One read of the registry: a task that finishes meanwhile is either
         // still counted as running or pending here, never missing from both.
         let (pending, running) = self.manager.pending_and_running();
-        let mut pending: Vec<AsyncTaskInfo> = pending
+        let mut pending: Vec<TaskSnapshot> = pending
             .into_iter()
-            .filter(|task| !state.is_held(&task.id))
+            .filter(|task| !state.is_held(task.id()))
             .collect();
         if !accept(&mut pending) || pending.is_empty() {
             return None;
@@ -566,7 +566,7 @@ mod tests {
             ("b", AsyncTaskStatus::Completed),
         ]);
         let mine = ledger
-            .claim_matching(&request("1"), |task| task.id == "b")
+            .claim_matching(&request("1"), |task| task.id() == "b")
             .expect("b is pending");
         assert_eq!(mine.task_ids, ["b"]);
         assert_eq!(
@@ -585,8 +585,8 @@ mod tests {
             .claim_matching(&request("1"), |task| {
                 // Back into the ledger from `pick`: another owner takes "a"
                 // between the look and the claim.
-                if task.id == "a" {
-                    let theirs = ledger.claim_matching(&request("2"), |t| t.id == "a");
+                if task.id() == "a" {
+                    let theirs = ledger.claim_matching(&request("2"), |t| t.id() == "a");
                     assert_eq!(theirs.map(|r| r.task_ids), Some(vec!["a".to_owned()]));
                 }
                 true
@@ -641,7 +641,7 @@ mod tests {
         // clock, here) gets nothing, and sees "a" still claimed.
         assert!(
             ledger
-                .claim_matching(&request("1"), |t| t.id == "a")
+                .claim_matching(&request("1"), |t| t.id() == "a")
                 .is_some()
         );
         clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);

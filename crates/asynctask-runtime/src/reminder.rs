@@ -1,7 +1,7 @@
 //! The reminder service: the status summary and the `System Note` reminders the
 //! model reads, rendered from the registry.
 
-use asynctask_manager::AsyncTaskManager;
+use asynctask_manager::{AsyncTaskManager, TaskSnapshot};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 use asynctask_tools::{completion_notification, id_prefix};
 
@@ -60,7 +60,7 @@ impl AsyncTaskReminderService {
         let mut lines = Vec::with_capacity(tasks.len() + 1);
         lines.push(format!("[ASYNC TASKS: {} total]", tasks.len()));
         for (i, task) in tasks.iter().enumerate() {
-            let icon = match task.status {
+            let icon = match task.status() {
                 AsyncTaskStatus::Running => "[RUNNING]",
                 AsyncTaskStatus::Completed => "[DONE]",
                 AsyncTaskStatus::Failed => "[FAILED]",
@@ -69,8 +69,8 @@ impl AsyncTaskReminderService {
             lines.push(format!(
                 "[{}] {} - {icon} ({}...)",
                 i + 1,
-                task.subagent_name,
-                id_prefix(&task.id)
+                task.subagent_name(),
+                id_prefix(task.id())
             ));
         }
         lines.join("\n")
@@ -124,14 +124,14 @@ impl AsyncTaskReminderService {
 /// The reminder for `pending` (in order) and `running` tasks: `---\nSystem Note:
 /// Async Task Status\n\n` + parts joined by blank lines + `\n---`; `None` when
 /// there is nothing to say.
-pub(crate) fn render(pending: &[AsyncTaskInfo], running: usize) -> Option<Reminder> {
+pub(crate) fn render(pending: &[TaskSnapshot], running: usize) -> Option<Reminder> {
     render_with_more(pending, 0, running)
 }
 
 /// [`render`], saying that `more` finished tasks were left for a later
 /// reminder (a claim within a size budget).
 pub(crate) fn render_with_more(
-    pending: &[AsyncTaskInfo],
+    pending: &[TaskSnapshot],
     more: usize,
     running: usize,
 ) -> Option<Reminder> {
@@ -154,7 +154,7 @@ pub(crate) fn render_with_more(
             "---\nSystem Note: Async Task Status\n\n{}\n---",
             parts.join("\n\n")
         ),
-        task_ids: pending.iter().map(|task| task.id.clone()).collect(),
+        task_ids: pending.iter().map(|task| task.id().to_owned()).collect(),
     })
 }
 
@@ -166,7 +166,7 @@ fn more_text(more: usize) -> String {
 /// How many of `pending`, from the first, a reminder that also counts
 /// `running` tasks carries within `max_chars` characters: at least one (a single result larger than the budget
 /// still goes, whole), then as many as fit.
-pub(crate) fn fitting(pending: &[AsyncTaskInfo], running: usize, max_chars: usize) -> usize {
+pub(crate) fn fitting(pending: &[TaskSnapshot], running: usize, max_chars: usize) -> usize {
     if max_chars == usize::MAX {
         return pending.len();
     }

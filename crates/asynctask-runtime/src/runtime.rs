@@ -592,7 +592,7 @@ impl AsyncTaskRuntime {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clear();
             for task in self.manager.running_tasks() {
-                self.manager.cancel_task(&task.id);
+                self.manager.cancel_task(task.id());
             }
             tracing::debug!("async task runtime shutting down");
         }

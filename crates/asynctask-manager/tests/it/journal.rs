@@ -71,11 +71,7 @@ fn every_change_is_journaled_before_readers_see_it() {
     // "a" was pruned when "c" was notified, in the same change.
     assert_eq!(replica.infos(), manager.tasks());
     assert_eq!(
-        manager
-            .tasks()
-            .iter()
-            .map(|t| t.id.as_str())
-            .collect::<Vec<_>>(),
+        manager.tasks().iter().map(|t| t.id()).collect::<Vec<_>>(),
         ["b", "c"]
     );
     assert_eq!(replica.writes(), 9);
@@ -128,7 +124,7 @@ fn a_mark_the_journal_cannot_record_is_not_applied_and_the_result_stays_pending(
         manager
             .pending_notifications()
             .into_iter()
-            .map(|t| t.id)
+            .map(|t| t.id().to_owned())
             .collect()
     };
     assert_eq!(pending(), ["a", "b", "c"]);
@@ -159,7 +155,7 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_but_kept_from_deli
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let _subscription = manager.subscribe({
         let events = Arc::clone(&events);
-        move |event| events.lock().unwrap().push(event.task().id.clone())
+        move |event| events.lock().unwrap().push(event.task().id().to_owned())
     });
     manager.register_task(input("a")).unwrap();
     replica.fail_next();
@@ -168,8 +164,8 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_but_kept_from_deli
     // Readers see it running, with nothing of its result: the store does not
     // hold the result, so nothing may show it.
     let seen = manager.task("a").unwrap();
-    assert_eq!(seen.status, AsyncTaskStatus::Running);
-    assert_eq!((seen.completed_at, &seen.output), (None, &None));
+    assert_eq!(seen.status(), AsyncTaskStatus::Running);
+    assert_eq!((seen.completed_at(), &seen.output()), (None, &None));
     assert_eq!(manager.tasks(), std::slice::from_ref(&seen));
     assert_eq!(manager.running_tasks(), std::slice::from_ref(&seen));
     let counts = manager.counts();
@@ -197,15 +193,15 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_but_kept_from_deli
     drop(manager);
     let restored = restart(&replica, 2, 5_000);
     let task = restored.task("a").unwrap();
-    assert_eq!(task.status, AsyncTaskStatus::Failed);
+    assert_eq!(task.status(), AsyncTaskStatus::Failed);
     assert_eq!(
-        task.error.as_deref(),
+        task.error(),
         Some(
             "interrupted: the process running this task ended before it finished \
              (pid 42, killed or crashed)"
         )
     );
-    assert_eq!(task.completed_at, Some(5_000));
+    assert_eq!(task.completed_at(), Some(5_000));
     assert!(task.is_pending_notification());
     assert_eq!(
         replica.infos(),
@@ -220,7 +216,7 @@ async fn an_unrecorded_result_is_released_once_a_retry_writes_it() {
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let _subscription = manager.subscribe({
         let events = Arc::clone(&events);
-        move |event| events.lock().unwrap().push(event.task().id.clone())
+        move |event| events.lock().unwrap().push(event.task().id().to_owned())
     });
     manager.register_task(input("a")).unwrap();
     replica.fail_next();
@@ -240,7 +236,7 @@ async fn an_unrecorded_result_is_released_once_a_retry_writes_it() {
         manager
             .pending_notifications()
             .into_iter()
-            .map(|task| task.id)
+            .map(|task| task.id().to_owned())
             .collect::<Vec<_>>(),
         ["a"]
     );
@@ -392,13 +388,13 @@ fn restore_rebuilds_every_index_and_fails_running_tasks_as_interrupted() {
     check_invariants(&manager).unwrap();
     let r1 = manager.task("r1").unwrap();
     assert_eq!(
-        r1.error.as_deref(),
+        r1.error(),
         Some(
             "interrupted: the process running this task ended before it finished (killed or crashed)"
         )
     );
     assert_eq!(
-        manager.task("r2").unwrap().error.as_deref(),
+        manager.task("r2").unwrap().error(),
         Some(
             "interrupted: the process running this task ended before it finished \
              (pid 77, killed or crashed)"
@@ -408,7 +404,7 @@ fn restore_rebuilds_every_index_and_fails_running_tasks_as_interrupted() {
     let pending: Vec<String> = manager
         .pending_notifications()
         .into_iter()
-        .map(|t| t.id)
+        .map(|t| t.id().to_owned())
         .collect();
     assert_eq!(pending, ["r1", "c", "r2"], "in registration order");
     assert_eq!(manager.counts().running, 0);
@@ -464,7 +460,11 @@ fn restore_prunes_the_oldest_notified_tasks_beyond_the_history_and_journals_it()
         stored,
     )
     .unwrap();
-    let ids: Vec<String> = manager.tasks().into_iter().map(|t| t.id).collect();
+    let ids: Vec<String> = manager
+        .tasks()
+        .into_iter()
+        .map(|t| t.id().to_owned())
+        .collect();
     assert_eq!(ids, ["late", "running"], "the pending one is never pruned");
     assert_eq!(replica.infos(), manager.tasks());
     assert_eq!(replica.problems(), Vec::<String>::new());
@@ -493,7 +493,11 @@ fn restore_prunes_the_oldest_notified_tasks_beyond_the_history_and_journals_it()
     manager.register_task(input("u")).unwrap();
     manager.cancel_task("u");
     manager.mark_notified("u");
-    let ids: Vec<String> = manager.tasks().into_iter().map(|t| t.id).collect();
+    let ids: Vec<String> = manager
+        .tasks()
+        .into_iter()
+        .map(|t| t.id().to_owned())
+        .collect();
     assert_eq!(ids, ["p", "s", "t", "u"], "q ended first of all five");
     let orders: Vec<u64> = replica.tasks().iter().map(|t| t.finish_order).collect();
     assert_eq!(orders, [9, 10, 11, 12]);
@@ -569,13 +573,16 @@ fn a_restore_whose_journal_write_fails_is_built_all_the_same() {
     let manager = restart(&replica, 2, 100);
     // Failed as interrupted in memory, but unrecorded: readers see it as the
     // store holds it, running, until a write records the interruption.
-    assert_eq!(manager.task("a").unwrap().status, AsyncTaskStatus::Running);
+    assert_eq!(
+        manager.task("a").unwrap().status(),
+        AsyncTaskStatus::Running
+    );
     assert!(manager.has_journal_backlog());
     assert!(manager.pending_notifications().is_empty());
     assert_eq!(replica.infos()[0].status, AsyncTaskStatus::Running);
     // The next restore does it again.
     let again = restart(&replica, 2, 200);
-    assert_eq!(again.task("a").unwrap().completed_at, Some(200));
+    assert_eq!(again.task("a").unwrap().completed_at(), Some(200));
     assert_eq!(replica.infos(), again.tasks());
 }
 
@@ -599,8 +606,11 @@ fn a_journaled_manager_tells_of_what_it_prunes_but_a_restore_does_not() {
     }
     // Pruned by the restore, which tells no one: its caller compares.
     let restored = restart(&replica, 1, 9_000);
-    let ids = |tasks: Vec<asynctask_model::AsyncTaskInfo>| {
-        tasks.into_iter().map(|t| t.id).collect::<Vec<_>>()
+    let ids = |tasks: Vec<asynctask_manager::TaskSnapshot>| {
+        tasks
+            .into_iter()
+            .map(|t| t.id().to_owned())
+            .collect::<Vec<_>>()
     };
     assert_eq!(ids(restored.tasks()), ["d", "e"]);
     let heard = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use asynctask_manager::{
     AsyncTaskManager, INTERRUPTED_ERROR, PrefixMatch, RegisterError, Reservation, Subscription,
-    TaskCounts, check_invariants,
+    TaskCounts, TaskSnapshot, check_invariants,
 };
 use asynctask_model::arbitrary::{max_async_tasks, output_object};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject};
@@ -355,7 +355,7 @@ fn log_events(
     manager.subscribe(move |event| {
         log.lock()
             .expect("event log lock")
-            .push((event.task().id.clone(), event.status()));
+            .push((event.task().id().to_owned(), event.status()));
     })
 }
 
@@ -402,8 +402,8 @@ impl StateMachineTest for ManagerTest {
     fn apply(mut sys: System, model: &Model, op: Op) -> System {
         let input =
             |id: &str| asynctask_manager::RegisterTaskInput::new(id, "agent", format!("goal {id}"));
-        let registered = |result: Result<AsyncTaskInfo, RegisterError>| match result {
-            Ok(info) => Outcome::Registered(info),
+        let registered = |result: Result<TaskSnapshot, RegisterError>| match result {
+            Ok(task) => Outcome::Registered(task.to_info()),
             Err(err) => Outcome::Refused(err),
         };
         let outcome = match op {
@@ -503,7 +503,10 @@ impl StateMachineTest for ManagerTest {
         assert_eq!(manager.max_async_tasks(), model.max);
         assert_eq!(manager.can_launch_async().is_ok(), model.admits());
         for id in IDS {
-            assert_eq!(manager.task(id), all.iter().find(|t| t.id == *id).cloned());
+            assert_eq!(
+                manager.task(id).map(AsyncTaskInfo::from),
+                all.iter().find(|t| t.id == *id).cloned()
+            );
         }
         for prefix in PREFIXES {
             let matches: Vec<AsyncTaskInfo> = all
@@ -512,12 +515,12 @@ impl StateMachineTest for ManagerTest {
                 .cloned()
                 .collect();
             let expected = match matches.len() {
-                0 => PrefixMatch::None,
-                1 => PrefixMatch::One(matches[0].clone()),
-                _ => PrefixMatch::Ambiguous(matches),
+                0 => PlainMatch::None,
+                1 => PlainMatch::One(matches[0].clone()),
+                _ => PlainMatch::Ambiguous(matches),
             };
             assert_eq!(
-                manager.find_by_prefix(prefix),
+                PlainMatch::from(manager.find_by_prefix(prefix)),
                 expected,
                 "prefix {prefix:?}"
             );
@@ -529,6 +532,26 @@ impl StateMachineTest for ManagerTest {
         }
         if let Some(replica) = &sys.replica {
             check_replay(replica, model);
+        }
+    }
+}
+
+/// A [`PrefixMatch`] over plain records, to compare with the model's.
+#[derive(Debug, PartialEq, Eq)]
+enum PlainMatch {
+    None,
+    One(AsyncTaskInfo),
+    Ambiguous(Vec<AsyncTaskInfo>),
+}
+
+impl From<PrefixMatch> for PlainMatch {
+    fn from(found: PrefixMatch) -> Self {
+        match found {
+            PrefixMatch::None => PlainMatch::None,
+            PrefixMatch::One(task) => PlainMatch::One(task.to_info()),
+            PrefixMatch::Ambiguous(tasks) => {
+                PlainMatch::Ambiguous(tasks.iter().map(AsyncTaskInfo::from).collect())
+            }
         }
     }
 }
@@ -559,8 +582,8 @@ fn check_replay(replica: &Replica, model: &Model) {
         .tasks()
         .into_iter()
         .map(|t| {
-            let origin = restored.origin(&t.id);
-            (t, origin)
+            let origin = restored.origin(t.id());
+            (t.to_info(), origin)
         })
         .collect();
     assert_eq!(rebuilt, stored(&expected), "replay rebuilds the registry");

@@ -127,7 +127,11 @@ async fn a_result_the_journal_missed_is_delivered_once_a_retry_records_it() {
         host.delivered_ids()
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(host.attempts(), 0, "retries (1 s, 2 s) failed: still unrecorded");
+    assert_eq!(
+        host.attempts(),
+        0,
+        "retries (1 s, 2 s) failed: still unrecorded"
+    );
 
     journal.failing_ends.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -217,7 +221,7 @@ async fn the_runner_forgets_what_the_restore_pruned() {
         .manager()
         .tasks()
         .into_iter()
-        .map(|t| t.id)
+        .map(|t| t.id().to_owned())
         .collect();
     assert_eq!(kept, ["t4", "t5"]);
     runtime.shutdown().await;

@@ -155,12 +155,10 @@ impl History {
         check_invariants(&manager).expect("the restored registry keeps its invariants");
         for id in running {
             let task = manager.task(&id).expect("an interrupted task is kept");
-            assert_eq!(task.status, AsyncTaskStatus::Failed);
+            assert_eq!(task.status(), AsyncTaskStatus::Failed);
             assert_eq!(
-                task.error,
-                Some(format!(
-                    "{INTERRUPTED_ERROR} (pid {dead}, killed or crashed)"
-                ))
+                task.error(),
+                Some(format!("{INTERRUPTED_ERROR} (pid {dead}, killed or crashed)").as_str())
             );
             assert!(task.is_pending_notification(), "{id} will be delivered");
             self.interrupted += 1;
@@ -340,7 +338,7 @@ fn a_failed_write_at_any_step_follows_the_failure_policy() {
         clock.advance(1_000);
         for _ in 0..2 {
             for task in manager.pending_notifications() {
-                manager.mark_notified(&task.id);
+                manager.mark_notified(task.id());
             }
         }
         assert!(manager.pending_notifications().is_empty());

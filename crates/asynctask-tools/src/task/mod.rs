@@ -163,7 +163,7 @@ impl SyncDetach {
 /// assert!(result.llm_content.starts_with("Async task launched: subagent 'echo' (ID: "));
 /// tool.tracker().close();
 /// tool.tracker().wait().await;
-/// assert_eq!(manager.tasks()[0].status, AsyncTaskStatus::Completed);
+/// assert_eq!(manager.tasks()[0].status(), AsyncTaskStatus::Completed);
 /// # });
 /// ```
 ///
