@@ -73,7 +73,10 @@ pub use crate::journal::{
 pub use crate::live::{
     Inbox, InboxError, InboxSender, MessageError, ProgressSnapshot, TaskProgress,
 };
-pub use crate::manager::{AsyncTaskManager, Reservation, Subscription, WeakAsyncTaskManager};
+pub use crate::manager::AsyncTaskManager;
+pub use crate::manager::journaled::WeakAsyncTaskManager;
+pub use crate::manager::reservation::Reservation;
+pub use crate::manager::subscriptions::Subscription;
 pub use crate::snapshot::{TaskSnapshot, TaskView};
 pub use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks};
 pub use tokio_util::sync::CancellationToken;

@@ -1,14 +1,22 @@
-//! `AsyncTaskManager`: the shared, thread-safe handle on the registry.
+//! `AsyncTaskManager`: the shared, thread-safe handle on the registry — its
+//! state, transitions, reads and marks. Restoring and journal retries
+//! (`journaled`), reservations (`reservation`) and subscriptions
+//! (`subscriptions`) are in child modules, which use this one and are used by
+//! none of it.
+
+pub(crate) mod journaled;
+pub(crate) mod reservation;
+pub(crate) mod subscriptions;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use asynctask_model::{Clock, MaxAsyncTasks, OutputObject, SystemClock};
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
-use crate::events::{Dispatcher, Handler, PruneDelivery, PruneHandler, TaskEvent};
-use crate::journal::{Journal, JournalError, RestoreError, StoredTask};
+use crate::events::{Dispatcher, PruneDelivery, TaskEvent};
+use crate::journal::{Journal, JournalError};
 use crate::live::{MessageError, TaskProgress};
 use crate::registry::{Marked, Registry, Terminal, Transition};
 use crate::snapshot::TaskSnapshot;
@@ -83,34 +91,6 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // Whoever waits for a failure learns there will be none.
         self.journal_failed.notify_one();
-    }
-}
-
-/// A handle on an [`AsyncTaskManager`] that does not keep it alive.
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_manager::AsyncTaskManager;
-///
-/// let manager = AsyncTaskManager::default();
-/// let weak = manager.downgrade();
-/// assert!(weak.upgrade().is_some());
-/// drop(manager);
-/// assert!(weak.upgrade().is_none());
-/// ```
-#[derive(Clone, Debug)]
-pub struct WeakAsyncTaskManager {
-    shared: std::sync::Weak<Shared>,
-}
-
-impl WeakAsyncTaskManager {
-    /// The manager, while any handle on it is alive.
-    #[must_use]
-    pub fn upgrade(&self) -> Option<AsyncTaskManager> {
-        self.shared
-            .upgrade()
-            .map(|shared| AsyncTaskManager { shared })
     }
 }
 
@@ -205,156 +185,6 @@ impl AsyncTaskManager {
         drain
     }
 
-    /// Resolves when a journal write fails and leaves changes waiting (at once
-    /// if one failed since the last wait), or when the last handle on the
-    /// manager is dropped: a host then calls
-    /// [`retry_journal`](Self::retry_journal), with a backoff of its choosing,
-    /// until it succeeds. Never returns for a manager without a journal.
-    ///
-    /// A terminal transition whose write failed is applied in memory (its slot
-    /// is free) but the task is *unrecorded*: its result is not offered for delivery, nor
-    /// markable, until the journal has recorded it — a result the store does
-    /// not hold must never reach the model. The next successful write of any
-    /// change catches up too. `AsyncTaskRuntime` runs this loop for its host.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: a failure signalled while nobody waits is kept for the
-    /// next wait. The future holds no handle on the manager, so a task that
-    /// waits on it (with a [`WeakAsyncTaskManager`] for the retries) does not
-    /// keep the manager, or its journal's store, alive.
-    pub fn journal_failed(&self) -> impl Future<Output = ()> + Send + 'static {
-        let journaled = self.shared.journal.is_some();
-        let failed = Arc::clone(&self.shared.journal_failed);
-        async move {
-            if !journaled {
-                std::future::pending::<()>().await;
-            }
-            failed.notified().await;
-        }
-    }
-
-    /// A handle that does not keep the manager alive (see
-    /// [`journal_failed`](Self::journal_failed)).
-    #[must_use]
-    pub fn downgrade(&self) -> WeakAsyncTaskManager {
-        WeakAsyncTaskManager {
-            shared: Arc::downgrade(&self.shared),
-        }
-    }
-
-    /// Writes the changes the journal missed. `Ok(true)` when there were some
-    /// and they are recorded now (unrecorded results become deliverable, and their
-    /// events are delivered); `Ok(false)` when nothing waited (or there is no
-    /// journal).
-    ///
-    /// # Errors
-    ///
-    /// The [`JournalError`] of the write; the changes keep waiting.
-    pub fn retry_journal(&self) -> Result<bool, JournalError> {
-        let Some(journal) = self.journal() else {
-            return Ok(false);
-        };
-        let (written, drain) = {
-            let mut state = self.lock();
-            if !state.registry.has_backlog() {
-                return Ok(false);
-            }
-            let written = state.registry.retry_journal(journal);
-            let drain = written.is_ok() && self.after_journal(&mut state);
-            (written, drain)
-        };
-        if drain {
-            self.drain_events();
-        }
-        written.map(|()| true)
-    }
-
-    /// Whether some changes wait for the journal (a write failed and no later
-    /// write succeeded yet).
-    #[must_use]
-    pub fn has_journal_backlog(&self) -> bool {
-        self.lock().registry.has_backlog()
-    }
-
-    /// A manager that journals every change to `journal`, holding `tasks` —
-    /// what the journal's store held, in registration order (an empty `Vec`
-    /// for a new store).
-    ///
-    /// Every index is rebuilt. Tasks stored as running ran in a process that
-    /// has ended, so they come back **failed** with an error that says they
-    /// were interrupted ([`StoredTask::interrupted_error`]), completed now: they
-    /// are pending, and delivered like any other result. Then the history limit
-    /// applies: the oldest-finished notified tasks beyond it are pruned. Both
-    /// are journaled, as one change; if that write fails it is logged and the
-    /// manager is built all the same (as for any terminal transition). No event
-    /// is emitted.
-    ///
-    /// # Errors
-    ///
-    /// [`RestoreError`] when the tasks are not a registry: an empty or repeated
-    /// id, or a task that breaks the model's rules (a completed task without an
-    /// output, say). Nothing is journaled then.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::{Arc, Mutex};
-    /// use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, StoredTask};
-    /// use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks};
-    ///
-    /// /// Counts the changes it is told of.
-    /// #[derive(Default)]
-    /// struct Count(Mutex<usize>);
-    /// impl Journal for Count {
-    ///     fn record(&self, entries: &[JournalEntry<'_>]) -> Result<(), JournalError> {
-    ///         *self.0.lock().map_err(|_| JournalError::new("poisoned"))? += entries.len();
-    ///         Ok(())
-    ///     }
-    /// }
-    ///
-    /// let mut done = AsyncTaskInfo::new("b2", "tester", "run the suite", 1_000);
-    /// done.fail("exit status 2", 2_000);
-    /// let stored = vec![
-    ///     StoredTask::new(AsyncTaskInfo::new("a1", "researcher", "map the code", 1_000)).with_process("pid 4242"),
-    ///     StoredTask::new(done),
-    /// ];
-    /// let journal = Arc::new(Count::default());
-    /// let clock = Arc::new(ManualClock::new(9_000));
-    /// let manager = AsyncTaskManager::restore(MaxAsyncTasks::default(), clock, journal.clone(), stored)?;
-    ///
-    /// let a1 = manager.task("a1").unwrap();
-    /// assert_eq!((a1.status(), a1.completed_at()), (AsyncTaskStatus::Failed, Some(9_000)));
-    /// assert!(a1.error().unwrap().starts_with("interrupted: the process running this task ended"));
-    /// assert_eq!(manager.pending_notifications().len(), 2, "both results await delivery");
-    /// assert_eq!(*journal.0.lock().unwrap(), 1, "the interruption was journaled");
-    /// # Ok::<(), asynctask_manager::RestoreError>(())
-    /// ```
-    pub fn restore(
-        max: MaxAsyncTasks,
-        clock: Arc<dyn Clock>,
-        journal: Arc<dyn Journal>,
-        tasks: Vec<StoredTask>,
-    ) -> Result<Self, RestoreError> {
-        // The host's clock is user code: read before building anything.
-        let now = clock.now_ms();
-        let (registry, error) = Registry::restore(max, tasks, now, Some(journal.as_ref()))?;
-        if let Some(error) = error {
-            tracing::error!(
-                error = %error.chain(),
-                "the journal could not record the tasks restored as interrupted (or the history \
-                 pruned on restore); restored in memory anyway, and a later restore redoes it"
-            );
-        }
-        let counts = registry.counts();
-        tracing::debug!(
-            tasks = counts.total(),
-            pending = counts.pending_notifications,
-            "async task registry restored"
-        );
-        Ok(AsyncTaskManager::from_parts(clock, Some(journal), registry))
-    }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         self.shared.lock()
     }
@@ -417,19 +247,6 @@ impl AsyncTaskManager {
     /// [`LimitReached`] when running tasks plus reservations fill the limit.
     pub fn can_launch_async(&self) -> Result<(), LimitReached> {
         self.lock().registry.check_limit()
-    }
-
-    /// Takes a slot under the limit before the task's id is known.
-    ///
-    /// # Errors
-    ///
-    /// [`LimitReached`] when running tasks plus reservations fill the limit.
-    pub fn reserve(&self) -> Result<Reservation, LimitReached> {
-        self.lock().registry.reserve()?;
-        Ok(Reservation {
-            manager: self.clone(),
-            spent: false,
-        })
     }
 
     fn release_reservation(&self) {
@@ -796,97 +613,6 @@ impl AsyncTaskManager {
         marked
     }
 
-    /// Subscribes to every terminal transition. See the type-level docs for when
-    /// handlers run.
-    pub fn subscribe(&self, handler: impl Fn(&TaskEvent) + Send + Sync + 'static) -> Subscription {
-        self.add_subscriber(Arc::new(handler))
-    }
-
-    /// Subscribes to completions only.
-    pub fn on_task_completed(
-        &self,
-        handler: impl Fn(&TaskSnapshot) + Send + Sync + 'static,
-    ) -> Subscription {
-        self.subscribe(move |event| {
-            if let TaskEvent::Completed(task) = event {
-                handler(task);
-            }
-        })
-    }
-
-    /// Subscribes to failures only.
-    pub fn on_task_failed(
-        &self,
-        handler: impl Fn(&TaskSnapshot) + Send + Sync + 'static,
-    ) -> Subscription {
-        self.subscribe(move |event| {
-            if let TaskEvent::Failed(task) = event {
-                handler(task);
-            }
-        })
-    }
-
-    /// Subscribes to cancellations only.
-    pub fn on_task_cancelled(
-        &self,
-        handler: impl Fn(&TaskSnapshot) + Send + Sync + 'static,
-    ) -> Subscription {
-        self.subscribe(move |event| {
-            if let TaskEvent::Cancelled(task) = event {
-                handler(task);
-            }
-        })
-    }
-
-    /// Subscribes to the pruning of the history: `handler` gets the id of
-    /// every task removed from the manager because the history limit was
-    /// exceeded (finished, delivered, and among the oldest to finish), once,
-    /// after the change that pruned it, on the thread that made it, with no
-    /// lock held. A host drops what it kept for the task there (its output
-    /// files, say): nothing can ask for the task any more. A restore
-    /// ([`restore`](Self::restore)) tells no handler what it pruned.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::{Arc, Mutex};
-    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-    /// use asynctask_model::MaxAsyncTasks;
-    ///
-    /// // A limit of 1 keeps a history of 2 finished tasks.
-    /// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
-    /// let pruned = Arc::new(Mutex::new(Vec::new()));
-    /// let seen = Arc::clone(&pruned);
-    /// let _subscription = manager.on_task_pruned(move |id| seen.lock().unwrap().push(id.to_owned()));
-    /// for id in ["a", "b", "c"] {
-    ///     manager.register_task(RegisterTaskInput::new(id, "tester", "g"))?;
-    ///     manager.cancel_task(id);
-    ///     manager.mark_notified(id);
-    /// }
-    /// assert_eq!(*pruned.lock().unwrap(), ["a"]);
-    /// assert!(manager.task("a").is_none());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn on_task_pruned(&self, handler: impl Fn(&str) + Send + Sync + 'static) -> Subscription {
-        let handler: PruneHandler = Arc::new(handler);
-        let (id, old) = self.lock().events.subscribe_pruned(handler);
-        drop(old);
-        Subscription {
-            shared: Arc::downgrade(&self.shared),
-            id,
-        }
-    }
-
-    fn add_subscriber(&self, handler: Handler) -> Subscription {
-        let (id, old) = self.lock().events.subscribe(handler);
-        // Dropped outside the lock, like every handler list.
-        drop(old);
-        Subscription {
-            shared: Arc::downgrade(&self.shared),
-            id,
-        }
-    }
-
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         self.lock().registry.check_invariants()
     }
@@ -908,123 +634,5 @@ impl fmt::Debug for AsyncTaskManager {
             .field("subscribers", &state.events.len())
             .field("journal", &self.shared.journal.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-/// A slot under the running limit, held before the task's id is known.
-///
-/// It counts toward the limit from [`AsyncTaskManager::reserve`] until it is spent
-/// by [`register`](Self::register) or dropped, which frees the slot. Use it when
-/// a host must know it may launch before it can name the task (for example before
-/// it starts the subagent that will report its own id).
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-/// use asynctask_model::MaxAsyncTasks;
-///
-/// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
-/// let slot = manager.reserve()?;
-/// assert!(manager.can_launch_async().is_err(), "the reservation holds the only slot");
-/// drop(slot);
-/// assert!(manager.can_launch_async().is_ok(), "dropping it freed the slot");
-///
-/// let slot = manager.reserve()?;
-/// let task = slot.register(RegisterTaskInput::new("7f3a09c1", "researcher", "look"))?;
-/// assert_eq!(manager.running_tasks(), vec![task]);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[must_use = "a reservation frees its slot as soon as it is dropped"]
-pub struct Reservation {
-    manager: AsyncTaskManager,
-    /// Spent by `register`: the registry already accounted for the slot.
-    spent: bool,
-}
-
-impl Reservation {
-    /// Registers a task in this reservation's slot, without checking the limit
-    /// again.
-    ///
-    /// # Errors
-    ///
-    /// [`RegisterError::DuplicateId`], [`RegisterError::EmptyId`] or
-    /// [`RegisterError::Journal`]; the slot is freed either way, since the
-    /// reservation is spent.
-    pub fn register(mut self, input: RegisterTaskInput) -> Result<TaskSnapshot, RegisterError> {
-        self.spent = true;
-        self.manager.register(input, true)
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if !self.spent {
-            self.manager.release_reservation();
-        }
-    }
-}
-
-impl fmt::Debug for Reservation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reservation")
-            .field("spent", &self.spent)
-            .finish()
-    }
-}
-
-/// Keeps an event handler registered; dropping it unsubscribes.
-///
-/// A handler may still run once after the drop if its event was already being
-/// delivered on another thread. [`detach`](Self::detach) keeps the handler for the
-/// manager's whole life.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
-/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-///
-/// let manager = AsyncTaskManager::default();
-/// let seen = Arc::new(AtomicUsize::new(0));
-/// let counter = Arc::clone(&seen);
-/// let subscription = manager.subscribe(move |_event| {
-///     counter.fetch_add(1, Ordering::SeqCst);
-/// });
-/// manager.register_task(RegisterTaskInput::new("a", "agent", "goal"))?;
-/// manager.cancel_task("a");
-/// drop(subscription);
-/// manager.register_task(RegisterTaskInput::new("b", "agent", "goal"))?;
-/// manager.cancel_task("b");
-/// assert_eq!(seen.load(Ordering::SeqCst), 1);
-/// # Ok::<(), asynctask_manager::RegisterError>(())
-/// ```
-#[must_use = "dropping a Subscription unsubscribes its handler at once"]
-pub struct Subscription {
-    shared: Weak<Shared>,
-    id: u64,
-}
-
-impl Subscription {
-    /// Keeps the handler subscribed for as long as the manager lives.
-    pub fn detach(mut self) {
-        self.shared = Weak::new();
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.unsubscribe(self.id);
-        }
-    }
-}
-
-impl fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription")
-            .field("id", &self.id)
-            .field("active", &(self.shared.strong_count() > 0))
-            .finish()
     }
 }
