@@ -537,21 +537,31 @@ impl AsyncTaskManager {
 
     /// Records that the model was told how the task ended, then prunes. Returns
     /// `false` when the task is unknown, still running, unrecorded (its end not
-    /// journaled yet) or already marked — or when the journal could not record
-    /// the mark (logged): the result then stays pending, to be delivered again
-    /// rather than lost.
+    /// journaled yet) or already marked.
     ///
-    /// Call it only after the delivery succeeded.
+    /// Call it only after the delivery succeeded. The mark is journaled before
+    /// it is visible, and applied even when the journal cannot record it
+    /// (logged): a delivered result is never offered again. The mark then
+    /// waits in the journal's backlog and is written ahead of the next change,
+    /// or by [`retry_journal`](Self::retry_journal). If the process ends before
+    /// that, the store still holds the result undelivered, and it is delivered
+    /// again after the restart: that is the one window in which a result may
+    /// reach the model twice.
     pub fn mark_notified(&self, id: &str) -> bool {
-        self.try_mark_notified(id).unwrap_or(false)
+        // An `Err` means marked all the same: the journal catches up later.
+        self.try_mark_notified(id).unwrap_or(true)
     }
 
     /// [`mark_notified`](Self::mark_notified), saying when the journal failed.
     ///
     /// # Errors
     ///
-    /// [`JournalError`] when the journal could not record the mark; nothing
-    /// changed, and the task is still pending.
+    /// [`JournalError`] when the journal could not record the mark. The task
+    /// *is* marked (no longer pending: this process does not deliver it
+    /// again); the mark waits in the backlog until a write records it (see
+    /// [`has_journal_backlog`](Self::has_journal_backlog)). `Ok(true)`: marked
+    /// and recorded; `Ok(false)`: not marked (see
+    /// [`mark_notified`](Self::mark_notified)).
     ///
     /// # Examples
     ///
@@ -577,9 +587,9 @@ impl AsyncTaskManager {
     }
 
     /// [`mark_notified`](Self::mark_notified) for several ids under one lock;
-    /// returns how many were marked. The marks are one journal write: when the
-    /// journal cannot record it (logged), none is applied and every result
-    /// stays pending.
+    /// returns how many were marked — those whose write failed (logged)
+    /// included: the marks are one journal write, applied all the same and
+    /// left in the backlog when it fails, as for one mark.
     pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
         self.mark(ids).count
     }
@@ -603,11 +613,12 @@ impl AsyncTaskManager {
                     tracing::debug!(marked = marked.count, "async tasks marked notified");
                 }
             }
-            Some(error) => tracing::error!(
+            Some(error) => tracing::warn!(
                 task_ids = ?ids.iter().map(AsRef::as_ref).collect::<Vec<_>>(),
                 error = %error.chain(),
-                "the journal could not record a delivery; the tasks stay pending and will be \
-                 delivered again"
+                "the journal could not record a delivery; marked all the same (not offered \
+                 again), the mark is written with the next change — if the process ends \
+                 first, the result is delivered again after the restart"
             ),
         }
         marked

@@ -369,9 +369,10 @@ impl Registry {
     /// Marks terminal tasks notified and prunes; returns how many were marked
     /// (a task that is unknown, running, unrecorded or already marked is
     /// skipped). The marks and the pruning are one journal write, told before
-    /// they are visible; when it fails every mark is undone (the results stay
-    /// pending, so they are delivered again rather than lost) and the error
-    /// comes back in [`Marked`].
+    /// they are visible — and applied even when that write fails: a delivered
+    /// result must not be offered again. The failed write joins the backlog,
+    /// written again ahead of the next change; its error comes back in
+    /// [`Marked`].
     pub(crate) fn mark_notified<S: AsRef<str>>(
         &mut self,
         ids: &[S],
@@ -424,24 +425,13 @@ impl Registry {
             &self.slots,
             notified.chain(self.removed_entries(&pruned)),
         );
-        if let Err(error) = written {
-            for &slot in &marked {
-                if let Some(record) = self.slots.get_mut(slot) {
-                    self.delivered.remove(&record.delivered_key());
-                    record.notified_at = None;
-                    self.pending.insert(record.seq, slot);
-                }
-            }
-            return Marked {
-                count: 0,
-                journal_error: Some(error),
-            };
-        }
-        self.backlog.caught_up();
+        let journal_error =
+            self.backlog
+                .settle(written, &self.slots, &[], &marked, now_ms, &pruned);
         self.remove(&pruned);
         Marked {
             count,
-            journal_error: None,
+            journal_error,
         }
     }
 

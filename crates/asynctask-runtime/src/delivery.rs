@@ -167,18 +167,7 @@ impl Delivery {
                 .await;
             match outcome {
                 Ok(()) => {
-                    let delivered = self.ledger.acknowledge(&ClaimOwner::AutoTrigger);
-                    if self.unrecorded(&delivered) {
-                        // The manager's journal could not record the delivery:
-                        // the results stay pending, to be delivered again —
-                        // after a backoff, like a failed delivery, not at once
-                        // and forever while the journal keeps failing.
-                        span.in_scope(|| {
-                            tracing::warn!("delivered, but the journal could not record it; delivering again after a backoff");
-                        });
-                        self.schedule_retry();
-                        return;
-                    }
+                    self.ledger.acknowledge(&ClaimOwner::AutoTrigger);
                     self.lock().failures = 0;
                     span.in_scope(|| tracing::debug!("delivered; checking again"));
                     // Loop: check again after a successful delivery.
@@ -245,17 +234,6 @@ impl Delivery {
             return None;
         }
         self.ledger.claim_waking()
-    }
-
-    /// Whether some of the tasks just acknowledged are still pending (their
-    /// mark was refused by the manager's journal).
-    fn unrecorded(&self, delivered: &[String]) -> bool {
-        let manager = self.ledger.manager();
-        delivered.iter().any(|id| {
-            manager
-                .task(id)
-                .is_some_and(|task| task.is_pending_notification())
-        })
     }
 
     /// Ends the loop unless something happened meanwhile; `true` means go on.

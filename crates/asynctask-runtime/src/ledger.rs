@@ -379,7 +379,8 @@ impl ClaimLedger {
             return ids;
         }
         self.manager.mark_all_notified(&ids);
-        // Marked (or, if the journal refused, pending again): let them go.
+        // Marked (even when the journal refused: it catches up later): let
+        // them go.
         self.lock().unhold(&ids);
         tracing::debug!(%owner, task_ids = ?ids, "results acknowledged");
         self.changed.notify_waiters();

@@ -10,7 +10,7 @@
 //! last process died come back failed, with an error saying they were
 //! interrupted (and which process ran them), and are delivered like any other
 //! result; a result the model was not told about is still pending; nothing
-//! delivered is delivered again.
+//! recorded as delivered is delivered again.
 //!
 //! It sits beside `asynctask-tools`, on the manager and the model alone: the
 //! runtime takes any journal and never depends on a database.

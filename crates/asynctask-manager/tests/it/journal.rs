@@ -109,17 +109,12 @@ fn a_registration_the_journal_cannot_record_is_refused_with_its_source() {
 }
 
 #[test]
-fn a_mark_the_journal_cannot_record_is_not_applied_and_the_result_stays_pending() {
-    let (manager, replica, _) = journaled(1); // history 2
-    for id in ["a", "b", "c"] {
+fn a_mark_the_journal_cannot_record_is_applied_and_written_with_the_next_change() {
+    let (manager, replica, clock) = journaled(1); // history 2
+    for id in ["a", "b", "c", "d"] {
         manager.register_task(input(id)).unwrap();
         manager.complete_task(id, goal());
     }
-    // Three undelivered results over a history of two: marking "a" would also
-    // prune it at once. The write fails, so neither happens.
-    replica.fail_next();
-    let error = manager.try_mark_notified("a").unwrap_err();
-    assert!(the_injected_error(&error));
     let pending = || -> Vec<String> {
         manager
             .pending_notifications()
@@ -127,26 +122,59 @@ fn a_mark_the_journal_cannot_record_is_not_applied_and_the_result_stays_pending(
             .map(|t| t.id().to_owned())
             .collect()
     };
-    assert_eq!(pending(), ["a", "b", "c"]);
-    assert_eq!(replica.infos(), manager.tasks());
+    // Four undelivered results over a history of two: marking "a" also prunes
+    // it at once. The write fails; both happen in memory all the same, so the
+    // delivered result is not offered again.
+    clock.advance(5);
+    replica.fail_next();
+    let error = manager.try_mark_notified("a").unwrap_err();
+    assert!(the_injected_error(&error), "{}", error.chain());
+    assert_eq!(pending(), ["b", "c", "d"]);
+    assert_eq!(manager.task("a"), None, "marked, then pruned");
+    assert!(manager.has_journal_backlog());
+    assert_eq!(replica.tasks().len(), 4, "the store missed both");
     check_invariants(&manager).unwrap();
 
+    // Every way of marking says it marked.
     replica.fail_next();
-    assert!(!manager.mark_notified("a"), "the plain call says false");
+    assert!(manager.mark_notified("b"), "the plain call says true");
     replica.fail_next();
-    assert_eq!(
-        manager.mark_all_notified(&["a", "b"]),
-        0,
-        "the marks are one write: none is applied"
-    );
-    assert_eq!(pending(), ["a", "b", "c"]);
+    assert_eq!(manager.mark_all_notified(&["c", "nope"]), 1);
+    assert_eq!(pending(), ["d"]);
+    assert_eq!(replica.tasks().len(), 4);
+    check_invariants(&manager).unwrap();
+
+    // The next write carries what the store missed, in order, then its own
+    // change.
     let writes = replica.writes();
-    assert_eq!(manager.mark_all_notified(&["a", "b"]), 2);
+    assert_eq!(manager.try_mark_notified("d"), Ok(true));
     assert_eq!(replica.writes(), writes + 1, "in one write");
-    assert_eq!(pending(), ["c"], "a and b were marked (and pruned)");
+    assert!(!manager.has_journal_backlog());
     assert_eq!(replica.infos(), manager.tasks());
     assert_eq!(replica.problems(), Vec::<String>::new());
     check_invariants(&manager).unwrap();
+}
+
+#[test]
+fn a_mark_the_journal_never_recorded_is_delivered_again_after_a_restart() {
+    let (manager, replica, _) = journaled(2); // history 4: nothing pruned
+    manager.register_task(input("a")).unwrap();
+    manager.complete_task("a", goal());
+    replica.fail_next();
+    assert!(manager.mark_notified("a"));
+    assert!(manager.pending_notifications().is_empty());
+    // The process ends before any write catches up: the store still holds the
+    // result undelivered, so the next process delivers it again.
+    drop(manager);
+    let restored = restart(&replica, 2, 9_000);
+    let a = restored.task("a").unwrap();
+    assert_eq!(
+        (a.status(), a.notified_at()),
+        (AsyncTaskStatus::Completed, None)
+    );
+    assert_eq!(restored.pending_notifications(), [a]);
+    assert!(restored.mark_notified("a"));
+    assert_eq!(replica.infos(), restored.tasks());
 }
 
 #[test]
