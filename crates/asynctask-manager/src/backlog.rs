@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::index::SlotId;
 use crate::journal::{Journal, JournalEntry, JournalError, write};
 use crate::record::{Seq, Slots};
-use crate::snapshot::TaskHead;
+use crate::snapshot::{SlotId, TaskHead};
 
 /// A change the journal missed.
 #[derive(Debug)]

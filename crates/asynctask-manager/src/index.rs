@@ -3,18 +3,15 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
-use std::collections::btree_map::Range;
+use std::collections::BTreeSet;
+use std::collections::btree_set::Range;
 use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use crate::snapshot::TaskHead;
-
-/// Where a record lives in the registry's slots.
-pub(crate) type SlotId = u32;
+use crate::snapshot::{SlotId, TaskHead};
 
 /// A task's id in the prefix index: its head, and the id's first eight bytes
 /// as a big-endian number, compared first. Ordering `(head8, id)` is the same as
@@ -47,6 +44,10 @@ impl IdKey {
 
     fn id(&self) -> &str {
         self.head.as_deref().map_or("", TaskHead::id)
+    }
+
+    fn slot(&self) -> SlotId {
+        self.head.as_deref().map_or(SlotId::MAX, TaskHead::slot)
     }
 }
 
@@ -101,17 +102,17 @@ impl Borrow<str> for IdKey {
 }
 
 /// Every task's id, twice: a hash table for exact lookups (O(1) expected) and
-/// an ordered map for prefix lookups (O(log n) to the first match). Both hold
-/// the slot of the task's record; the ordered map's keys share the task's head,
-/// and the hash table holds slots alone, reading ids back from the records
-/// (which is why its methods take `id_of`, the id of a slot).
+/// an ordered set for prefix lookups (O(log n) to the first match). The hash
+/// table holds slots alone, reading ids back from the records (which is why
+/// its methods take `id_of`, the id of a slot); the ordered set holds the
+/// tasks' shared heads, which know their slots.
 #[derive(Debug, Default)]
 pub(crate) struct IdIndex {
     exact: HashTable<SlotId>,
     /// Seeded per process (foldhash): fast on short ids, and ids come from the
     /// host (the `task` tool draws random ones), never from the model.
     hasher: hashbrown::DefaultHashBuilder,
-    ordered: BTreeMap<IdKey, SlotId>,
+    ordered: BTreeSet<IdKey>,
 }
 
 impl IdIndex {
@@ -125,24 +126,24 @@ impl IdIndex {
         self.exact.find(hash, |&slot| id_of(slot) == id).copied()
     }
 
-    /// Adds the task whose head is `head` at `slot`; its id must be new.
-    pub(crate) fn insert<'a>(
-        &mut self,
-        head: &Arc<TaskHead>,
-        slot: SlotId,
-        id_of: impl Fn(SlotId) -> &'a str,
-    ) {
+    /// Adds the task whose head is `head` (at the head's slot); its id must
+    /// be new.
+    pub(crate) fn insert<'a>(&mut self, head: Arc<TaskHead>, id_of: impl Fn(SlotId) -> &'a str) {
         let hasher = &self.hasher;
         self.exact
-            .insert_unique(hasher.hash_one(head.id()), slot, |&slot| {
+            .insert_unique(hasher.hash_one(head.id()), head.slot(), |&slot| {
                 hasher.hash_one(id_of(slot))
             });
-        self.ordered.insert(IdKey::of(head), slot);
+        self.ordered.insert(IdKey {
+            head8: head8(head.id()),
+            head: Some(head),
+        });
     }
 
     /// Removes the task whose head is `head`.
-    pub(crate) fn remove(&mut self, head: &Arc<TaskHead>, slot: SlotId) {
+    pub(crate) fn remove(&mut self, head: &Arc<TaskHead>) {
         let hash = self.hasher.hash_one(head.id());
+        let slot = head.slot();
         if let Ok(entry) = self.exact.find_entry(hash, |&found| found == slot) {
             entry.remove();
         }
@@ -156,8 +157,8 @@ impl IdIndex {
         // head is likely out of the cache).
         let last = last_head8(prefix);
         self.from(prefix)
-            .take_while(move |(key, _)| key.head8 <= last && key.id().starts_with(prefix))
-            .map(|(_, slot)| *slot)
+            .take_while(move |key| key.head8 <= last && key.id().starts_with(prefix))
+            .map(IdKey::slot)
     }
 
     /// The ordered map from the first id not less than `prefix` on: the ids
@@ -169,7 +170,7 @@ impl IdIndex {
     /// bytes). It steps over a few; when more share them (ids with a long
     /// common head), it searches by the whole prefix instead, which reads ids
     /// on the way down but stays O(log n).
-    fn from<'a>(&'a self, prefix: &str) -> Range<'a, IdKey, SlotId> {
+    fn from<'a>(&'a self, prefix: &str) -> Range<'a, IdKey> {
         const STEPS: usize = 8;
         let bound = IdKey::before(head8(prefix));
         let mut range = self
@@ -178,7 +179,7 @@ impl IdIndex {
         for _ in 0..STEPS {
             let mut ahead = range.clone();
             match ahead.next() {
-                Some((key, _)) if key.id() < prefix => range = ahead,
+                Some(key) if key.id() < prefix => range = ahead,
                 _ => return range,
             }
         }
@@ -188,7 +189,7 @@ impl IdIndex {
 
     /// Every `(id, slot)` in id order, for the invariant check.
     pub(crate) fn ordered(&self) -> impl Iterator<Item = (&str, SlotId)> {
-        self.ordered.iter().map(|(key, slot)| (key.id(), *slot))
+        self.ordered.iter().map(|key| (key.id(), key.slot()))
     }
 
     /// How many ids the ordered map holds, for the invariant check.
@@ -211,13 +212,13 @@ mod tests {
 
     /// An index over `ids`, slot `i` holding `ids[i]`.
     fn index(ids: &[&str]) -> (IdIndex, Vec<Arc<TaskHead>>) {
-        let heads: Vec<Arc<TaskHead>> = ids
-            .iter()
-            .map(|id| Arc::new(TaskHead::new(id, "r", "g", None, 0)))
+        let heads: Vec<Arc<TaskHead>> = (0..)
+            .zip(ids)
+            .map(|(slot, id)| Arc::new(TaskHead::new(id, "r", "g", None, 0, slot)))
             .collect();
         let mut index = IdIndex::default();
-        for (slot, head) in (0..).zip(&heads) {
-            index.insert(head, slot, |slot| heads[slot as usize].id());
+        for head in &heads {
+            index.insert(Arc::clone(head), |slot| heads[slot as usize].id());
         }
         (index, heads)
     }
@@ -251,7 +252,7 @@ mod tests {
         ];
         let mut keys: Vec<IdKey> = ids
             .iter()
-            .map(|id| IdKey::of(&Arc::new(TaskHead::new(id, "", "", None, 0))))
+            .map(|id| IdKey::of(&Arc::new(TaskHead::new(id, "", "", None, 0, 0))))
             .collect();
         keys.sort();
         ids.sort_unstable();
@@ -349,12 +350,12 @@ mod tests {
         let id_of = |slot: SlotId| heads[slot as usize].id();
         assert_eq!(index.get("x2", id_of), Some(1));
         assert_eq!(index.get("x", id_of), None);
-        index.remove(&heads[1], 1);
+        index.remove(&heads[1]);
         assert_eq!(
             (index.get("x2", id_of), index.len(), index.ordered_len()),
             (None, 2, 2)
         );
-        index.insert(&heads[1], 1, id_of);
+        index.insert(Arc::clone(&heads[1]), id_of);
         assert!(index.hashed("x2", 1));
         assert_eq!(index.get("x2", id_of), Some(1));
     }

@@ -19,11 +19,11 @@ use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use tokio_util::sync::CancellationToken;
 
 use crate::backlog::Backlog;
-use crate::index::{IdIndex, SlotId};
+use crate::index::IdIndex;
 use crate::journal::{Journal, JournalEntry, JournalError};
 use crate::live::{InboxSender, TaskProgress};
-use crate::record::{Record, RunState, Seq, Slots};
-use crate::snapshot::{TaskHead, TaskSnapshot};
+use crate::record::{End, Record, RunningList, Seq, Slots};
+use crate::snapshot::{SlotId, TaskHead, TaskSnapshot};
 use crate::{LimitReached, PrefixMatch, RegisterError, RegisterTaskInput, TaskCounts};
 
 /// What else a running task's subagent is reached through, for the tasks that
@@ -72,7 +72,7 @@ pub(crate) struct Registry {
     /// Exact (hashed) and prefix (ordered) lookup by id.
     ids: IdIndex,
     /// The running tasks, in registration order.
-    running: BTreeMap<Seq, SlotId>,
+    running: RunningList,
     /// Terminal and not yet notified, in registration order: never pruned.
     pending: BTreeMap<Seq, SlotId>,
     /// Terminal and notified, oldest-finished first: the pruning queue.
@@ -98,7 +98,7 @@ impl Registry {
             next_finish_order: 1,
             slots: Slots::default(),
             ids: IdIndex::default(),
-            running: BTreeMap::new(),
+            running: RunningList::default(),
             pending: BTreeMap::new(),
             delivered: BTreeMap::new(),
             finished_by_status: [0; 3],
@@ -272,14 +272,6 @@ impl Registry {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let head = Arc::new(TaskHead::new(
-            &input.id,
-            &input.subagent_name,
-            &input.goal_prompt,
-            input.origin.as_deref(),
-            now_ms,
-        ));
-        let snapshot = TaskSnapshot::running(&head);
         if input.progress.is_some() || input.inbox.is_some() {
             self.live.insert(
                 seq,
@@ -289,13 +281,21 @@ impl Registry {
                 },
             );
         }
-        let index_head = Arc::clone(&head);
-        let slot = self
-            .slots
-            .insert(Record::running(head, seq, input.cancellation));
-        self.ids
-            .insert(&index_head, slot, |slot| self.slots.id(slot));
-        self.running.insert(seq, slot);
+        let (slot, head) = self.slots.insert_with(|slot| {
+            let head = Arc::new(TaskHead::new(
+                &input.id,
+                &input.subagent_name,
+                &input.goal_prompt,
+                input.origin.as_deref(),
+                now_ms,
+                slot,
+            ));
+            let record = Record::running(Arc::clone(&head), seq, input.cancellation);
+            (record, head)
+        });
+        self.running.push(&mut self.slots, slot);
+        let snapshot = TaskSnapshot::running(&head);
+        self.ids.insert(head, |slot| self.slots.id(slot));
         Ok(snapshot)
     }
 
@@ -314,21 +314,22 @@ impl Registry {
         journal: Option<&dyn Journal>,
     ) -> Option<Transition> {
         let slot = self.slot_of(id)?;
-        let record = self.slots.get_mut(slot)?;
-        if !matches!(record.run, RunState::Running(_)) {
+        if !self.slots.get(slot)?.is_running() {
             return None;
         }
-        let run = match terminal {
-            Terminal::Completed(output) => RunState::Completed(Arc::new(output)),
-            Terminal::Failed(error) => RunState::Failed(Arc::new(error)),
-            Terminal::Cancelled => RunState::Cancelled,
+        // Out of the running list while its links are still there.
+        self.running.remove(&mut self.slots, slot);
+        let end = match terminal {
+            Terminal::Completed(output) => End::Completed(Arc::new(output)),
+            Terminal::Failed(error) => End::Failed(Arc::new(error)),
+            Terminal::Cancelled => End::Cancelled,
         };
-        let token = record.end(run, now_ms, self.next_finish_order)?;
+        let record = self.slots.get_mut(slot)?;
+        let token = record.end(end, now_ms, self.next_finish_order)?;
         self.next_finish_order += 1;
         let seq = record.seq;
         let task = snapshot.then(|| record.snapshot());
         self.finished_by_status[status_slot(record.status())] += 1;
-        self.running.remove(&seq);
         // The inbox's sender and the progress handle go with the run: a message
         // sent from now on finds the task terminal.
         if !self.live.is_empty() {
@@ -490,7 +491,7 @@ impl Registry {
     /// took it out of the pending or delivered index).
     fn drop_record(&mut self, slot: SlotId) {
         if let Some(record) = self.slots.remove(slot) {
-            self.ids.remove(&record.head, slot);
+            self.ids.remove(&record.head);
             self.finished_by_status[status_slot(record.status())] -= 1;
             self.pruned.push(record.head);
         }
@@ -571,7 +572,11 @@ impl Registry {
     /// limit) are sorted into it.
     pub(crate) fn tasks(&self) -> Vec<TaskSnapshot> {
         let mut all: Vec<(Seq, SlotId)> = Vec::with_capacity(self.slots.len());
-        all.extend(self.running.iter().map(|(seq, slot)| (*seq, *slot)));
+        all.extend(
+            self.running
+                .iter(&self.slots)
+                .filter_map(|slot| Some((self.slots.get(slot)?.seq, slot))),
+        );
         all.extend(self.pending.iter().map(|(seq, slot)| (*seq, *slot)));
         all.extend(
             self.delivered
@@ -587,14 +592,13 @@ impl Registry {
     /// registration order.
     pub(crate) fn running_tasks(&self) -> Vec<TaskSnapshot> {
         let unrecorded = self.backlog.unrecorded();
+        let running = self.running.iter(&self.slots);
         if unrecorded.is_empty() {
-            return self.snapshots(self.running.values().copied());
+            return self.snapshots(running);
         }
-        let mut all: Vec<(Seq, SlotId)> = self
-            .running
-            .iter()
-            .chain(unrecorded)
-            .map(|(seq, slot)| (*seq, *slot))
+        let mut all: Vec<(Seq, SlotId)> = running
+            .filter_map(|slot| Some((self.slots.get(slot)?.seq, slot)))
+            .chain(unrecorded.iter().map(|(seq, slot)| (*seq, *slot)))
             .collect();
         all.sort_by_key(|(seq, _)| *seq);
         self.snapshots(all.into_iter().map(|(_, slot)| slot))
@@ -602,8 +606,8 @@ impl Registry {
 
     pub(crate) fn running_tokens(&self) -> Vec<CancellationToken> {
         self.running
-            .values()
-            .filter_map(|slot| self.slots.get(*slot)?.token().cloned())
+            .iter(&self.slots)
+            .filter_map(|slot| self.slots.get(slot)?.token().cloned())
             .collect()
     }
 

@@ -13,6 +13,10 @@ use std::sync::Arc;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
 use serde::{Serialize, Serializer};
 
+/// Where the registry keeps a task's record: its slot, for the task's whole
+/// life.
+pub(crate) type SlotId = u32;
+
 /// What never changes once a task is registered, in one allocation shared by the
 /// registry, its id indexes and every snapshot. The four texts live in one
 /// string, one after the other.
@@ -26,6 +30,10 @@ pub(crate) struct TaskHead {
     /// Where the goal ends and the origin (if any) starts.
     goal_end: usize,
     has_origin: bool,
+    /// The registry's slot of the task's record, so that the ordered id index
+    /// needs no value beside its key (`SlotId::MAX` for a head built from a
+    /// plain record, which no registry holds).
+    slot: SlotId,
     launched_at: u64,
 }
 
@@ -36,6 +44,7 @@ impl TaskHead {
         goal_prompt: &str,
         origin: Option<&str>,
         launched_at: u64,
+        slot: SlotId,
     ) -> Self {
         let origin_len = origin.map_or(0, str::len);
         let mut text =
@@ -53,8 +62,13 @@ impl TaskHead {
             name_end,
             goal_end,
             has_origin: origin.is_some(),
+            slot,
             launched_at,
         }
+    }
+
+    pub(crate) fn slot(&self) -> SlotId {
+        self.slot
     }
 
     pub(crate) fn id(&self) -> &str {
@@ -314,6 +328,7 @@ impl From<AsyncTaskInfo> for TaskSnapshot {
             &info.goal_prompt,
             None,
             info.launched_at,
+            SlotId::MAX,
         ));
         TaskSnapshot {
             head,
@@ -528,7 +543,14 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     fn head(origin: Option<&str>) -> Arc<TaskHead> {
-        Arc::new(TaskHead::new("日本-1", "researcher", "find é", origin, 7))
+        Arc::new(TaskHead::new(
+            "日本-1",
+            "researcher",
+            "find é",
+            origin,
+            7,
+            0,
+        ))
     }
 
     #[test]
@@ -545,7 +567,7 @@ mod tests {
             ("日本-1", "researcher", "find é", Some("session-1"), 7)
         );
         assert_eq!(head(None).origin(), None);
-        let empty = TaskHead::new("a", "", "", Some(""), 0);
+        let empty = TaskHead::new("a", "", "", Some(""), 0, 0);
         assert_eq!(
             (
                 empty.id(),

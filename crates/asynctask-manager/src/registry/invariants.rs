@@ -7,7 +7,7 @@ use asynctask_model::AsyncTaskStatus;
 
 use super::{Registry, status_slot};
 use crate::backlog::Missed;
-use crate::index::SlotId;
+use crate::snapshot::SlotId;
 
 impl Registry {
     /// Checks every invariant against a full scan; `Err` names the first broken one.
@@ -48,14 +48,10 @@ impl Registry {
             if !seqs.insert(record.seq) || record.seq >= self.next_seq {
                 return Err(format!("task '{id}' has a registration order of another"));
             }
+            // A running task has no completion or notification time: its
+            // record's type holds none.
             let status = record.status();
-            if record.notified_at.is_some() && !status.is_terminal() {
-                return Err(format!("running task '{id}' has notified_at"));
-            }
-            if !status.is_terminal() && (record.completed_at, record.finish_order) != (0, 0) {
-                return Err(format!("running task '{id}' has a completion time"));
-            }
-            match (status, record.notified_at) {
+            match (status, record.notified_at()) {
                 (AsyncTaskStatus::Running, _) => {
                     running.insert(record.seq, slot);
                 }
@@ -83,8 +79,16 @@ impl Registry {
         {
             return Err("the ordered id index disagrees with the registry".to_owned());
         }
-        if running != self.running {
-            return Err("running index disagrees with the registry".to_owned());
+        // Bounded: a list whose links went round in a circle would never end.
+        let listed: Vec<SlotId> = self
+            .running
+            .iter(&self.slots)
+            .take(self.slots.len() + 1)
+            .collect();
+        if listed != running.values().copied().collect::<Vec<_>>()
+            || self.running.len() != running.len()
+        {
+            return Err("the running list disagrees with the registry".to_owned());
         }
         if pending != self.pending {
             return Err("pending index disagrees with the registry".to_owned());
@@ -95,7 +99,7 @@ impl Registry {
         if by_status != self.finished_by_status {
             return Err("status counts disagree with the registry".to_owned());
         }
-        if let Some(seq) = self.live.keys().find(|seq| !self.running.contains_key(seq)) {
+        if let Some(seq) = self.live.keys().find(|seq| !running.contains_key(seq)) {
             return Err(format!(
                 "a progress or inbox is kept for task #{seq}, which is not running"
             ));

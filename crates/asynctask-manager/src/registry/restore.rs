@@ -5,9 +5,9 @@ use std::sync::Arc;
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 
 use super::{Registry, status_slot};
-use crate::index::SlotId;
 use crate::journal::{Journal, JournalError, RestoreError, StoredTask, inconsistency};
-use crate::record::{Record, RunState, Seq};
+use crate::record::{End, Record, Seq};
+use crate::snapshot::SlotId;
 use crate::snapshot::TaskHead;
 
 impl Registry {
@@ -57,38 +57,33 @@ impl Registry {
                 finish_order,
                 process: _,
             } = task;
-            let head = Arc::new(TaskHead::new(
-                &info.id,
-                &info.subagent_name,
-                &info.goal_prompt,
-                origin.as_deref(),
-                info.launched_at,
-            ));
             // `inconsistency` let through only these shapes; the last arm is
             // the running task, which ends now.
             let stored_end = info.completed_at.unwrap_or(now_ms);
-            let (run, completed_at) = match (info.status, info.output, info.error) {
+            let (end, completed_at) = match (info.status, info.output, info.error) {
                 (AsyncTaskStatus::Completed, Some(output), _) => {
-                    (RunState::Completed(Arc::new(output)), stored_end)
+                    (End::Completed(Arc::new(output)), stored_end)
                 }
                 (AsyncTaskStatus::Failed, _, Some(error)) => {
-                    (RunState::Failed(Arc::new(error)), stored_end)
+                    (End::Failed(Arc::new(error)), stored_end)
                 }
-                (AsyncTaskStatus::Cancelled, _, _) => (RunState::Cancelled, stored_end),
-                _ => (RunState::Failed(Arc::new(interrupted_error)), now_ms),
+                (AsyncTaskStatus::Cancelled, _, _) => (End::Cancelled, stored_end),
+                _ => (End::Failed(Arc::new(interrupted_error)), now_ms),
             };
-            let record = Record {
-                head: Arc::clone(&head),
-                seq,
-                completed_at,
-                notified_at: info.notified_at,
-                finish_order: 0,
-                run,
-            };
-            let slot = registry.slots.insert(record);
-            registry
-                .ids
-                .insert(&head, slot, |slot| registry.slots.id(slot));
+            let (slot, head) = registry.slots.insert_with(|slot| {
+                let head = Arc::new(TaskHead::new(
+                    &info.id,
+                    &info.subagent_name,
+                    &info.goal_prompt,
+                    origin.as_deref(),
+                    info.launched_at,
+                    slot,
+                ));
+                let record =
+                    Record::ended(Arc::clone(&head), seq, end, completed_at, info.notified_at);
+                (record, head)
+            });
+            registry.ids.insert(head, |slot| registry.slots.id(slot));
             if running {
                 interrupted.push((seq, slot));
             } else {
@@ -102,19 +97,19 @@ impl Registry {
         ended.sort_unstable();
         for (rank, &(_, _, _, slot)) in (1..).zip(&ended) {
             if let Some(record) = registry.slots.get_mut(slot) {
-                record.finish_order = rank;
+                record.set_finish_order(rank);
             }
         }
         registry.next_finish_order = last_order.max(ended.len() as u64) + 1;
         for &(_, slot) in &interrupted {
             if let Some(record) = registry.slots.get_mut(slot) {
-                record.finish_order = registry.next_finish_order;
+                record.set_finish_order(registry.next_finish_order);
                 registry.next_finish_order += 1;
             }
         }
         for (slot, record) in registry.slots.iter() {
             registry.finished_by_status[status_slot(record.status())] += 1;
-            if record.notified_at.is_some() {
+            if record.notified_at().is_some() {
                 registry.delivered.insert(record.delivered_key(), slot);
             } else {
                 registry.pending.insert(record.seq, slot);
