@@ -30,10 +30,10 @@ struct IdKey {
 }
 
 impl IdKey {
-    fn of(head: &Arc<TaskHead>) -> Self {
+    fn of(head: Arc<TaskHead>) -> Self {
         IdKey {
             head8: head8(head.id()),
-            head: Some(Arc::clone(head)),
+            head: Some(head),
         }
     }
 
@@ -68,6 +68,7 @@ fn last_head8(prefix: &str) -> u64 {
 }
 
 impl PartialEq for IdKey {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
@@ -76,12 +77,14 @@ impl PartialEq for IdKey {
 impl Eq for IdKey {}
 
 impl PartialOrd for IdKey {
+    #[inline]
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
 impl Ord for IdKey {
+    #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
         self.head8
             .cmp(&other.head8)
@@ -120,34 +123,54 @@ impl IdIndex {
         self.exact.len()
     }
 
+    /// The hash of `id` in the exact index (computed once for a lookup
+    /// followed by an insertion).
+    pub(crate) fn hash(&self, id: &str) -> u64 {
+        self.hasher.hash_one(id)
+    }
+
     /// The slot of the task with exactly this id.
     pub(crate) fn get<'a>(&self, id: &str, id_of: impl Fn(SlotId) -> &'a str) -> Option<SlotId> {
-        let hash = self.hasher.hash_one(id);
+        self.get_hashed(self.hash(id), id, id_of)
+    }
+
+    /// [`get`](Self::get), given `id`'s [`hash`](Self::hash).
+    pub(crate) fn get_hashed<'a>(
+        &self,
+        hash: u64,
+        id: &str,
+        id_of: impl Fn(SlotId) -> &'a str,
+    ) -> Option<SlotId> {
         self.exact.find(hash, |&slot| id_of(slot) == id).copied()
     }
 
-    /// Adds the task whose head is `head` (at the head's slot); its id must
-    /// be new.
-    pub(crate) fn insert<'a>(&mut self, head: Arc<TaskHead>, id_of: impl Fn(SlotId) -> &'a str) {
+    /// Adds the task whose head is `head` (at the head's slot), given its id's
+    /// [`hash`](Self::hash); the id must be new.
+    pub(crate) fn insert<'a>(
+        &mut self,
+        hash: u64,
+        head: Arc<TaskHead>,
+        id_of: impl Fn(SlotId) -> &'a str,
+    ) {
         let hasher = &self.hasher;
         self.exact
-            .insert_unique(hasher.hash_one(head.id()), head.slot(), |&slot| {
-                hasher.hash_one(id_of(slot))
-            });
-        self.ordered.insert(IdKey {
-            head8: head8(head.id()),
-            head: Some(head),
-        });
+            .insert_unique(hash, head.slot(), |&slot| hasher.hash_one(id_of(slot)));
+        self.ordered.insert(IdKey::of(head));
     }
 
-    /// Removes the task whose head is `head`.
-    pub(crate) fn remove(&mut self, head: &Arc<TaskHead>) {
-        let hash = self.hasher.hash_one(head.id());
+    /// Removes the task whose head is `head`, and gives the head back (the
+    /// search holds it instead of a second reference).
+    pub(crate) fn remove(&mut self, head: Arc<TaskHead>) -> Option<Arc<TaskHead>> {
         let slot = head.slot();
-        if let Ok(entry) = self.exact.find_entry(hash, |&found| found == slot) {
+        if let Ok(entry) = self
+            .exact
+            .find_entry(self.hash(head.id()), |&found| found == slot)
+        {
             entry.remove();
         }
-        self.ordered.remove(&IdKey::of(head));
+        let mut key = IdKey::of(head);
+        self.ordered.remove(&key);
+        key.head.take()
     }
 
     /// The slots of the tasks whose id starts with `prefix`, in id order.
@@ -156,13 +179,14 @@ impl IdIndex {
         // id after the last match (a task the caller did not ask about, whose
         // head is likely out of the cache).
         let last = last_head8(prefix);
-        self.from(prefix)
+        self.from(prefix, last)
             .take_while(move |key| key.head8 <= last && key.id().starts_with(prefix))
             .map(IdKey::slot)
     }
 
-    /// The ordered map from the first id not less than `prefix` on: the ids
-    /// that start with it come first, one after the other.
+    /// The ordered map from the first id not less than `prefix` on (up to the
+    /// ids whose first eight bytes exceed `last`): the ids that start with it
+    /// come first, one after the other.
     ///
     /// The search goes down the tree by the first eight bytes alone; the only
     /// ids before the prefix it can land on share those bytes with it (a
@@ -170,12 +194,15 @@ impl IdIndex {
     /// bytes). It steps over a few; when more share them (ids with a long
     /// common head), it searches by the whole prefix instead, which reads ids
     /// on the way down but stays O(log n).
-    fn from<'a>(&'a self, prefix: &str) -> Range<'a, IdKey> {
+    fn from<'a>(&'a self, prefix: &str, last: u64) -> Range<'a, IdKey> {
         const STEPS: usize = 8;
-        let bound = IdKey::before(head8(prefix));
-        let mut range = self
-            .ordered
-            .range((Bound::Included(bound), Bound::Unbounded));
+        let start = IdKey::before(head8(prefix));
+        // Ending the range near its start keeps both of its searches on the
+        // same path down the tree.
+        let end = last.checked_add(1).map_or(Bound::Unbounded, |after| {
+            Bound::Excluded(IdKey::before(after))
+        });
+        let mut range = self.ordered.range((Bound::Included(start), end));
         for _ in 0..STEPS {
             let mut ahead = range.clone();
             match ahead.next() {
@@ -218,7 +245,8 @@ mod tests {
             .collect();
         let mut index = IdIndex::default();
         for head in &heads {
-            index.insert(Arc::clone(head), |slot| heads[slot as usize].id());
+            let hash = index.hash(head.id());
+            index.insert(hash, Arc::clone(head), |slot| heads[slot as usize].id());
         }
         (index, heads)
     }
@@ -252,7 +280,7 @@ mod tests {
         ];
         let mut keys: Vec<IdKey> = ids
             .iter()
-            .map(|id| IdKey::of(&Arc::new(TaskHead::new(id, "", "", None, 0, 0))))
+            .map(|id| IdKey::of(Arc::new(TaskHead::new(id, "", "", None, 0, 0))))
             .collect();
         keys.sort();
         ids.sort_unstable();
@@ -350,12 +378,15 @@ mod tests {
         let id_of = |slot: SlotId| heads[slot as usize].id();
         assert_eq!(index.get("x2", id_of), Some(1));
         assert_eq!(index.get("x", id_of), None);
-        index.remove(&heads[1]);
+        assert_eq!(
+            index.remove(Arc::clone(&heads[1])).map(|head| head.slot()),
+            Some(1)
+        );
         assert_eq!(
             (index.get("x2", id_of), index.len(), index.ordered_len()),
             (None, 2, 2)
         );
-        index.insert(Arc::clone(&heads[1]), id_of);
+        index.insert(index.hash("x2"), Arc::clone(&heads[1]), id_of);
         assert!(index.hashed("x2", 1));
         assert_eq!(index.get("x2", id_of), Some(1));
     }

@@ -235,9 +235,14 @@ impl Registry {
         reserved: bool,
         journal: Option<&dyn Journal>,
     ) -> Result<TaskSnapshot, RegisterError> {
+        let hash = self.ids.hash(&input.id);
         let refused = if input.id.is_empty() {
             Some(RegisterError::EmptyId)
-        } else if self.slot_of(&input.id).is_some() {
+        } else if self
+            .ids
+            .get_hashed(hash, &input.id, |slot| self.slots.id(slot))
+            .is_some()
+        {
             Some(RegisterError::DuplicateId(input.id.clone()))
         } else if reserved {
             None
@@ -295,7 +300,7 @@ impl Registry {
         });
         self.running.push(&mut self.slots, slot);
         let snapshot = TaskSnapshot::running(&head);
-        self.ids.insert(head, |slot| self.slots.id(slot));
+        self.ids.insert(hash, head, |slot| self.slots.id(slot));
         Ok(snapshot)
     }
 
@@ -491,9 +496,10 @@ impl Registry {
     /// took it out of the pending or delivered index).
     fn drop_record(&mut self, slot: SlotId) {
         if let Some(record) = self.slots.remove(slot) {
-            self.ids.remove(&record.head);
             self.finished_by_status[status_slot(record.status())] -= 1;
-            self.pruned.push(record.head);
+            if let Some(head) = self.ids.remove(record.head) {
+                self.pruned.push(head);
+            }
         }
     }
 

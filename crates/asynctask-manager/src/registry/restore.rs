@@ -83,7 +83,10 @@ impl Registry {
                     Record::ended(Arc::clone(&head), seq, end, completed_at, info.notified_at);
                 (record, head)
             });
-            registry.ids.insert(head, |slot| registry.slots.id(slot));
+            let hash = registry.ids.hash(head.id());
+            registry
+                .ids
+                .insert(hash, head, |slot| registry.slots.id(slot));
             if running {
                 interrupted.push((seq, slot));
             } else {
