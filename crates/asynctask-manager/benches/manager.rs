@@ -67,7 +67,7 @@ fn register_input(bencher: Bencher) {
 }
 
 /// register + complete + mark_notified on an otherwise empty registry.
-#[divan::bench]
+#[divan::bench(sample_size = 50)]
 fn register_complete_mark(bencher: Bencher) {
     let manager = manager_holding(0);
     let mut n = 1u64 << 40;
@@ -112,7 +112,9 @@ fn pending_notifications(bencher: Bencher, held: usize) {
 
 /// register, complete, find_by_prefix, pending_notifications, mark_notified
 /// (which prunes a task: the history is full) with `held` other tasks running.
-#[divan::bench(args = HELD)]
+/// Fifty cycles a sample: a sample of one cycle would also time the clock's
+/// read and a cache the bench's own bookkeeping has just disturbed.
+#[divan::bench(args = HELD, sample_size = 50)]
 fn churn(bencher: Bencher, held: usize) {
     let manager = manager_holding(held);
     let mut n = 1u64 << 40;
