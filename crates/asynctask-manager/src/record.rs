@@ -24,13 +24,13 @@ const NIL: SlotId = SlotId::MAX;
 pub(crate) struct Record {
     pub(crate) head: Arc<TaskHead>,
     pub(crate) seq: Seq,
-    state: State,
+    state: RunState,
 }
 
 /// A running task keeps its subagent's token and its place in the list of
 /// running tasks; a finished one drops both and keeps how it ended.
 #[derive(Debug)]
-enum State {
+enum RunState {
     Running {
         token: CancellationToken,
         /// The neighbours in the list of running tasks ([`NIL`] at its ends).
@@ -77,7 +77,7 @@ impl Record {
         Record {
             head,
             seq,
-            state: State::Running {
+            state: RunState::Running {
                 token,
                 prev: NIL,
                 next: NIL,
@@ -97,7 +97,7 @@ impl Record {
         Record {
             head,
             seq,
-            state: State::Ended(Ended {
+            state: RunState::Ended(Ended {
                 end,
                 completed_at,
                 finish_order: 0,
@@ -108,39 +108,39 @@ impl Record {
 
     pub(crate) fn status(&self) -> AsyncTaskStatus {
         match &self.state {
-            State::Running { .. } => AsyncTaskStatus::Running,
-            State::Ended(ended) => ended.end.status(),
+            RunState::Running { .. } => AsyncTaskStatus::Running,
+            RunState::Ended(ended) => ended.end.status(),
         }
     }
 
     pub(crate) fn is_running(&self) -> bool {
-        matches!(self.state, State::Running { .. })
+        matches!(self.state, RunState::Running { .. })
     }
 
     pub(crate) fn token(&self) -> Option<&CancellationToken> {
         match &self.state {
-            State::Running { token, .. } => Some(token),
-            State::Ended(_) => None,
+            RunState::Running { token, .. } => Some(token),
+            RunState::Ended(_) => None,
         }
     }
 
     pub(crate) fn notified_at(&self) -> Option<u64> {
         match &self.state {
-            State::Running { .. } => None,
-            State::Ended(ended) => ended.notified_at,
+            RunState::Running { .. } => None,
+            RunState::Ended(ended) => ended.notified_at,
         }
     }
 
     /// Sets the finish order of a task that ended (a restore ranks them).
     pub(crate) fn set_finish_order(&mut self, order: u64) {
-        if let State::Ended(ended) = &mut self.state {
+        if let RunState::Ended(ended) = &mut self.state {
             ended.finish_order = order;
         }
     }
 
     /// The task as it is.
     pub(crate) fn snapshot(&self) -> TaskSnapshot {
-        let State::Ended(ended) = &self.state else {
+        let RunState::Ended(ended) = &self.state else {
             return TaskSnapshot::running(&self.head);
         };
         let (output, error) = match &ended.end {
@@ -162,16 +162,16 @@ impl Record {
     /// unless the caller took the task out of the running list first; else
     /// returns the token the task had.
     pub(crate) fn end(&mut self, end: End, now_ms: u64, order: u64) -> Option<CancellationToken> {
-        let ended = State::Ended(Ended {
+        let ended = RunState::Ended(Ended {
             end,
             completed_at: now_ms,
             finish_order: order,
             notified_at: None,
         });
         match std::mem::replace(&mut self.state, ended) {
-            State::Running { token, .. } => Some(token),
+            RunState::Running { token, .. } => Some(token),
             // Not running: put the first end back.
-            was @ State::Ended(_) => {
+            was @ RunState::Ended(_) => {
                 self.state = was;
                 None
             }
@@ -181,7 +181,7 @@ impl Record {
     /// Refused unless terminal and not yet notified.
     pub(crate) fn mark_notified(&mut self, now_ms: u64) -> bool {
         match &mut self.state {
-            State::Ended(ended) if ended.notified_at.is_none() => {
+            RunState::Ended(ended) if ended.notified_at.is_none() => {
                 ended.notified_at = Some(now_ms);
                 true
             }
@@ -193,15 +193,15 @@ impl Record {
     /// (`(0, 0)` while running).
     pub(crate) fn delivered_key(&self) -> (u64, u64) {
         match &self.state {
-            State::Running { .. } => (0, 0),
-            State::Ended(ended) => (ended.completed_at, ended.finish_order),
+            RunState::Running { .. } => (0, 0),
+            RunState::Ended(ended) => (ended.completed_at, ended.finish_order),
         }
     }
 
     /// The journal entry of the terminal transition this task made (`None`
     /// while it runs).
     pub(crate) fn finished_entry(&self) -> Option<JournalEntry<'_>> {
-        let State::Ended(ended) = &self.state else {
+        let RunState::Ended(ended) = &self.state else {
             return None;
         };
         let outcome = match &ended.end {
@@ -220,15 +220,15 @@ impl Record {
     /// The running list's links (`None` once the task has ended).
     fn links(&mut self) -> Option<(&mut SlotId, &mut SlotId)> {
         match &mut self.state {
-            State::Running { prev, next, .. } => Some((prev, next)),
-            State::Ended(_) => None,
+            RunState::Running { prev, next, .. } => Some((prev, next)),
+            RunState::Ended(_) => None,
         }
     }
 
     fn next(&self) -> SlotId {
         match self.state {
-            State::Running { next, .. } => next,
-            State::Ended(_) => NIL,
+            RunState::Running { next, .. } => next,
+            RunState::Ended(_) => NIL,
         }
     }
 }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::capture::{ByteTail, InlineText, json_cost, json_len};
 use crate::config::{EnvName, ProcessRunnerConfig, StdinMode, SubagentCommand};
-use crate::group::{ProcessGroup, Registry, describe_exit};
+use crate::group::{LiveSubagents, ProcessGroup, describe_exit};
 use crate::output::{TempOutputDir, file_stem};
 use crate::sys;
 
@@ -270,7 +270,7 @@ struct Shared {
     /// clone.
     temp_dir: TempOutputDir,
     /// Every live subagent, for [`ProcessRunner::terminate_all`].
-    live: Arc<Registry>,
+    live: Arc<LiveSubagents>,
 }
 
 /// How to start the reaper: its program and the arguments before its own.
