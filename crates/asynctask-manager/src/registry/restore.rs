@@ -7,8 +7,7 @@ use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use super::{Registry, status_slot};
 use crate::journal::{Journal, JournalError, RestoreError, StoredTask, inconsistency};
 use crate::record::{End, Record, Seq};
-use crate::snapshot::SlotId;
-use crate::snapshot::TaskHead;
+use crate::snapshot::{SlotId, TaskHead};
 
 impl Registry {
     /// A registry rebuilt from stored tasks (in registration order), every
