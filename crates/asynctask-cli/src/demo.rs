@@ -319,7 +319,7 @@ fn failed_id(runtime: &AsyncTaskRuntime, ids: &[String]) -> Option<String> {
             runtime
                 .manager()
                 .task(id)
-                .is_some_and(|task| task.status == AsyncTaskStatus::Failed)
+                .is_some_and(|task| task.status() == AsyncTaskStatus::Failed)
         })
         .cloned()
 }
@@ -329,7 +329,7 @@ fn running_status(runtime: &AsyncTaskRuntime) -> String {
         .manager()
         .running_tasks()
         .into_iter()
-        .map(|task| task.subagent_name)
+        .map(|task| task.subagent_name().to_owned())
         .collect();
     format!("running: {}", running.join(", "))
 }
@@ -372,9 +372,9 @@ fn print_event(event: &TaskEvent, busy: bool, t: &mut Transcript<'_>) -> Result<
         "asynctask",
         &format!(
             "task {} ({}) {} — {note}",
-            id_prefix(&task.id),
-            task.subagent_name,
-            task.status
+            id_prefix(task.id()),
+            task.subagent_name(),
+            task.status()
         ),
     )
 }

@@ -15,7 +15,7 @@ use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manager = AsyncTaskManager::new(MaxAsyncTasks::new(2)?);
     let _log = manager.subscribe(|event| {
-        println!("event: {} is {}", event.task().id, event.status());
+        println!("event: {} is {}", event.task().id(), event.status());
     });
 
     manager.register_task(RegisterTaskInput::new(
@@ -40,13 +40,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     if let PrefixMatch::One(task) = manager.find_by_prefix("7b2e") {
-        println!("prefix 7b2e is {} ({})", task.id, task.subagent_name);
-        manager.cancel_task(&task.id);
+        println!("prefix 7b2e is {} ({})", task.id(), task.subagent_name());
+        manager.cancel_task(task.id());
     }
 
     for task in manager.pending_notifications() {
-        println!("deliver to the model: {} ({})", task.id, task.status);
-        manager.mark_notified(&task.id);
+        println!("deliver to the model: {} ({})", task.id(), task.status());
+        manager.mark_notified(task.id());
     }
     println!("counts: {:?}", manager.counts());
     asynctask_manager::check_invariants(&manager)?;

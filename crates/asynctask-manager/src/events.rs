@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+use asynctask_model::AsyncTaskStatus;
+
+use crate::snapshot::{TaskHead, TaskSnapshot};
 
 /// A task reached a terminal state. Carries the task as it was right after the
 /// transition.
@@ -13,31 +15,31 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 /// # Examples
 ///
 /// ```
-/// use asynctask_manager::TaskEvent;
+/// use asynctask_manager::{TaskEvent, TaskSnapshot};
 /// use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 ///
 /// let mut task = AsyncTaskInfo::new("id", "agent", "goal", 0);
 /// task.cancel(5);
-/// let event = TaskEvent::Cancelled(task);
-/// assert_eq!(event.task().id, "id");
+/// let event = TaskEvent::from_task(TaskSnapshot::from(task)).unwrap();
+/// assert_eq!(event.task().id(), "id");
 /// assert_eq!(event.status(), AsyncTaskStatus::Cancelled);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskEvent {
     /// The task completed with an output.
-    Completed(AsyncTaskInfo),
+    Completed(TaskSnapshot),
     /// The task failed with an error.
-    Failed(AsyncTaskInfo),
+    Failed(TaskSnapshot),
     /// The task was cancelled.
-    Cancelled(AsyncTaskInfo),
+    Cancelled(TaskSnapshot),
 }
 
 impl TaskEvent {
     /// The event for a task that just reached a terminal state (`None` for a
     /// running task).
     #[must_use]
-    pub fn from_task(task: AsyncTaskInfo) -> Option<Self> {
-        match task.status {
+    pub fn from_task(task: TaskSnapshot) -> Option<Self> {
+        match task.status() {
             AsyncTaskStatus::Running => None,
             AsyncTaskStatus::Completed => Some(TaskEvent::Completed(task)),
             AsyncTaskStatus::Failed => Some(TaskEvent::Failed(task)),
@@ -47,7 +49,7 @@ impl TaskEvent {
 
     /// The task, as it was right after the transition.
     #[must_use]
-    pub fn task(&self) -> &AsyncTaskInfo {
+    pub fn task(&self) -> &TaskSnapshot {
         match self {
             TaskEvent::Completed(task) | TaskEvent::Failed(task) | TaskEvent::Cancelled(task) => {
                 task
@@ -58,7 +60,7 @@ impl TaskEvent {
     /// The terminal status the task reached.
     #[must_use]
     pub fn status(&self) -> AsyncTaskStatus {
-        self.task().status
+        self.task().status()
     }
 }
 
@@ -114,9 +116,10 @@ pub(crate) struct Replaced(
     #[expect(dead_code, reason = "held only to be dropped")] Option<Arc<[PruneSubscriber]>>,
 );
 
-/// Task ids just pruned, with the handlers they go to.
+/// Tasks just pruned (their heads, for their ids), with the handlers they go
+/// to.
 pub(crate) struct PruneDelivery {
-    ids: Vec<Arc<str>>,
+    heads: Vec<Arc<TaskHead>>,
     subscribers: Arc<[PruneSubscriber]>,
 }
 
@@ -124,7 +127,8 @@ impl PruneDelivery {
     /// Runs every handler on every id, with no lock held. A handler that
     /// panics is logged and does not stop the others.
     pub(crate) fn run(self) {
-        for id in &self.ids {
+        for head in &self.heads {
+            let id = head.id();
             for subscriber in self.subscribers.iter() {
                 let outcome = catch_unwind(AssertUnwindSafe(|| (subscriber.handler)(id)));
                 if let Err(panic) = outcome {
@@ -160,6 +164,12 @@ impl Dispatcher {
     /// Whether anyone listens (so a transition need not build its event).
     pub(crate) fn has_subscribers(&self) -> bool {
         !self.subscribers.is_empty()
+    }
+
+    /// Whether anyone listens to pruning (so a change need not keep what it
+    /// pruned).
+    pub(crate) fn has_prune_subscribers(&self) -> bool {
+        !self.prune_subscribers.is_empty()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -225,13 +235,13 @@ impl Dispatcher {
         )
     }
 
-    /// The delivery of `ids`, just pruned, to the handlers of pruned ids;
-    /// `None` when there is nothing to tell or no one to tell it to.
-    pub(crate) fn pruned(&self, ids: Vec<Arc<str>>) -> Option<PruneDelivery> {
-        (!ids.is_empty() && !self.prune_subscribers.is_empty()).then(|| PruneDelivery {
-            ids,
+    /// The delivery of the tasks of `heads`, just pruned, to the handlers of
+    /// pruned ids.
+    pub(crate) fn pruned(&self, heads: Vec<Arc<TaskHead>>) -> PruneDelivery {
+        PruneDelivery {
+            heads,
             subscribers: Arc::clone(&self.prune_subscribers),
-        })
+        }
     }
 
     /// Queues `event` for the current subscribers. `true`: nobody is draining,
@@ -267,7 +277,7 @@ fn run_handlers(event: &TaskEvent, subscribers: &[Subscriber]) {
         let outcome = catch_unwind(AssertUnwindSafe(|| (subscriber.handler)(event)));
         if let Err(panic) = outcome {
             tracing::error!(
-                task_id = %event.task().id,
+                task_id = %event.task().id(),
                 subscriber = subscriber.id,
                 panic = %panic_message(panic.as_ref()),
                 "an async task event handler panicked; the other handlers still ran"

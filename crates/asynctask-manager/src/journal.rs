@@ -33,21 +33,21 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
 ///   the lock is released.
 /// - **Panics are failures.** A panicking `record` is caught and treated as a
 ///   failed write with the panic's message.
-/// - **Entries can repeat.** A terminal transition or a removal whose write
-///   failed is sent again, ahead of the next change, until a write succeeds
-///   (see below). A write reported as failed may have been recorded all the
-///   same (an `fsync` that failed after the data was written, say), so a
-///   journal must accept a `Finished` or `Removed` entry whose effect it
-///   already holds, and a `Notified` entry for a task it holds as notified
-///   (the result was delivered again: keep the later time).
+/// - **Entries can repeat.** A terminal transition, a mark or a removal whose
+///   write failed is sent again, ahead of the next change, until a write
+///   succeeds (see below). A write reported as failed may have been recorded
+///   all the same (an `fsync` that failed after the data was written, say), so
+///   a journal must accept a `Finished`, `Notified` or `Removed` entry whose
+///   effect it already holds (for `Notified`, keep the later time: a result
+///   delivered again after a restart is marked again).
 ///
 /// # When a write fails
 ///
 /// | change | what the manager does |
 /// |---|---|
 /// | a registration | refused with [`RegisterError::Journal`](crate::RegisterError::Journal): nothing runs that the store does not know |
-/// | `mark_notified` | not applied: the result stays pending, so it is delivered again rather than lost |
-/// | a terminal transition | applied in memory anyway (a task must never stay running forever: its slot is free) and logged at error level, but its result is *held*: not offered for delivery, not markable, and its event not sent, until a write records it — the next change's write, or [`AsyncTaskManager::retry_journal`](crate::AsyncTaskManager::retry_journal) (which `AsyncTaskRuntime` calls with backoff). If the process ends first, the task comes back as interrupted, and the model never saw the result the store lost |
+/// | `mark_notified` | applied in memory anyway (the result was delivered: it is not offered again) and logged, and written again like a terminal transition. If the process ends first, the store still holds the result undelivered, and it is delivered again after the restart: the one window in which a result may reach the model twice |
+/// | a terminal transition | applied in memory anyway (a task must never stay running forever: its slot is free) and logged at error level, but the task is *unrecorded*: its result is not offered for delivery, not markable, and its event not sent, until a write records it — the next change's write, or [`AsyncTaskManager::retry_journal`](crate::AsyncTaskManager::retry_journal) (which `AsyncTaskRuntime` calls with backoff). If the process ends first, the task comes back as interrupted, and the model never saw the result the store lost |
 /// | pruning alone (`set_max_async_tasks`) | applied in memory anyway and logged; written again like a terminal transition (and a restore prunes the store again) |
 ///
 /// # Examples

@@ -17,7 +17,10 @@
 //! - **Pruning skips, never stops.** Delivered history is trimmed to the history
 //!   limit, oldest-finished first; an un-notified task never blocks the removal of
 //!   others, so memory stays bounded.
-//! - **Costs do not grow with history.** Every operation is O(log n) or better.
+//! - **Costs do not grow with history.** Every operation is O(log n) or better,
+//!   and every read returns [`TaskSnapshot`]s: cheap views that share what does
+//!   not change (the id, the goal, the output) with the registry instead of
+//!   copying it.
 //! - **Results can outlive the process.** A [`Journal`] is told of every change
 //!   before it is visible; [`AsyncTaskManager::restore`] rebuilds the registry
 //!   from what a store kept, and reports tasks that were running as interrupted
@@ -37,7 +40,7 @@
 //! use asynctask_model::MaxAsyncTasks;
 //!
 //! let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
-//! let _events = manager.on_task_cancelled(|task| println!("cancelled {}", task.id));
+//! let _events = manager.on_task_cancelled(|task| println!("cancelled {}", task.id()));
 //! let input = RegisterTaskInput::new("7f3a09c1", "researcher", "find the bug");
 //! let token = input.cancellation.clone();
 //! manager.register_task(input)?;
@@ -51,11 +54,15 @@
 //! ```
 
 mod admission;
+mod backlog;
 mod events;
+mod index;
 mod journal;
 mod live;
 mod manager;
+mod record;
 mod registry;
+mod snapshot;
 
 pub use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
 pub use crate::events::TaskEvent;
@@ -66,7 +73,11 @@ pub use crate::journal::{
 pub use crate::live::{
     Inbox, InboxError, InboxSender, MessageError, ProgressSnapshot, TaskProgress,
 };
-pub use crate::manager::{AsyncTaskManager, Reservation, Subscription, WeakAsyncTaskManager};
+pub use crate::manager::AsyncTaskManager;
+pub use crate::manager::journaled::WeakAsyncTaskManager;
+pub use crate::manager::reservation::Reservation;
+pub use crate::manager::subscriptions::Subscription;
+pub use crate::snapshot::{TaskSnapshot, TaskView};
 pub use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks};
 pub use tokio_util::sync::CancellationToken;
 
@@ -81,7 +92,7 @@ pub use tokio_util::sync::CancellationToken;
 /// manager.register_task(RegisterTaskInput::new("ab12", "a", "g"))?;
 /// manager.register_task(RegisterTaskInput::new("ab34", "b", "g"))?;
 /// assert!(matches!(manager.find_by_prefix("ab"), PrefixMatch::Ambiguous(c) if c.len() == 2));
-/// assert!(matches!(manager.find_by_prefix("ab3"), PrefixMatch::One(t) if t.id == "ab34"));
+/// assert!(matches!(manager.find_by_prefix("ab3"), PrefixMatch::One(t) if t.id() == "ab34"));
 /// assert_eq!(manager.find_by_prefix("AB"), PrefixMatch::None, "case-sensitive");
 /// # Ok::<(), asynctask_manager::RegisterError>(())
 /// ```
@@ -90,9 +101,9 @@ pub enum PrefixMatch {
     /// No task id starts with the prefix.
     None,
     /// Exactly one does.
-    One(AsyncTaskInfo),
+    One(TaskSnapshot),
     /// Several do; the candidates in registration order.
-    Ambiguous(Vec<AsyncTaskInfo>),
+    Ambiguous(Vec<TaskSnapshot>),
 }
 
 /// How many tasks the registry holds, by status, and what awaits delivery.
@@ -114,14 +125,14 @@ pub enum PrefixMatch {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TaskCounts {
-    /// Running tasks, and finished ones whose end the journal has not
-    /// recorded yet (readers see them running until it has).
+    /// Running tasks, and *unrecorded* ones: finished, but their end not
+    /// recorded by the journal yet (readers see them running until it is).
     pub running: usize,
-    /// Completed tasks still held.
+    /// Completed tasks in the registry (unrecorded ones aside).
     pub completed: usize,
-    /// Failed tasks still held.
+    /// Failed tasks in the registry (unrecorded ones aside).
     pub failed: usize,
-    /// Cancelled tasks still held.
+    /// Cancelled tasks in the registry (unrecorded ones aside).
     pub cancelled: usize,
     /// Terminal tasks not yet delivered to the model.
     pub pending_notifications: usize,
@@ -130,7 +141,7 @@ pub struct TaskCounts {
 }
 
 impl TaskCounts {
-    /// Every task held (running and terminal).
+    /// Every task in the registry (running and terminal).
     #[must_use]
     pub fn total(&self) -> usize {
         self.running + self.completed + self.failed + self.cancelled
@@ -154,8 +165,9 @@ pub struct InvariantViolation {
 /// - terminal tasks never exceed the history limit plus the un-notified ones, and
 ///   above the history limit no notified task remains;
 /// - `notified_at` is only ever set on terminal tasks;
-/// - every index (by id, running, pending, pruning order, counts) agrees with the
-///   registry.
+/// - every index (by id, hashed and ordered; running, pending, pruning order,
+///   counts) agrees with the registry, and every unrecorded task is pending with
+///   its transition waiting for the journal.
 ///
 /// Hosts call it in their own property tests; ours call it after every step.
 ///

@@ -1,16 +1,25 @@
-//! `AsyncTaskManager`: the shared, thread-safe handle on the registry.
+//! `AsyncTaskManager`: the shared, thread-safe handle on the registry — its
+//! state, transitions, reads and marks. Restoring and journal retries
+//! (`journaled`), reservations (`reservation`) and subscriptions
+//! (`subscriptions`) are in child modules, which use this one and are used by
+//! none of it.
+
+pub(crate) mod journaled;
+pub(crate) mod reservation;
+pub(crate) mod subscriptions;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_model::{AsyncTaskInfo, Clock, MaxAsyncTasks, OutputObject, SystemClock};
+use asynctask_model::{Clock, MaxAsyncTasks, OutputObject, SystemClock};
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
-use crate::events::{Dispatcher, Handler, PruneDelivery, PruneHandler, TaskEvent};
-use crate::journal::{Journal, JournalError, RestoreError, StoredTask};
+use crate::events::{Dispatcher, PruneDelivery, TaskEvent};
+use crate::journal::{Journal, JournalError};
 use crate::live::{MessageError, TaskProgress};
-use crate::registry::{Finished, Registry, Terminal};
+use crate::registry::{Marked, Registry, Terminal, Transition};
+use crate::snapshot::TaskSnapshot;
 use crate::{PrefixMatch, TaskCounts};
 
 /// The registry of background tasks: a cheap handle, clones share one registry.
@@ -21,8 +30,10 @@ use crate::{PrefixMatch, TaskCounts};
 /// terminal transition. It never spawns or awaits anything, so it works the same
 /// from async code, threads, or tests.
 ///
-/// Every operation is O(log n) in the number of tasks held, plus O(k) to return k
-/// results. All queries return snapshots in registration order.
+/// Every operation is O(log n) or better in the number of tasks held (a lookup
+/// by exact id is O(1)), plus O(k) to return k results. All queries return
+/// [`TaskSnapshot`]s — cheap views that share what does not change with the
+/// registry — in registration order.
 ///
 /// # Journal
 ///
@@ -52,7 +63,7 @@ use crate::{PrefixMatch, TaskCounts};
 /// assert!(!manager.cancel_task("7f3a09c1-aa"), "the first transition wins");
 ///
 /// let PrefixMatch::One(task) = manager.find_by_prefix("7f3a") else { panic!() };
-/// assert_eq!(task.status, AsyncTaskStatus::Completed);
+/// assert_eq!(task.status(), AsyncTaskStatus::Completed);
 ///
 /// // Until the model is told, the task is pending; afterwards it may be pruned.
 /// assert_eq!(manager.pending_notifications().len(), 1);
@@ -83,34 +94,6 @@ impl Drop for Shared {
     }
 }
 
-/// A handle on an [`AsyncTaskManager`] that does not keep it alive.
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_manager::AsyncTaskManager;
-///
-/// let manager = AsyncTaskManager::default();
-/// let weak = manager.downgrade();
-/// assert!(weak.upgrade().is_some());
-/// drop(manager);
-/// assert!(weak.upgrade().is_none());
-/// ```
-#[derive(Clone, Debug)]
-pub struct WeakAsyncTaskManager {
-    shared: std::sync::Weak<Shared>,
-}
-
-impl WeakAsyncTaskManager {
-    /// The manager, while any handle on it is alive.
-    #[must_use]
-    pub fn upgrade(&self) -> Option<AsyncTaskManager> {
-        self.shared
-            .upgrade()
-            .map(|shared| AsyncTaskManager { shared })
-    }
-}
-
 /// Everything behind the one lock.
 struct State {
     registry: Registry,
@@ -119,10 +102,11 @@ struct State {
 
 impl State {
     /// The tasks the last change pruned, for their handlers to hear of once
-    /// the lock is released.
+    /// the lock is released (`None`, and nothing kept, when nobody listens).
     fn take_pruned(&mut self) -> Option<PruneDelivery> {
-        let ids = self.registry.take_pruned();
-        self.events.pruned(ids)
+        let keep = self.events.has_prune_subscribers();
+        let heads = self.registry.take_pruned(keep)?;
+        Some(self.events.pruned(heads))
     }
 }
 
@@ -180,9 +164,9 @@ impl AsyncTaskManager {
         manager
     }
 
-    /// After an operation that wrote to the journal: announces the held tasks
-    /// the journal caught up with (their transitions' events were held back
-    /// with them), and signals [`journal_failed`](Self::journal_failed) when
+    /// After an operation that wrote to the journal: announces the
+    /// unrecorded tasks the journal caught up with (their transitions' events
+    /// waited with them), and signals [`journal_failed`](Self::journal_failed) when
     /// changes still wait. Returns whether events wait to be drained.
     fn after_journal(&self, state: &mut State) -> bool {
         if self.shared.journal.is_none() {
@@ -192,163 +176,13 @@ impl AsyncTaskManager {
             self.shared.journal_failed.notify_one();
         }
         let mut drain = false;
-        for task in state.registry.take_released() {
-            tracing::info!(task_id = %task.id, "the journal caught up: the task's result may now be delivered");
+        for task in state.registry.take_recorded() {
+            tracing::info!(task_id = %task.id(), "the journal caught up: the task's result may now be delivered");
             if let Some(event) = TaskEvent::from_task(task) {
                 drain |= state.events.push(event);
             }
         }
         drain
-    }
-
-    /// Resolves when a journal write fails and leaves changes waiting (at once
-    /// if one failed since the last wait), or when the last handle on the
-    /// manager is dropped: a host then calls
-    /// [`retry_journal`](Self::retry_journal), with a backoff of its choosing,
-    /// until it succeeds. Never returns for a manager without a journal.
-    ///
-    /// A terminal transition whose write failed is applied in memory (its slot
-    /// is free) but its result is *held*: not offered for delivery, nor
-    /// markable, until the journal has recorded it — a result the store does
-    /// not hold must never reach the model. The next successful write of any
-    /// change catches up too. `AsyncTaskRuntime` runs this loop for its host.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: a failure signalled while nobody waits is kept for the
-    /// next wait. The future holds no handle on the manager, so a task that
-    /// waits on it (with a [`WeakAsyncTaskManager`] for the retries) does not
-    /// keep the manager, or its journal's store, alive.
-    pub fn journal_failed(&self) -> impl Future<Output = ()> + Send + 'static {
-        let journaled = self.shared.journal.is_some();
-        let failed = Arc::clone(&self.shared.journal_failed);
-        async move {
-            if !journaled {
-                std::future::pending::<()>().await;
-            }
-            failed.notified().await;
-        }
-    }
-
-    /// A handle that does not keep the manager alive (see
-    /// [`journal_failed`](Self::journal_failed)).
-    #[must_use]
-    pub fn downgrade(&self) -> WeakAsyncTaskManager {
-        WeakAsyncTaskManager {
-            shared: Arc::downgrade(&self.shared),
-        }
-    }
-
-    /// Writes the changes the journal missed. `Ok(true)` when there were some
-    /// and they are recorded now (held results become deliverable, and their
-    /// events are delivered); `Ok(false)` when nothing waited (or there is no
-    /// journal).
-    ///
-    /// # Errors
-    ///
-    /// The [`JournalError`] of the write; the changes keep waiting.
-    pub fn retry_journal(&self) -> Result<bool, JournalError> {
-        let Some(journal) = self.journal() else {
-            return Ok(false);
-        };
-        let (written, drain) = {
-            let mut state = self.lock();
-            if !state.registry.has_backlog() {
-                return Ok(false);
-            }
-            let written = state.registry.retry_journal(journal);
-            let drain = written.is_ok() && self.after_journal(&mut state);
-            (written, drain)
-        };
-        if drain {
-            self.drain_events();
-        }
-        written.map(|()| true)
-    }
-
-    /// Whether some changes wait for the journal (a write failed and no later
-    /// write succeeded yet).
-    #[must_use]
-    pub fn has_journal_backlog(&self) -> bool {
-        self.lock().registry.has_backlog()
-    }
-
-    /// A manager that journals every change to `journal`, holding `tasks` —
-    /// what the journal's store held, in registration order (an empty `Vec`
-    /// for a new store).
-    ///
-    /// Every index is rebuilt. Tasks stored as running ran in a process that
-    /// has ended, so they come back **failed** with an error that says they
-    /// were interrupted ([`StoredTask::interrupted_error`]), completed now: they
-    /// are pending, and delivered like any other result. Then the history limit
-    /// applies: the oldest-finished notified tasks beyond it are pruned. Both
-    /// are journaled, as one change; if that write fails it is logged and the
-    /// manager is built all the same (as for any terminal transition). No event
-    /// is emitted.
-    ///
-    /// # Errors
-    ///
-    /// [`RestoreError`] when the tasks are not a registry: an empty or repeated
-    /// id, or a task that breaks the model's rules (a completed task without an
-    /// output, say). Nothing is journaled then.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::{Arc, Mutex};
-    /// use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, StoredTask};
-    /// use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks};
-    ///
-    /// /// Counts the changes it is told of.
-    /// #[derive(Default)]
-    /// struct Count(Mutex<usize>);
-    /// impl Journal for Count {
-    ///     fn record(&self, entries: &[JournalEntry<'_>]) -> Result<(), JournalError> {
-    ///         *self.0.lock().map_err(|_| JournalError::new("poisoned"))? += entries.len();
-    ///         Ok(())
-    ///     }
-    /// }
-    ///
-    /// let mut done = AsyncTaskInfo::new("b2", "tester", "run the suite", 1_000);
-    /// done.fail("exit status 2", 2_000);
-    /// let stored = vec![
-    ///     StoredTask::new(AsyncTaskInfo::new("a1", "researcher", "map the code", 1_000)).with_process("pid 4242"),
-    ///     StoredTask::new(done),
-    /// ];
-    /// let journal = Arc::new(Count::default());
-    /// let clock = Arc::new(ManualClock::new(9_000));
-    /// let manager = AsyncTaskManager::restore(MaxAsyncTasks::default(), clock, journal.clone(), stored)?;
-    ///
-    /// let a1 = manager.task("a1").unwrap();
-    /// assert_eq!((a1.status, a1.completed_at), (AsyncTaskStatus::Failed, Some(9_000)));
-    /// assert!(a1.error.unwrap().starts_with("interrupted: the process running this task ended"));
-    /// assert_eq!(manager.pending_notifications().len(), 2, "both results await delivery");
-    /// assert_eq!(*journal.0.lock().unwrap(), 1, "the interruption was journaled");
-    /// # Ok::<(), asynctask_manager::RestoreError>(())
-    /// ```
-    pub fn restore(
-        max: MaxAsyncTasks,
-        clock: Arc<dyn Clock>,
-        journal: Arc<dyn Journal>,
-        tasks: Vec<StoredTask>,
-    ) -> Result<Self, RestoreError> {
-        // The host's clock is user code: read before building anything.
-        let now = clock.now_ms();
-        let (registry, error) = Registry::restore(max, tasks, now, Some(journal.as_ref()))?;
-        if let Some(error) = error {
-            tracing::error!(
-                error = %error.chain(),
-                "the journal could not record the tasks restored as interrupted (or the history \
-                 pruned on restore); restored in memory anyway, and a later restore redoes it"
-            );
-        }
-        let counts = registry.counts();
-        tracing::debug!(
-            held = counts.total(),
-            pending = counts.pending_notifications,
-            "async task registry restored"
-        );
-        Ok(AsyncTaskManager::from_parts(clock, Some(journal), registry))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -415,19 +249,6 @@ impl AsyncTaskManager {
         self.lock().registry.check_limit()
     }
 
-    /// Takes a slot under the limit before the task's id is known.
-    ///
-    /// # Errors
-    ///
-    /// [`LimitReached`] when running tasks plus reservations fill the limit.
-    pub fn reserve(&self) -> Result<Reservation, LimitReached> {
-        self.lock().registry.reserve()?;
-        Ok(Reservation {
-            manager: self.clone(),
-            spent: false,
-        })
-    }
-
     fn release_reservation(&self) {
         self.lock().registry.release_reservation();
     }
@@ -441,7 +262,7 @@ impl AsyncTaskManager {
     /// [`RegisterError::DuplicateId`] when the id is taken (the task holding it is
     /// untouched), [`RegisterError::EmptyId`] for an empty id,
     /// [`RegisterError::Journal`] when the journal could not record it.
-    pub fn register_task(&self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
+    pub fn register_task(&self, input: RegisterTaskInput) -> Result<TaskSnapshot, RegisterError> {
         self.register(input, false)
     }
 
@@ -449,7 +270,7 @@ impl AsyncTaskManager {
         &self,
         input: RegisterTaskInput,
         reserved: bool,
-    ) -> Result<AsyncTaskInfo, RegisterError> {
+    ) -> Result<TaskSnapshot, RegisterError> {
         let now = self.now();
         let id = (self.journal().is_some()).then(|| input.id.clone());
         let (registered, drain) = {
@@ -464,7 +285,7 @@ impl AsyncTaskManager {
         }
         match &registered {
             Ok(task) => {
-                tracing::debug!(task_id = %task.id, subagent = %task.subagent_name, reserved, "async task registered");
+                tracing::debug!(task_id = %task.id(), subagent = %task.subagent_name(), reserved, "async task registered");
             }
             Err(RegisterError::Journal(error)) => {
                 tracing::error!(
@@ -481,26 +302,27 @@ impl AsyncTaskManager {
     /// Completes a running task with its output. Returns `false`, changing
     /// nothing, when the task is unknown or already terminal.
     pub fn complete_task(&self, id: &str, output: OutputObject) -> bool {
-        self.finish(id, Terminal::Completed(output)).is_some()
+        self.transition(id, Terminal::Completed(output)).is_some()
     }
 
     /// Fails a running task with an error message. Returns `false`, changing
     /// nothing, when the task is unknown or already terminal.
     pub fn fail_task(&self, id: &str, error: impl Into<String>) -> bool {
-        self.finish(id, Terminal::Failed(error.into())).is_some()
+        self.transition(id, Terminal::Failed(error.into()))
+            .is_some()
     }
 
     /// Cancels a running task and its cancellation token. Returns `false`,
     /// changing nothing, when the task is unknown or already terminal.
     pub fn cancel_task(&self, id: &str) -> bool {
-        self.finish(id, Terminal::Cancelled).is_some()
+        self.transition(id, Terminal::Cancelled).is_some()
     }
 
     /// Applies a terminal transition; then, outside the lock, cancels the task's
     /// token (for a cancel: before any handler runs, so the runner hears of it at
     /// once) and delivers the event. Returns the task's token when the transition
     /// happened.
-    fn finish(&self, id: &str, terminal: Terminal) -> Option<CancellationToken> {
+    fn transition(&self, id: &str, terminal: Terminal) -> Option<CancellationToken> {
         // The span covers the event handlers too: what they log carries the id.
         let _span =
             tracing::debug_span!("async_task_transition", task_id = %id, to = terminal.name())
@@ -510,27 +332,27 @@ impl AsyncTaskManager {
         let (drain, token, pruned) = {
             let mut state = self.lock();
             let snapshot = state.events.has_subscribers();
-            let Finished {
+            let Transition {
                 task,
                 token,
                 journal_error,
             } = state
                 .registry
-                .finish(id, terminal, now, snapshot, self.journal())?;
-            let held = journal_error.is_some();
+                .transition(id, terminal, now, snapshot, self.journal())?;
+            let unrecorded = journal_error.is_some();
             if let Some(error) = journal_error {
                 tracing::error!(
                     task_id = %id,
                     error = %error.chain(),
                     "the journal could not record a terminal transition; applied in memory anyway \
-                     (a task must never stay running forever), its result held back until the \
-                     journal records it"
+                     (a task must never stay running forever), the task unrecorded (its result not delivered) \
+                     until the journal records it"
                 );
             }
             tracing::debug!(task_id = %id, "async task finished");
-            // A held task's event waits for the journal, like its result.
+            // An unrecorded task's event waits for the journal, like its result.
             let mut drain = match task.and_then(TaskEvent::from_task) {
-                Some(event) if !held => state.events.push(event),
+                Some(event) if !unrecorded => state.events.push(event),
                 _ => false,
             };
             drain |= self.after_journal(&mut state);
@@ -563,7 +385,7 @@ impl AsyncTaskManager {
 
     /// The task with exactly this id.
     #[must_use]
-    pub fn task(&self, id: &str) -> Option<AsyncTaskInfo> {
+    pub fn task(&self, id: &str) -> Option<TaskSnapshot> {
         self.lock().registry.task(id)
     }
 
@@ -576,20 +398,20 @@ impl AsyncTaskManager {
 
     /// Every task held, in registration order.
     #[must_use]
-    pub fn tasks(&self) -> Vec<AsyncTaskInfo> {
+    pub fn tasks(&self) -> Vec<TaskSnapshot> {
         self.lock().registry.tasks()
     }
 
     /// The running tasks, in registration order.
     #[must_use]
-    pub fn running_tasks(&self) -> Vec<AsyncTaskInfo> {
+    pub fn running_tasks(&self) -> Vec<TaskSnapshot> {
         self.lock().registry.running_tasks()
     }
 
     /// Every terminal task the model has not been told about yet — cancelled ones
     /// included — in registration order.
     #[must_use]
-    pub fn pending_notifications(&self) -> Vec<AsyncTaskInfo> {
+    pub fn pending_notifications(&self) -> Vec<TaskSnapshot> {
         self.lock().registry.pending_notifications()
     }
 
@@ -608,11 +430,11 @@ impl AsyncTaskManager {
     /// manager.register_task(RegisterTaskInput::new("b", "tester", "g"))?;
     /// manager.cancel_task("a");
     /// let (pending, running) = manager.pending_and_running();
-    /// assert_eq!((pending.len(), pending[0].id.as_str(), running), (1, "a", 1));
+    /// assert_eq!((pending.len(), pending[0].id(), running), (1, "a", 1));
     /// # Ok::<(), asynctask_manager::RegisterError>(())
     /// ```
     #[must_use]
-    pub fn pending_and_running(&self) -> (Vec<AsyncTaskInfo>, usize) {
+    pub fn pending_and_running(&self) -> (Vec<TaskSnapshot>, usize) {
         let state = self.lock();
         (
             state.registry.pending_notifications(),
@@ -704,10 +526,7 @@ impl AsyncTaskManager {
     /// Who launched task `id`, when its registration said.
     #[must_use]
     pub fn origin(&self, id: &str) -> Option<String> {
-        self.lock()
-            .registry
-            .origin(id)
-            .map(|origin| origin.to_string())
+        self.lock().registry.origin(id)
     }
 
     /// The cancellation tokens of every running task, in registration order.
@@ -717,21 +536,32 @@ impl AsyncTaskManager {
     }
 
     /// Records that the model was told how the task ended, then prunes. Returns
-    /// `false` when the task is unknown, still running, or already marked — or
-    /// when the journal could not record the mark (logged): the result then
-    /// stays pending, to be delivered again rather than lost.
+    /// `false` when the task is unknown, still running, unrecorded (its end not
+    /// journaled yet) or already marked.
     ///
-    /// Call it only after the delivery succeeded.
+    /// Call it only after the delivery succeeded. The mark is journaled before
+    /// it is visible, and applied even when the journal cannot record it
+    /// (logged): a delivered result is never offered again. The mark then
+    /// waits in the journal's backlog and is written ahead of the next change,
+    /// or by [`retry_journal`](Self::retry_journal). If the process ends before
+    /// that, the store still holds the result undelivered, and it is delivered
+    /// again after the restart: that is the one window in which a result may
+    /// reach the model twice.
     pub fn mark_notified(&self, id: &str) -> bool {
-        self.try_mark_notified(id).unwrap_or(false)
+        // An `Err` means marked all the same: the journal catches up later.
+        self.try_mark_notified(id).unwrap_or(true)
     }
 
     /// [`mark_notified`](Self::mark_notified), saying when the journal failed.
     ///
     /// # Errors
     ///
-    /// [`JournalError`] when the journal could not record the mark; nothing
-    /// changed, and the task is still pending.
+    /// [`JournalError`] when the journal could not record the mark. The task
+    /// *is* marked (no longer pending: this process does not deliver it
+    /// again); the mark waits in the backlog until a write records it (see
+    /// [`has_journal_backlog`](Self::has_journal_backlog)). `Ok(true)`: marked
+    /// and recorded; `Ok(false)`: not marked (see
+    /// [`mark_notified`](Self::mark_notified)).
     ///
     /// # Examples
     ///
@@ -746,47 +576,29 @@ impl AsyncTaskManager {
     /// # Ok::<(), asynctask_manager::RegisterError>(())
     /// ```
     pub fn try_mark_notified(&self, id: &str) -> Result<bool, JournalError> {
-        let now = self.now();
-        let (marked, drain, pruned) = {
-            let mut state = self.lock();
-            let marked = state
-                .registry
-                .mark_notified(&[id], now, self.journal())
-                .map(|marked| marked == 1);
-            (marked, self.after_journal(&mut state), state.take_pruned())
-        };
-        if drain {
-            self.drain_events();
+        let Marked {
+            count,
+            journal_error,
+        } = self.mark(&[id]);
+        match journal_error {
+            None => Ok(count == 1),
+            Some(error) => Err(error),
         }
-        if let Some(pruned) = pruned {
-            pruned.run();
-        }
-        match &marked {
-            Ok(true) => tracing::debug!(task_id = %id, "async task marked notified"),
-            Ok(false) => {}
-            Err(error) => log_unmarked(id, error),
-        }
-        marked
     }
 
     /// [`mark_notified`](Self::mark_notified) for several ids under one lock;
-    /// returns how many were marked. The marks are one journal write: when the
-    /// journal cannot record it (logged), none is applied and every result
-    /// stays pending.
+    /// returns how many were marked — those whose write failed (logged)
+    /// included: the marks are one journal write, applied all the same and
+    /// left in the backlog when it fails, as for one mark.
     pub fn mark_all_notified<S: AsRef<str>>(&self, ids: &[S]) -> usize {
+        self.mark(ids).count
+    }
+
+    fn mark<S: AsRef<str>>(&self, ids: &[S]) -> Marked {
         let now = self.now();
-        let journal = self.journal();
         let (marked, drain, pruned) = {
             let mut state = self.lock();
-            let marked = match state.registry.mark_notified(ids, now, journal) {
-                Ok(marked) => marked,
-                Err(error) => {
-                    for id in ids {
-                        log_unmarked(id.as_ref(), &error);
-                    }
-                    0
-                }
-            };
+            let marked = state.registry.mark_notified(ids, now, self.journal());
             (marked, self.after_journal(&mut state), state.take_pruned())
         };
         if drain {
@@ -795,111 +607,26 @@ impl AsyncTaskManager {
         if let Some(pruned) = pruned {
             pruned.run();
         }
+        match &marked.journal_error {
+            None => {
+                if marked.count > 0 {
+                    tracing::debug!(marked = marked.count, "async tasks marked notified");
+                }
+            }
+            Some(error) => tracing::warn!(
+                task_ids = ?ids.iter().map(AsRef::as_ref).collect::<Vec<_>>(),
+                error = %error.chain(),
+                "the journal could not record a delivery; marked all the same (not offered \
+                 again), the mark is written with the next change — if the process ends \
+                 first, the result is delivered again after the restart"
+            ),
+        }
         marked
-    }
-
-    /// Subscribes to every terminal transition. See the type-level docs for when
-    /// handlers run.
-    pub fn subscribe(&self, handler: impl Fn(&TaskEvent) + Send + Sync + 'static) -> Subscription {
-        self.add_subscriber(Arc::new(handler))
-    }
-
-    /// Subscribes to completions only.
-    pub fn on_task_completed(
-        &self,
-        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
-    ) -> Subscription {
-        self.subscribe(move |event| {
-            if let TaskEvent::Completed(task) = event {
-                handler(task);
-            }
-        })
-    }
-
-    /// Subscribes to failures only.
-    pub fn on_task_failed(
-        &self,
-        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
-    ) -> Subscription {
-        self.subscribe(move |event| {
-            if let TaskEvent::Failed(task) = event {
-                handler(task);
-            }
-        })
-    }
-
-    /// Subscribes to cancellations only.
-    pub fn on_task_cancelled(
-        &self,
-        handler: impl Fn(&AsyncTaskInfo) + Send + Sync + 'static,
-    ) -> Subscription {
-        self.subscribe(move |event| {
-            if let TaskEvent::Cancelled(task) = event {
-                handler(task);
-            }
-        })
-    }
-
-    /// Subscribes to the pruning of the history: `handler` gets the id of
-    /// every task removed from the manager because the history limit was
-    /// exceeded (finished, delivered, and among the oldest to finish), once,
-    /// after the change that pruned it, on the thread that made it, with no
-    /// lock held. A host drops what it kept for the task there (its output
-    /// files, say): nothing can ask for the task any more. A restore
-    /// ([`restore`](Self::restore)) tells no handler what it pruned.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::{Arc, Mutex};
-    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-    /// use asynctask_model::MaxAsyncTasks;
-    ///
-    /// // A limit of 1 keeps a history of 2 finished tasks.
-    /// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
-    /// let pruned = Arc::new(Mutex::new(Vec::new()));
-    /// let seen = Arc::clone(&pruned);
-    /// let _subscription = manager.on_task_pruned(move |id| seen.lock().unwrap().push(id.to_owned()));
-    /// for id in ["a", "b", "c"] {
-    ///     manager.register_task(RegisterTaskInput::new(id, "tester", "g"))?;
-    ///     manager.cancel_task(id);
-    ///     manager.mark_notified(id);
-    /// }
-    /// assert_eq!(*pruned.lock().unwrap(), ["a"]);
-    /// assert!(manager.task("a").is_none());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn on_task_pruned(&self, handler: impl Fn(&str) + Send + Sync + 'static) -> Subscription {
-        let handler: PruneHandler = Arc::new(handler);
-        let (id, old) = self.lock().events.subscribe_pruned(handler);
-        drop(old);
-        Subscription {
-            shared: Arc::downgrade(&self.shared),
-            id,
-        }
-    }
-
-    fn add_subscriber(&self, handler: Handler) -> Subscription {
-        let (id, old) = self.lock().events.subscribe(handler);
-        // Dropped outside the lock, like every handler list.
-        drop(old);
-        Subscription {
-            shared: Arc::downgrade(&self.shared),
-            id,
-        }
     }
 
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         self.lock().registry.check_invariants()
     }
-}
-
-fn log_unmarked(id: &str, error: &JournalError) {
-    tracing::error!(
-        task_id = %id,
-        error = %error.chain(),
-        "the journal could not record a delivery; the task stays pending and will be delivered again"
-    );
 }
 
 impl Default for AsyncTaskManager {
@@ -918,123 +645,5 @@ impl fmt::Debug for AsyncTaskManager {
             .field("subscribers", &state.events.len())
             .field("journal", &self.shared.journal.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-/// A slot under the running limit, held before the task's id is known.
-///
-/// It counts toward the limit from [`AsyncTaskManager::reserve`] until it is spent
-/// by [`register`](Self::register) or dropped, which frees the slot. Use it when
-/// a host must know it may launch before it can name the task (for example before
-/// it starts the subagent that will report its own id).
-///
-/// # Examples
-///
-/// ```
-/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-/// use asynctask_model::MaxAsyncTasks;
-///
-/// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
-/// let slot = manager.reserve()?;
-/// assert!(manager.can_launch_async().is_err(), "the reservation holds the only slot");
-/// drop(slot);
-/// assert!(manager.can_launch_async().is_ok(), "dropping it freed the slot");
-///
-/// let slot = manager.reserve()?;
-/// let task = slot.register(RegisterTaskInput::new("7f3a09c1", "researcher", "look"))?;
-/// assert_eq!(manager.running_tasks(), vec![task]);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[must_use = "a reservation frees its slot as soon as it is dropped"]
-pub struct Reservation {
-    manager: AsyncTaskManager,
-    /// Spent by `register`: the registry already accounted for the slot.
-    spent: bool,
-}
-
-impl Reservation {
-    /// Registers a task in this reservation's slot, without checking the limit
-    /// again.
-    ///
-    /// # Errors
-    ///
-    /// [`RegisterError::DuplicateId`], [`RegisterError::EmptyId`] or
-    /// [`RegisterError::Journal`]; the slot is freed either way, since the
-    /// reservation is spent.
-    pub fn register(mut self, input: RegisterTaskInput) -> Result<AsyncTaskInfo, RegisterError> {
-        self.spent = true;
-        self.manager.register(input, true)
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if !self.spent {
-            self.manager.release_reservation();
-        }
-    }
-}
-
-impl fmt::Debug for Reservation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reservation")
-            .field("spent", &self.spent)
-            .finish()
-    }
-}
-
-/// Keeps an event handler registered; dropping it unsubscribes.
-///
-/// A handler may still run once after the drop if its event was already being
-/// delivered on another thread. [`detach`](Self::detach) keeps the handler for the
-/// manager's whole life.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
-/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
-///
-/// let manager = AsyncTaskManager::default();
-/// let seen = Arc::new(AtomicUsize::new(0));
-/// let counter = Arc::clone(&seen);
-/// let subscription = manager.subscribe(move |_event| {
-///     counter.fetch_add(1, Ordering::SeqCst);
-/// });
-/// manager.register_task(RegisterTaskInput::new("a", "agent", "goal"))?;
-/// manager.cancel_task("a");
-/// drop(subscription);
-/// manager.register_task(RegisterTaskInput::new("b", "agent", "goal"))?;
-/// manager.cancel_task("b");
-/// assert_eq!(seen.load(Ordering::SeqCst), 1);
-/// # Ok::<(), asynctask_manager::RegisterError>(())
-/// ```
-#[must_use = "dropping a Subscription unsubscribes its handler at once"]
-pub struct Subscription {
-    shared: Weak<Shared>,
-    id: u64,
-}
-
-impl Subscription {
-    /// Keeps the handler subscribed for as long as the manager lives.
-    pub fn detach(mut self) {
-        self.shared = Weak::new();
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.unsubscribe(self.id);
-        }
-    }
-}
-
-impl fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription")
-            .field("id", &self.id)
-            .field("active", &(self.shared.strong_count() > 0))
-            .finish()
     }
 }

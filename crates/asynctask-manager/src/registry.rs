@@ -1,64 +1,30 @@
-//! The registry's data: every task and the indexes that keep each operation O(log n).
+//! The registry's data: every task and the indexes that keep each operation
+//! O(log n) or better.
 //!
 //! `Registry` is plain single-threaded data; `AsyncTaskManager` wraps it in a mutex.
 //! Keeping it free of locks, clocks and callbacks keeps every rule here testable and
 //! every operation short enough to run under the lock. The one thing it calls out to
 //! is the journal it is handed, because *when* in an operation the journal is told
 //! (before the change is applied, or after with an undo) is the failure policy.
+//! Rebuilding a registry from stored tasks is in `restore`, and the full-scan
+//! check of every index in `invariants`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound;
+mod invariants;
+mod restore;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, MaxAsyncTasks, OutputObject};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::{
-    Journal, JournalEntry, JournalError, RestoreError, StoredTask, TerminalOutcome, inconsistency,
-    write,
-};
+use crate::backlog::Backlog;
+use crate::index::IdIndex;
+use crate::journal::{Journal, JournalEntry, JournalError};
 use crate::live::{InboxSender, TaskProgress};
+use crate::record::{End, Record, RunningList, Seq, Slots};
+use crate::snapshot::{SlotId, TaskHead, TaskSnapshot};
 use crate::{LimitReached, PrefixMatch, RegisterError, RegisterTaskInput, TaskCounts};
-
-/// Registration order: a counter that only grows.
-type Seq = u64;
-
-/// One task as the registry keeps it: a compact record (104 bytes, asserted below) from
-/// which `AsyncTaskInfo` snapshots are built on demand. The id is shared with the
-/// id index through one `Arc<str>`.
-///
-/// Its transitions follow the model's state machine rule for rule
-/// (`AsyncTaskInfo::complete` and friends); the reference-model property test
-/// checks that they agree.
-#[derive(Debug)]
-struct Record {
-    id: Arc<str>,
-    subagent_name: Box<str>,
-    goal_prompt: Box<str>,
-    launched_at: u64,
-    /// When the task reached its terminal state; meaningless while running.
-    completed_at: u64,
-    notified_at: Option<u64>,
-    /// The order in which the task reached its terminal state (0 while running);
-    /// breaks ties between tasks that finished in the same millisecond.
-    finish: u64,
-    outcome: Outcome,
-}
-
-/// The status and what comes with it: a running task keeps its subagent's
-/// token; a terminal one drops it and keeps its result.
-#[derive(Debug)]
-enum Outcome {
-    Running(CancellationToken),
-    Completed(Box<OutputObject>),
-    /// Boxed twice so that the enum stays 16 bytes: failures are rare.
-    #[expect(
-        clippy::box_collection,
-        reason = "a thin pointer keeps every record 8 bytes smaller"
-    )]
-    Failed(Box<String>),
-    Cancelled,
-}
 
 /// What else a running task's subagent is reached through, for the tasks that
 /// have either (kept beside the records, so a task without costs nothing).
@@ -68,125 +34,26 @@ struct Live {
     inbox: Option<InboxSender>,
 }
 
-// The record's size is what every held task costs; keep it from creeping up.
-const _: () = assert!(std::mem::size_of::<Record>() <= 104);
-
-impl Record {
-    fn status(&self) -> AsyncTaskStatus {
-        match self.outcome {
-            Outcome::Running(_) => AsyncTaskStatus::Running,
-            Outcome::Completed(_) => AsyncTaskStatus::Completed,
-            Outcome::Failed(_) => AsyncTaskStatus::Failed,
-            Outcome::Cancelled => AsyncTaskStatus::Cancelled,
-        }
-    }
-
-    fn token(&self) -> Option<&CancellationToken> {
-        match &self.outcome {
-            Outcome::Running(token) => Some(token),
-            _ => None,
-        }
-    }
-
-    /// The task as readers see it while its terminal transition waits for the
-    /// journal: still running, nothing of its result shown.
-    fn info_held(&self) -> AsyncTaskInfo {
-        AsyncTaskInfo {
-            id: self.id.to_string(),
-            subagent_name: self.subagent_name.to_string(),
-            goal_prompt: self.goal_prompt.to_string(),
-            status: AsyncTaskStatus::Running,
-            launched_at: self.launched_at,
-            completed_at: None,
-            notified_at: None,
-            output: None,
-            error: None,
-        }
-    }
-
-    fn info(&self) -> AsyncTaskInfo {
-        let (output, error) = match &self.outcome {
-            Outcome::Completed(output) => (Some(OutputObject::clone(output)), None),
-            Outcome::Failed(error) => (None, Some(String::clone(error))),
-            Outcome::Running(_) | Outcome::Cancelled => (None, None),
-        };
-        AsyncTaskInfo {
-            id: self.id.to_string(),
-            subagent_name: self.subagent_name.to_string(),
-            goal_prompt: self.goal_prompt.to_string(),
-            status: self.status(),
-            launched_at: self.launched_at,
-            completed_at: self.status().is_terminal().then_some(self.completed_at),
-            notified_at: self.notified_at,
-            output,
-            error,
-        }
-    }
-
-    /// A terminal transition: refused (returning `None`) unless running; else
-    /// returns the token the task held.
-    fn finish(&mut self, outcome: Outcome, now_ms: u64, order: u64) -> Option<CancellationToken> {
-        if !matches!(self.outcome, Outcome::Running(_)) {
-            return None;
-        }
-        let Outcome::Running(token) = std::mem::replace(&mut self.outcome, outcome) else {
-            return None;
-        };
-        self.completed_at = now_ms;
-        self.finish = order;
-        Some(token)
-    }
-
-    /// Refused unless terminal and not yet notified.
-    fn mark_notified(&mut self, now_ms: u64) -> bool {
-        if matches!(self.outcome, Outcome::Running(_)) || self.notified_at.is_some() {
-            return false;
-        }
-        self.notified_at = Some(now_ms);
-        true
-    }
-
-    /// The pruning queue's key: oldest-finished first, ties in finish order.
-    fn delivered_key(&self) -> (u64, u64) {
-        (self.completed_at, self.finish)
-    }
-
-    /// The journal entry of the terminal transition this task made (`None`
-    /// while it runs).
-    fn finished_entry(&self) -> Option<JournalEntry<'_>> {
-        let outcome = match &self.outcome {
-            Outcome::Running(_) => return None,
-            Outcome::Completed(output) => TerminalOutcome::Completed(output),
-            Outcome::Failed(error) => TerminalOutcome::Failed(error),
-            Outcome::Cancelled => TerminalOutcome::Cancelled,
-        };
-        Some(JournalEntry::Finished {
-            id: &self.id,
-            outcome,
-            completed_at: self.completed_at,
-            finish_order: self.finish,
-        })
-    }
-}
-
 /// What a successful terminal transition hands back to the manager.
 #[derive(Debug)]
-pub(crate) struct Finished {
+pub(crate) struct Transition {
     /// The task right after the transition, when a snapshot was asked for.
-    pub(crate) task: Option<AsyncTaskInfo>,
+    pub(crate) task: Option<TaskSnapshot>,
     /// The task's cancellation token.
     pub(crate) token: CancellationToken,
-    /// The journal's write failed; the transition was applied all the same.
+    /// The journal's write failed; the transition was applied all the same,
+    /// and the task is unrecorded.
     pub(crate) journal_error: Option<JournalError>,
 }
 
-/// A change applied in memory whose journal write failed.
-#[derive(Debug)]
-enum Unjournaled {
-    /// Task `Seq` reached its terminal state.
-    Finished(Seq),
-    /// The task with this id was pruned.
-    Removed(Arc<str>),
+/// What marking tasks notified did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Marked {
+    /// How many tasks were marked.
+    pub(crate) count: usize,
+    /// The journal's write failed; the marks were applied all the same and
+    /// wait in the backlog.
+    pub(crate) journal_error: Option<JournalError>,
 }
 
 /// Every task, with one index per question the manager answers.
@@ -199,39 +66,26 @@ pub(crate) struct Registry {
     over_limit: usize,
     reserved: usize,
     next_seq: Seq,
-    next_finish: u64,
-    /// Every task, in registration order.
-    tasks: BTreeMap<Seq, Box<Record>>,
-    /// Exact and prefix lookup by id.
-    ids: BTreeMap<Arc<str>, Seq>,
-    running: BTreeSet<Seq>,
-    /// Terminal and not yet notified: never pruned.
-    pending: BTreeSet<Seq>,
+    next_finish_order: u64,
+    /// Every record, in place.
+    slots: Slots,
+    /// Exact (hashed) and prefix (ordered) lookup by id.
+    ids: IdIndex,
+    /// The running tasks, in registration order.
+    running: RunningList,
+    /// Terminal and not yet notified, in registration order: never pruned.
+    pending: BTreeMap<Seq, SlotId>,
     /// Terminal and notified, oldest-finished first: the pruning queue.
-    delivered: BTreeMap<(u64, u64), Seq>,
+    delivered: BTreeMap<(u64, u64), SlotId>,
     /// Terminal tasks by status: completed, failed, cancelled.
     finished_by_status: [usize; 3],
-    /// Who launched each task, for the tasks that say (most do not, so it
-    /// costs them nothing).
-    origins: BTreeMap<Seq, Arc<str>>,
     /// The progress and inbox of the running tasks that have either.
     live: BTreeMap<Seq, Live>,
-    /// Changes applied although their journal write failed, oldest first:
-    /// written again ahead of the next change, until a write succeeds, so
-    /// that a journal that failed once catches up instead of missing them for
-    /// good (a task it still holds as running would refuse every later mark).
-    unjournaled: Vec<Unjournaled>,
-    /// Pending tasks whose terminal transition the journal has not recorded
-    /// yet (its write failed): they are terminal in memory, so their slot is
-    /// free, but they are not offered for delivery — a result the store does
-    /// not hold must never reach the model — until a write catches up.
-    held: BTreeSet<Seq>,
-    /// Held tasks the journal has caught up with since the manager last
-    /// looked: it announces them, as their transition could not be.
-    released: Vec<Seq>,
-    /// The ids pruned since the manager last took them
+    /// What the journal missed, and the unrecorded tasks.
+    backlog: Backlog,
+    /// The heads of the tasks pruned since the manager last took them
     /// ([`take_pruned`](Self::take_pruned)), oldest first.
-    pruned: Vec<Arc<str>>,
+    pruned: Vec<Arc<TaskHead>>,
 }
 
 impl Registry {
@@ -241,104 +95,67 @@ impl Registry {
             over_limit: 0,
             reserved: 0,
             next_seq: 0,
-            next_finish: 1,
-            tasks: BTreeMap::new(),
-            ids: BTreeMap::new(),
-            running: BTreeSet::new(),
-            pending: BTreeSet::new(),
+            next_finish_order: 1,
+            slots: Slots::default(),
+            ids: IdIndex::default(),
+            running: RunningList::default(),
+            pending: BTreeMap::new(),
             delivered: BTreeMap::new(),
             finished_by_status: [0; 3],
-            origins: BTreeMap::new(),
             live: BTreeMap::new(),
-            unjournaled: Vec::new(),
-            held: BTreeSet::new(),
-            released: Vec::new(),
+            backlog: Backlog::default(),
             pruned: Vec::new(),
         }
     }
 
-    /// The ids of the tasks pruned since the last call, oldest-finished
-    /// first.
-    pub(crate) fn take_pruned(&mut self) -> Vec<Arc<str>> {
-        std::mem::take(&mut self.pruned)
-    }
-
-    /// The journal has recorded every change: nothing is missed any more, and
-    /// the held tasks become deliverable.
-    fn caught_up(&mut self) {
-        self.unjournaled.clear();
-        if !self.held.is_empty() {
-            self.released.extend(std::mem::take(&mut self.held));
+    /// The heads of the tasks pruned since the last call, oldest-finished
+    /// first; `None` with `keep` false, which drops them (nobody listens).
+    pub(crate) fn take_pruned(&mut self, keep: bool) -> Option<Vec<Arc<TaskHead>>> {
+        if self.pruned.is_empty() {
+            return None;
+        }
+        if keep {
+            Some(std::mem::take(&mut self.pruned))
+        } else {
+            // Cleared, not taken: the vector keeps its capacity for the next
+            // change, which then allocates nothing.
+            self.pruned.clear();
+            None
         }
     }
 
-    /// The held tasks released since the last call, oldest-registered first,
-    /// as snapshots (for their events).
-    pub(crate) fn take_released(&mut self) -> Vec<AsyncTaskInfo> {
-        if self.released.is_empty() {
-            return Vec::new();
-        }
-        let released = std::mem::take(&mut self.released);
-        self.infos(released.iter())
+    /// The unrecorded tasks the journal caught up with since the last call,
+    /// oldest-registered first, as snapshots (for their events).
+    pub(crate) fn take_recorded(&mut self) -> Vec<TaskSnapshot> {
+        self.backlog
+            .take_recorded()
+            .into_iter()
+            .filter_map(|(seq, slot)| {
+                let record = self.slots.get(slot)?;
+                (record.seq == seq).then(|| record.snapshot())
+            })
+            .collect()
     }
 
     /// Whether some changes still wait for the journal.
     pub(crate) fn has_backlog(&self) -> bool {
-        !self.unjournaled.is_empty()
+        !self.backlog.is_empty()
     }
 
     /// Writes the changes the journal missed, alone. `Ok` when there were none
     /// or they are written now.
     pub(crate) fn retry_journal(&mut self, journal: &dyn Journal) -> Result<(), JournalError> {
-        if self.unjournaled.is_empty() {
+        if self.backlog.is_empty() {
             return Ok(());
         }
-        self.write_change(journal, std::iter::empty())?;
-        self.caught_up();
+        self.backlog.write(journal, &self.slots, [])?;
+        self.backlog.caught_up();
         Ok(())
     }
 
-    /// Writes `change` to the journal, preceded by the changes it missed.
-    fn write_change<'a>(
-        &'a self,
-        journal: &dyn Journal,
-        change: impl IntoIterator<Item = JournalEntry<'a>>,
-    ) -> Result<(), JournalError> {
-        let missed = self.unjournaled.iter().filter_map(|missed| match missed {
-            Unjournaled::Finished(seq) => self.tasks.get(seq)?.finished_entry(),
-            Unjournaled::Removed(id) => Some(JournalEntry::Removed { id }),
-        });
-        let entries: Vec<JournalEntry<'a>> = missed.chain(change).collect();
-        write(journal, &entries)
-    }
-
-    /// After a write of the transitions of `finished` and the removal of
-    /// `pruned` (not removed yet): on success the journal has caught up; on
-    /// failure they join the changes it missed.
-    fn settle(
-        &mut self,
-        written: Result<(), JournalError>,
-        finished: &[Seq],
-        pruned: &[Seq],
-    ) -> Option<JournalError> {
-        match written {
-            Ok(()) => {
-                self.caught_up();
-                None
-            }
-            Err(error) => {
-                self.unjournaled
-                    .extend(finished.iter().copied().map(Unjournaled::Finished));
-                self.held.extend(finished.iter().copied());
-                let removed: Vec<Unjournaled> = pruned
-                    .iter()
-                    .filter_map(|seq| self.tasks.get(seq))
-                    .map(|record| Unjournaled::Removed(Arc::clone(&record.id)))
-                    .collect();
-                self.unjournaled.extend(removed);
-                Some(error)
-            }
-        }
+    /// The slot of the task with exactly this id.
+    fn slot_of(&self, id: &str) -> Option<SlotId> {
+        self.ids.get(id, |slot| self.slots.id(slot))
     }
 
     pub(crate) fn max(&self) -> MaxAsyncTasks {
@@ -367,8 +184,12 @@ impl Registry {
         if pruned.is_empty() {
             return None;
         }
-        let written = self.write_change(journal, self.removed_entries(&pruned));
-        let error = self.settle(written, &[], &pruned);
+        let written = self
+            .backlog
+            .write(journal, &self.slots, self.removed_entries(&pruned));
+        let error = self
+            .backlog
+            .settle(written, &self.slots, &[], &[], 0, &pruned);
         self.remove(&pruned);
         error
     }
@@ -413,10 +234,15 @@ impl Registry {
         now_ms: u64,
         reserved: bool,
         journal: Option<&dyn Journal>,
-    ) -> Result<AsyncTaskInfo, RegisterError> {
+    ) -> Result<TaskSnapshot, RegisterError> {
+        let hash = self.ids.hash(&input.id);
         let refused = if input.id.is_empty() {
             Some(RegisterError::EmptyId)
-        } else if self.ids.contains_key(input.id.as_str()) {
+        } else if self
+            .ids
+            .get_hashed(hash, &input.id, |slot| self.slots.id(slot))
+            .is_some()
+        {
             Some(RegisterError::DuplicateId(input.id.clone()))
         } else if reserved {
             None
@@ -424,6 +250,7 @@ impl Registry {
             self.check_limit().err().map(RegisterError::LimitReached)
         };
         let refused = refused.or_else(|| {
+            let journal = journal?;
             let entry = JournalEntry::Registered {
                 id: &input.id,
                 subagent_name: &input.subagent_name,
@@ -431,11 +258,11 @@ impl Registry {
                 launched_at: now_ms,
                 origin: input.origin.as_deref(),
             };
-            let written = journal.map_or(Ok(()), |journal| self.write_change(journal, [entry]));
+            let written = self.backlog.write(journal, &self.slots, [entry]);
             written.err().map(RegisterError::Journal)
         });
         if refused.is_none() && journal.is_some() {
-            self.caught_up();
+            self.backlog.caught_up();
         }
         if let Some(refused) = refused {
             if reserved {
@@ -450,17 +277,6 @@ impl Registry {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let id: Arc<str> = Arc::from(input.id);
-        let record = Record {
-            id: Arc::clone(&id),
-            subagent_name: input.subagent_name.into_boxed_str(),
-            goal_prompt: input.goal_prompt.into_boxed_str(),
-            launched_at: now_ms,
-            completed_at: 0,
-            notified_at: None,
-            finish: 0,
-            outcome: Outcome::Running(input.cancellation),
-        };
         if input.progress.is_some() || input.inbox.is_some() {
             self.live.insert(
                 seq,
@@ -470,13 +286,21 @@ impl Registry {
                 },
             );
         }
-        let snapshot = record.info();
-        if let Some(origin) = input.origin {
-            self.origins.insert(seq, Arc::from(origin));
-        }
-        self.ids.insert(id, seq);
-        self.running.insert(seq);
-        self.tasks.insert(seq, Box::new(record));
+        let (slot, head) = self.slots.insert_with(|slot| {
+            let head = Arc::new(TaskHead::new(
+                &input.id,
+                &input.subagent_name,
+                &input.goal_prompt,
+                input.origin.as_deref(),
+                now_ms,
+                slot,
+            ));
+            let record = Record::running(Arc::clone(&head), seq, input.cancellation);
+            (record, head)
+        });
+        self.running.push(&mut self.slots, slot);
+        let snapshot = TaskSnapshot::running(&head);
+        self.ids.insert(hash, head, |slot| self.slots.id(slot));
         Ok(snapshot)
     }
 
@@ -484,33 +308,39 @@ impl Registry {
     /// running (the first transition wins). The transition and its pruning are
     /// journaled before they are visible, and applied even when the journal's
     /// write fails (a task must never stay running forever): the error comes
-    /// back in [`Finished`], and the task is held back from delivery until a
-    /// later write records it.
-    pub(crate) fn finish(
+    /// back in [`Transition`], and the task is unrecorded — kept from delivery
+    /// — until a later write records it.
+    pub(crate) fn transition(
         &mut self,
         id: &str,
-        outcome: Terminal,
+        terminal: Terminal,
         now_ms: u64,
         snapshot: bool,
         journal: Option<&dyn Journal>,
-    ) -> Option<Finished> {
-        let seq = *self.ids.get(id)?;
-        let record = self.tasks.get_mut(&seq)?;
-        let outcome = match outcome {
-            Terminal::Completed(output) => Outcome::Completed(Box::new(output)),
-            Terminal::Failed(error) => Outcome::Failed(Box::new(error)),
-            Terminal::Cancelled => Outcome::Cancelled,
+    ) -> Option<Transition> {
+        let slot = self.slot_of(id)?;
+        if !self.slots.get(slot)?.is_running() {
+            return None;
+        }
+        // Out of the running list while its links are still there.
+        self.running.remove(&mut self.slots, slot);
+        let end = match terminal {
+            Terminal::Completed(output) => End::Completed(Arc::new(output)),
+            Terminal::Failed(error) => End::Failed(Arc::new(error)),
+            Terminal::Cancelled => End::Cancelled,
         };
-        let token = record.finish(outcome, now_ms, self.next_finish)?;
-        self.next_finish += 1;
-        let status = record.status();
-        let task = snapshot.then(|| record.info());
-        self.finished_by_status[status_slot(status)] += 1;
-        self.running.remove(&seq);
+        let record = self.slots.get_mut(slot)?;
+        let token = record.end(end, now_ms, self.next_finish_order)?;
+        self.next_finish_order += 1;
+        let seq = record.seq;
+        let task = snapshot.then(|| record.snapshot());
+        self.finished_by_status[status_slot(record.status())] += 1;
         // The inbox's sender and the progress handle go with the run: a message
         // sent from now on finds the task terminal.
-        self.live.remove(&seq);
-        self.pending.insert(seq);
+        if !self.live.is_empty() {
+            self.live.remove(&seq);
+        }
+        self.pending.insert(seq, slot);
         self.release_admission();
         let journal_error = match journal {
             None => {
@@ -520,19 +350,22 @@ impl Registry {
             Some(journal) => {
                 let pruned = self.prune_plan();
                 let finished = self
-                    .tasks
-                    .get(&seq)
+                    .slots
+                    .get(slot)
                     .and_then(|record| record.finished_entry());
-                let written = self.write_change(
+                let written = self.backlog.write(
                     journal,
+                    &self.slots,
                     finished.into_iter().chain(self.removed_entries(&pruned)),
                 );
-                let error = self.settle(written, &[seq], &pruned);
+                let error =
+                    self.backlog
+                        .settle(written, &self.slots, &[(seq, slot)], &[], 0, &pruned);
                 self.remove(&pruned);
                 error
             }
         };
-        Some(Finished {
+        Some(Transition {
             task,
             token,
             journal_error,
@@ -540,58 +373,72 @@ impl Registry {
     }
 
     /// Marks terminal tasks notified and prunes; returns how many were marked
-    /// (a task that is unknown, running, held for the journal or already
-    /// marked is skipped). The marks and the pruning are one journal write,
-    /// told before they are visible; when it fails every mark is undone (the
-    /// results stay pending, so they are delivered again rather than lost).
+    /// (a task that is unknown, running, unrecorded or already marked is
+    /// skipped). The marks and the pruning are one journal write, told before
+    /// they are visible — and applied even when that write fails: a delivered
+    /// result must not be offered again. The failed write joins the backlog,
+    /// written again ahead of the next change; its error comes back in
+    /// [`Marked`].
     pub(crate) fn mark_notified<S: AsRef<str>>(
         &mut self,
         ids: &[S],
         now_ms: u64,
         journal: Option<&dyn Journal>,
-    ) -> Result<usize, JournalError> {
-        let mut marked: Vec<(Seq, usize)> = Vec::new();
-        for (index, id) in ids.iter().enumerate() {
-            let Some(&seq) = self.ids.get(id.as_ref()) else {
+    ) -> Marked {
+        // The slots marked, kept only for the journal's entries.
+        let mut marked: Vec<SlotId> = Vec::new();
+        let mut count = 0;
+        for id in ids {
+            let Some(slot) = self.slot_of(id.as_ref()) else {
                 continue;
             };
-            let Some(record) = self.tasks.get_mut(&seq) else {
+            let Some(record) = self.slots.get_mut(slot) else {
                 continue;
             };
-            if self.held.contains(&seq) || !record.mark_notified(now_ms) {
+            if self.backlog.is_unrecorded(record.seq) || !record.mark_notified(now_ms) {
                 continue;
             }
             let key = record.delivered_key();
-            self.pending.remove(&seq);
-            self.delivered.insert(key, seq);
-            marked.push((seq, index));
+            self.pending.remove(&record.seq);
+            self.delivered.insert(key, slot);
+            count += 1;
+            if journal.is_some() {
+                marked.push(slot);
+            }
         }
-        if marked.is_empty() {
-            return Ok(0);
+        if count == 0 {
+            return Marked {
+                count,
+                journal_error: None,
+            };
         }
         let Some(journal) = journal else {
             self.prune();
-            return Ok(marked.len());
+            return Marked {
+                count,
+                journal_error: None,
+            };
         };
         let pruned = self.prune_plan();
-        let notified = marked.iter().map(|&(_, index)| JournalEntry::Notified {
-            id: ids[index].as_ref(),
-            notified_at: now_ms,
+        let notified = marked.iter().filter_map(|slot| {
+            Some(JournalEntry::Notified {
+                id: self.slots.get(*slot)?.head.id(),
+                notified_at: now_ms,
+            })
         });
-        let written = self.write_change(journal, notified.chain(self.removed_entries(&pruned)));
-        if let Err(error) = written {
-            for &(seq, _) in &marked {
-                if let Some(record) = self.tasks.get_mut(&seq) {
-                    self.delivered.remove(&record.delivered_key());
-                    record.notified_at = None;
-                    self.pending.insert(seq);
-                }
-            }
-            return Err(error);
-        }
-        self.caught_up();
+        let written = self.backlog.write(
+            journal,
+            &self.slots,
+            notified.chain(self.removed_entries(&pruned)),
+        );
+        let journal_error =
+            self.backlog
+                .settle(written, &self.slots, &[], &marked, now_ms, &pruned);
         self.remove(&pruned);
-        Ok(marked.len())
+        Marked {
+            count,
+            journal_error,
+        }
     }
 
     /// Removes the oldest-finished notified tasks until at most the history limit
@@ -601,274 +448,201 @@ impl Registry {
     fn prune(&mut self) {
         let limit = self.max.history_limit();
         while self.pending.len() + self.delivered.len() > limit {
-            let Some((_, seq)) = self.delivered.pop_first() else {
+            let Some((_, slot)) = self.delivered.pop_first() else {
                 break;
             };
-            if let Some(record) = self.tasks.remove(&seq) {
-                self.ids.remove(&*record.id);
-                self.origins.remove(&seq);
-                self.finished_by_status[status_slot(record.status())] -= 1;
-                self.pruned.push(record.id);
-            }
+            self.drop_record(slot);
         }
     }
 
     /// The notified tasks that pruning removes now, oldest-finished first: as
     /// many as the terminal tasks exceed the history limit by. Un-notified tasks
     /// are never removed and never stop the removal of others.
-    fn prune_plan(&self) -> Vec<Seq> {
+    fn prune_plan(&self) -> Vec<SlotId> {
         let excess =
             (self.pending.len() + self.delivered.len()).saturating_sub(self.max.history_limit());
+        if excess == 0 {
+            return Vec::new();
+        }
         self.delivered.values().take(excess).copied().collect()
     }
 
-    /// The journal entries for removing `seqs`.
-    fn removed_entries<'a>(&'a self, seqs: &'a [Seq]) -> impl Iterator<Item = JournalEntry<'a>> {
-        seqs.iter()
-            .filter_map(|seq| self.tasks.get(seq))
-            .map(|record| JournalEntry::Removed { id: &record.id })
+    /// The journal entries for removing the records in `slots`.
+    fn removed_entries<'a>(
+        &'a self,
+        slots: &'a [SlotId],
+    ) -> impl Iterator<Item = JournalEntry<'a>> {
+        slots
+            .iter()
+            .filter_map(|slot| self.slots.get(*slot))
+            .map(|record| JournalEntry::Removed {
+                id: record.head.id(),
+            })
     }
 
     /// Removes terminal tasks (the ones [`prune_plan`](Self::prune_plan) chose).
-    fn remove(&mut self, seqs: &[Seq]) {
-        for seq in seqs {
-            if let Some(record) = self.tasks.remove(seq) {
-                self.delivered.remove(&record.delivered_key());
-                self.pending.remove(seq);
-                self.held.remove(seq);
-                self.ids.remove(&*record.id);
-                self.origins.remove(seq);
-                self.finished_by_status[status_slot(record.status())] -= 1;
-                self.pruned.push(record.id);
+    fn remove(&mut self, slots: &[SlotId]) {
+        for &slot in slots {
+            if let Some(record) = self.slots.get(slot) {
+                let (key, seq) = (record.delivered_key(), record.seq);
+                self.delivered.remove(&key);
+                self.pending.remove(&seq);
+                self.drop_record(slot);
             }
         }
     }
 
-    /// A registry rebuilt from stored tasks (in registration order), every
-    /// index with it. Tasks stored as running ran in a process that has ended:
-    /// they become failed with an [interrupted error](StoredTask::interrupted_error)
-    /// at `now_ms`, ending after every stored task. Then the history is pruned.
-    /// The interrupted tasks and the pruning are journaled as one change; a
-    /// failed write is returned, and the registry is built all the same (as for
-    /// any terminal transition).
-    pub(crate) fn restore(
-        max: MaxAsyncTasks,
-        stored: Vec<StoredTask>,
-        now_ms: u64,
-        journal: Option<&dyn Journal>,
-    ) -> Result<(Registry, Option<JournalError>), RestoreError> {
-        let mut registry = Registry::new(max);
-        // (completed_at, stored finish order, seq) of the tasks stored terminal.
-        let mut ended = Vec::new();
-        let mut interrupted = Vec::new();
-        let mut last_order = 0;
-        for (index, task) in stored.into_iter().enumerate() {
-            if task.info.id.is_empty() {
-                return Err(RestoreError::EmptyId { index });
-            }
-            if registry.ids.contains_key(task.info.id.as_str()) {
-                return Err(RestoreError::DuplicateId(task.info.id));
-            }
-            if let Some(problem) = inconsistency(&task.info) {
-                return Err(RestoreError::Inconsistent {
-                    id: task.info.id,
-                    problem,
-                });
-            }
-            let seq = registry.next_seq;
-            registry.next_seq += 1;
-            let running = task.info.status == AsyncTaskStatus::Running;
-            let interrupted_error = if running {
-                task.interrupted_error()
-            } else {
-                String::new()
-            };
-            let StoredTask {
-                info,
-                origin,
-                finish_order,
-                process: _,
-            } = task;
-            // `inconsistency` let through only these shapes; the last arm is
-            // the running task, which ends now.
-            let stored_end = info.completed_at.unwrap_or(now_ms);
-            let (outcome, completed_at) = match (info.status, info.output, info.error) {
-                (AsyncTaskStatus::Completed, Some(output), _) => {
-                    (Outcome::Completed(Box::new(output)), stored_end)
-                }
-                (AsyncTaskStatus::Failed, _, Some(error)) => {
-                    (Outcome::Failed(Box::new(error)), stored_end)
-                }
-                (AsyncTaskStatus::Cancelled, _, _) => (Outcome::Cancelled, stored_end),
-                _ => (Outcome::Failed(Box::new(interrupted_error)), now_ms),
-            };
-            if running {
-                interrupted.push(seq);
-            } else {
-                ended.push((completed_at, finish_order, seq));
-                last_order = last_order.max(finish_order);
-            }
-            let id: Arc<str> = Arc::from(info.id);
-            let record = Record {
-                id: Arc::clone(&id),
-                subagent_name: info.subagent_name.into_boxed_str(),
-                goal_prompt: info.goal_prompt.into_boxed_str(),
-                launched_at: info.launched_at,
-                completed_at,
-                notified_at: info.notified_at,
-                finish: 0,
-                outcome,
-            };
-            if let Some(origin) = origin {
-                registry.origins.insert(seq, Arc::from(origin));
-            }
-            registry.ids.insert(id, seq);
-            registry.tasks.insert(seq, Box::new(record));
-        }
-        // Finish orders are ranks here (ties broken by registration order);
-        // new ones start above every stored order, so that a store keeping the
-        // journaled numbers orders old and new tasks alike.
-        ended.sort_unstable();
-        let ranks = ended.iter().map(|(_, _, seq)| *seq);
-        for (rank, seq) in (1..).zip(ranks) {
-            if let Some(record) = registry.tasks.get_mut(&seq) {
-                record.finish = rank;
+    /// Takes a terminal task out of the slots and the id index (the caller
+    /// took it out of the pending or delivered index).
+    fn drop_record(&mut self, slot: SlotId) {
+        if let Some(record) = self.slots.remove(slot) {
+            self.finished_by_status[status_slot(record.status())] -= 1;
+            if let Some(head) = self.ids.remove(record.head) {
+                self.pruned.push(head);
             }
         }
-        registry.next_finish = last_order.max(ended.len() as u64) + 1;
-        for seq in &interrupted {
-            if let Some(record) = registry.tasks.get_mut(seq) {
-                record.finish = registry.next_finish;
-                registry.next_finish += 1;
-            }
-        }
-        for (seq, record) in &registry.tasks {
-            registry.finished_by_status[status_slot(record.status())] += 1;
-            if record.notified_at.is_some() {
-                registry.delivered.insert(record.delivered_key(), *seq);
-            } else {
-                registry.pending.insert(*seq);
-            }
-        }
-        let pruned = registry.prune_plan();
-        let written = journal.map_or(Ok(()), |journal| {
-            let finished = interrupted
-                .iter()
-                .filter_map(|seq| registry.tasks.get(seq)?.finished_entry());
-            registry.write_change(journal, finished.chain(registry.removed_entries(&pruned)))
-        });
-        let journal_error = registry.settle(written, &interrupted, &pruned);
-        registry.remove(&pruned);
-        // A restore tells no one what it pruned (the caller has the stored
-        // tasks to compare with).
-        registry.pruned.clear();
-        Ok((registry, journal_error))
     }
 
-    pub(crate) fn task(&self, id: &str) -> Option<AsyncTaskInfo> {
-        self.ids.get(id).and_then(|seq| self.info(*seq))
+    pub(crate) fn task(&self, id: &str) -> Option<TaskSnapshot> {
+        self.snapshot(self.slot_of(id)?)
     }
 
     pub(crate) fn token(&self, id: &str) -> Option<CancellationToken> {
-        let seq = self.ids.get(id)?;
-        self.tasks.get(seq)?.token().cloned()
+        self.slots.get(self.slot_of(id)?)?.token().cloned()
     }
 
     pub(crate) fn progress(&self, id: &str) -> Option<TaskProgress> {
-        let seq = self.ids.get(id)?;
-        self.live.get(seq)?.progress.clone()
+        let seq = self.slots.get(self.slot_of(id)?)?.seq;
+        self.live.get(&seq)?.progress.clone()
     }
 
     /// The status of task `id` and, while it runs, its inbox's sender.
     pub(crate) fn inbox(&self, id: &str) -> Option<(AsyncTaskStatus, Option<&InboxSender>)> {
-        let seq = self.ids.get(id)?;
-        let record = self.tasks.get(seq)?;
-        let status = if self.held.contains(seq) {
+        let record = self.slots.get(self.slot_of(id)?)?;
+        let status = if self.backlog.is_unrecorded(record.seq) {
             AsyncTaskStatus::Running
         } else {
             record.status()
         };
         Some((
             status,
-            self.live.get(seq).and_then(|live| live.inbox.as_ref()),
+            self.live
+                .get(&record.seq)
+                .and_then(|live| live.inbox.as_ref()),
         ))
     }
 
-    pub(crate) fn origin(&self, id: &str) -> Option<Arc<str>> {
-        let seq = self.ids.get(id)?;
-        self.origins.get(seq).cloned()
+    pub(crate) fn origin(&self, id: &str) -> Option<String> {
+        let record = self.slots.get(self.slot_of(id)?)?;
+        record.head.origin().map(str::to_owned)
     }
 
-    /// Task `seq` as readers see it: a held task (its terminal transition not
-    /// journaled yet) still looks running, so nothing shows a result the
-    /// journal does not hold.
-    fn info(&self, seq: Seq) -> Option<AsyncTaskInfo> {
-        let record = self.tasks.get(&seq)?;
-        Some(if self.held.contains(&seq) {
-            record.info_held()
+    /// The task in `slot` as readers see it: an unrecorded task (its terminal
+    /// transition not journaled yet) still looks running, so nothing shows a
+    /// result the journal does not hold.
+    fn snapshot(&self, slot: SlotId) -> Option<TaskSnapshot> {
+        let record = self.slots.get(slot)?;
+        Some(if self.backlog.is_unrecorded(record.seq) {
+            TaskSnapshot::running(&record.head)
         } else {
-            record.info()
+            record.snapshot()
         })
     }
 
+    fn snapshots(&self, slots: impl Iterator<Item = SlotId>) -> Vec<TaskSnapshot> {
+        slots.filter_map(|slot| self.snapshot(slot)).collect()
+    }
+
     pub(crate) fn find_by_prefix(&self, prefix: &str) -> PrefixMatch {
-        let mut matches = self
-            .ids
-            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(id, _)| id.starts_with(prefix))
-            .map(|(_, seq)| *seq);
+        let mut matches = self.ids.with_prefix(prefix);
         match (matches.next(), matches.next()) {
             (None, _) => PrefixMatch::None,
-            (Some(only), None) => self.info(only).map_or(PrefixMatch::None, PrefixMatch::One),
+            (Some(only), None) => self
+                .snapshot(only)
+                .map_or(PrefixMatch::None, PrefixMatch::One),
             (Some(first), Some(second)) => {
-                let mut seqs = vec![first, second];
-                seqs.extend(matches);
-                seqs.sort_unstable();
-                PrefixMatch::Ambiguous(self.infos(seqs.iter()))
+                let seq = |slot: SlotId| self.slots.get(slot).map_or(0, |record| record.seq);
+                let mut found: Vec<(Seq, SlotId)> = [first, second]
+                    .into_iter()
+                    .chain(matches)
+                    .map(|slot| (seq(slot), slot))
+                    .collect();
+                found.sort_unstable();
+                PrefixMatch::Ambiguous(self.snapshots(found.into_iter().map(|(_, slot)| slot)))
             }
         }
     }
 
-    fn infos<'a>(&self, seqs: impl Iterator<Item = &'a Seq>) -> Vec<AsyncTaskInfo> {
-        seqs.filter_map(|seq| self.info(*seq)).collect()
+    /// Every task, in registration order: the running and pending indexes are
+    /// in that order already, and the delivered tasks (at most the history
+    /// limit) are sorted into it.
+    pub(crate) fn tasks(&self) -> Vec<TaskSnapshot> {
+        let mut all: Vec<(Seq, SlotId)> = Vec::with_capacity(self.slots.len());
+        all.extend(
+            self.running
+                .iter(&self.slots)
+                .filter_map(|slot| Some((self.slots.get(slot)?.seq, slot))),
+        );
+        all.extend(self.pending.iter().map(|(seq, slot)| (*seq, *slot)));
+        all.extend(
+            self.delivered
+                .values()
+                .filter_map(|slot| Some((self.slots.get(*slot)?.seq, *slot))),
+        );
+        // A stable sort merges the sorted runs in linear time.
+        all.sort_by_key(|(seq, _)| *seq);
+        self.snapshots(all.into_iter().map(|(_, slot)| slot))
     }
 
-    pub(crate) fn tasks(&self) -> Vec<AsyncTaskInfo> {
-        self.infos(self.tasks.keys())
-    }
-
-    /// The running tasks, held ones included (they look running), in
+    /// The running tasks, unrecorded ones included (they look running), in
     /// registration order.
-    pub(crate) fn running_tasks(&self) -> Vec<AsyncTaskInfo> {
-        if self.held.is_empty() {
-            return self.infos(self.running.iter());
+    pub(crate) fn running_tasks(&self) -> Vec<TaskSnapshot> {
+        let unrecorded = self.backlog.unrecorded();
+        let running = self.running.iter(&self.slots);
+        if unrecorded.is_empty() {
+            return self.snapshots(running);
         }
-        self.infos(self.running.union(&self.held))
+        let mut all: Vec<(Seq, SlotId)> = running
+            .filter_map(|slot| Some((self.slots.get(slot)?.seq, slot)))
+            .chain(unrecorded.iter().map(|(seq, slot)| (*seq, *slot)))
+            .collect();
+        all.sort_by_key(|(seq, _)| *seq);
+        self.snapshots(all.into_iter().map(|(_, slot)| slot))
     }
 
     pub(crate) fn running_tokens(&self) -> Vec<CancellationToken> {
         self.running
-            .iter()
-            .filter_map(|seq| self.tasks.get(seq)?.token().cloned())
+            .iter(&self.slots)
+            .filter_map(|slot| self.slots.get(slot)?.token().cloned())
             .collect()
     }
 
-    /// The pending tasks that may be delivered (held ones wait for the journal).
-    pub(crate) fn pending_notifications(&self) -> Vec<AsyncTaskInfo> {
-        if self.held.is_empty() {
-            return self.infos(self.pending.iter());
-        }
-        self.infos(self.pending.difference(&self.held))
+    /// The pending tasks that may be delivered (unrecorded ones wait for the
+    /// journal).
+    pub(crate) fn pending_notifications(&self) -> Vec<TaskSnapshot> {
+        let unrecorded = self.backlog.unrecorded();
+        let deliverable = self
+            .pending
+            .iter()
+            .filter(|(seq, _)| unrecorded.is_empty() || !unrecorded.contains_key(seq));
+        let mut tasks = Vec::with_capacity(self.pending.len() - unrecorded.len());
+        tasks.extend(
+            deliverable
+                .filter_map(|(_, slot)| self.slots.get(*slot))
+                .map(Record::snapshot),
+        );
+        tasks
     }
 
     pub(crate) fn has_pending(&self) -> bool {
-        self.pending.len() > self.held.len()
+        self.pending.len() > self.backlog.unrecorded().len()
     }
 
-    /// The counts as readers see them: held tasks count as running.
+    /// The counts as readers see them: unrecorded tasks count as running.
     pub(crate) fn counts(&self) -> TaskCounts {
         let [mut completed, mut failed, mut cancelled] = self.finished_by_status;
-        for record in self.held.iter().filter_map(|seq| self.tasks.get(seq)) {
+        let unrecorded = self.backlog.unrecorded();
+        for record in unrecorded.values().filter_map(|slot| self.slots.get(*slot)) {
             match record.status() {
                 AsyncTaskStatus::Completed => completed -= 1,
                 AsyncTaskStatus::Failed => failed -= 1,
@@ -877,138 +651,17 @@ impl Registry {
             }
         }
         TaskCounts {
-            running: self.running.len() + self.held.len(),
+            running: self.running.len() + unrecorded.len(),
             completed,
             failed,
             cancelled,
-            pending_notifications: self.pending.len() - self.held.len(),
+            pending_notifications: self.pending.len() - unrecorded.len(),
             reserved: self.reserved,
         }
     }
-
-    /// Checks every invariant against a full scan; `Err` names the first broken one.
-    pub(crate) fn check_invariants(&self) -> Result<(), String> {
-        let admitted = self.admitted();
-        if let Some(limit) = self.max.limit() {
-            let allowed = limit.max(self.over_limit);
-            if admitted > allowed {
-                return Err(format!(
-                    "{} running + {} reserved exceed the limit of {limit} (grandfathered: {})",
-                    self.running.len(),
-                    self.reserved,
-                    self.over_limit
-                ));
-            }
-        }
-        let mut running = BTreeSet::new();
-        let mut pending = BTreeSet::new();
-        let mut delivered = BTreeMap::new();
-        let mut by_status = [0; 3];
-        for (seq, record) in &self.tasks {
-            let id = &*record.id;
-            if self.ids.get(id) != Some(seq) {
-                return Err(format!("id index does not map '{id}' to its task"));
-            }
-            let status = record.status();
-            if record.notified_at.is_some() && !status.is_terminal() {
-                return Err(format!("running task '{id}' has notified_at"));
-            }
-            if !status.is_terminal() && (record.completed_at, record.finish) != (0, 0) {
-                return Err(format!("running task '{id}' has a completion time"));
-            }
-            match (status, record.notified_at) {
-                (AsyncTaskStatus::Running, _) => {
-                    running.insert(*seq);
-                }
-                (status, None) => {
-                    by_status[status_slot(status)] += 1;
-                    pending.insert(*seq);
-                }
-                (status, Some(_)) => {
-                    by_status[status_slot(status)] += 1;
-                    delivered.insert((record.completed_at, record.finish), *seq);
-                }
-            }
-        }
-        if self.ids.len() != self.tasks.len() {
-            return Err(format!(
-                "id index holds {} ids for {} tasks",
-                self.ids.len(),
-                self.tasks.len()
-            ));
-        }
-        if running != self.running {
-            return Err("running index disagrees with the registry".to_owned());
-        }
-        if pending != self.pending {
-            return Err("pending index disagrees with the registry".to_owned());
-        }
-        if delivered != self.delivered {
-            return Err("pruning queue disagrees with the registry".to_owned());
-        }
-        if by_status != self.finished_by_status {
-            return Err("status counts disagree with the registry".to_owned());
-        }
-        if let Some(seq) = self
-            .origins
-            .keys()
-            .find(|seq| !self.tasks.contains_key(seq))
-        {
-            return Err(format!("an origin is kept for task #{seq}, which is gone"));
-        }
-        if let Some(seq) = self.live.keys().find(|seq| !self.running.contains(seq)) {
-            return Err(format!(
-                "a progress or inbox is kept for task #{seq}, which is not running"
-            ));
-        }
-        for missed in &self.unjournaled {
-            if let Unjournaled::Finished(seq) = missed
-                && self
-                    .tasks
-                    .get(seq)
-                    .is_none_or(|record| !record.status().is_terminal())
-            {
-                return Err(format!(
-                    "a transition awaiting the journal names task #{seq}, which is not held terminal"
-                ));
-            }
-        }
-        if !self.held.is_subset(&self.pending) {
-            return Err("a task held for the journal is not pending".to_owned());
-        }
-        let missed: BTreeSet<Seq> = self
-            .unjournaled
-            .iter()
-            .filter_map(|missed| match missed {
-                Unjournaled::Finished(seq) => Some(*seq),
-                Unjournaled::Removed(_) => None,
-            })
-            .collect();
-        if !self.held.is_subset(&missed) {
-            return Err(
-                "a task is held for the journal although its transition is not awaiting it"
-                    .to_owned(),
-            );
-        }
-        let terminal = pending.len() + delivered.len();
-        let history = self.max.history_limit();
-        // Pruning skips, never stops: above the limit, no notified task may remain.
-        if terminal > history && !delivered.is_empty() {
-            return Err(format!(
-                "{terminal} terminal tasks exceed the history limit {history} while {} notified ones remain",
-                delivered.len()
-            ));
-        }
-        if terminal > history + pending.len() {
-            return Err(format!(
-                "{terminal} terminal tasks exceed history limit {history} + {} un-notified",
-                pending.len()
-            ));
-        }
-        Ok(())
-    }
 }
 
+/// The slot of `status` in `finished_by_status`.
 fn status_slot(status: AsyncTaskStatus) -> usize {
     match status {
         AsyncTaskStatus::Completed => 0,
@@ -1040,7 +693,7 @@ impl Terminal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asynctask_model::TerminateReason;
+    use asynctask_model::{AsyncTaskInfo, TerminateReason};
     use pretty_assertions::assert_eq;
 
     fn registry(max: i64) -> Registry {
@@ -1059,7 +712,18 @@ mod tests {
     }
 
     fn ids(registry: &Registry) -> Vec<String> {
-        registry.tasks().into_iter().map(|t| t.id).collect()
+        registry
+            .tasks()
+            .into_iter()
+            .map(|t| t.id().to_owned())
+            .collect()
+    }
+
+    fn marked(count: usize) -> Marked {
+        Marked {
+            count,
+            journal_error: None,
+        }
     }
 
     #[test]
@@ -1071,11 +735,11 @@ mod tests {
         // All finish at t=5, in the order c, a, b.
         for id in ["c", "a", "b"] {
             registry
-                .finish(id, Terminal::Cancelled, 5, false, None)
+                .transition(id, Terminal::Cancelled, 5, false, None)
                 .unwrap();
         }
         for id in ["a", "b", "c"] {
-            assert_eq!(registry.mark_notified(&[id], 6, None), Ok(1));
+            assert_eq!(registry.mark_notified(&[id], 6, None), marked(1));
         }
         assert_eq!(registry.set_max(MaxAsyncTasks::new(1).unwrap(), None), None); // history 2
         assert_eq!(
@@ -1097,7 +761,7 @@ mod tests {
         assert_eq!(registry.over_limit, 4);
         registry.check_invariants().unwrap();
         registry
-            .finish("a", Terminal::Failed("x".into()), 1, false, None)
+            .transition("a", Terminal::Failed("x".into()), 1, false, None)
             .unwrap();
         assert_eq!(registry.over_limit, 3);
         // Spending the reservation keeps the admitted count, and the allowance.
@@ -1120,14 +784,20 @@ mod tests {
         run(&mut registry, "t", 10);
         let output = OutputObject::new(TerminateReason::MaxTurns).with_final_message("bye");
         let finished = registry
-            .finish("t", Terminal::Completed(output.clone()), 20, true, None)
+            .transition("t", Terminal::Completed(output.clone()), 20, true, None)
             .unwrap();
         let mut expected = AsyncTaskInfo::new("t", "agent", "goal", 10);
         expected.complete(output, 20);
-        assert_eq!(finished.task, Some(expected.clone()));
-        assert_eq!(registry.mark_notified(&["t"], 30, None), Ok(1));
+        assert_eq!(
+            finished.task.map(|task| task.to_info()),
+            Some(expected.clone())
+        );
+        assert_eq!(registry.mark_notified(&["t"], 30, None), marked(1));
         expected.mark_notified(30);
-        assert_eq!(registry.task("t"), Some(expected));
+        assert_eq!(
+            registry.task("t").map(|task| task.to_info()),
+            Some(expected)
+        );
     }
 
     #[test]
@@ -1136,18 +806,35 @@ mod tests {
         run(&mut registry, "t", 0);
         assert!(
             registry
-                .finish("t", Terminal::Failed("first".into()), 1, false, None)
+                .transition("t", Terminal::Failed("first".into()), 1, false, None)
                 .is_some()
         );
         assert!(
             registry
-                .finish("t", Terminal::Cancelled, 2, false, None)
+                .transition("t", Terminal::Cancelled, 2, false, None)
                 .is_none()
         );
         let task = registry.task("t").unwrap();
         assert_eq!(
-            (task.status, task.error.as_deref(), task.completed_at),
+            (task.status(), task.error(), task.completed_at()),
             (AsyncTaskStatus::Failed, Some("first"), Some(1))
         );
+    }
+
+    #[test]
+    fn a_pruned_task_frees_its_slot_for_the_next_one() {
+        let mut registry = registry(-1); // history 10
+        for n in 0..30 {
+            let id = format!("t{n}");
+            run(&mut registry, &id, n);
+            registry
+                .transition(&id, Terminal::Cancelled, n, false, None)
+                .unwrap();
+            registry.mark_notified(&[id.as_str()], n, None);
+            registry.check_invariants().unwrap();
+        }
+        assert_eq!(registry.slots.len(), 10);
+        assert_eq!(registry.slots.iter().map(|(slot, _)| slot).max(), Some(10));
+        assert_eq!(ids(&registry).first().map(String::as_str), Some("t20"));
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_model::AsyncTaskInfo;
+use asynctask_manager::TaskSnapshot;
 use asynctask_runtime::{Claim, ClaimLedger, ClaimOwner};
 
 use crate::session::Session;
@@ -126,10 +126,9 @@ impl ReminderGate {
                 .ledger
                 .claim_within(ClaimOwner::Request, REMINDER_BUDGET_CHARS, |_| true),
             Some(session) => {
-                let manager = self.ledger.manager();
                 self.ledger
                     .claim_within(ClaimOwner::Request, REMINDER_BUDGET_CHARS, |task| {
-                        session.may_claim(manager, task)
+                        session.may_claim(task)
                     })
             }
         }
@@ -137,22 +136,19 @@ impl ReminderGate {
 
     /// Whether this gate's session may take `task`'s result (every result,
     /// when the gate serves no session of several).
-    pub(crate) fn may_claim(&self, task: &AsyncTaskInfo) -> bool {
+    pub(crate) fn may_claim(&self, task: &TaskSnapshot) -> bool {
         self.session
             .as_ref()
-            .is_none_or(|session| session.may_claim(self.ledger.manager(), task))
+            .is_none_or(|session| session.may_claim(task))
     }
 
     /// Whether a result this gate's session may take is pending and unclaimed.
     pub(crate) fn anything_to_claim(&self) -> bool {
         let manager = self.ledger.manager();
-        manager.pending_notifications().iter().any(|task| {
-            !self.ledger.is_claimed(&task.id)
-                && self
-                    .session
-                    .as_ref()
-                    .is_none_or(|session| session.may_claim(manager, task))
-        })
+        manager
+            .pending_notifications()
+            .iter()
+            .any(|task| !self.ledger.is_claimed(task.id()) && self.may_claim(task))
     }
 
     /// Resolves the next time a claim ends or a task finishes (see
@@ -454,7 +450,7 @@ mod tests {
         let one = |task: &str| {
             runtime
                 .claims()
-                .claim_matching(ClaimOwner::Request, |t| t.id == task)
+                .claim_matching(ClaimOwner::Request, |t| t.id() == task)
                 .expect("pending")
         };
         let (first, second) = (one("aaaaaaaa-1"), one("bbbbbbbb-2"));

@@ -484,13 +484,13 @@ fn progress_message(
         return truncate_chars(line.trim_end(), PROGRESS_LINE_CHARS).into_owned();
     }
     let mut running = manager.running_tasks();
-    running.retain(|task| scope.may_quote(manager, &task.id));
+    running.retain(|task| scope.may_quote(manager, task.id()));
     // The tasks the call names first; the order is otherwise kept.
-    running.sort_by_key(|task| !scope.targets(&task.id));
+    running.sort_by_key(|task| !scope.targets(task.id()));
     let line = running.into_iter().find_map(|task| {
-        let snapshot = manager.progress(&task.id)?.snapshot();
+        let snapshot = manager.progress(task.id())?.snapshot();
         let line = snapshot.last_line()?.trim_end().to_owned();
-        (!line.is_empty()).then(|| format!("{}: {}", id_prefix(&task.id), line))
+        (!line.is_empty()).then(|| format!("{}: {}", id_prefix(task.id()), line))
     });
     match line {
         Some(line) => truncate_chars(&line, PROGRESS_LINE_CHARS).into_owned(),
@@ -630,16 +630,15 @@ pub fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
     runtime.manager().subscribe(move |event: &TaskEvent| {
         let task = event.task();
         let took = asynctask_tools::format_duration(
-            task.launched_at,
-            task.completed_at
+            task.launched_at(),
+            task.completed_at()
                 .unwrap_or_else(|| manager.clock().now_ms()),
         );
-        let how = match task.status {
+        let how = match task.status() {
             AsyncTaskStatus::Completed => "completed".to_owned(),
             AsyncTaskStatus::Failed => format!(
                 "failed: {}",
-                task.error
-                    .as_deref()
+                task.error()
                     .and_then(|error| error.lines().next())
                     .unwrap_or_default()
             ),
@@ -648,8 +647,8 @@ pub fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
         };
         tracing::info!(
             "task {} ({}) {how} after {took}",
-            id_prefix(&task.id),
-            task.subagent_name
+            id_prefix(task.id()),
+            task.subagent_name()
         );
     })
 }

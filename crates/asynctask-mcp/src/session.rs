@@ -5,8 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_manager::AsyncTaskManager;
-use asynctask_model::AsyncTaskInfo;
+use asynctask_manager::TaskSnapshot;
 use asynctask_runtime::ClaimLedger;
 
 /// The sessions connected to one registry right now (a durable supervisor's
@@ -26,9 +25,9 @@ use asynctask_runtime::ClaimLedger;
 /// let sessions = Sessions::default();
 /// let (a, b) = (sessions.join(&BTreeSet::new()), sessions.join(&BTreeSet::new()));
 /// let task = manager.register_task(RegisterTaskInput::new("t1", "s", "g").with_origin(a.id()))?;
-/// assert!(a.may_claim(&manager, &task) && !b.may_claim(&manager, &task));
+/// assert!(a.may_claim(&task) && !b.may_claim(&task));
 /// drop(a); // gone: the next session that calls takes its results
-/// assert!(b.may_claim(&manager, &task));
+/// assert!(b.may_claim(&task));
 /// # Ok::<(), asynctask_manager::RegisterError>(())
 /// ```
 #[derive(Clone, Default)]
@@ -138,10 +137,10 @@ impl Session {
     /// goes to the session that launched its task while that session is
     /// connected; when it is gone, to the next session that calls.)
     #[must_use]
-    pub fn may_claim(&self, manager: &AsyncTaskManager, task: &AsyncTaskInfo) -> bool {
-        match manager.origin(&task.id) {
+    pub fn may_claim(&self, task: &TaskSnapshot) -> bool {
+        match task.origin() {
             None => true,
-            Some(origin) => origin == self.id || !self.sessions.is_connected(&origin),
+            Some(origin) => origin == self.id || !self.sessions.is_connected(origin),
         }
     }
 }
@@ -165,7 +164,7 @@ impl fmt::Debug for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asynctask_manager::RegisterTaskInput;
+    use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
 
     #[test]
     fn a_session_id_in_use_is_drawn_again() {
@@ -204,10 +203,10 @@ mod tests {
         let of_a = register("1", Some(a.id()));
         let of_b = register("2", Some(b.id()));
         let of_nobody = register("3", None);
-        assert!(a.may_claim(&manager, &of_a) && !a.may_claim(&manager, &of_b));
-        assert!(a.may_claim(&manager, &of_nobody));
+        assert!(a.may_claim(&of_a) && !a.may_claim(&of_b));
+        assert!(a.may_claim(&of_nobody));
         drop(b);
-        assert!(a.may_claim(&manager, &of_b), "its session is gone");
+        assert!(a.may_claim(&of_b), "its session is gone");
         assert_eq!(sessions.len(), 1);
     }
 }

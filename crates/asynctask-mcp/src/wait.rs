@@ -63,7 +63,7 @@ impl WaitAsyncTasksTool {
     fn resolve(&self, prefixes: &[String]) -> Result<BTreeSet<String>, LookupError> {
         let mut ids = BTreeSet::new();
         for prefix in prefixes {
-            ids.insert(find_task(&self.manager, prefix)?.id);
+            ids.insert(find_task(&self.manager, prefix)?.id().to_owned());
         }
         Ok(ids)
     }
@@ -84,8 +84,8 @@ impl WaitAsyncTasksTool {
         let mut elsewhere = None;
         for id in named {
             match self.manager.task(id) {
-                Some(task) if !task.status.is_terminal() => running += 1,
-                Some(task) if task.notified_at.is_some() => {
+                Some(task) if !task.status().is_terminal() => running += 1,
+                Some(task) if task.notified_at().is_some() => {
                     delivered = delivered.or_else(|| Some(id.clone()));
                 }
                 Some(task) if self.gate.may_claim(&task) => return Watch::Pending,

@@ -1,6 +1,6 @@
 //! Process groups and signals: the group a subagent leads, how it is ended
-//! (directly, or through the reaper), the registry of every live subagent of
-//! a runner, and how a child's exit is described.
+//! (directly, or through the reaper), the set of every live subagent of a
+//! runner, and how a child's exit is described.
 
 use std::collections::BTreeMap;
 use std::process::ExitStatus;
@@ -15,12 +15,12 @@ use tokio::process::Child;
 /// The live subagents of a runner and all its clones, so that
 /// [`terminate_all`](Self::terminate_all) can end them at once.
 #[derive(Debug, Default)]
-pub(crate) struct Registry {
+pub(crate) struct LiveSubagents {
     live: Mutex<BTreeMap<u64, Leader>>,
     next: AtomicU64,
 }
 
-impl Registry {
+impl LiveSubagents {
     /// Ends every live subagent at once (see [`Leader::kill_now`]) and says
     /// how many there were. It only sends signals: it never waits.
     pub(crate) fn terminate_all(&self) -> usize {
@@ -63,7 +63,7 @@ impl Registry {
 /// A run reaps its leader (`Child::wait`) before it takes it off the live
 /// list, so a signal can reach a leader's id after it was reaped: from the
 /// run itself (the group kill that ends what the command left behind) or
-/// from [`Registry::terminate_all`] in the moment between. Every signal is
+/// from [`LiveSubagents::terminate_all`] in the moment between. Every signal is
 /// therefore sent to the *group* (`killpg`), never to the pid alone — the
 /// reaper, too, leads a group of its own, whose only member it is (its
 /// command gets another):
@@ -114,7 +114,7 @@ impl Leader {
 pub(crate) struct ProcessGroup {
     leader: Leader,
     armed: bool,
-    registry: Arc<Registry>,
+    live: Arc<LiveSubagents>,
     key: u64,
 }
 
@@ -123,15 +123,15 @@ impl ProcessGroup {
     pub(crate) fn register(
         child: &Child,
         via_reaper: bool,
-        registry: Arc<Registry>,
+        live: Arc<LiveSubagents>,
     ) -> Option<Self> {
         let pid = Pid::from_raw(i32::try_from(child.id()?).ok()?);
         let leader = Leader { pid, via_reaper };
-        let key = registry.insert(leader);
+        let key = live.insert(leader);
         Some(ProcessGroup {
             leader,
             armed: true,
-            registry,
+            live,
             key,
         })
     }
@@ -166,7 +166,7 @@ impl ProcessGroup {
     fn disarm(&mut self) {
         if self.armed {
             self.armed = false;
-            self.registry.remove(self.key);
+            self.live.remove(self.key);
         }
     }
 }
@@ -224,6 +224,6 @@ mod tests {
 
     #[test]
     fn an_empty_registry_terminates_nothing() {
-        assert_eq!(Registry::default().terminate_all(), 0);
+        assert_eq!(LiveSubagents::default().terminate_all(), 0);
     }
 }

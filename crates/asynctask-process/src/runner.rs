@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::capture::ByteTail;
 use crate::config::{ProcessRunnerConfig, StdinMode, SubagentCommand};
 use crate::env::set_env;
-use crate::group::{ProcessGroup, Registry, describe_exit};
+use crate::group::{LiveSubagents, ProcessGroup, describe_exit};
 use crate::output::{TempOutputDir, file_stem, remove_if_there};
 use crate::stdin::{StdinFeeder, undelivered_note};
 use crate::streams::{Reader, StdoutSink, drain, take};
@@ -88,7 +88,7 @@ struct Shared {
     /// clone.
     temp_dir: TempOutputDir,
     /// Every live subagent, for [`ProcessRunner::terminate_all`].
-    live: Arc<Registry>,
+    live: Arc<LiveSubagents>,
 }
 
 /// How to start the reaper: its program and the arguments before its own.

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_manager::{AsyncTaskManager, Subscription};
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+use asynctask_manager::{AsyncTaskManager, Subscription, TaskSnapshot};
+use asynctask_model::AsyncTaskStatus;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
@@ -187,7 +187,7 @@ impl ClaimLedger {
     pub fn claim_matching(
         &self,
         owner: ClaimOwner,
-        pick: impl Fn(&AsyncTaskInfo) -> bool,
+        pick: impl Fn(&TaskSnapshot) -> bool,
     ) -> Option<Claim> {
         self.claim_where(owner, usize::MAX, pick, |_| true)
     }
@@ -222,7 +222,7 @@ impl ClaimLedger {
         &self,
         owner: ClaimOwner,
         max_chars: usize,
-        pick: impl Fn(&AsyncTaskInfo) -> bool,
+        pick: impl Fn(&TaskSnapshot) -> bool,
     ) -> Option<Claim> {
         self.claim_where(owner, max_chars, pick, |_| true)
     }
@@ -238,7 +238,7 @@ impl ClaimLedger {
             |pending| {
                 pending.iter().any(|task| {
                     matches!(
-                        task.status,
+                        task.status(),
                         AsyncTaskStatus::Completed | AsyncTaskStatus::Failed
                     )
                 })
@@ -253,8 +253,8 @@ impl ClaimLedger {
         &self,
         owner: ClaimOwner,
         max_chars: usize,
-        pick: impl Fn(&AsyncTaskInfo) -> bool,
-        accept: impl Fn(&[AsyncTaskInfo]) -> bool,
+        pick: impl Fn(&TaskSnapshot) -> bool,
+        accept: impl Fn(&[TaskSnapshot]) -> bool,
     ) -> Option<Claim> {
         loop {
             let looked_at = self.lock().delivered;
@@ -262,7 +262,7 @@ impl ClaimLedger {
             // either still counted as running or pending here, never missing
             // from both.
             let (pending, running) = self.manager().pending_and_running();
-            let mut picked: Vec<AsyncTaskInfo> =
+            let mut picked: Vec<TaskSnapshot> =
                 pending.into_iter().filter(|task| pick(task)).collect();
             if picked.is_empty() {
                 return None;
@@ -274,7 +274,7 @@ impl ClaimLedger {
                 // of this loop follows another delivery's progress).
                 continue;
             }
-            picked.retain(|task| !state.is_claimed(&task.id));
+            picked.retain(|task| !state.is_claimed(task.id()));
             if picked.is_empty() || !accept(&picked) {
                 return None;
             }
@@ -548,7 +548,7 @@ mod tests {
             ("b", AsyncTaskStatus::Completed),
         ]);
         let mine = ledger
-            .claim_matching(ClaimOwner::Request, |task| task.id == "b")
+            .claim_matching(ClaimOwner::Request, |task| task.id() == "b")
             .expect("b is pending");
         assert_eq!(mine.task_ids(), ["b"]);
         assert_eq!(
@@ -568,9 +568,9 @@ mod tests {
             .claim_matching(ClaimOwner::Request, |task| {
                 // Back into the ledger from `pick`: another owner takes "a"
                 // between the look and the claim.
-                if task.id == "a" {
+                if task.id() == "a" {
                     *theirs.borrow_mut() =
-                        ledger.claim_matching(ClaimOwner::Request, |t| t.id == "a");
+                        ledger.claim_matching(ClaimOwner::Request, |t| t.id() == "a");
                 }
                 true
             })
@@ -586,7 +586,7 @@ mod tests {
             ("b", AsyncTaskStatus::Completed),
         ]);
         let held = ledger
-            .claim_matching(ClaimOwner::Request, |task| task.id == "a")
+            .claim_matching(ClaimOwner::Request, |task| task.id() == "a")
             .expect("a");
         let held = std::cell::RefCell::new(Some(held));
         // This claim looks while "a" is claimed; from its `pick` (between the
@@ -649,7 +649,7 @@ mod tests {
         // `acknowledge`: while the registry marks "a", another owner (the
         // clock, here) gets only "b", and sees "a" still claimed.
         let claim = ledger
-            .claim_matching(ClaimOwner::Request, |t| t.id == "a")
+            .claim_matching(ClaimOwner::Request, |t| t.id() == "a")
             .expect("a");
         clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(claim.acknowledge(), ["a"]);

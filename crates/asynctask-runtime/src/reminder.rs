@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use asynctask_manager::AsyncTaskManager;
+use asynctask_manager::TaskSnapshot;
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 use asynctask_tools::{completion_notification, id_prefix};
 
@@ -62,7 +63,7 @@ impl AsyncTaskReminderService {
         let mut lines = Vec::with_capacity(tasks.len() + 1);
         lines.push(format!("[ASYNC TASKS: {} total]", tasks.len()));
         for (i, task) in tasks.iter().enumerate() {
-            let icon = match task.status {
+            let icon = match task.status() {
                 AsyncTaskStatus::Running => "[RUNNING]",
                 AsyncTaskStatus::Completed => "[DONE]",
                 AsyncTaskStatus::Failed => "[FAILED]",
@@ -71,8 +72,8 @@ impl AsyncTaskReminderService {
             lines.push(format!(
                 "[{}] {} - {icon} ({}...)",
                 i + 1,
-                task.subagent_name,
-                id_prefix(&task.id)
+                task.subagent_name(),
+                id_prefix(task.id())
             ));
         }
         lines.join("\n")
@@ -125,7 +126,7 @@ impl AsyncTaskReminderService {
 
 /// The reminder for `pending` (in order) and `running` tasks; `None` when
 /// there is nothing to say.
-pub(crate) fn render(pending: &[AsyncTaskInfo], running: usize) -> Option<Reminder> {
+pub(crate) fn render(pending: &[TaskSnapshot], running: usize) -> Option<Reminder> {
     render_within(pending, running, usize::MAX)
 }
 
@@ -135,7 +136,7 @@ pub(crate) fn render(pending: &[AsyncTaskInfo], running: usize) -> Option<Remind
 /// still run. Each completion notification is rendered once. `None` when
 /// there is nothing to say.
 pub(crate) fn render_within(
-    pending: &[AsyncTaskInfo],
+    pending: &[TaskSnapshot],
     running: usize,
     max_chars: usize,
 ) -> Option<Reminder> {
@@ -163,7 +164,7 @@ pub(crate) fn render_within(
         text,
         task_ids: pending[..carried]
             .iter()
-            .map(|task| task.id.clone())
+            .map(|task| task.id().to_owned())
             .collect(),
     })
 }

@@ -304,7 +304,7 @@ const JOURNAL_RETRY_FIRST: Duration = Duration::from_secs(1);
 const JOURNAL_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Catches the journal up after a failed write, with backoff, until the
-/// runtime stops: the results its failure held back become deliverable (and
+/// runtime stops: the results its failure kept from delivery become deliverable (and
 /// are announced, so the auto-trigger delivers them) even when nothing else
 /// happens to write.
 async fn retry_journal(manager: WeakAsyncTaskManager, stopping: CancellationToken) {
@@ -571,7 +571,7 @@ impl AsyncTaskRuntime {
     /// Cancels every running task, waits for the background runs to end (a runner
     /// that ignores cancellation is aborted after its grace period; its task stays
     /// cancelled), stops the auto-trigger, and tries once more to write what the
-    /// journal missed (a held result is then kept by the store). Idempotent.
+    /// journal missed (an unrecorded result is then kept by the store). Idempotent.
     ///
     /// # Cancel safety
     ///
@@ -586,7 +586,7 @@ impl AsyncTaskRuntime {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clear();
             for task in self.manager.running_tasks() {
-                self.manager.cancel_task(&task.id);
+                self.manager.cancel_task(task.id());
             }
             tracing::debug!("async task runtime shutting down");
         }
@@ -603,7 +603,7 @@ impl AsyncTaskRuntime {
         {
             tracing::warn!("background work did not end within the shutdown timeout");
         }
-        // A result the journal missed (held, see `has_journal_backlog`) is
+        // A change the journal missed (see `has_journal_backlog`) is
         // written now or never: the retries with backoff ended with the runtime.
         if let Err(error) = self.manager.retry_journal() {
             tracing::error!(

@@ -393,8 +393,9 @@ impl Store {
                     ])
                 })
             }
-            // A repeat (a mark whose write was reported failed, delivered
-            // again) takes the latest time, as the manager does.
+            // A repeat (a mark sent again after its write was reported
+            // failed, or a result delivered again after a restart) takes the
+            // latest time.
             JournalEntry::Notified { id, notified_at } => tx
                 .prepare_cached(
                     "UPDATE tasks SET notified_at = ?2 WHERE id = ?1 AND status <> 'running'",

@@ -135,7 +135,7 @@ impl ConnectionContext {
         let recorded: std::collections::BTreeSet<String> = manager
             .tasks()
             .iter()
-            .filter_map(|task| manager.origin(&task.id))
+            .filter_map(|task| task.origin().map(str::to_owned))
             .collect();
         let session = Arc::new(self.sessions.join(&recorded));
         tracing::info!(session = session.id(), "session connected");
@@ -167,12 +167,12 @@ fn status(runtime: &AsyncTaskRuntime, sessions: usize) -> Value {
         .into_iter()
         .map(|task| {
             json!({
-                "id": task.id,
-                "subagent": task.subagent_name,
-                "status": task.status,
-                "session": manager.origin(&task.id),
-                "delivered": task.notified_at.is_some(),
-                "running": task.status == AsyncTaskStatus::Running,
+                "id": task.id(),
+                "subagent": task.subagent_name(),
+                "status": task.status(),
+                "session": task.origin(),
+                "delivered": task.notified_at().is_some(),
+                "running": task.status() == AsyncTaskStatus::Running,
             })
         })
         .collect();

@@ -244,8 +244,8 @@ impl Supervisor {
         let manager = self.runtime.manager();
         let error = format!("interrupted: the supervisor received {signal}");
         for task in manager.running_tasks() {
-            let token = manager.cancellation_token(&task.id);
-            if manager.fail_task(&task.id, error.as_str())
+            let token = manager.cancellation_token(task.id());
+            if manager.fail_task(task.id(), error.as_str())
                 && let Some(token) = token
             {
                 token.cancel();
@@ -265,8 +265,8 @@ impl Supervisor {
     }
 
     /// Whether a session is connected, a connection open, a task running, or a
-    /// result held until the journal records it (the runtime retries the
-    /// write; ending now would lose the result).
+    /// change waiting for the journal to record it (the runtime retries the
+    /// write; ending now would lose it).
     fn is_busy(&self, connections: &JoinSet<()>) -> bool {
         let manager = self.runtime.manager();
         !self.sessions.is_empty()

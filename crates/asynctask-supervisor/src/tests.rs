@@ -339,7 +339,7 @@ fn notified(runtime: &AsyncTaskRuntime) -> bool {
     runtime
         .manager()
         .task("t1")
-        .is_some_and(|task| task.notified_at.is_some())
+        .is_some_and(|task| task.notified_at().is_some())
 }
 
 /// Waits until `condition` holds, failing after 10 s.

@@ -70,7 +70,7 @@ async fn main() {
             "deliver to the model:\n{}",
             completion_notification(&finished)
         );
-        manager.mark_notified(&finished.id);
+        manager.mark_notified(finished.id());
     }
     let bad = check
         .execute(json!({"task_id": 42}), CancellationToken::new())

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use asynctask_manager::TaskSnapshot;
 use asynctask_manager::{AsyncTaskManager, ProgressSnapshot};
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
+use asynctask_model::{AsyncTaskStatus, OutputObject};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -90,7 +91,7 @@ impl CheckAsyncTasksTool {
                 json!({ "count": 0 }),
             );
         }
-        let count = |status| tasks.iter().filter(|t| t.status == status).count();
+        let count = |status| tasks.iter().filter(|t| t.status() == status).count();
         let (running, completed, failed, cancelled) = (
             count(AsyncTaskStatus::Running),
             count(AsyncTaskStatus::Completed),
@@ -111,20 +112,22 @@ impl CheckAsyncTasksTool {
         let caller = CallContext::current().and_then(|context| context.origin);
         for task in &tasks {
             let duration = task_duration(task, now);
-            let prefix = id_prefix(&task.id);
-            let origin = origin_note(&self.manager, &task.id, caller.as_deref());
+            let prefix = id_prefix(task.id());
+            let origin = origin_note(&self.manager, task.id(), caller.as_deref());
             lines.push(with_icon(
-                status_icon(task.status),
+                status_icon(task.status()),
                 &format!(
                     "[{prefix}] {} - {} ({duration}){origin}",
-                    task.subagent_name, task.status
+                    task.subagent_name(),
+                    task.status()
                 ),
             ));
             display.push(with_icon(
-                status_icon(task.status),
+                status_icon(task.status()),
                 &format!(
                     "**{}** (`{prefix}`) - {}{origin}",
-                    task.subagent_name, task.status
+                    task.subagent_name(),
+                    task.status()
                 ),
             ));
         }
@@ -150,7 +153,7 @@ impl CheckAsyncTasksTool {
         // A running task shows what its subagent has printed so far.
         let progress = self
             .manager
-            .progress(&task.id)
+            .progress(task.id())
             .map(|progress| progress.snapshot())
             .filter(|snapshot| !snapshot.is_empty());
         let details = bounded_details(&task, progress.as_ref(), now, PEEK_BUDGET_CHARS);
@@ -191,21 +194,21 @@ struct TaskDetails {
     recent_output: Vec<String>,
 }
 
-fn details(task: &AsyncTaskInfo, progress: Option<&ProgressSnapshot>, now: u64) -> TaskDetails {
+fn details(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u64) -> TaskDetails {
     let recent_output = progress.map_or_else(Vec::new, |progress| {
         let skip = progress.last_lines.len().saturating_sub(PEEK_OUTPUT_LINES);
         progress.last_lines[skip..].to_vec()
     });
     TaskDetails {
-        id: task.id.clone(),
-        subagent_name: task.subagent_name.clone(),
-        goal_prompt: task.goal_prompt.clone(),
-        status: task.status,
-        launched_at: iso_time(task.launched_at),
+        id: task.id().to_owned(),
+        subagent_name: task.subagent_name().to_owned(),
+        goal_prompt: task.goal_prompt().to_owned(),
+        status: task.status(),
+        launched_at: iso_time(task.launched_at()),
         duration: task_duration(task, now),
-        completed_at: task.completed_at.map(iso_time),
-        output: task.output.clone(),
-        error: task.error.clone(),
+        completed_at: task.completed_at().map(iso_time),
+        output: task.output().cloned(),
+        error: task.error().map(str::to_owned),
         output_file: progress
             .and_then(|progress| progress.output_file.as_ref())
             .map(|path| path.display().to_string()),
@@ -224,7 +227,7 @@ fn details(task: &AsyncTaskInfo, progress: Option<&ProgressSnapshot>, now: u64) 
 /// is not enough (thousands of variables), the variables after the first ones that
 /// fit are dropped and an entry `"…"` says how many were cut.
 fn bounded_details(
-    task: &AsyncTaskInfo,
+    task: &TaskSnapshot,
     progress: Option<&ProgressSnapshot>,
     now: u64,
     budget: usize,
@@ -234,7 +237,7 @@ fn bounded_details(
     if fits(&full) {
         return full;
     }
-    let variables = task.output.as_ref().map_or(0, |o| o.emitted_vars.len());
+    let variables = task.output().as_ref().map_or(0, |o| o.emitted_vars.len());
     let fields = 3 + 2 * variables + full.recent_output.len() + 1;
     let mut share = (budget / fields).max(64);
     let cut = loop {
@@ -299,24 +302,28 @@ fn cut_fields(full: &TaskDetails, share: usize, keep: usize) -> TaskDetails {
 }
 
 /// The user-facing detail of one task, with `...` only after a cut.
-fn task_display(task: &AsyncTaskInfo, progress: Option<&ProgressSnapshot>, now: u64) -> String {
+fn task_display(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u64) -> String {
     let mut lines = vec![
         with_icon(
-            status_icon(task.status),
-            &format!("**{}**", task.subagent_name),
+            status_icon(task.status()),
+            &format!("**{}**", task.subagent_name()),
         ),
-        format!("ID: `{}`", task.id),
-        format!("Status: {}", task.status),
-        format!("Goal: {}", truncate_chars(&task.goal_prompt, 100)),
+        format!("ID: `{}`", task.id()),
+        format!("Status: {}", task.status()),
+        format!("Goal: {}", truncate_chars(task.goal_prompt(), 100)),
         format!("Duration: {}", task_duration(task, now)),
     ];
-    if let Some(output) = task.output.as_ref().filter(|o| !o.emitted_vars.is_empty()) {
+    if let Some(output) = task
+        .output()
+        .as_ref()
+        .filter(|o| !o.emitted_vars.is_empty())
+    {
         lines.push("Emitted variables:".to_owned());
         for (name, value) in &output.emitted_vars {
             lines.push(format!("  - {name}: {}", truncate_chars(value, 50)));
         }
     }
-    if let Some(error) = &task.error {
+    if let Some(error) = task.error() {
         lines.push(format!(
             "Error: {}",
             bound_text_keeping_pointer(error, DISPLAY_ERROR_CHARS)

@@ -1,8 +1,8 @@
 //! Finding the task a model or a user named by id or prefix: one lookup, one
 //! error type, for every tool and slash command that takes a task id.
 
+use asynctask_manager::TaskSnapshot;
 use asynctask_manager::{AsyncTaskManager, PrefixMatch};
-use asynctask_model::AsyncTaskInfo;
 
 use crate::command::CommandOutput;
 use crate::format::{ECHO_CHARS, truncate_chars};
@@ -26,13 +26,13 @@ use crate::result::{ToolErrorType, ToolResult};
 /// let manager = AsyncTaskManager::default();
 /// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "researcher", "g"))?;
 /// manager.register_task(RegisterTaskInput::new("0f3a77e4-2", "tester", "g"))?;
-/// assert_eq!(find_task(&manager, "0f3a9").map(|t| t.id), Ok("0f3a9c21-1".to_owned()));
+/// assert_eq!(find_task(&manager, "0f3a9").map(|t| t.id().to_owned()), Ok("0f3a9c21-1".to_owned()));
 /// let missing = find_task(&manager, "ffff").unwrap_err();
 /// assert_eq!(missing.to_tool_result().llm_content, "No async task found with ID or prefix 'ffff'.");
 /// assert!(matches!(find_task(&manager, "0f3a"), Err(LookupError::Ambiguous { .. })));
 /// # Ok::<(), asynctask_manager::RegisterError>(())
 /// ```
-pub fn find_task(manager: &AsyncTaskManager, query: &str) -> Result<AsyncTaskInfo, LookupError> {
+pub fn find_task(manager: &AsyncTaskManager, query: &str) -> Result<TaskSnapshot, LookupError> {
     // Exact match first: a full id never costs a prefix search, and an id that
     // is a prefix of another still names itself.
     if let Some(task) = manager.task(query) {
@@ -69,7 +69,7 @@ pub enum LookupError {
         /// What was asked for.
         query: String,
         /// The matching tasks, in registration order.
-        candidates: Vec<AsyncTaskInfo>,
+        candidates: Vec<TaskSnapshot>,
     },
 }
 
@@ -119,7 +119,12 @@ impl LookupError {
             LookupError::Ambiguous { candidates, .. } => {
                 let mut lines = vec!["Ambiguous task ID. Did you mean:".to_owned()];
                 lines.extend(candidates.iter().map(|task| {
-                    format!("  - {} ({}, {})", task.id, task.subagent_name, task.status)
+                    format!(
+                        "  - {} ({}, {})",
+                        task.id(),
+                        task.subagent_name(),
+                        task.status()
+                    )
                 }));
                 CommandOutput::error(lines.join("\n"))
             }

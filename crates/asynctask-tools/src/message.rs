@@ -2,9 +2,7 @@
 //! and `/task msg`, its slash-command twin.
 
 use async_trait::async_trait;
-use asynctask_manager::{AsyncTaskManager, InboxError, MessageError};
-use asynctask_model::AsyncTaskInfo;
-#[cfg(test)]
+use asynctask_manager::{AsyncTaskManager, InboxError, MessageError, TaskSnapshot};
 use asynctask_model::AsyncTaskStatus;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -21,27 +19,23 @@ use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 enum Refusal {
     /// The id named no task, or several.
     Lookup(LookupError),
-    /// The task has ended.
-    Finished(Box<AsyncTaskInfo>),
+    /// The task has ended, with this status.
+    Finished(TaskSnapshot, AsyncTaskStatus),
     /// Its subagent takes no messages at all (registered without an inbox).
-    NotTaking(Box<AsyncTaskInfo>),
+    NotTaking(TaskSnapshot),
     /// Its subagent took messages but has stopped reading them (it is
     /// finishing, or it closed its input).
-    StoppedReading(Box<AsyncTaskInfo>),
+    StoppedReading(TaskSnapshot),
     /// The message itself is malformed (blank, or too long).
     Invalid(InvalidParams),
     /// Its subagent has not read the last messages sent to it.
-    Full(Box<AsyncTaskInfo>),
+    Full(TaskSnapshot),
 }
 
 /// Queues `message` for the running task named by `task_id` (an id or a unique
 /// prefix). Never changes the task's state. The parameters are checked here, so
 /// the tool and `/task msg` refuse the same inputs.
-fn send(
-    manager: &AsyncTaskManager,
-    task_id: &str,
-    message: &str,
-) -> Result<AsyncTaskInfo, Refusal> {
+fn send(manager: &AsyncTaskManager, task_id: &str, message: &str) -> Result<TaskSnapshot, Refusal> {
     MessageAsyncTaskParams {
         task_id: task_id.to_owned(),
         message: message.to_owned(),
@@ -49,23 +43,20 @@ fn send(
     .validate()
     .map_err(Refusal::Invalid)?;
     let task = find_task(manager, task_id).map_err(Refusal::Lookup)?;
-    match manager.send_message(&task.id, message.to_owned()) {
+    match manager.send_message(task.id(), message.to_owned()) {
         Ok(()) => Ok(task),
         // It ended between the lookup and the send: report how.
         Err(MessageError::Finished(status)) => {
-            let mut task = manager.task(&task.id).unwrap_or(task);
-            task.status = status;
-            Err(Refusal::Finished(Box::new(task)))
+            let task = manager.task(task.id()).unwrap_or(task);
+            Err(Refusal::Finished(task, status))
         }
         Err(MessageError::NotFound) => Err(Refusal::Lookup(LookupError::NotFound {
             query: task_id.to_owned(),
         })),
-        Err(MessageError::Inbox(InboxError::Full)) => Err(Refusal::Full(Box::new(task))),
-        Err(MessageError::Inbox(InboxError::Closed)) => {
-            Err(Refusal::StoppedReading(Box::new(task)))
-        }
+        Err(MessageError::Inbox(InboxError::Full)) => Err(Refusal::Full(task)),
+        Err(MessageError::Inbox(InboxError::Closed)) => Err(Refusal::StoppedReading(task)),
         // `NoInbox`, and any reason a later version adds: nothing was queued.
-        Err(_) => Err(Refusal::NotTaking(Box::new(task))),
+        Err(_) => Err(Refusal::NotTaking(task)),
     }
 }
 
@@ -151,8 +142,12 @@ impl TypedTool for MessageAsyncTaskTool {
                 let text = render::message_queued(&task);
                 ToolResult::success(
                     text,
-                    format!("Message sent to **{}** (`{}`)", task.subagent_name, task.id),
-                    json!({ "agentId": task.id, "queued": true }),
+                    format!(
+                        "Message sent to **{}** (`{}`)",
+                        task.subagent_name(),
+                        task.id()
+                    ),
+                    json!({ "agentId": task.id(), "queued": true }),
                 )
             }
             Err(Refusal::Lookup(error)) => error.to_tool_result(),
@@ -162,8 +157,8 @@ impl TypedTool for MessageAsyncTaskTool {
                 let result =
                     ToolResult::failure(ToolErrorType::ExecutionFailed, short, text.clone(), text);
                 match refused_task(&refusal) {
-                    Some(task) => result.with_metadata(
-                        json!({ "agentId": task.id, "status": task.status.to_string() }),
+                    Some((task, status)) => result.with_metadata(
+                        json!({ "agentId": task.id(), "status": status.to_string() }),
                     ),
                     None => result,
                 }
@@ -175,7 +170,10 @@ impl TypedTool for MessageAsyncTaskTool {
 /// A refusal's short message and its full text.
 fn refusal_texts(refusal: &Refusal) -> (&'static str, String) {
     match refusal {
-        Refusal::Finished(task) => ("Task already finished", render::message_to_finished(task)),
+        Refusal::Finished(task, status) => (
+            "Task already finished",
+            render::message_to_finished(task, *status),
+        ),
         Refusal::NotTaking(task) => (
             "Subagent takes no messages",
             render::message_not_taken(task),
@@ -191,12 +189,12 @@ fn refusal_texts(refusal: &Refusal) -> (&'static str, String) {
 }
 
 /// The task a refusal is about, when it found one.
-fn refused_task(refusal: &Refusal) -> Option<&AsyncTaskInfo> {
+fn refused_task(refusal: &Refusal) -> Option<(&TaskSnapshot, AsyncTaskStatus)> {
     match refusal {
-        Refusal::Finished(task)
-        | Refusal::NotTaking(task)
-        | Refusal::StoppedReading(task)
-        | Refusal::Full(task) => Some(task),
+        Refusal::Finished(task, status) => Some((task, *status)),
+        Refusal::NotTaking(task) | Refusal::StoppedReading(task) | Refusal::Full(task) => {
+            Some((task, task.status()))
+        }
         Refusal::Lookup(_) | Refusal::Invalid(_) => None,
     }
 }
@@ -246,11 +244,16 @@ mod tests {
             .expect("registered");
         manager.cancel_task("a");
         match send(&manager, "a", "hello") {
-            Err(Refusal::Finished(task)) => assert_eq!(task.status, AsyncTaskStatus::Cancelled),
+            Err(Refusal::Finished(task, status)) => {
+                assert_eq!(
+                    (task.status(), status),
+                    (AsyncTaskStatus::Cancelled, AsyncTaskStatus::Cancelled)
+                );
+            }
             other => panic!("expected a refusal, got {other:?}"),
         }
         assert_eq!(
-            manager.task("a").map(|t| t.status),
+            manager.task("a").map(|t| t.status()),
             Some(AsyncTaskStatus::Cancelled)
         );
     }

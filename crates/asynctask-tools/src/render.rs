@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, LimitReached, TaskProgress};
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, TerminateReason};
+use asynctask_manager::{AsyncTaskManager, LimitReached, TaskProgress, TaskSnapshot, TaskView};
+use asynctask_model::{AsyncTaskStatus, TerminateReason};
 use serde::Serialize;
 
 use crate::catalog::SubagentInfo;
@@ -42,8 +42,9 @@ struct CancelledPayload<'a> {
 }
 
 /// How a finished task is reported to the model — in reminders, and as the
-/// synchronous `task` result. Pretty JSON (two-space indent) with the keys in
-/// this order:
+/// synchronous `task` result. It takes any [`TaskView`] — a registry's
+/// `TaskSnapshot` or a plain `AsyncTaskInfo` — so both render through this one
+/// body. Pretty JSON (two-space indent) with the keys in this order:
 ///
 /// - completed: `{agent_id, terminate_reason, emitted_vars, final_message?}`;
 /// - failed: `{agent_id, status: "failed", error}`;
@@ -64,11 +65,11 @@ struct CancelledPayload<'a> {
 /// );
 /// ```
 #[must_use]
-pub fn completion_notification(task: &AsyncTaskInfo) -> String {
-    match task.status {
-        AsyncTaskStatus::Completed => match &task.output {
+pub fn completion_notification(task: &(impl TaskView + ?Sized)) -> String {
+    match task.status() {
+        AsyncTaskStatus::Completed => match task.output() {
             Some(output) => to_pretty(&CompletedPayload {
-                agent_id: &task.id,
+                agent_id: task.id(),
                 terminate_reason: output.terminate_reason,
                 emitted_vars: &output.emitted_vars,
                 final_message: output.final_message.as_deref(),
@@ -76,12 +77,12 @@ pub fn completion_notification(task: &AsyncTaskInfo) -> String {
             None => String::new(),
         },
         AsyncTaskStatus::Failed => to_pretty(&FailedPayload {
-            agent_id: &task.id,
+            agent_id: task.id(),
             status: "failed",
-            error: task.error.as_deref(),
+            error: task.error(),
         }),
         AsyncTaskStatus::Cancelled => to_pretty(&CancelledPayload {
-            agent_id: &task.id,
+            agent_id: task.id(),
             status: "cancelled",
         }),
         AsyncTaskStatus::Running => String::new(),
@@ -233,55 +234,59 @@ pub(crate) const MESSAGE_TOOL_DESCRIPTION: &str = "Send a message to a running b
      description says which).";
 
 /// A message was queued for a running task.
-pub(crate) fn message_queued(task: &AsyncTaskInfo) -> String {
+pub(crate) fn message_queued(task: &impl TaskView) -> String {
     format!(
         "Message queued for async task {} (subagent '{}'). It is handed to the subagent after \
          any earlier messages; the subagent decides how to act on it. No reply comes except \
          the task's result, which will be reported when it finishes.",
-        task.id, task.subagent_name
+        task.id(),
+        task.subagent_name()
     )
 }
 
-/// A message to a task that has ended.
-pub(crate) fn message_to_finished(task: &AsyncTaskInfo) -> String {
-    let next = if task.status == AsyncTaskStatus::Cancelled {
+/// A message to a task that has ended with `status`.
+pub(crate) fn message_to_finished(task: &impl TaskView, status: AsyncTaskStatus) -> String {
+    let next = if status == AsyncTaskStatus::Cancelled {
         "To act on what you wanted to say, launch a new task with the new instructions."
     } else {
         "To act on what you wanted to say, launch a new task and give it this task's result \
          as context."
     };
     format!(
-        "Async task {} (subagent '{}') is already {}: its subagent reads no more messages. {next}",
-        task.id, task.subagent_name, task.status
+        "Async task {} (subagent '{}') is already {status}: its subagent reads no more messages. {next}",
+        task.id(),
+        task.subagent_name()
     )
 }
 
 /// A message to a task whose subagent takes none.
-pub(crate) fn message_not_taken(task: &AsyncTaskInfo) -> String {
+pub(crate) fn message_not_taken(task: &impl TaskView) -> String {
     format!(
         "Subagent '{}' (async task {}) does not take messages while it runs. Wait for its \
          result, or cancel it and launch a new task with the new instructions.",
-        task.subagent_name, task.id
+        task.subagent_name(),
+        task.id()
     )
 }
 
 /// A message to a task whose subagent has stopped reading them.
-pub(crate) fn message_stopped_reading(task: &AsyncTaskInfo) -> String {
+pub(crate) fn message_stopped_reading(task: &impl TaskView) -> String {
     format!(
         "Subagent '{}' (async task {}) has stopped reading messages: it is finishing, or it \
          closed its input. Wait for its result, or cancel it and launch a new task with the \
          new instructions.",
-        task.subagent_name, task.id
+        task.subagent_name(),
+        task.id()
     )
 }
 
 /// A message to a task whose subagent has not read its last ones.
-pub(crate) fn message_inbox_full(task: &AsyncTaskInfo) -> String {
+pub(crate) fn message_inbox_full(task: &impl TaskView) -> String {
     format!(
         "Async task {} (subagent '{}') has not read the last {} messages sent to it; wait \
          for it to catch up before sending more.",
-        task.id,
-        task.subagent_name,
+        task.id(),
+        task.subagent_name(),
         asynctask_manager::Inbox::CAPACITY
     )
 }
@@ -292,7 +297,7 @@ pub(crate) fn task_not_found(shown: &str) -> String {
 }
 
 /// Several task ids start with what the model gave: one line per candidate.
-pub(crate) fn ambiguous_task(shown: &str, candidates: &[AsyncTaskInfo]) -> String {
+pub(crate) fn ambiguous_task(shown: &str, candidates: &[impl TaskView]) -> String {
     format!(
         "Ambiguous task ID prefix '{shown}'. Candidates:\n{}",
         candidate_list(candidates)
@@ -300,10 +305,10 @@ pub(crate) fn ambiguous_task(shown: &str, candidates: &[AsyncTaskInfo]) -> Strin
 }
 
 /// `- <8 chars>... (<subagent>)`, one line per candidate.
-pub(crate) fn candidate_list(candidates: &[AsyncTaskInfo]) -> String {
+pub(crate) fn candidate_list(candidates: &[impl TaskView]) -> String {
     candidates
         .iter()
-        .map(|task| format!("- {}... ({})", id_prefix(&task.id), task.subagent_name))
+        .map(|task| format!("- {}... ({})", id_prefix(task.id()), task.subagent_name()))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -320,14 +325,14 @@ pub(crate) fn origin_note(manager: &AsyncTaskManager, id: &str, caller: Option<&
 }
 
 /// From launch to completion, or to `now` while running.
-pub(crate) fn task_duration(task: &AsyncTaskInfo, now: u64) -> String {
-    format_duration(task.launched_at, task.completed_at.unwrap_or(now))
+pub(crate) fn task_duration(task: &TaskSnapshot, now: u64) -> String {
+    format_duration(task.launched_at(), task.completed_at().unwrap_or(now))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asynctask_model::OutputObject;
+    use asynctask_model::{AsyncTaskInfo, OutputObject};
     use pretty_assertions::assert_eq;
 
     #[test]
@@ -427,7 +432,10 @@ mod tests {
             ),
             (
                 "message to a finished task",
-                message_to_finished(&sample_task(AsyncTaskStatus::Completed)),
+                message_to_finished(
+                    &sample_task(AsyncTaskStatus::Completed),
+                    AsyncTaskStatus::Completed,
+                ),
             ),
             (
                 "message not taken",
@@ -435,7 +443,10 @@ mod tests {
             ),
             (
                 "message to a cancelled task",
-                message_to_finished(&sample_task(AsyncTaskStatus::Cancelled)),
+                message_to_finished(
+                    &sample_task(AsyncTaskStatus::Cancelled),
+                    AsyncTaskStatus::Cancelled,
+                ),
             ),
             (
                 "message stopped reading",

@@ -86,23 +86,23 @@ fn list(manager: &AsyncTaskManager) -> CommandOutput {
     let now = manager.clock().now_ms();
     let running = tasks
         .iter()
-        .filter(|t| t.status == AsyncTaskStatus::Running)
+        .filter(|t| t.status() == AsyncTaskStatus::Running)
         .count();
     let mut lines = vec![format!("Async tasks: {} ({running} running)", tasks.len())];
     let caller = CallContext::current().and_then(|context| context.origin);
     for task in &tasks {
         lines.push(format!(
             "{} {} {} ({}) - {}{}",
-            list_icon(task.status),
-            id_prefix(&task.id),
-            task.subagent_name,
+            list_icon(task.status()),
+            id_prefix(task.id()),
+            task.subagent_name(),
             task_duration(task, now),
-            truncate_chars(&task.goal_prompt, GOAL_PREVIEW_CHARS),
-            origin_note(manager, &task.id, caller.as_deref()),
+            truncate_chars(task.goal_prompt(), GOAL_PREVIEW_CHARS),
+            origin_note(manager, task.id(), caller.as_deref()),
         ));
         // A running task's latest output line, when its runner reports one.
         let last = manager
-            .progress(&task.id)
+            .progress(task.id())
             .and_then(|progress| progress.snapshot().last_line().map(str::to_owned));
         if let Some(last) = last {
             lines.push(format!(
@@ -150,12 +150,14 @@ pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
         Ok(task) => task,
         Err(error) => return error.to_command_output(),
     };
-    if manager.cancel_task(&task.id) {
-        return CommandOutput::info(format!("Cancelled task: {}", task.id));
+    if manager.cancel_task(task.id()) {
+        return CommandOutput::info(format!("Cancelled task: {}", task.id()));
     }
     // Already terminal — or it finished between the lookup and the cancel.
-    let status = manager.task(&task.id).map_or(task.status, |now| now.status);
-    CommandOutput::error(format!("Task {} is already {status}.", task.id))
+    let status = manager
+        .task(task.id())
+        .map_or(task.status(), |now| now.status());
+    CommandOutput::error(format!("Task {} is already {status}.", task.id()))
 }
 
 /// Running task ids that start with `partial`, ignoring case: completions for
@@ -180,7 +182,7 @@ pub fn complete_task_ids(manager: &AsyncTaskManager, partial: &str) -> Vec<Strin
     manager
         .running_tasks()
         .into_iter()
-        .filter(|task| task.id.to_lowercase().starts_with(&partial))
-        .map(|task| task.id)
+        .filter(|task| task.id().to_lowercase().starts_with(&partial))
+        .map(|task| task.id().to_owned())
         .collect()
 }

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use asynctask_manager::{
-    AsyncTaskInfo, LimitReached, PrefixMatch, RegisterError, TaskCounts, TaskEvent,
+    AsyncTaskInfo, LimitReached, PrefixMatch, RegisterError, TaskCounts, TaskEvent, TaskSnapshot,
     check_invariants,
 };
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject, TerminateReason};
@@ -74,7 +74,7 @@ fn a_duplicate_id_is_an_error_and_never_overwrites() {
         Err(RegisterError::DuplicateId("same".into()))
     );
     assert_eq!(manager.tasks(), vec![first]);
-    // Also once it is terminal but still held.
+    // Also once it is terminal but still in the registry.
     manager.complete_task("same", goal());
     assert_eq!(
         manager.register_task(input("same")),
@@ -106,7 +106,7 @@ fn reservations_count_toward_the_limit_until_spent_or_dropped() {
     drop(first);
     assert_eq!(manager.counts().reserved, 1);
     let task = second.register(input("r")).unwrap();
-    assert_eq!(task.status, AsyncTaskStatus::Running);
+    assert_eq!(task.status(), AsyncTaskStatus::Running);
     assert_eq!(
         manager.counts(),
         TaskCounts {
@@ -144,8 +144,8 @@ fn the_first_terminal_transition_wins_and_repeats_change_nothing() {
     assert!(!manager.fail_task("t", "late"));
     assert!(!manager.cancel_task("t"));
     assert_eq!(manager.task("t").unwrap(), after);
-    assert_eq!(after.completed_at, Some(1_500));
-    assert_eq!(after.output, Some(goal()));
+    assert_eq!(after.completed_at(), Some(1_500));
+    assert_eq!(after.output(), Some(&goal()));
 }
 
 #[test]
@@ -188,7 +188,7 @@ fn pending_notifications_include_cancelled_tasks_in_registration_order() {
     let pending: Vec<(String, AsyncTaskStatus)> = manager
         .pending_notifications()
         .into_iter()
-        .map(|t| (t.id, t.status))
+        .map(|t| (t.id().to_owned(), t.status()))
         .collect();
     assert_eq!(
         pending,
@@ -198,7 +198,11 @@ fn pending_notifications_include_cancelled_tasks_in_registration_order() {
             ("c".into(), AsyncTaskStatus::Cancelled),
         ]
     );
-    let running: Vec<String> = manager.running_tasks().into_iter().map(|t| t.id).collect();
+    let running: Vec<String> = manager
+        .running_tasks()
+        .into_iter()
+        .map(|t| t.id().to_owned())
+        .collect();
     assert_eq!(running, ["d"]);
     assert!(manager.has_pending_notifications());
 }
@@ -216,7 +220,7 @@ fn mark_notified_sets_the_time_once_and_only_on_terminal_tasks() {
     assert!(manager.mark_notified("t"));
     clock.set(10_000);
     assert!(!manager.mark_notified("t"));
-    assert_eq!(manager.task("t").unwrap().notified_at, Some(9_000));
+    assert_eq!(manager.task("t").unwrap().notified_at(), Some(9_000));
     assert!(!manager.has_pending_notifications());
 }
 
@@ -238,8 +242,8 @@ fn finish_and_notify(manager: &asynctask_manager::AsyncTaskManager, id: &str) {
     manager.mark_notified(id);
 }
 
-fn ids(tasks: Vec<AsyncTaskInfo>) -> Vec<String> {
-    tasks.into_iter().map(|t| t.id).collect()
+fn ids(tasks: Vec<TaskSnapshot>) -> Vec<String> {
+    tasks.into_iter().map(|t| t.id().to_owned()).collect()
 }
 
 #[test]
@@ -345,13 +349,13 @@ fn prefix_lookup_handles_multi_byte_ids() {
         matches!(manager.find_by_prefix("日本"), PrefixMatch::Ambiguous(c) if ids(c.clone()) == ["日本語-1", "日本語-2"])
     );
     assert!(
-        matches!(manager.find_by_prefix("日本語-2"), PrefixMatch::One(t) if t.id == "日本語-2")
+        matches!(manager.find_by_prefix("日本語-2"), PrefixMatch::One(t) if t.id() == "日本語-2")
     );
-    assert!(matches!(manager.find_by_prefix("é"), PrefixMatch::One(t) if t.id == "éclair"));
-    assert!(matches!(manager.find_by_prefix("🦀"), PrefixMatch::One(t) if t.id == "🦀rust"));
+    assert!(matches!(manager.find_by_prefix("é"), PrefixMatch::One(t) if t.id() == "éclair"));
+    assert!(matches!(manager.find_by_prefix("🦀"), PrefixMatch::One(t) if t.id() == "🦀rust"));
     assert_eq!(manager.find_by_prefix("e"), PrefixMatch::None, "é is not e");
     assert_eq!(manager.find_by_prefix("日本語-3"), PrefixMatch::None);
-    assert_eq!(manager.task("日本語-1").unwrap().id, "日本語-1");
+    assert_eq!(manager.task("日本語-1").unwrap().id(), "日本語-1");
     assert!(manager.cancel_task("🦀rust"));
     assert!(manager.mark_notified("🦀rust"));
     assert!(manager.complete_task("éclair", goal()));
@@ -379,11 +383,11 @@ fn events_fire_once_per_transition_after_the_state_change() {
     let log = Arc::clone(&seen);
     let _subscription = manager.subscribe(move |event| {
         // The state change is visible to the handler.
-        let now = observer.task(&event.task().id).expect("still held");
+        let now = observer.task(event.task().id()).expect("still held");
         assert_eq!(&now, event.task());
         log.lock()
             .unwrap()
-            .push((event.task().id.clone(), event.status()));
+            .push((event.task().id().to_owned(), event.status()));
     });
     for id in ["a", "b", "c"] {
         manager.register_task(input(id)).unwrap();
@@ -444,8 +448,8 @@ fn a_handler_may_reenter_the_manager_and_its_events_follow_in_order() {
     let reentrant = manager.clone();
     let log = Arc::clone(&seen);
     let _subscription = manager.subscribe(move |event| {
-        log.lock().unwrap().push(event.task().id.clone());
-        if event.task().id == "a" {
+        log.lock().unwrap().push(event.task().id().to_owned());
+        if event.task().id() == "a" {
             // Transition another task from inside a handler: no deadlock, and its
             // event is delivered after this one.
             assert!(reentrant.cancel_task("b"));
@@ -457,7 +461,10 @@ fn a_handler_may_reenter_the_manager_and_its_events_follow_in_order() {
     manager.register_task(input("b")).unwrap();
     manager.complete_task("a", goal());
     assert_eq!(*seen.lock().unwrap(), ["a", "b"]);
-    assert_eq!(manager.task("c").unwrap().status, AsyncTaskStatus::Running);
+    assert_eq!(
+        manager.task("c").unwrap().status(),
+        AsyncTaskStatus::Running
+    );
 }
 
 #[test]
@@ -508,7 +515,10 @@ fn events_carry_the_whole_task() {
     manager.fail_task("a", "exit status 3");
     let mut expected = AsyncTaskInfo::new("a", "researcher", "goal of a", 1_000);
     expected.fail("exit status 3", 1_250);
-    assert_eq!(*seen.lock().unwrap(), Some(TaskEvent::Failed(expected)));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some(TaskEvent::Failed(TaskSnapshot::from(expected)))
+    );
 }
 
 #[test]
@@ -605,11 +615,7 @@ fn every_pruned_task_is_told_once_whatever_pruned_it() {
     manager.set_max_async_tasks(MaxAsyncTasks::new(1).unwrap()); // history 2
     assert_eq!(*pruned.lock().unwrap(), ["a", "b", "c", "d", "e", "f", "g"]);
     assert_eq!(
-        manager
-            .tasks()
-            .iter()
-            .map(|t| t.id.as_str())
-            .collect::<Vec<_>>(),
+        manager.tasks().iter().map(|t| t.id()).collect::<Vec<_>>(),
         ["h", "i"]
     );
     assert_eq!(*gone.lock().unwrap(), vec![None; 7]);

@@ -71,11 +71,7 @@ fn every_change_is_journaled_before_readers_see_it() {
     // "a" was pruned when "c" was notified, in the same change.
     assert_eq!(replica.infos(), manager.tasks());
     assert_eq!(
-        manager
-            .tasks()
-            .iter()
-            .map(|t| t.id.as_str())
-            .collect::<Vec<_>>(),
+        manager.tasks().iter().map(|t| t.id()).collect::<Vec<_>>(),
         ["b", "c"]
     );
     assert_eq!(replica.writes(), 9);
@@ -113,53 +109,81 @@ fn a_registration_the_journal_cannot_record_is_refused_with_its_source() {
 }
 
 #[test]
-fn a_mark_the_journal_cannot_record_is_not_applied_and_the_result_stays_pending() {
-    let (manager, replica, _) = journaled(1); // history 2
-    for id in ["a", "b", "c"] {
+fn a_mark_the_journal_cannot_record_is_applied_and_written_with_the_next_change() {
+    let (manager, replica, clock) = journaled(1); // history 2
+    for id in ["a", "b", "c", "d"] {
         manager.register_task(input(id)).unwrap();
         manager.complete_task(id, goal());
     }
-    // Three undelivered results over a history of two: marking "a" would also
-    // prune it at once. The write fails, so neither happens.
-    replica.fail_next();
-    let error = manager.try_mark_notified("a").unwrap_err();
-    assert!(the_injected_error(&error));
     let pending = || -> Vec<String> {
         manager
             .pending_notifications()
             .into_iter()
-            .map(|t| t.id)
+            .map(|t| t.id().to_owned())
             .collect()
     };
-    assert_eq!(pending(), ["a", "b", "c"]);
-    assert_eq!(replica.infos(), manager.tasks());
+    // Four undelivered results over a history of two: marking "a" also prunes
+    // it at once. The write fails; both happen in memory all the same, so the
+    // delivered result is not offered again.
+    clock.advance(5);
+    replica.fail_next();
+    let error = manager.try_mark_notified("a").unwrap_err();
+    assert!(the_injected_error(&error), "{}", error.chain());
+    assert_eq!(pending(), ["b", "c", "d"]);
+    assert_eq!(manager.task("a"), None, "marked, then pruned");
+    assert!(manager.has_journal_backlog());
+    assert_eq!(replica.tasks().len(), 4, "the store missed both");
     check_invariants(&manager).unwrap();
 
+    // Every way of marking says it marked.
     replica.fail_next();
-    assert!(!manager.mark_notified("a"), "the plain call says false");
+    assert!(manager.mark_notified("b"), "the plain call says true");
     replica.fail_next();
-    assert_eq!(
-        manager.mark_all_notified(&["a", "b"]),
-        0,
-        "the marks are one write: none is applied"
-    );
-    assert_eq!(pending(), ["a", "b", "c"]);
+    assert_eq!(manager.mark_all_notified(&["c", "nope"]), 1);
+    assert_eq!(pending(), ["d"]);
+    assert_eq!(replica.tasks().len(), 4);
+    check_invariants(&manager).unwrap();
+
+    // The next write carries what the store missed, in order, then its own
+    // change.
     let writes = replica.writes();
-    assert_eq!(manager.mark_all_notified(&["a", "b"]), 2);
+    assert_eq!(manager.try_mark_notified("d"), Ok(true));
     assert_eq!(replica.writes(), writes + 1, "in one write");
-    assert_eq!(pending(), ["c"], "a and b were marked (and pruned)");
+    assert!(!manager.has_journal_backlog());
     assert_eq!(replica.infos(), manager.tasks());
     assert_eq!(replica.problems(), Vec::<String>::new());
     check_invariants(&manager).unwrap();
 }
 
 #[test]
-fn a_terminal_transition_the_journal_cannot_record_is_applied_but_held_back_from_delivery() {
+fn a_mark_the_journal_never_recorded_is_delivered_again_after_a_restart() {
+    let (manager, replica, _) = journaled(2); // history 4: nothing pruned
+    manager.register_task(input("a")).unwrap();
+    manager.complete_task("a", goal());
+    replica.fail_next();
+    assert!(manager.mark_notified("a"));
+    assert!(manager.pending_notifications().is_empty());
+    // The process ends before any write catches up: the store still holds the
+    // result undelivered, so the next process delivers it again.
+    drop(manager);
+    let restored = restart(&replica, 2, 9_000);
+    let a = restored.task("a").unwrap();
+    assert_eq!(
+        (a.status(), a.notified_at()),
+        (AsyncTaskStatus::Completed, None)
+    );
+    assert_eq!(restored.pending_notifications(), [a]);
+    assert!(restored.mark_notified("a"));
+    assert_eq!(replica.infos(), restored.tasks());
+}
+
+#[test]
+fn a_terminal_transition_the_journal_cannot_record_is_applied_but_kept_from_delivery() {
     let (manager, replica, clock) = journaled(2);
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let _subscription = manager.subscribe({
         let events = Arc::clone(&events);
-        move |event| events.lock().unwrap().push(event.task().id.clone())
+        move |event| events.lock().unwrap().push(event.task().id().to_owned())
     });
     manager.register_task(input("a")).unwrap();
     replica.fail_next();
@@ -168,8 +192,8 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_but_held_back_from
     // Readers see it running, with nothing of its result: the store does not
     // hold the result, so nothing may show it.
     let seen = manager.task("a").unwrap();
-    assert_eq!(seen.status, AsyncTaskStatus::Running);
-    assert_eq!((seen.completed_at, &seen.output), (None, &None));
+    assert_eq!(seen.status(), AsyncTaskStatus::Running);
+    assert_eq!((seen.completed_at(), &seen.output()), (None, &None));
     assert_eq!(manager.tasks(), std::slice::from_ref(&seen));
     assert_eq!(manager.running_tasks(), std::slice::from_ref(&seen));
     let counts = manager.counts();
@@ -197,15 +221,15 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_but_held_back_from
     drop(manager);
     let restored = restart(&replica, 2, 5_000);
     let task = restored.task("a").unwrap();
-    assert_eq!(task.status, AsyncTaskStatus::Failed);
+    assert_eq!(task.status(), AsyncTaskStatus::Failed);
     assert_eq!(
-        task.error.as_deref(),
+        task.error(),
         Some(
             "interrupted: the process running this task ended before it finished \
              (pid 42, killed or crashed)"
         )
     );
-    assert_eq!(task.completed_at, Some(5_000));
+    assert_eq!(task.completed_at(), Some(5_000));
     assert!(task.is_pending_notification());
     assert_eq!(
         replica.infos(),
@@ -215,12 +239,12 @@ fn a_terminal_transition_the_journal_cannot_record_is_applied_but_held_back_from
 }
 
 #[tokio::test]
-async fn a_held_result_is_released_once_a_retry_writes_it() {
+async fn an_unrecorded_result_is_released_once_a_retry_writes_it() {
     let (manager, replica, _clock) = journaled(2);
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let _subscription = manager.subscribe({
         let events = Arc::clone(&events);
-        move |event| events.lock().unwrap().push(event.task().id.clone())
+        move |event| events.lock().unwrap().push(event.task().id().to_owned())
     });
     manager.register_task(input("a")).unwrap();
     replica.fail_next();
@@ -232,7 +256,7 @@ async fn a_held_result_is_released_once_a_retry_writes_it() {
     replica.fail_next();
     assert!(
         manager.retry_journal().is_err(),
-        "still failing: still held"
+        "still failing: still unrecorded"
     );
     assert!(manager.pending_notifications().is_empty());
     assert_eq!(manager.retry_journal(), Ok(true));
@@ -240,7 +264,7 @@ async fn a_held_result_is_released_once_a_retry_writes_it() {
         manager
             .pending_notifications()
             .into_iter()
-            .map(|task| task.id)
+            .map(|task| task.id().to_owned())
             .collect::<Vec<_>>(),
         ["a"]
     );
@@ -266,15 +290,15 @@ fn a_transition_the_journal_missed_is_written_again_ahead_of_the_next_change() {
     manager.register_task(input("c")).unwrap();
     clock.advance(5);
     // Completing "c" prunes "a"; the write fails, so the store misses both,
-    // and "c" is held back from delivery.
+    // and "c" is unrecorded: kept from delivery.
     replica.fail_next();
     assert!(manager.complete_task("c", goal()));
     assert_eq!(replica.tasks().len(), 3);
     assert!(
         !manager.mark_notified("c"),
-        "a held result cannot be marked"
+        "an unrecorded result cannot be marked"
     );
-    // The next change fails too: still missed, still held.
+    // The next change fails too: still missed, still unrecorded.
     replica.fail_next();
     assert!(manager.register_task(input("d")).is_err());
     assert_eq!(replica.tasks().len(), 3);
@@ -392,13 +416,13 @@ fn restore_rebuilds_every_index_and_fails_running_tasks_as_interrupted() {
     check_invariants(&manager).unwrap();
     let r1 = manager.task("r1").unwrap();
     assert_eq!(
-        r1.error.as_deref(),
+        r1.error(),
         Some(
             "interrupted: the process running this task ended before it finished (killed or crashed)"
         )
     );
     assert_eq!(
-        manager.task("r2").unwrap().error.as_deref(),
+        manager.task("r2").unwrap().error(),
         Some(
             "interrupted: the process running this task ended before it finished \
              (pid 77, killed or crashed)"
@@ -408,7 +432,7 @@ fn restore_rebuilds_every_index_and_fails_running_tasks_as_interrupted() {
     let pending: Vec<String> = manager
         .pending_notifications()
         .into_iter()
-        .map(|t| t.id)
+        .map(|t| t.id().to_owned())
         .collect();
     assert_eq!(pending, ["r1", "c", "r2"], "in registration order");
     assert_eq!(manager.counts().running, 0);
@@ -464,7 +488,11 @@ fn restore_prunes_the_oldest_notified_tasks_beyond_the_history_and_journals_it()
         stored,
     )
     .unwrap();
-    let ids: Vec<String> = manager.tasks().into_iter().map(|t| t.id).collect();
+    let ids: Vec<String> = manager
+        .tasks()
+        .into_iter()
+        .map(|t| t.id().to_owned())
+        .collect();
     assert_eq!(ids, ["late", "running"], "the pending one is never pruned");
     assert_eq!(replica.infos(), manager.tasks());
     assert_eq!(replica.problems(), Vec::<String>::new());
@@ -493,7 +521,11 @@ fn restore_prunes_the_oldest_notified_tasks_beyond_the_history_and_journals_it()
     manager.register_task(input("u")).unwrap();
     manager.cancel_task("u");
     manager.mark_notified("u");
-    let ids: Vec<String> = manager.tasks().into_iter().map(|t| t.id).collect();
+    let ids: Vec<String> = manager
+        .tasks()
+        .into_iter()
+        .map(|t| t.id().to_owned())
+        .collect();
     assert_eq!(ids, ["p", "s", "t", "u"], "q ended first of all five");
     let orders: Vec<u64> = replica.tasks().iter().map(|t| t.finish_order).collect();
     assert_eq!(orders, [9, 10, 11, 12]);
@@ -567,15 +599,18 @@ fn a_restore_whose_journal_write_fails_is_built_all_the_same() {
     ))]));
     replica.fail_next();
     let manager = restart(&replica, 2, 100);
-    // Failed as interrupted in memory, but held back: readers see it as the
+    // Failed as interrupted in memory, but unrecorded: readers see it as the
     // store holds it, running, until a write records the interruption.
-    assert_eq!(manager.task("a").unwrap().status, AsyncTaskStatus::Running);
+    assert_eq!(
+        manager.task("a").unwrap().status(),
+        AsyncTaskStatus::Running
+    );
     assert!(manager.has_journal_backlog());
     assert!(manager.pending_notifications().is_empty());
     assert_eq!(replica.infos()[0].status, AsyncTaskStatus::Running);
     // The next restore does it again.
     let again = restart(&replica, 2, 200);
-    assert_eq!(again.task("a").unwrap().completed_at, Some(200));
+    assert_eq!(again.task("a").unwrap().completed_at(), Some(200));
     assert_eq!(replica.infos(), again.tasks());
 }
 
@@ -599,8 +634,11 @@ fn a_journaled_manager_tells_of_what_it_prunes_but_a_restore_does_not() {
     }
     // Pruned by the restore, which tells no one: its caller compares.
     let restored = restart(&replica, 1, 9_000);
-    let ids = |tasks: Vec<asynctask_model::AsyncTaskInfo>| {
-        tasks.into_iter().map(|t| t.id).collect::<Vec<_>>()
+    let ids = |tasks: Vec<asynctask_manager::TaskSnapshot>| {
+        tasks
+            .into_iter()
+            .map(|t| t.id().to_owned())
+            .collect::<Vec<_>>()
     };
     assert_eq!(ids(restored.tasks()), ["d", "e"]);
     let heard = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));

@@ -109,11 +109,12 @@ fn concurrent_terminal_transitions_have_exactly_one_winner() {
             _ => AsyncTaskStatus::Cancelled,
         };
         assert_eq!(
-            task.status, expected_status,
+            task.status(),
+            expected_status,
             "the final state is the winner's"
         );
         if expected_status == AsyncTaskStatus::Failed {
-            assert_eq!(task.error, Some(format!("fail {winner}")));
+            assert_eq!(task.error(), Some(format!("fail {winner}").as_str()));
         }
         let events = events.lock().unwrap();
         assert_eq!(events.len(), 1, "one event for one transition");
@@ -129,7 +130,7 @@ fn reentrant_handlers_under_contention_never_deadlock_or_lose_events() {
         let reentrant = manager.clone();
         let log = Arc::clone(&seen);
         let _s = manager.subscribe(move |event: &TaskEvent| {
-            let id = event.task().id.clone();
+            let id = event.task().id().to_owned();
             // Re-enter: query, mark, and finish the task's partner.
             let _ = reentrant.tasks();
             reentrant.mark_notified(&id);
@@ -174,7 +175,7 @@ fn events_are_delivered_in_transition_order_across_threads() {
         let delivered = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&delivered);
         let _s = manager.subscribe(move |event: &TaskEvent| {
-            log.lock().unwrap().push(event.task().id.clone());
+            log.lock().unwrap().push(event.task().id().to_owned());
         });
         let per_thread = 25;
         for t in 0..THREADS {

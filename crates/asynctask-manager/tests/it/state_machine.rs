@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use asynctask_manager::{
     AsyncTaskManager, INTERRUPTED_ERROR, PrefixMatch, RegisterError, Reservation, Subscription,
-    TaskCounts, check_invariants,
+    TaskCounts, TaskSnapshot, check_invariants,
 };
 use asynctask_model::arbitrary::{max_async_tasks, output_object};
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject};
@@ -82,7 +82,7 @@ enum Op {
 
 /// What the last operation should have answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
+enum Answer {
     None,
     Registered(AsyncTaskInfo),
     Refused(RegisterError),
@@ -108,7 +108,7 @@ struct Model {
     finish_counter: u64,
     tasks: Vec<RefTask>,
     events: Vec<(String, AsyncTaskStatus)>,
-    outcome: Outcome,
+    outcome: Answer,
 }
 
 impl Model {
@@ -131,9 +131,9 @@ impl Model {
         self.tasks.iter_mut().find(|t| t.info.id == id)
     }
 
-    fn register(&mut self, id: &str, origin: Option<&str>) -> Outcome {
+    fn register(&mut self, id: &str, origin: Option<&str>) -> Answer {
         if self.tasks.iter().any(|t| t.info.id == id) {
-            return Outcome::Refused(RegisterError::DuplicateId(id.to_owned()));
+            return Answer::Refused(RegisterError::DuplicateId(id.to_owned()));
         }
         let info = AsyncTaskInfo::new(id, "agent", format!("goal {id}"), self.now);
         self.tasks.push(RefTask {
@@ -141,7 +141,7 @@ impl Model {
             origin: origin.map(str::to_owned),
             finish: 0,
         });
-        Outcome::Registered(info)
+        Answer::Registered(info)
     }
 
     /// The registry a restore from the journal builds: running tasks failed as
@@ -166,21 +166,21 @@ impl Model {
         &mut self,
         id: &str,
         transition: impl FnOnce(&mut AsyncTaskInfo, u64) -> bool,
-    ) -> Outcome {
+    ) -> Answer {
         let now = self.now;
         let counter = self.finish_counter + 1;
         let Some(task) = self.find(id) else {
-            return Outcome::Changed(false);
+            return Answer::Changed(false);
         };
         if !transition(&mut task.info, now) {
-            return Outcome::Changed(false);
+            return Answer::Changed(false);
         }
         task.finish = counter;
         let event = (task.info.id.clone(), task.info.status);
         self.finish_counter = counter;
         self.events.push(event);
         self.prune();
-        Outcome::Changed(true)
+        Answer::Changed(true)
     }
 
     fn prune(&mut self) {
@@ -227,7 +227,7 @@ impl ReferenceStateMachine for RegistryModel {
                 finish_counter: 0,
                 tasks: Vec::new(),
                 events: Vec::new(),
-                outcome: Outcome::None,
+                outcome: Answer::None,
             })
             .boxed()
     }
@@ -267,9 +267,9 @@ impl ReferenceStateMachine for RegistryModel {
         state.outcome = match op {
             Op::Register(id, origin) => {
                 if state.tasks.iter().any(|t| t.info.id == *id) {
-                    Outcome::Refused(RegisterError::DuplicateId((*id).to_owned()))
+                    Answer::Refused(RegisterError::DuplicateId((*id).to_owned()))
                 } else if !state.admits() {
-                    Outcome::Refused(RegisterError::LimitReached(
+                    Answer::Refused(RegisterError::LimitReached(
                         asynctask_manager::LimitReached {
                             max: state.max.get(),
                         },
@@ -283,25 +283,25 @@ impl ReferenceStateMachine for RegistryModel {
                 if ok {
                     state.reservations.push(true);
                 }
-                Outcome::Reserved(ok)
+                Answer::Reserved(ok)
             }
             Op::DropReservation(index) => {
                 if !state.reservations.is_empty() {
                     let i = index.index(state.reservations.len());
                     state.reservations[i] = false;
                 }
-                Outcome::None
+                Answer::None
             }
             Op::RegisterReserved(index, id) => {
                 if state.reservations.is_empty() {
-                    Outcome::None
+                    Answer::None
                 } else {
                     let i = index.index(state.reservations.len());
                     if state.reservations[i] {
                         state.reservations[i] = false;
                         state.register(id, None)
                     } else {
-                        Outcome::None
+                        Answer::None
                     }
                 }
             }
@@ -314,22 +314,22 @@ impl ReferenceStateMachine for RegistryModel {
                 if changed {
                     state.prune();
                 }
-                Outcome::Changed(changed)
+                Answer::Changed(changed)
             }
             Op::SetMax(max) => {
                 // Admitted tasks stay when the limit is lowered; `admits` alone
                 // governs new admissions, and check_invariants checks the rest.
                 state.max = *max;
                 state.prune();
-                Outcome::None
+                Answer::None
             }
             Op::Advance(ms) => {
                 state.now += ms;
-                Outcome::None
+                Answer::None
             }
             Op::Restart => {
                 state = state.restarted();
-                Outcome::None
+                Answer::None
             }
         };
         state
@@ -355,7 +355,7 @@ fn log_events(
     manager.subscribe(move |event| {
         log.lock()
             .expect("event log lock")
-            .push((event.task().id.clone(), event.status()));
+            .push((event.task().id().to_owned(), event.status()));
     })
 }
 
@@ -402,9 +402,9 @@ impl StateMachineTest for ManagerTest {
     fn apply(mut sys: System, model: &Model, op: Op) -> System {
         let input =
             |id: &str| asynctask_manager::RegisterTaskInput::new(id, "agent", format!("goal {id}"));
-        let registered = |result: Result<AsyncTaskInfo, RegisterError>| match result {
-            Ok(info) => Outcome::Registered(info),
-            Err(err) => Outcome::Refused(err),
+        let registered = |result: Result<TaskSnapshot, RegisterError>| match result {
+            Ok(task) => Answer::Registered(task.to_info()),
+            Err(err) => Answer::Refused(err),
         };
         let outcome = match op {
             Op::Register(id, origin) => {
@@ -417,39 +417,39 @@ impl StateMachineTest for ManagerTest {
             Op::Reserve => match sys.manager.reserve() {
                 Ok(reservation) => {
                     sys.reservations.push(Some(reservation));
-                    Outcome::Reserved(true)
+                    Answer::Reserved(true)
                 }
-                Err(_) => Outcome::Reserved(false),
+                Err(_) => Answer::Reserved(false),
             },
             Op::DropReservation(index) => {
                 if !sys.reservations.is_empty() {
                     let i = index.index(sys.reservations.len());
                     sys.reservations[i] = None;
                 }
-                Outcome::None
+                Answer::None
             }
             Op::RegisterReserved(index, id) => {
                 if sys.reservations.is_empty() {
-                    Outcome::None
+                    Answer::None
                 } else {
                     let i = index.index(sys.reservations.len());
                     match sys.reservations[i].take() {
                         Some(reservation) => registered(reservation.register(input(id))),
-                        None => Outcome::None,
+                        None => Answer::None,
                     }
                 }
             }
-            Op::Complete(id, output) => Outcome::Changed(sys.manager.complete_task(id, output)),
-            Op::Fail(id, error) => Outcome::Changed(sys.manager.fail_task(id, error)),
-            Op::Cancel(id) => Outcome::Changed(sys.manager.cancel_task(id)),
-            Op::MarkNotified(id) => Outcome::Changed(sys.manager.mark_notified(id)),
+            Op::Complete(id, output) => Answer::Changed(sys.manager.complete_task(id, output)),
+            Op::Fail(id, error) => Answer::Changed(sys.manager.fail_task(id, error)),
+            Op::Cancel(id) => Answer::Changed(sys.manager.cancel_task(id)),
+            Op::MarkNotified(id) => Answer::Changed(sys.manager.mark_notified(id)),
             Op::SetMax(max) => {
                 sys.manager.set_max_async_tasks(max);
-                Outcome::None
+                Answer::None
             }
             Op::Advance(ms) => {
                 sys.clock.advance(ms);
-                Outcome::None
+                Answer::None
             }
             Op::Restart => {
                 let replica = sys.replica.clone().expect("only journaled models restart");
@@ -463,7 +463,7 @@ impl StateMachineTest for ManagerTest {
                 )
                 .expect("the replica holds a registry");
                 sys._subscription = log_events(&sys.manager, &sys.events);
-                Outcome::None
+                Answer::None
             }
         };
         assert_eq!(outcome, model.outcome);
@@ -503,7 +503,10 @@ impl StateMachineTest for ManagerTest {
         assert_eq!(manager.max_async_tasks(), model.max);
         assert_eq!(manager.can_launch_async().is_ok(), model.admits());
         for id in IDS {
-            assert_eq!(manager.task(id), all.iter().find(|t| t.id == *id).cloned());
+            assert_eq!(
+                manager.task(id).map(AsyncTaskInfo::from),
+                all.iter().find(|t| t.id == *id).cloned()
+            );
         }
         for prefix in PREFIXES {
             let matches: Vec<AsyncTaskInfo> = all
@@ -512,12 +515,12 @@ impl StateMachineTest for ManagerTest {
                 .cloned()
                 .collect();
             let expected = match matches.len() {
-                0 => PrefixMatch::None,
-                1 => PrefixMatch::One(matches[0].clone()),
-                _ => PrefixMatch::Ambiguous(matches),
+                0 => PlainMatch::None,
+                1 => PlainMatch::One(matches[0].clone()),
+                _ => PlainMatch::Ambiguous(matches),
             };
             assert_eq!(
-                manager.find_by_prefix(prefix),
+                PlainMatch::from(manager.find_by_prefix(prefix)),
                 expected,
                 "prefix {prefix:?}"
             );
@@ -529,6 +532,26 @@ impl StateMachineTest for ManagerTest {
         }
         if let Some(replica) = &sys.replica {
             check_replay(replica, model);
+        }
+    }
+}
+
+/// A [`PrefixMatch`] over plain records, to compare with the model's.
+#[derive(Debug, PartialEq, Eq)]
+enum PlainMatch {
+    None,
+    One(AsyncTaskInfo),
+    Ambiguous(Vec<AsyncTaskInfo>),
+}
+
+impl From<PrefixMatch> for PlainMatch {
+    fn from(found: PrefixMatch) -> Self {
+        match found {
+            PrefixMatch::None => PlainMatch::None,
+            PrefixMatch::One(task) => PlainMatch::One(task.to_info()),
+            PrefixMatch::Ambiguous(tasks) => {
+                PlainMatch::Ambiguous(tasks.iter().map(AsyncTaskInfo::from).collect())
+            }
         }
     }
 }
@@ -559,8 +582,8 @@ fn check_replay(replica: &Replica, model: &Model) {
         .tasks()
         .into_iter()
         .map(|t| {
-            let origin = restored.origin(&t.id);
-            (t, origin)
+            let origin = restored.origin(t.id());
+            (t.to_info(), origin)
         })
         .collect();
     assert_eq!(rebuilt, stored(&expected), "replay rebuilds the registry");

@@ -129,7 +129,7 @@ async fn parallel_calls_deliver_each_result_once() {
             runtime
                 .manager()
                 .task(id)
-                .is_some_and(|task| !task.status.is_terminal())
+                .is_some_and(|task| !task.status().is_terminal())
         }) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }

@@ -56,7 +56,7 @@ async fn a_task_pruned_from_the_history_takes_its_files_along_a_window_later() {
         within(RUN_DEADLINE, tool.tracker().wait()).await;
         tool.tracker().reopen();
         let task = manager.task(&id).expect("held");
-        assert_eq!(task.status, asynctask_model::AsyncTaskStatus::Completed);
+        assert_eq!(task.status(), asynctask_model::AsyncTaskStatus::Completed);
         for file in files(&id) {
             assert!(
                 file.is_file(),

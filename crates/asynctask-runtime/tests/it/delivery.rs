@@ -370,8 +370,8 @@ proptest! {
                         }
                     }
                     Step::RequestClaimSome(k) => {
-                        let even = |task: &asynctask_model::AsyncTaskInfo| {
-                            task.id.ends_with(['0', '2', '4'])
+                        let even = |task: &asynctask_manager::TaskSnapshot| {
+                            task.id().ends_with(['0', '2', '4'])
                         };
                         if requests[k].is_none() && let Some(claim) = claims.claim_matching(ClaimOwner::Request, even) {
                             prop_assert!(requested[k].is_empty(), "one claim per owner");
@@ -433,7 +433,7 @@ async fn shutdown_with_nothing_running_is_quick_and_idempotent() {
     runtime.shutdown().await;
     runtime.shutdown().await;
     assert_eq!(
-        runtime.manager().task("a").map(|t| t.status),
+        runtime.manager().task("a").map(|t| t.status()),
         Some(asynctask_model::AsyncTaskStatus::Cancelled)
     );
     // A stopped runtime wakes nobody.

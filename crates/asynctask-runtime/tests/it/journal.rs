@@ -1,10 +1,10 @@
 //! The runtime on a journal: restored results are delivered at once, a
-//! delivery the journal cannot record is retried with backoff, a result the
-//! journal missed waits for a retry that records it, and tasks that are not a
-//! registry are refused at build.
+//! delivery the journal cannot record is not repeated (its mark is written
+//! later), a result the journal missed waits for a retry that records it, and
+//! tasks that are not a registry are refused at build.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use asynctask_manager::{
@@ -17,12 +17,20 @@ use pretty_assertions::assert_eq;
 
 use crate::{FakeHost, settle};
 
-/// A journal that keeps nothing, and refuses marks while `failing` (and
-/// terminal transitions while `failing_ends`).
+/// A journal that keeps only the ids it recorded as notified, and refuses
+/// marks while `failing` (and terminal transitions while `failing_ends`).
 #[derive(Default)]
 struct Journaled {
     failing: AtomicBool,
     failing_ends: AtomicBool,
+    notified: Mutex<Vec<String>>,
+}
+
+impl Journaled {
+    /// The ids recorded as notified, in order.
+    fn notified(&self) -> Vec<String> {
+        self.notified.lock().expect("no panic").clone()
+    }
 }
 
 impl Journal for Journaled {
@@ -38,6 +46,12 @@ impl Journal for Journaled {
             .any(|entry| matches!(entry, JournalEntry::Finished { .. }));
         if ends && self.failing_ends.load(Ordering::SeqCst) {
             return Err(JournalError::new("injected: disk full"));
+        }
+        let mut notified = self.notified.lock().expect("no panic");
+        for entry in entries {
+            if let JournalEntry::Notified { id, .. } = entry {
+                notified.push((*id).to_owned());
+            }
         }
         Ok(())
     }
@@ -85,29 +99,53 @@ async fn restored_results_are_delivered_as_soon_as_the_runtime_is_built() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_delivery_the_journal_cannot_record_is_retried_with_backoff_not_in_a_hot_loop() {
+async fn a_delivery_the_journal_cannot_record_is_not_repeated_and_its_mark_is_written_later() {
     let host = Arc::new(FakeHost::default());
     let journal = Arc::new(Journaled::default());
     journal.failing.store(true, Ordering::SeqCst);
     let runtime = runtime_on(&host, &journal, Vec::new());
     finish_one(&runtime, "a");
     settle().await;
-    assert_eq!(host.attempts(), 1);
+    assert_eq!(host.delivered_ids(), [["a"]]);
     assert!(
-        runtime.reminders().has_pending_notifications(),
-        "not marked"
+        !runtime.reminders().has_pending_notifications(),
+        "marked in memory all the same"
     );
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    assert_eq!(host.attempts(), 1, "no hot loop");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(host.attempts(), 2, "delivered again after 1 s");
-
-    journal.failing.store(false, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(host.attempts(), 3, "and after 2 s more, recorded this time");
-    assert!(!runtime.reminders().has_pending_notifications());
+    assert!(
+        runtime.manager().has_journal_backlog(),
+        "the mark waits for the journal"
+    );
     tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(host.delivered_ids(), [["a"], ["a"], ["a"]]);
+    assert_eq!(host.delivered_ids(), [["a"]], "delivered once, never again");
+    assert_eq!(journal.notified(), Vec::<String>::new());
+
+    // The journal recovers: the runtime's retries (at most 30 s apart) write
+    // the mark, and nothing is delivered again.
+    journal.failing.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(journal.notified(), ["a"]);
+    assert!(!runtime.manager().has_journal_backlog());
+    assert_eq!(host.delivered_ids(), [["a"]]);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mark_the_journal_missed_is_written_ahead_of_the_next_change() {
+    let host = Arc::new(FakeHost::default());
+    let journal = Arc::new(Journaled::default());
+    journal.failing.store(true, Ordering::SeqCst);
+    let runtime = runtime_on(&host, &journal, Vec::new());
+    finish_one(&runtime, "a");
+    settle().await;
+    journal.failing.store(false, Ordering::SeqCst);
+    // Before the first retry is due (1 s), a registration writes first.
+    runtime
+        .manager()
+        .register_task(RegisterTaskInput::new("b", "researcher", "goal"))
+        .expect("admitted");
+    assert_eq!(journal.notified(), ["a"]);
+    assert!(!runtime.manager().has_journal_backlog());
+    assert_eq!(host.delivered_ids(), [["a"]]);
     runtime.shutdown().await;
 }
 
@@ -119,15 +157,19 @@ async fn a_result_the_journal_missed_is_delivered_once_a_retry_records_it() {
     let runtime = runtime_on(&host, &journal, Vec::new());
     finish_one(&runtime, "a");
     settle().await;
-    assert_eq!(host.attempts(), 0, "held back: the store does not hold it");
+    assert_eq!(host.attempts(), 0, "unrecorded: the store does not hold it");
     assert_eq!(
         host.attempts(),
         0,
-        "retries (1 s, 2 s) failed: still held: {:?}",
+        "retries (1 s, 2 s) failed: still unrecorded: {:?}",
         host.delivered_ids()
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(host.attempts(), 0, "retries (1 s, 2 s) failed: still held");
+    assert_eq!(
+        host.attempts(),
+        0,
+        "retries (1 s, 2 s) failed: still unrecorded"
+    );
 
     journal.failing_ends.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -148,7 +190,7 @@ async fn shutdown_writes_a_result_the_journal_missed() {
     let runtime = runtime_on(&host, &journal, Vec::new());
     finish_one(&runtime, "a");
     settle().await;
-    assert!(runtime.manager().has_journal_backlog(), "held");
+    assert!(runtime.manager().has_journal_backlog(), "unrecorded");
 
     // The journal recovers before the first retry is due; the runtime shuts
     // down before it is.
@@ -156,7 +198,7 @@ async fn shutdown_writes_a_result_the_journal_missed() {
     runtime.shutdown().await;
     assert!(
         !runtime.manager().has_journal_backlog(),
-        "shutdown wrote the held result"
+        "shutdown wrote the unrecorded result"
     );
     assert_eq!(host.attempts(), 0, "and delivered nothing after shutdown");
 }
@@ -217,7 +259,7 @@ async fn the_runner_forgets_what_the_restore_pruned() {
         .manager()
         .tasks()
         .into_iter()
-        .map(|t| t.id)
+        .map(|t| t.id().to_owned())
         .collect();
     assert_eq!(kept, ["t4", "t5"]);
     runtime.shutdown().await;

@@ -52,8 +52,8 @@ fn concurrent_owners_acknowledge_every_result_exactly_once() {
                             // Picks the even tasks, looking at the ledger as it
                             // does so (`pick` runs without the ledger's lock).
                             ledger.claim_matching(ClaimOwner::Request, |task| {
-                                !ledger.is_claimed(&task.id)
-                                    && task.id.ends_with(['0', '2', '4', '6', '8'])
+                                !ledger.is_claimed(task.id())
+                                    && task.id().ends_with(['0', '2', '4', '6', '8'])
                             })
                         } else {
                             ledger.claim(ClaimOwner::Request)

@@ -84,7 +84,7 @@ async fn shutdown_cancels_running_tasks_and_waits_for_their_runs() {
     );
     for id in [&polite, &stubborn] {
         assert_eq!(
-            runtime.manager().task(id).map(|t| t.status),
+            runtime.manager().task(id).map(|t| t.status()),
             Some(AsyncTaskStatus::Cancelled)
         );
     }

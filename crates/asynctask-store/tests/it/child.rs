@@ -143,11 +143,15 @@ fn script() {
     say("open");
     let mut rng = seed;
     for step in 0..steps {
-        let running: Vec<String> = manager.running_tasks().into_iter().map(|t| t.id).collect();
+        let running: Vec<String> = manager
+            .running_tasks()
+            .into_iter()
+            .map(|t| t.id().to_owned())
+            .collect();
         let pending: Vec<String> = manager
             .pending_notifications()
             .into_iter()
-            .map(|t| t.id)
+            .map(|t| t.id().to_owned())
             .collect();
         match next(&mut rng) % 10 {
             0..=3 => {

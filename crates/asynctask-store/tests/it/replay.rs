@@ -48,8 +48,8 @@ fn held(manager: &AsyncTaskManager) -> Vec<(AsyncTaskInfo, Option<String>)> {
         .tasks()
         .into_iter()
         .map(|task| {
-            let origin = manager.origin(&task.id);
-            (task, origin)
+            let origin = task.origin().map(str::to_owned);
+            (task.to_info(), origin)
         })
         .collect()
 }

@@ -91,8 +91,8 @@ async fn results_survive_a_restart_and_are_delivered_once() {
         woken[0].text
     );
     let task = runtime_two.manager().task("cut-1").expect("kept");
-    assert_eq!(task.status, AsyncTaskStatus::Failed);
-    assert_eq!(task.notified_at, Some(9_000));
+    assert_eq!(task.status(), AsyncTaskStatus::Failed);
+    assert_eq!(task.notified_at(), Some(9_000));
     runtime_two.shutdown().await;
     drop(runtime_two);
 

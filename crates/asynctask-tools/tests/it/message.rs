@@ -315,8 +315,7 @@ async fn the_task_tool_gives_each_task_its_own_inbox_as_its_catalog_says() {
     let heard = |id: &str| {
         manager
             .task(id)
-            .and_then(|task| task.output)
-            .and_then(|output| output.final_message)
+            .and_then(|task| task.output()?.final_message.clone())
     };
     assert_eq!(heard(&ids[0]).as_deref(), Some("0.0 | 0.1 | 0.2"));
     assert_eq!(heard(&ids[1]).as_deref(), Some("1.0 | 1.1 | 1.2"));

@@ -43,7 +43,7 @@ fn end_cancels_by_id_or_unique_prefix() {
     assert_eq!(
         manager
             .task("0f3a9c21-5b7e-4c1d-9a2f-6e8d0b4c7a11")
-            .map(|t| t.status),
+            .map(|t| t.status()),
         Some(AsyncTaskStatus::Cancelled)
     );
     assert_eq!(

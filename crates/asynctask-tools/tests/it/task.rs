@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use asynctask_manager::{AsyncTaskManager, CancellationToken};
+use asynctask_manager::{AsyncTaskManager, CancellationToken, TaskSnapshot};
 use asynctask_model::{
     AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
 };
@@ -423,7 +423,7 @@ async fn async_timeout_fails_the_task_and_cancels_the_runner() {
     );
     assert!(runner.token(0).is_cancelled());
     assert_eq!(runner.aborted(), 0);
-    insta::assert_snapshot!("timeout_error", manager.task(&id).unwrap().error.unwrap());
+    insta::assert_snapshot!("timeout_error", manager.task(&id).unwrap().error().unwrap());
     // The runner answered the cancel with a GOAL output; the timeout still stands.
     assert_eq!(
         manager.tasks(),
@@ -609,7 +609,7 @@ async fn sync_result_is_the_completion_json() {
     }
     assert_eq!(
         manager.tasks(),
-        vec![],
+        Vec::<TaskSnapshot>::new(),
         "synchronous runs are not registered"
     );
     assert!(runner.requests().iter().all(|r| !r.run_async));
@@ -631,7 +631,7 @@ async fn sync_runner_error_is_an_execution_failure() {
         )
         .with_metadata(json!({"agentId": id, "status": "failed"}))
     );
-    assert_eq!(manager.tasks(), vec![]);
+    assert_eq!(manager.tasks(), Vec::<TaskSnapshot>::new());
 }
 
 #[tokio::test(start_paused = true)]
@@ -709,7 +709,7 @@ async fn a_timeout_names_the_file_that_holds_what_the_subagent_printed() {
     settle(&tool).await;
     let error = manager
         .task(&id)
-        .and_then(|task| task.error)
+        .and_then(|task| task.error().map(str::to_owned))
         .expect("failed");
     insta::assert_snapshot!("timeout_error_with_output", error.replace(&id, "<task id>"));
 }
@@ -904,7 +904,7 @@ async fn bad_parameters_name_the_field() {
         );
     }
     assert_eq!(runner.started(), 0, "no runner was started");
-    assert_eq!(manager.tasks(), vec![]);
+    assert_eq!(manager.tasks(), Vec::<TaskSnapshot>::new());
 }
 
 #[tokio::test(start_paused = true)]
@@ -959,8 +959,8 @@ async fn sync_detach_turns_a_long_sync_call_into_a_background_task() {
     settle(&tool).await;
     assert_eq!(start.elapsed(), Duration::from_secs(120));
     let done = manager.task(&id).expect("held until delivered");
-    assert_eq!(done.status, AsyncTaskStatus::Completed);
-    assert_eq!(done.output, Some(output()));
+    assert_eq!(done.status(), AsyncTaskStatus::Completed);
+    assert_eq!(done.output(), Some(&output()));
     assert_eq!(manager.pending_notifications().len(), 1);
     assert_eq!(runner.started(), 1, "the same run went on");
 }
@@ -999,7 +999,7 @@ async fn sync_detach_keeps_waiting_while_the_limit_is_reached() {
             .contains("\"terminate_reason\": \"GOAL\"")
     );
     assert_eq!(manager.tasks().len(), 1);
-    assert_eq!(manager.tasks()[0].id, agent_id(&launched));
+    assert_eq!(manager.tasks()[0].id(), agent_id(&launched));
 }
 
 #[tokio::test(start_paused = true)]
@@ -1017,8 +1017,11 @@ async fn a_detached_run_keeps_its_timeout_from_the_original_start() {
     settle(&tool).await;
     assert_eq!(start.elapsed(), Duration::from_secs(60), "not 50 + 60");
     let failed = manager.task(&id).expect("held until delivered");
-    assert_eq!(failed.status, AsyncTaskStatus::Failed);
-    assert_eq!(failed.error, Some(timeout_text("researcher", 60)));
+    assert_eq!(failed.status(), AsyncTaskStatus::Failed);
+    assert_eq!(
+        failed.error(),
+        Some(timeout_text("researcher", 60).as_str())
+    );
     assert!(runner.token(0).is_cancelled());
 }
 
@@ -1032,7 +1035,7 @@ async fn cancelling_a_detached_task_cancels_its_runner() {
     assert!(runner.token(0).is_cancelled());
     settle(&tool).await;
     assert_eq!(
-        manager.task(&id).map(|task| task.status),
+        manager.task(&id).map(|task| task.status()),
         Some(AsyncTaskStatus::Cancelled)
     );
 }
@@ -1081,7 +1084,11 @@ async fn unknown_subagents_are_refused_before_anything_is_registered() {
             Some(ToolErrorType::InvalidToolParams)
         );
     }
-    assert_eq!(manager.tasks(), vec![], "nothing registered");
+    assert_eq!(
+        manager.tasks(),
+        Vec::<TaskSnapshot>::new(),
+        "nothing registered"
+    );
     assert_eq!(manager.counts().reserved, 0);
     assert_eq!(runner.started(), 0, "no subagent started");
     // The only slot is still free: a known subagent launches.

@@ -1,0 +1,641 @@
+//! `TaskSnapshot`, the registry's cheap view of one task, and `TaskView`, read
+//! access shared by snapshots and the model's plain `AsyncTaskInfo`.
+//!
+//! A snapshot shares what never changes after registration (id, subagent, goal,
+//! launch time, origin: one `TaskHead` behind one `Arc`) and what never changes
+//! after the end (the output or the error, behind an `Arc` of their own) with the
+//! registry, and copies the few small fields that do change. Taking one costs
+//! two reference counts, whatever the size of the goal or the output.
+
+use std::fmt;
+use std::sync::Arc;
+
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
+use serde::{Serialize, Serializer};
+
+/// Where the registry keeps a task's record: its slot, for the task's whole
+/// life.
+pub(crate) type SlotId = u32;
+
+/// What never changes once a task is registered, in one allocation shared by the
+/// registry, its id indexes and every snapshot. The four texts live in one
+/// string, one after the other.
+pub(crate) struct TaskHead {
+    /// The id, the subagent name, the goal and the origin, in that order.
+    text: Box<str>,
+    /// Where the id ends and the subagent name starts.
+    id_end: usize,
+    /// Where the subagent name ends and the goal starts.
+    name_end: usize,
+    /// Where the goal ends and the origin (if any) starts.
+    goal_end: usize,
+    has_origin: bool,
+    /// The registry's slot of the task's record, so that the ordered id index
+    /// needs no value beside its key (`SlotId::MAX` for a head built from a
+    /// plain record, which no registry holds).
+    slot: SlotId,
+    launched_at: u64,
+}
+
+impl TaskHead {
+    pub(crate) fn new(
+        id: &str,
+        subagent_name: &str,
+        goal_prompt: &str,
+        origin: Option<&str>,
+        launched_at: u64,
+        slot: SlotId,
+    ) -> Self {
+        let origin_len = origin.map_or(0, str::len);
+        let mut text =
+            String::with_capacity(id.len() + subagent_name.len() + goal_prompt.len() + origin_len);
+        text.push_str(id);
+        let id_end = text.len();
+        text.push_str(subagent_name);
+        let name_end = text.len();
+        text.push_str(goal_prompt);
+        let goal_end = text.len();
+        text.push_str(origin.unwrap_or_default());
+        TaskHead {
+            text: text.into_boxed_str(),
+            id_end,
+            name_end,
+            goal_end,
+            has_origin: origin.is_some(),
+            slot,
+            launched_at,
+        }
+    }
+
+    pub(crate) fn slot(&self) -> SlotId {
+        self.slot
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        self.text.get(..self.id_end).unwrap_or_default()
+    }
+
+    pub(crate) fn subagent_name(&self) -> &str {
+        self.text
+            .get(self.id_end..self.name_end)
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn goal_prompt(&self) -> &str {
+        self.text
+            .get(self.name_end..self.goal_end)
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn origin(&self) -> Option<&str> {
+        self.has_origin
+            .then(|| self.text.get(self.goal_end..).unwrap_or_default())
+    }
+
+    pub(crate) fn launched_at(&self) -> u64 {
+        self.launched_at
+    }
+
+    /// The same head, field by field (two `Arc`s of equal heads compare equal).
+    fn same(&self, other: &TaskHead) -> bool {
+        (
+            self.id(),
+            self.subagent_name(),
+            self.goal_prompt(),
+            self.origin(),
+            self.launched_at,
+        ) == (
+            other.id(),
+            other.subagent_name(),
+            other.goal_prompt(),
+            other.origin(),
+            other.launched_at,
+        )
+    }
+}
+
+impl fmt::Debug for TaskHead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskHead")
+            .field("id", &self.id())
+            .field("subagent_name", &self.subagent_name())
+            .field("goal_prompt", &self.goal_prompt())
+            .field("origin", &self.origin())
+            .field("launched_at", &self.launched_at)
+            .finish()
+    }
+}
+
+/// One task as the registry saw it at one moment: what every read of
+/// [`AsyncTaskManager`](crate::AsyncTaskManager) returns, and what its events
+/// carry.
+///
+/// It is cheap to take and to clone: the parts that never change after
+/// registration (id, subagent name, goal, launch time, origin) are shared with
+/// the registry behind one `Arc`, the output or error behind another, and only
+/// the status and its times are copied. Nothing in it changes afterwards: a
+/// later transition shows in the next snapshot, not in this one.
+///
+/// [`AsyncTaskInfo`] stays the plain, owned record (what a journal stores and
+/// what crosses the wire); [`to_info`](Self::to_info) makes one, and a snapshot
+/// serializes to exactly the same JSON. Both implement [`TaskView`], so code
+/// that only reads a task can take either.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+/// use asynctask_model::{AsyncTaskStatus, OutputObject, TerminateReason};
+///
+/// let manager = AsyncTaskManager::default();
+/// manager.register_task(RegisterTaskInput::new("a1", "researcher", "map the code").with_origin("session-1"))?;
+/// manager.complete_task("a1", OutputObject::new(TerminateReason::Goal).with_final_message("done"));
+///
+/// let task = manager.task("a1").unwrap();
+/// assert_eq!((task.id(), task.subagent_name(), task.origin()), ("a1", "researcher", Some("session-1")));
+/// assert_eq!(task.status(), AsyncTaskStatus::Completed);
+/// assert_eq!(task.output().and_then(|o| o.final_message.as_deref()), Some("done"));
+/// assert!(task.is_pending_notification());
+///
+/// // The plain record, and the same JSON.
+/// let info = task.to_info();
+/// assert_eq!(task, info);
+/// assert_eq!(serde_json::to_string(&task)?, serde_json::to_string(&info)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct TaskSnapshot {
+    head: Arc<TaskHead>,
+    status: AsyncTaskStatus,
+    completed_at: Option<u64>,
+    notified_at: Option<u64>,
+    /// Shared with the registry: an `Arc<String>` rather than an `Arc<str>`,
+    /// so that an error moves in without a copy and the pointer stays thin.
+    output: Option<Arc<OutputObject>>,
+    error: Option<Arc<String>>,
+}
+
+impl TaskSnapshot {
+    /// A running task (or one readers must see running).
+    pub(crate) fn running(head: &Arc<TaskHead>) -> Self {
+        TaskSnapshot {
+            head: Arc::clone(head),
+            status: AsyncTaskStatus::Running,
+            completed_at: None,
+            notified_at: None,
+            output: None,
+            error: None,
+        }
+    }
+
+    /// A terminal task, with its output or error (shared, not copied).
+    pub(crate) fn ended(
+        head: &Arc<TaskHead>,
+        status: AsyncTaskStatus,
+        completed_at: u64,
+        notified_at: Option<u64>,
+        output: Option<&Arc<OutputObject>>,
+        error: Option<&Arc<String>>,
+    ) -> Self {
+        TaskSnapshot {
+            head: Arc::clone(head),
+            status,
+            completed_at: Some(completed_at),
+            notified_at,
+            output: output.map(Arc::clone),
+            error: error.map(Arc::clone),
+        }
+    }
+
+    /// The task's unique id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        self.head.id()
+    }
+
+    /// The name of the subagent that runs the task.
+    #[must_use]
+    pub fn subagent_name(&self) -> &str {
+        self.head.subagent_name()
+    }
+
+    /// The goal the subagent was given.
+    #[must_use]
+    pub fn goal_prompt(&self) -> &str {
+        self.head.goal_prompt()
+    }
+
+    /// Where the task is in its life.
+    #[must_use]
+    pub fn status(&self) -> AsyncTaskStatus {
+        self.status
+    }
+
+    /// When the task was registered, in Unix milliseconds.
+    #[must_use]
+    pub fn launched_at(&self) -> u64 {
+        self.head.launched_at()
+    }
+
+    /// When the task reached its terminal state, in Unix milliseconds.
+    #[must_use]
+    pub fn completed_at(&self) -> Option<u64> {
+        self.completed_at
+    }
+
+    /// When the model was told how the task ended, in Unix milliseconds.
+    #[must_use]
+    pub fn notified_at(&self) -> Option<u64> {
+        self.notified_at
+    }
+
+    /// The subagent's output, for a completed task.
+    #[must_use]
+    pub fn output(&self) -> Option<&OutputObject> {
+        self.output.as_deref()
+    }
+
+    /// The error message, for a failed task.
+    #[must_use]
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref().map(String::as_str)
+    }
+
+    /// Who launched the task, when its registration said (see
+    /// [`RegisterTaskInput::with_origin`](crate::RegisterTaskInput::with_origin)).
+    #[must_use]
+    pub fn origin(&self) -> Option<&str> {
+        self.head.origin()
+    }
+
+    /// Whether the task has ended and the model has not been told yet (the
+    /// delivery rule of [`AsyncTaskInfo::is_pending_notification`]).
+    #[must_use]
+    pub fn is_pending_notification(&self) -> bool {
+        self.status.is_terminal() && self.notified_at.is_none()
+    }
+
+    /// The task as the model's plain record: every text and the output copied.
+    /// The origin is not part of it.
+    #[must_use]
+    pub fn to_info(&self) -> AsyncTaskInfo {
+        AsyncTaskInfo {
+            id: self.id().to_owned(),
+            subagent_name: self.subagent_name().to_owned(),
+            goal_prompt: self.goal_prompt().to_owned(),
+            status: self.status(),
+            launched_at: self.launched_at(),
+            completed_at: self.completed_at,
+            notified_at: self.notified_at,
+            output: self.output().cloned(),
+            error: self.error().map(str::to_owned),
+        }
+    }
+}
+
+impl From<&TaskSnapshot> for AsyncTaskInfo {
+    fn from(task: &TaskSnapshot) -> Self {
+        task.to_info()
+    }
+}
+
+impl From<TaskSnapshot> for AsyncTaskInfo {
+    fn from(task: TaskSnapshot) -> Self {
+        task.to_info()
+    }
+}
+
+/// A snapshot of a plain record, field for field (with no origin): for hosts
+/// and tests that build tasks by hand, events for instance.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::TaskSnapshot;
+/// use asynctask_model::AsyncTaskInfo;
+///
+/// let mut info = AsyncTaskInfo::new("a1", "tester", "run the suite", 10);
+/// info.fail("exit status 2", 20);
+/// let task = TaskSnapshot::from(info.clone());
+/// assert_eq!((task.error(), task.origin()), (Some("exit status 2"), None));
+/// assert_eq!(task, info);
+/// ```
+impl From<AsyncTaskInfo> for TaskSnapshot {
+    fn from(info: AsyncTaskInfo) -> Self {
+        let head = Arc::new(TaskHead::new(
+            &info.id,
+            &info.subagent_name,
+            &info.goal_prompt,
+            None,
+            info.launched_at,
+            SlotId::MAX,
+        ));
+        TaskSnapshot {
+            head,
+            status: info.status,
+            completed_at: info.completed_at,
+            notified_at: info.notified_at,
+            output: info.output.map(Arc::new),
+            error: info.error.map(Arc::new),
+        }
+    }
+}
+
+impl PartialEq for TaskSnapshot {
+    fn eq(&self, other: &Self) -> bool {
+        (Arc::ptr_eq(&self.head, &other.head) || self.head.same(&other.head))
+            && self.status == other.status
+            && self.completed_at == other.completed_at
+            && self.notified_at == other.notified_at
+            && self.output() == other.output()
+            && self.error() == other.error()
+    }
+}
+
+impl Eq for TaskSnapshot {}
+
+/// Equal when every field of the plain record is (a snapshot's origin is not
+/// part of the record).
+impl PartialEq<AsyncTaskInfo> for TaskSnapshot {
+    fn eq(&self, info: &AsyncTaskInfo) -> bool {
+        self.id() == info.id
+            && self.subagent_name() == info.subagent_name
+            && self.goal_prompt() == info.goal_prompt
+            && self.status() == info.status
+            && self.launched_at() == info.launched_at
+            && self.completed_at == info.completed_at
+            && self.notified_at == info.notified_at
+            && self.output() == info.output.as_ref()
+            && self.error() == info.error.as_deref()
+    }
+}
+
+impl PartialEq<TaskSnapshot> for AsyncTaskInfo {
+    fn eq(&self, task: &TaskSnapshot) -> bool {
+        task == self
+    }
+}
+
+impl fmt::Debug for TaskSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The plain record's fields, in its order, then the origin: a diff
+        // against an `AsyncTaskInfo` lines up.
+        f.debug_struct("TaskSnapshot")
+            .field("id", &self.id())
+            .field("subagent_name", &self.subagent_name())
+            .field("goal_prompt", &self.goal_prompt())
+            .field("status", &self.status())
+            .field("launched_at", &self.launched_at())
+            .field("completed_at", &self.completed_at)
+            .field("notified_at", &self.notified_at)
+            .field("output", &self.output())
+            .field("error", &self.error())
+            .field("origin", &self.origin())
+            .finish()
+    }
+}
+
+/// The plain record's borrowed twin, for serializing a snapshot in exactly
+/// [`AsyncTaskInfo`]'s shape without copying it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire<'a> {
+    id: &'a str,
+    subagent_name: &'a str,
+    goal_prompt: &'a str,
+    status: AsyncTaskStatus,
+    launched_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notified_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a OutputObject>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+/// Exactly [`AsyncTaskInfo`]'s JSON: camelCase, absent fields left out, no
+/// origin.
+impl Serialize for TaskSnapshot {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Wire {
+            id: self.id(),
+            subagent_name: self.subagent_name(),
+            goal_prompt: self.goal_prompt(),
+            status: self.status(),
+            launched_at: self.launched_at(),
+            completed_at: self.completed_at,
+            notified_at: self.notified_at,
+            output: self.output(),
+            error: self.error(),
+        }
+        .serialize(serializer)
+    }
+}
+
+/// Read access to one task, whether a registry's [`TaskSnapshot`] or the
+/// model's plain [`AsyncTaskInfo`]: code that only reads a task (a renderer,
+/// say) takes `&impl TaskView` and serves both, with one body.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput, TaskView};
+/// use asynctask_model::AsyncTaskInfo;
+///
+/// fn line(task: &impl TaskView) -> String {
+///     format!("{} ({}): {}", task.id(), task.subagent_name(), task.status())
+/// }
+///
+/// let manager = AsyncTaskManager::default();
+/// let snapshot = manager.register_task(RegisterTaskInput::new("a1", "researcher", "g"))?;
+/// let info = AsyncTaskInfo::new("b2", "tester", "g", 0);
+/// assert_eq!(line(&snapshot), "a1 (researcher): running");
+/// assert_eq!(line(&info), "b2 (tester): running");
+/// # Ok::<(), asynctask_manager::RegisterError>(())
+/// ```
+pub trait TaskView {
+    /// The task's unique id.
+    fn id(&self) -> &str;
+    /// The name of the subagent that runs the task.
+    fn subagent_name(&self) -> &str;
+    /// The goal the subagent was given.
+    fn goal_prompt(&self) -> &str;
+    /// Where the task is in its life.
+    fn status(&self) -> AsyncTaskStatus;
+    /// When the task was registered, in Unix milliseconds.
+    fn launched_at(&self) -> u64;
+    /// When the task reached its terminal state, in Unix milliseconds.
+    fn completed_at(&self) -> Option<u64>;
+    /// When the model was told how the task ended, in Unix milliseconds.
+    fn notified_at(&self) -> Option<u64>;
+    /// The subagent's output, for a completed task.
+    fn output(&self) -> Option<&OutputObject>;
+    /// The error message, for a failed task.
+    fn error(&self) -> Option<&str>;
+}
+
+impl TaskView for TaskSnapshot {
+    fn id(&self) -> &str {
+        TaskSnapshot::id(self)
+    }
+    fn subagent_name(&self) -> &str {
+        TaskSnapshot::subagent_name(self)
+    }
+    fn goal_prompt(&self) -> &str {
+        TaskSnapshot::goal_prompt(self)
+    }
+    fn status(&self) -> AsyncTaskStatus {
+        TaskSnapshot::status(self)
+    }
+    fn launched_at(&self) -> u64 {
+        TaskSnapshot::launched_at(self)
+    }
+    fn completed_at(&self) -> Option<u64> {
+        TaskSnapshot::completed_at(self)
+    }
+    fn notified_at(&self) -> Option<u64> {
+        TaskSnapshot::notified_at(self)
+    }
+    fn output(&self) -> Option<&OutputObject> {
+        TaskSnapshot::output(self)
+    }
+    fn error(&self) -> Option<&str> {
+        TaskSnapshot::error(self)
+    }
+}
+
+impl TaskView for AsyncTaskInfo {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn subagent_name(&self) -> &str {
+        &self.subagent_name
+    }
+    fn goal_prompt(&self) -> &str {
+        &self.goal_prompt
+    }
+    fn status(&self) -> AsyncTaskStatus {
+        self.status
+    }
+    fn launched_at(&self) -> u64 {
+        self.launched_at
+    }
+    fn completed_at(&self) -> Option<u64> {
+        self.completed_at
+    }
+    fn notified_at(&self) -> Option<u64> {
+        self.notified_at
+    }
+    fn output(&self) -> Option<&OutputObject> {
+        self.output.as_ref()
+    }
+    fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_model::TerminateReason;
+    use pretty_assertions::assert_eq;
+
+    fn head(origin: Option<&str>) -> Arc<TaskHead> {
+        Arc::new(TaskHead::new(
+            "日本-1",
+            "researcher",
+            "find é",
+            origin,
+            7,
+            0,
+        ))
+    }
+
+    #[test]
+    fn a_head_gives_back_each_text_it_was_built_from() {
+        let with = head(Some("session-1"));
+        assert_eq!(
+            (
+                with.id(),
+                with.subagent_name(),
+                with.goal_prompt(),
+                with.origin(),
+                with.launched_at()
+            ),
+            ("日本-1", "researcher", "find é", Some("session-1"), 7)
+        );
+        assert_eq!(head(None).origin(), None);
+        let empty = TaskHead::new("a", "", "", Some(""), 0, 0);
+        assert_eq!(
+            (
+                empty.id(),
+                empty.subagent_name(),
+                empty.goal_prompt(),
+                empty.origin()
+            ),
+            ("a", "", "", Some(""))
+        );
+    }
+
+    #[test]
+    fn a_snapshot_reads_and_serializes_as_the_plain_record() {
+        let output = OutputObject::new(TerminateReason::MaxTurns).with_var("k", "v");
+        let shared = Arc::new(output.clone());
+        let task = TaskSnapshot::ended(
+            &head(Some("s")),
+            AsyncTaskStatus::Completed,
+            20,
+            Some(30),
+            Some(&shared),
+            None,
+        );
+        let mut info = AsyncTaskInfo::new("日本-1", "researcher", "find é", 7);
+        info.complete(output, 20);
+        info.mark_notified(30);
+        assert_eq!(task.to_info(), info);
+        assert_eq!(task, info);
+        assert_eq!(info, task);
+        assert_eq!(
+            serde_json::to_value(&task).unwrap(),
+            serde_json::to_value(&info).unwrap()
+        );
+        let failed = TaskSnapshot::from(AsyncTaskInfo {
+            status: AsyncTaskStatus::Failed,
+            completed_at: Some(5),
+            error: Some("boom".into()),
+            ..AsyncTaskInfo::new("b", "r", "g", 1)
+        });
+        assert_eq!(
+            serde_json::to_string(&failed).unwrap(),
+            serde_json::to_string(&failed.to_info()).unwrap()
+        );
+        let running = TaskSnapshot::running(&head(None));
+        assert_eq!(
+            serde_json::to_string(&running).unwrap(),
+            r#"{"id":"日本-1","subagentName":"researcher","goalPrompt":"find é","status":"running","launchedAt":7}"#
+        );
+    }
+
+    #[test]
+    fn snapshots_compare_by_value_origin_included() {
+        let a = TaskSnapshot::running(&head(Some("s")));
+        let same = TaskSnapshot::running(&head(Some("s")));
+        let elsewhere = TaskSnapshot::running(&head(Some("t")));
+        assert_eq!(a, same);
+        assert_ne!(a, elsewhere);
+        assert_eq!(a.to_info(), elsewhere.to_info(), "the record has no origin");
+        let cancelled = TaskSnapshot::ended(
+            &head(Some("s")),
+            AsyncTaskStatus::Cancelled,
+            3,
+            None,
+            None,
+            None,
+        );
+        assert_ne!(a, cancelled);
+        assert!(cancelled.is_pending_notification());
+        assert!(!a.is_pending_notification());
+    }
+}
