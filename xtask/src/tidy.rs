@@ -96,6 +96,15 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
         );
     }
     problems.extend(check_layers(&metadata));
+    for doc in CRATE_TABLES {
+        let text = std::fs::read_to_string(root.join(doc))
+            .map_err(|err| format!("cannot read {doc}: {err}"))?;
+        problems.extend(
+            check_crate_table(&text, &metadata)
+                .into_iter()
+                .map(|p| format!("{doc}: {p}")),
+        );
+    }
     if problems.is_empty() {
         Ok(())
     } else {
@@ -105,6 +114,63 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
             problems.join("\n  ")
         ))
     }
+}
+
+/// The documents whose crate table (`| \`asynctask-…\` | holds | depends on |`)
+/// must say what `cargo metadata` says: every library crate, each with exactly
+/// the workspace crates it depends on (short names, `—` for none).
+const CRATE_TABLES: &[&str] = &["README.md", "ARCHITECTURE.md"];
+
+/// Where a crate table disagrees with `cargo metadata`.
+fn check_crate_table(text: &str, metadata: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let members: BTreeSet<String> = workspace_packages(metadata)
+        .map(|pkg| str_field(pkg, "name"))
+        .collect();
+    let mut listed = BTreeSet::new();
+    for row in text.lines().filter(|line| line.starts_with("| `asynctask-")) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let name = cells[0].trim_matches('`');
+        listed.insert(name.to_owned());
+        let Some(pkg) = workspace_packages(metadata).find(|pkg| str_field(pkg, "name") == name)
+        else {
+            problems.push(format!("the crate table lists {name}, which is not a member"));
+            continue;
+        };
+        let actual: BTreeSet<String> = pkg["dependencies"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter(|dep| dep["kind"] != "dev")
+            .map(|dep| str_field(dep, "name"))
+            .filter(|dep| members.contains(dep))
+            .map(|dep| dep.trim_start_matches("asynctask-").to_owned())
+            .collect();
+        let said: BTreeSet<String> = cells
+            .last()
+            .map(|cell| {
+                cell.split(',')
+                    .map(str::trim)
+                    .filter(|dep| !dep.is_empty() && *dep != "—")
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if said != actual {
+            problems.push(format!(
+                "the crate table says {name} depends on {said:?}; cargo metadata says {actual:?}"
+            ));
+        }
+    }
+    for member in members.iter().filter(|m| {
+        m.starts_with("asynctask-") && !STANDALONE.contains(&m.as_str()) && *m != "asynctask-e2e"
+    }) {
+        if !listed.contains(member) {
+            problems.push(format!("the crate table does not list {member}"));
+        }
+    }
+    problems
 }
 
 /// The rules for one source file; `unsafe_allowed` for [`UNSAFE_ALLOWED`].
@@ -685,6 +751,33 @@ mod tests {
             [
                 "asynctask-runtime must not depend on asynctask-store, even indirectly: the runtime takes any journal and never depends on a database",
                 "asynctask-runtime must not depend on rusqlite, even indirectly: the runtime takes any journal and never depends on a database",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_crate_table_must_say_what_cargo_metadata_says() {
+        let metadata = serde_json::json!({
+            "workspace_members": ["m", "n", "t"],
+            "packages": [
+                {"id": "m", "name": "asynctask-model", "dependencies": []},
+                {"id": "n", "name": "asynctask-manager", "dependencies": [{"name": "asynctask-model", "kind": null}]},
+                {"id": "t", "name": "asynctask-tools", "dependencies": [
+                    {"name": "asynctask-model", "kind": null},
+                    {"name": "asynctask-manager", "kind": "dev"},
+                    {"name": "serde", "kind": null},
+                ]},
+            ],
+            "resolve": {"nodes": []},
+        });
+        let table = "| crate | holds | depends on |\n|---|---|---|\n\
+                     | `asynctask-model` | data | — |\n\
+                     | `asynctask-tools` | tools | model, manager |\n";
+        assert_eq!(
+            check_crate_table(table, &metadata),
+            [
+                r#"the crate table says asynctask-tools depends on {"manager", "model"}; cargo metadata says {"model"}"#,
+                "the crate table does not list asynctask-manager",
             ]
         );
     }

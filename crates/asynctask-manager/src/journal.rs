@@ -13,33 +13,18 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
 ///
 /// # Contract
 ///
-/// - **Journaled before visible.** The manager calls [`record`](Self::record)
-///   under its registry lock, before the change becomes visible to any reader;
-///   so whatever a reader (a delivery, a tool, the model) has seen is already
-///   in the journal — except a terminal transition whose write failed (below).
-/// - **One call, one change.** `entries` is one change and what it pruned (a
-///   terminal transition followed by the [`Removed`](JournalEntry::Removed)
-///   tasks it pushed out of the history, say): record all of them or none —
-///   one transaction.
-/// - **In order, one at a time.** Calls come in the order the changes happen,
-///   from whichever thread makes them, never two at once (the lock serializes
-///   them). Registrations come in registration order.
-/// - **Fast-ish.** Every other operation on the manager waits while it runs. A
-///   small synchronous write, even one `fsync`, is the expected cost; nothing
-///   that waits on the network or on other tasks.
-/// - **No calls back.** It must not call into the manager (that would
-///   deadlock), nor wait for a thread that does. It never runs while event
-///   handlers run on the calling thread's behalf: events are delivered after
-///   the lock is released.
-/// - **Panics are failures.** A panicking `record` is caught and treated as a
-///   failed write with the panic's message.
-/// - **Entries can repeat.** A terminal transition, a mark or a removal whose
-///   write failed is sent again, ahead of the next change, until a write
-///   succeeds (see below). A write reported as failed may have been recorded
-///   all the same (an `fsync` that failed after the data was written, say), so
-///   a journal must accept a `Finished`, `Notified` or `Removed` entry whose
-///   effect it already holds (for `Notified`, keep the later time: a result
-///   delivered again after a restart is marked again).
+/// - **Journaled before visible**: [`record`](Self::record) is called under the
+///   registry's lock, before any reader sees the change.
+/// - **One call, one change**: `entries` is one change and what it pruned;
+///   record all of them or none (one transaction).
+/// - **In order, one at a time**, from whichever thread makes the change.
+/// - **Short, and no calls back**: every other operation waits while it runs
+///   (one `fsync` is the expected cost); it must not call into the manager, nor
+///   wait for a thread that does. A panic counts as a failed write.
+/// - **Entries can repeat**: a change whose write failed is sent again ahead
+///   of the next one, and a failed write may have been recorded all the same,
+///   so accept a `Finished`, `Notified` or `Removed` whose effect you hold (for
+///   `Notified`, keep the later time).
 ///
 /// # When a write fails
 ///

@@ -1,37 +1,25 @@
 //! The registry of background subagent tasks.
 //!
-//! This is the second layer of asynctask, on top of `asynctask-model`. Its one
-//! handle, [`AsyncTaskManager`], is the single source of truth about every
-//! background task: the `task` tool registers tasks and reports how they ended,
-//! `check_async_tasks` and the slash commands query it, the reminder service
-//! renders what is pending, and the auto-trigger listens to its events.
+//! The second layer of asynctask, on `asynctask-model`. Its one handle,
+//! [`AsyncTaskManager`], is the single source of truth about every background
+//! task: the `task` tool registers tasks and reports how they ended, the other
+//! tools and the slash commands read it, delivery listens to its events.
 //!
-//! Hosts can rely on five things:
+//! - **Atomic admission**: the limit and the id's uniqueness are checked under
+//!   one lock ([`register_task`](AsyncTaskManager::register_task), or an RAII
+//!   [`Reservation`]); a duplicate id is an error, never an overwrite.
+//! - **Nothing is lost**: every terminal task, cancelled ones too, stays pending
+//!   until [`mark_notified`](AsyncTaskManager::mark_notified); pruning removes
+//!   the oldest delivered tasks and skips undelivered ones, never stops at them.
+//! - **Costs do not grow with history**: every operation is O(log n) or better;
+//!   reads return [`TaskSnapshot`]s that share what never changes.
+//! - **Results can outlive the process**: a [`Journal`] is told of every change
+//!   before it is visible, and [`restore`](AsyncTaskManager::restore) rebuilds
+//!   the registry from it (`asynctask-store` is one, on SQLite).
 //!
-//! - **Atomic admission.** [`AsyncTaskManager::register_task`] checks the limit
-//!   and the id's uniqueness under one lock; [`AsyncTaskManager::reserve`] holds a
-//!   slot as an RAII [`Reservation`]. Two launches can never slip past the limit,
-//!   and a duplicate id is an error, never an overwrite.
-//! - **Nothing is lost.** Every terminal task — cancelled ones too — stays pending
-//!   until [`AsyncTaskManager::mark_notified`]; un-notified tasks are never pruned.
-//! - **Pruning skips, never stops.** Delivered history is trimmed to the history
-//!   limit, oldest-finished first; an un-notified task never blocks the removal of
-//!   others, so memory stays bounded.
-//! - **Costs do not grow with history.** Every operation is O(log n) or better,
-//!   and every read returns [`TaskSnapshot`]s: cheap views that share what does
-//!   not change (the id, the goal, the output) with the registry instead of
-//!   copying it.
-//! - **Results can outlive the process.** A [`Journal`] is told of every change
-//!   before it is visible; [`AsyncTaskManager::restore`] rebuilds the registry
-//!   from what a store kept, and reports tasks that were running as interrupted
-//!   failures. The manager itself holds no database: `asynctask-store` is one
-//!   journal (SQLite).
-//!
-//! It deliberately spawns and awaits nothing, and never runs user code (event
-//! handlers, the clock) while holding its lock — except the journal, whose
-//! contract is to be a short synchronous write that never calls back.
-//! [`check_invariants`] lets hosts assert the registry's invariants in their own
-//! property tests.
+//! It spawns and awaits nothing, and runs no user code under its lock (the
+//! journal aside: a short synchronous write). [`check_invariants`] lets hosts
+//! assert its invariants in their own property tests.
 //!
 //! # Example
 //!

@@ -24,32 +24,17 @@ use crate::{PrefixMatch, TaskCounts};
 
 /// The registry of background tasks: a cheap handle, clones share one registry.
 ///
-/// It admits tasks under the `task-max-async` limit (atomically: the check and
-/// the insertion happen under one lock), moves them through the state machine,
-/// answers queries, prunes delivered history and emits an event for every
-/// terminal transition. It never spawns or awaits anything, so it works the same
-/// from async code, threads, or tests.
+/// It admits tasks under the `task-max-async` limit (the check and the
+/// insertion under one lock), moves them through the state machine, answers
+/// queries with [`TaskSnapshot`]s (in registration order), prunes delivered
+/// history and emits an event for every terminal transition. Every operation is
+/// O(log n) or better, plus O(k) to return k results. It never spawns or
+/// awaits anything. Built with [`restore`](Self::restore), it tells its
+/// [`Journal`] of every change before the change is visible.
 ///
-/// Every operation is O(log n) or better in the number of tasks held (a lookup
-/// by exact id is O(1)), plus O(k) to return k results. All queries return
-/// [`TaskSnapshot`]s — cheap views that share what does not change with the
-/// registry — in registration order.
-///
-/// # Journal
-///
-/// A manager built with [`restore`](Self::restore) tells its [`Journal`] of
-/// every change before the change is visible (see the trait for the contract
-/// and what happens when a write fails); one built with [`new`](Self::new) or
-/// [`with_clock`](Self::with_clock) keeps everything in memory.
-///
-/// # Events
-///
-/// Handlers run after the state change and after the registry lock is released,
-/// once per successful transition, in transition order across all threads. They
-/// run on the thread that made the transition — unless another thread is already
-/// delivering events, in which case that thread runs them right after the ones
-/// before. A handler may call back into the manager (even make transitions: their
-/// events follow in order); a handler that panics is logged and stops nothing.
+/// Event handlers run after the change, with the lock released, once per
+/// transition and in transition order across all threads; they may call back
+/// into the manager, and one that panics is logged and stops nothing.
 ///
 /// # Examples
 ///

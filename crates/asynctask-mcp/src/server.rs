@@ -28,7 +28,7 @@ use crate::end::EndAsyncTaskTool;
 use crate::gate::{REQUEST, ReminderGate};
 use crate::session::Session;
 use crate::transport::{AckMode, ServerTransport};
-use crate::wait::WaitAsyncTasksTool;
+use crate::wait::{REMINDER_KEY, WaitAsyncTasksTool};
 
 /// The server's `instructions`: how results reach the model, in two sentences.
 pub const INSTRUCTIONS: &str = "Results of background tasks (a task launched with async: true, \
@@ -39,10 +39,6 @@ pub const INSTRUCTIONS: &str = "Results of background tasks (a task launched wit
 /// The shortest progress interval: a shorter one (zero included) is raised to it.
 pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
 
-/// The metadata key by which a tool result says that it *is* a reminder
-/// (`wait_async_tasks` answering with the results it waited for): the server
-/// appends no second one after it.
-pub const REMINDER_KEY: &str = "reminder";
 
 /// How a detached synchronous `task` call tells the model to follow its task:
 /// this server adds `wait_async_tasks` to the tools.
@@ -146,26 +142,15 @@ pub enum McpError {
 /// `wait_async_tasks` and `end_async_task` from one [`AsyncTaskRuntime`]
 /// (`task` and `message_async_task` when the runtime has a runner).
 ///
-/// Every tool call runs the tool (with the request's cancellation token, so a
-/// `notifications/cancelled` reaches the subagent of a synchronous `task`),
-/// reports progress every [`progress_interval`](McpServerOptions::progress_interval)
-/// while it runs if the request carries a progress token, and then — unless the
-/// call was cancelled — appends the pending reminder as the last text block.
-/// Served by [`serve_stdio`] (or a durable supervisor), the reminder is marked
-/// delivered only once the response carrying it was written; a call the client
-/// cancels before that leaves it pending for the next call. Results never carry
-/// `structuredContent`; `isError` is set when the tool's result has an error.
+/// Every tool call runs the tool with the request's cancellation token,
+/// reports progress while it runs when the request asked for it, and then —
+/// unless it was cancelled — appends the pending reminder as the last text
+/// block, marked delivered once the response carrying it was written. Results
+/// never carry `structuredContent`; `isError` follows the tool's result.
 ///
-/// # Serving it yourself
-///
-/// The server is an rmcp [`ServerHandler`]: it can be served over any rmcp
-/// transport (`server.serve(transport)`). Such a transport does not tell the
-/// server when a response was written or a request cancelled, so each call
-/// claims the pending results and marks them delivered at once, as it hands
-/// its response to rmcp: every result is still carried by exactly one
-/// response, but one that rmcp then fails to write (the connection broke, or
-/// the client cancelled the request in that instant) takes its results with
-/// it. `wait_async_tasks` works the same way.
+/// Served over an rmcp transport of your own (`server.serve(transport)`), the
+/// server cannot see a response written or a request cancelled: each call
+/// marks what it carries delivered as it hands its response to rmcp.
 ///
 /// # Examples
 ///

@@ -15,7 +15,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::gate::ReminderGate;
 use crate::params::{DEFAULT_WAIT_SECONDS, WaitAsyncTasksParams};
-use crate::server::REMINDER_KEY;
+
+/// The metadata key by which a tool result says that it *is* a reminder
+/// (`wait_async_tasks` answering with the results it waited for): the server
+/// appends no second one after it.
+pub const REMINDER_KEY: &str = "reminder";
 
 /// The `wait_async_tasks` tool.
 ///

@@ -391,3 +391,62 @@ async fn one_response_carries_results_up_to_a_budget_and_the_rest_follow() {
     );
     assert!(runtime.manager().pending_notifications().is_empty());
 }
+
+/// A journal whose disk is full for marks: registrations and ends are
+/// recorded, every "delivered" is refused.
+#[derive(Debug, Default)]
+struct FullDiskForMarks {
+    refused: std::sync::atomic::AtomicUsize,
+}
+
+impl asynctask_manager::Journal for FullDiskForMarks {
+    fn record(
+        &self,
+        entries: &[asynctask_manager::JournalEntry<'_>],
+    ) -> Result<(), asynctask_manager::JournalError> {
+        if entries
+            .iter()
+            .any(|entry| matches!(entry, asynctask_manager::JournalEntry::Notified { .. }))
+        {
+            self.refused
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(asynctask_manager::JournalError::new("no space left on device"));
+        }
+        Ok(())
+    }
+}
+
+/// A delivery the journal cannot record (a full disk) is not delivered again
+/// on the next responses: the model reads the result once; the mark waits in
+/// memory for the journal to record it.
+#[tokio::test(start_paused = true)]
+async fn a_result_whose_delivery_cannot_be_recorded_rides_on_one_response() {
+    let journal = Arc::new(FullDiskForMarks::default());
+    let runtime = Arc::new(
+        AsyncTaskRuntime::builder()
+            .runner(Arc::new(Sleeper))
+            .journal(
+                Arc::clone(&journal) as Arc<dyn asynctask_manager::Journal>,
+                Vec::new(),
+            )
+            .build(),
+    );
+    let server = AsyncTaskMcpServer::new(Arc::clone(&runtime)).expect("valid tools");
+    call(&server, "task", launch(1)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut carrying = 0;
+    for _ in 0..10 {
+        let result = call(&server, "check_async_tasks", json!({})).await;
+        if texts(&result).iter().any(|text| text.contains("slept 1")) {
+            carrying += 1;
+        }
+    }
+    assert_eq!(carrying, 1, "the result rode on {carrying} of 10 responses");
+    assert!(
+        journal.refused.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the mark was refused"
+    );
+    assert!(runtime.manager().pending_notifications().is_empty());
+    assert!(runtime.manager().has_journal_backlog(), "kept to be written");
+    runtime.shutdown().await;
+}

@@ -61,9 +61,8 @@ fn concurrent_owners_acknowledge_every_result_exactly_once() {
                         if let Some(claim) = claimed {
                             // Every other delivery "fails" and is released.
                             if (attempt + n) % 2 == 0 {
-                                let ids = claim.task_ids().to_vec();
-                                drop(claim);
-                                assert!(ids.iter().all(|id| !ledger.is_claimed(id)));
+                                // Released: another owner may take them at once.
+                                claim.release();
                             } else if n == 1 {
                                 // Acknowledged in two parts, by id.
                                 let ids = claim.task_ids().to_vec();
