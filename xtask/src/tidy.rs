@@ -128,13 +128,18 @@ fn check_crate_table(text: &str, metadata: &Value) -> Vec<String> {
         .map(|pkg| str_field(pkg, "name"))
         .collect();
     let mut listed = BTreeSet::new();
-    for row in text.lines().filter(|line| line.starts_with("| `asynctask-")) {
+    for row in text
+        .lines()
+        .filter(|line| line.starts_with("| `asynctask-"))
+    {
         let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
         let name = cells[0].trim_matches('`');
         listed.insert(name.to_owned());
         let Some(pkg) = workspace_packages(metadata).find(|pkg| str_field(pkg, "name") == name)
         else {
-            problems.push(format!("the crate table lists {name}, which is not a member"));
+            problems.push(format!(
+                "the crate table lists {name}, which is not a member"
+            ));
             continue;
         };
         let actual: BTreeSet<String> = pkg["dependencies"]

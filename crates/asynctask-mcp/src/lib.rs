@@ -61,6 +61,6 @@ pub use crate::server::{
     McpServerOptions, TerminationSignals, log_task_ends, serve_stdio,
 };
 pub use crate::session::{Session, Sessions};
-pub use crate::wait::REMINDER_KEY;
 pub use crate::transport::{DELIVERED_NOTIFICATION, OVERSIZED_NOTIFICATION};
+pub use crate::wait::REMINDER_KEY;
 pub use crate::wire::{Line, LineReader, MAX_LINE_BYTES, scan_request_id};

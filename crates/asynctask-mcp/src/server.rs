@@ -39,7 +39,6 @@ pub const INSTRUCTIONS: &str = "Results of background tasks (a task launched wit
 /// The shortest progress interval: a shorter one (zero included) is raised to it.
 pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
 
-
 /// How a detached synchronous `task` call tells the model to follow its task:
 /// this server adds `wait_async_tasks` to the tools.
 pub const DETACH_FOLLOW_UP: &str = "use 'wait_async_tasks' or 'check_async_tasks' to follow it.";

@@ -410,7 +410,9 @@ impl asynctask_manager::Journal for FullDiskForMarks {
         {
             self.refused
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            return Err(asynctask_manager::JournalError::new("no space left on device"));
+            return Err(asynctask_manager::JournalError::new(
+                "no space left on device",
+            ));
         }
         Ok(())
     }
@@ -447,6 +449,9 @@ async fn a_result_whose_delivery_cannot_be_recorded_rides_on_one_response() {
         "the mark was refused"
     );
     assert!(runtime.manager().pending_notifications().is_empty());
-    assert!(runtime.manager().has_journal_backlog(), "kept to be written");
+    assert!(
+        runtime.manager().has_journal_backlog(),
+        "kept to be written"
+    );
     runtime.shutdown().await;
 }
