@@ -730,7 +730,8 @@ enum Ended {
 ///     () = std::future::ready(()) => {} // served to the end instead
 /// }
 /// # Ok::<(), std::io::Error>(())
-/// # })
+/// # })?;
+/// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct TerminationSignals {

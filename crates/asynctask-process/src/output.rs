@@ -382,13 +382,9 @@ mod tests {
         });
     }
 
-    /// Polls `check` until it holds; fails the test after 10 s.
+    /// Waits until `check` holds; fails the test after 10 s.
     fn eventually(what: &str, check: impl Fn() -> bool) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !check() {
-            assert!(std::time::Instant::now() < deadline, "never: {what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        asynctask_test_support::eventually(what, Duration::from_secs(10), check);
     }
 
     #[test]

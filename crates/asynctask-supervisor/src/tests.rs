@@ -343,12 +343,8 @@ fn notified(runtime: &AsyncTaskRuntime) -> bool {
 }
 
 /// Waits until `condition` holds, failing after 10 s.
-async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        assert!(tokio::time::Instant::now() < deadline, "{what} within 10 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+async fn until(what: &str, condition: impl FnMut() -> bool) {
+    asynctask_test_support::eventually_async(what, Duration::from_secs(10), condition).await;
 }
 
 fn carries_the_result(response: &Value) -> bool {

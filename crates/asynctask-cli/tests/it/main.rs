@@ -18,37 +18,12 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// A fresh directory under the system's temporary directory, removed (with all
-/// it holds) when dropped.
-pub(crate) struct TempDir(PathBuf);
-
-impl TempDir {
-    pub(crate) fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("asynctask-cli-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub(crate) use asynctask_test_support::{TempDir, temp_dir};
 
 /// A config file in a fresh temporary directory (the directory, and the file in it).
 fn config(name: &str, text: &str) -> (TempDir, PathBuf) {
-    let dir = TempDir::new(name);
-    let path = dir.join("subagents.toml");
+    let dir = temp_dir(name);
+    let path = dir.path().join("subagents.toml");
     std::fs::write(&path, text).expect("config written");
     (dir, path)
 }
@@ -340,14 +315,14 @@ fn run_keeps_the_output_file_it_names() {
     // By default beside the config, and still there after the command exited.
     let file = whole(&asynctask(&["run", "--config", path, "long", "x"]));
     assert!(
-        file.starts_with(dir.join(".asynctask/outputs")),
+        file.starts_with(dir.path().join(".asynctask/outputs")),
         "{}",
         file.display()
     );
     let text = std::fs::read_to_string(&file).expect("the output file outlives the command");
     assert!(text.starts_with("1\n2\n") && text.ends_with("40000\n"));
 
-    let elsewhere = dir.join("mine");
+    let elsewhere = dir.path().join("mine");
     let file = whole(&asynctask(&[
         "run",
         "--config",
@@ -382,12 +357,12 @@ fn run_leaves_no_output_file_its_result_does_not_name() {
     let result: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(result["final_message"], "done", "no file named");
     assert_eq!(
-        files(&dir.join(".asynctask/outputs")),
+        files(&dir.path().join(".asynctask/outputs")),
         Vec::<std::path::PathBuf>::new()
     );
 
     // A directory given that does not exist is made private to its owner.
-    let mine = dir.join("mine").join("outputs");
+    let mine = dir.path().join("mine").join("outputs");
     let failed = asynctask(&[
         "run",
         "--config",

@@ -15,7 +15,11 @@ use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::TempDir;
+use crate::{TempDir, temp_dir};
+use asynctask_test_support::{assert_gone_async, eventually_async, process_gone};
+
+/// How long a test waits for what must happen (only a hang takes this long).
+const DEADLINE: Duration = Duration::from_secs(10);
 use tokio::time::Instant;
 
 /// The subagents: each gets its goal on stdin and in `$ASYNCTASK_GOAL`.
@@ -39,8 +43,8 @@ command = ["sh", "-c", "echo $$ > \"$ASYNCTASK_GOAL.tmp\"; sleep 60 & echo $! >>
 
 /// A fresh directory holding the config, removed when dropped.
 fn config_dir(name: &str) -> TempDir {
-    let dir = TempDir::new(&format!("mcp-{name}"));
-    std::fs::write(dir.join("subagents.toml"), CONFIG).expect("config written");
+    let dir = temp_dir(&format!("mcp-{name}"));
+    std::fs::write(dir.path().join("subagents.toml"), CONFIG).expect("config written");
     dir
 }
 
@@ -171,35 +175,9 @@ fn launched_id(text: &str) -> String {
         .to_owned()
 }
 
-/// Polls `condition` every 50 ms until it holds or `limit` passes.
-async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    condition()
-}
-
-/// Whether process `pid` is gone (or a zombie waiting for a reaper).
-fn process_ended(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
 /// The pids the `pids` subagent wrote (itself, then its grandchild).
-async fn read_pids(file: &Path) -> Vec<i32> {
-    assert!(
-        eventually(Duration::from_secs(5), || file.exists()).await,
-        "the subagent wrote its pids"
-    );
+async fn read_pids(file: &Path) -> Vec<u32> {
+    eventually_async("the subagent wrote its pids", DEADLINE, || file.exists()).await;
     std::fs::read_to_string(file)
         .expect("pid file")
         .lines()
@@ -210,7 +188,7 @@ async fn read_pids(file: &Path) -> Vec<i32> {
 #[tokio::test]
 async fn tools_are_listed_with_annotations_and_closed_schemas() {
     let dir = config_dir("list");
-    let client = connect(&dir, &[]).await;
+    let client = connect(dir.path(), &[]).await;
     let info = client.peer_info().expect("initialized");
     assert_eq!(
         info.instructions.as_deref(),
@@ -271,7 +249,7 @@ async fn tools_are_listed_with_annotations_and_closed_schemas() {
 #[tokio::test]
 async fn an_async_result_rides_on_exactly_one_later_result() {
     let dir = config_dir("ride");
-    let client = connect(&dir, &[]).await;
+    let client = connect(dir.path(), &[]).await;
     let start = Instant::now();
     let launched = call(
         &client,
@@ -309,7 +287,7 @@ async fn an_async_result_rides_on_exactly_one_later_result() {
 #[tokio::test]
 async fn wait_async_tasks_returns_when_a_task_finishes() {
     let dir = config_dir("wait");
-    let client = connect(&dir, &[]).await;
+    let client = connect(dir.path(), &[]).await;
     call(
         &client,
         "task",
@@ -333,7 +311,7 @@ async fn wait_async_tasks_returns_when_a_task_finishes() {
 #[tokio::test]
 async fn end_async_task_cancels_a_running_task() {
     let dir = config_dir("end");
-    let client = connect(&dir, &[]).await;
+    let client = connect(dir.path(), &[]).await;
     let launched = call(
         &client,
         "task",
@@ -370,7 +348,7 @@ async fn end_async_task_cancels_a_running_task() {
 #[tokio::test]
 async fn bad_parameters_are_error_results_naming_the_field() {
     let dir = config_dir("bad");
-    let client = connect(&dir, &[]).await;
+    let client = connect(dir.path(), &[]).await;
     let bad = call(
         &client,
         "task",
@@ -409,7 +387,7 @@ async fn bad_parameters_are_error_results_naming_the_field() {
 #[tokio::test]
 async fn a_long_synchronous_call_is_detached() {
     let dir = config_dir("detach");
-    let client = connect(&dir, &["--sync-detach-after", "1"]).await;
+    let client = connect(dir.path(), &["--sync-detach-after", "1"]).await;
     let start = Instant::now();
     let detached = call(
         &client,
@@ -451,8 +429,8 @@ async fn a_long_synchronous_call_is_detached() {
 #[tokio::test]
 async fn cancelling_a_synchronous_call_ends_its_process_group() {
     let dir = config_dir("cancel");
-    let client = connect(&dir, &[]).await;
-    let file = dir.join("pids");
+    let client = connect(dir.path(), &[]).await;
+    let file = dir.path().join("pids");
     let goal = file.to_str().expect("a UTF-8 path");
     let handle = client
         .send_cancellable_request(
@@ -466,18 +444,12 @@ async fn cancelling_a_synchronous_call_ends_its_process_group() {
         .expect("sent");
     let pids = read_pids(&file).await;
     assert_eq!(pids.len(), 2, "the subagent and its grandchild");
-    assert!(pids.iter().all(|&pid| !process_ended(pid)));
+    assert!(pids.iter().all(|&pid| !process_gone(pid)));
     handle
         .cancel(Some("test".to_owned()))
         .await
         .expect("cancel sent");
-    assert!(
-        eventually(Duration::from_secs(5), || pids
-            .iter()
-            .all(|&pid| process_ended(pid)))
-        .await,
-        "the whole group ended"
-    );
+    assert_gone_async(&pids, DEADLINE).await;
     // The server goes on serving.
     let listed = call(&client, "check_async_tasks", json!({})).await;
     assert_eq!(texts(&listed), ["No async tasks."]);
@@ -487,8 +459,8 @@ async fn cancelling_a_synchronous_call_ends_its_process_group() {
 #[tokio::test]
 async fn closing_the_client_ends_the_server_and_its_subagents() {
     let dir = config_dir("eof");
-    let (mut server, client) = connect_owned(&dir).await;
-    let file = dir.join("pids");
+    let (mut server, client) = connect_owned(dir.path()).await;
+    let file = dir.path().join("pids");
     let goal = file.to_str().expect("a UTF-8 path");
     call(
         &client,
@@ -504,20 +476,14 @@ async fn closing_the_client_ends_the_server_and_its_subagents() {
         .expect("the server exits by itself")
         .expect("its status");
     assert!(status.success(), "{status}");
-    assert!(
-        eventually(Duration::from_secs(2), || pids
-            .iter()
-            .all(|&pid| process_ended(pid)))
-        .await,
-        "no subagent process outlives the server"
-    );
+    assert_gone_async(&pids, DEADLINE).await;
 }
 
 #[tokio::test]
 async fn closing_the_client_during_a_synchronous_call_ends_it_at_once() {
     let dir = config_dir("eof-sync");
-    let (mut server, client) = connect_owned(&dir).await;
-    let file = dir.join("pids");
+    let (mut server, client) = connect_owned(dir.path()).await;
+    let file = dir.path().join("pids");
     let goal = file.to_str().expect("a UTF-8 path");
     // A synchronous call, in flight when the client goes away.
     let _in_flight = client
@@ -531,7 +497,7 @@ async fn closing_the_client_during_a_synchronous_call_ends_it_at_once() {
         .await
         .expect("sent");
     let pids = read_pids(&file).await;
-    assert!(pids.iter().all(|&pid| !process_ended(pid)));
+    assert!(pids.iter().all(|&pid| !process_gone(pid)));
 
     let start = Instant::now();
     client.cancel().await.expect("closed"); // stdin reaches its end
@@ -547,7 +513,7 @@ async fn closing_the_client_during_a_synchronous_call_ends_it_at_once() {
         "the server took {took:?} to exit"
     );
     assert!(
-        pids.iter().all(|&pid| process_ended(pid)),
+        pids.iter().all(|&pid| process_gone(pid)),
         "no subagent process outlives the server"
     );
 }
@@ -556,7 +522,7 @@ async fn closing_the_client_during_a_synchronous_call_ends_it_at_once() {
 async fn a_termination_signal_ends_a_server_never_initialized() {
     for signal in ["TERM", "INT", "HUP"] {
         let dir = config_dir(&format!("signal-{signal}"));
-        let mut server = server_command(&dir, &[])
+        let mut server = server_command(dir.path(), &[])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -726,7 +692,7 @@ fn raw_texts(response: &Value) -> Vec<String> {
 fn a_cancelled_call_never_loses_or_repeats_a_result() {
     const ROUNDS: u64 = 100;
     let dir = config_dir("race");
-    let mut client = RawClient::start(&dir);
+    let mut client = RawClient::start(dir.path());
     let mut task_ids = Vec::new();
     let mut cancelled = Vec::new();
     for round in 0..ROUNDS {

@@ -11,7 +11,7 @@ use pretty_assertions::assert_eq;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    RUN_DEADLINE, TempDir, assert_all_gone, error, output, request, run, runner_in, wait_for_pids,
+    RUN_DEADLINE, assert_all_gone, error, output, request, run, runner_in, temp_dir, wait_for_pids,
     within,
 };
 
@@ -33,8 +33,8 @@ fn marker(omitted: usize, bytes: usize, file: &Path) -> String {
 
 #[tokio::test]
 async fn huge_stdout_goes_to_a_file_and_the_message_keeps_its_head_and_tail() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     // 500,000 lines of 100 bytes. (Lines, not bytes, are what the live
     // progress pays for: one allocation each.)
     let line = format!("{}\n", "y".repeat(99));
@@ -77,8 +77,8 @@ async fn huge_stdout_goes_to_a_file_and_the_message_keeps_its_head_and_tail() {
 
 #[tokio::test]
 async fn the_inline_budget_is_configurable_and_counts_characters() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let file = out.path().join("task-0001.out");
     let runner = runner_in(
         dir.path(),
@@ -139,8 +139,8 @@ fn the_inline_budget_comes_from_the_config() {
 
 #[tokio::test]
 async fn the_inline_budget_counts_what_the_text_costs_in_json() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     // Quotes, backslashes and ANSI escapes: each costs 2 or 6 in a JSON string.
     let script = r#"i=0; while [ $i -lt 2000 ]; do printf '"q" \\ \033[31mred\033[0m %s\n' $i; i=$((i+1)); done"#;
     let command = serde_json::json!(["sh", "-c", script]).to_string();
@@ -168,8 +168,8 @@ async fn the_inline_budget_counts_what_the_text_costs_in_json() {
 
 #[tokio::test]
 async fn a_cancelled_subagent_names_its_stdout() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "slow",
@@ -202,8 +202,8 @@ async fn a_cancelled_subagent_names_its_stdout() {
 
 #[tokio::test]
 async fn a_running_subagent_reports_its_latest_output_and_its_file() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "steps",
@@ -237,7 +237,7 @@ async fn a_running_subagent_reports_its_latest_output_and_its_file() {
 
 #[tokio::test]
 async fn the_default_output_directory_lives_as_long_as_the_runner() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(dir.path(), "hello", r#"["echo", "hello"]"#);
     assert_eq!(
         run(&runner, request("hello", "x")).await,
@@ -267,8 +267,8 @@ async fn the_default_output_directory_lives_as_long_as_the_runner() {
 
 #[tokio::test]
 async fn a_task_id_never_names_a_file_outside_the_output_directory() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let runner = runner_in(dir.path(), "hello", r#"["echo", "hello"]"#)
         .with_output_dir(out.path().join("runs"));
     let request = SubagentRequest::new("../../escaped", "hello", "x");
@@ -297,7 +297,7 @@ async fn a_task_id_never_names_a_file_outside_the_output_directory() {
 
 #[tokio::test]
 async fn a_chatty_stderr_does_not_deadlock() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "chatty",

@@ -9,7 +9,7 @@ use asynctask_process::{
 };
 use pretty_assertions::assert_eq;
 
-use crate::TempDir;
+use crate::temp_dir;
 
 fn parse_error(toml: &str) -> String {
     chain(&ProcessRunnerConfig::from_toml_str(toml, Path::new("/base")).expect_err("invalid"))
@@ -214,7 +214,7 @@ fn a_layer_above_reads_its_own_top_level_keys_in_the_same_parse() {
 
 #[test]
 fn load_names_the_file_in_its_errors() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let missing = dir.path().join("missing.toml");
     let err = ProcessRunnerConfig::load(&missing).expect_err("no file");
     assert_eq!(
@@ -245,7 +245,7 @@ fn load_names_the_file_in_its_errors() {
 
 #[test]
 fn working_directories_must_lie_under_the_roots() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let inside = dir.path().join("inside");
     let outside = dir.path().join("outside");
     std::fs::create_dir_all(inside.join("deeper")).expect("mkdir");

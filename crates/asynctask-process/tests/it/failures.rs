@@ -7,11 +7,11 @@ use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 use asynctask_tools::{SubagentInfo, SubagentRunner};
 use pretty_assertions::assert_eq;
 
-use crate::{TempDir, error, request, run, runner, runner_in};
+use crate::{error, request, run, runner, runner_in, temp_dir};
 
 #[tokio::test]
 async fn a_non_zero_exit_fails_with_the_status_and_the_end_of_stderr() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "tester",
@@ -39,7 +39,7 @@ async fn a_non_zero_exit_fails_with_the_status_and_the_end_of_stderr() {
 
 #[tokio::test]
 async fn a_long_stderr_keeps_only_its_end() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "noisy",
@@ -62,7 +62,7 @@ async fn a_long_stderr_keeps_only_its_end() {
 
 #[tokio::test]
 async fn a_child_killed_by_a_signal_says_which() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(dir.path(), "victim", r#"["sh", "-c", "kill -9 $$"]"#);
     assert_eq!(
         run(&runner, request("victim", "x")).await,
@@ -72,7 +72,7 @@ async fn a_child_killed_by_a_signal_says_which() {
 
 #[tokio::test]
 async fn an_unknown_subagent_lists_the_configured_ones() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner(
         "[subagents.tester]\ncommand = [\"true\"]\n[subagents.researcher]\ncommand = [\"true\"]\n",
         dir.path(),
@@ -112,7 +112,7 @@ fn the_catalog_lists_the_configured_subagents_by_name() {
 
 #[tokio::test]
 async fn a_program_that_does_not_exist_is_named_in_the_error() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "ghost",

@@ -9,7 +9,7 @@ use pretty_assertions::assert_eq;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    KillOnDrop, RUN_DEADLINE, TempDir, assert_all_gone, error, output, request, run, runner_in,
+    KillOnDrop, RUN_DEADLINE, assert_all_gone, error, output, request, run, runner_in, temp_dir,
     wait_for_pids, within,
 };
 
@@ -19,7 +19,7 @@ const SLEEPERS: &str = r#"["sh", "-c", "sleep 300 & echo $! >> pids; sleep 300 &
 
 #[tokio::test]
 async fn cancel_ends_the_whole_process_group() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(dir.path(), "sleeper", SLEEPERS);
     let cancel = CancellationToken::new();
     let run = tokio::spawn({
@@ -37,7 +37,7 @@ async fn cancel_ends_the_whole_process_group() {
 
 #[tokio::test]
 async fn a_child_that_ignores_sigterm_is_killed_after_the_grace() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let grace = Duration::from_millis(300);
     let runner = runner_in(
         dir.path(),
@@ -75,7 +75,7 @@ async fn the_default_grace_ends_before_the_task_tool_aborts_a_runner() {
 
 #[tokio::test]
 async fn dropping_the_run_kills_the_process_group() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(dir.path(), "sleeper", SLEEPERS);
     let mut run = Box::pin(runner.run(request("sleeper", "sleep"), CancellationToken::new()));
     let pid_file = dir.path().join("pids");
@@ -89,7 +89,7 @@ async fn dropping_the_run_kills_the_process_group() {
 
 #[tokio::test]
 async fn processes_left_behind_by_a_finished_child_are_killed() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     // The sleeper keeps stdout open: the run must not wait for it.
     let runner = runner_in(
         dir.path(),
@@ -108,7 +108,7 @@ const ESCAPER: &str = r#"["sh", "-c", "setsid sh -c 'echo $$ >> pids; exec sleep
 
 #[tokio::test]
 async fn a_process_outside_the_group_holding_stdout_does_not_hang_the_run() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let guard = KillOnDrop::default();
     // `setsid` takes the sleeper out of the group, so the group kill after the
     // child's exit misses it, and it holds stdout open for 300 s.
@@ -121,7 +121,7 @@ async fn a_process_outside_the_group_holding_stdout_does_not_hang_the_run() {
 
 #[tokio::test]
 async fn a_cancelled_token_starts_nothing() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(dir.path(), "never", r#"["sh", "-c", "echo $$ >> pids"]"#);
     let cancel = CancellationToken::new();
     cancel.cancel();

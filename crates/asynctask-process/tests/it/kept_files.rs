@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pretty_assertions::assert_eq;
 use tokio_util::sync::CancellationToken;
 
-use crate::{RUN_DEADLINE, TempDir, runner_in, within};
+use crate::{RUN_DEADLINE, runner_in, temp_dir, within};
 
 #[tokio::test]
 async fn a_task_pruned_from_the_history_takes_its_files_along_a_window_later() {
@@ -14,8 +14,8 @@ async fn a_task_pruned_from_the_history_takes_its_files_along_a_window_later() {
     use asynctask_model::MaxAsyncTasks;
     use asynctask_tools::{KEPT_TASK_FILES, TaskTool, Tool};
 
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     // It prints a line and writes more variables than its result holds, so the
     // result names both of its files.
     let script = r#"{ printf '{'; i=0; while [ $i -lt 500 ]; do printf '"v%04d":"value %d",' $i $i; i=$((i+1)); done; printf '"z":"end"}'; } > "$ASYNCTASK_VARS_FILE"; echo done"#;

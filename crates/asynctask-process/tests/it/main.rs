@@ -21,14 +21,12 @@ mod running;
 mod variables;
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
-use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use tokio_util::sync::CancellationToken;
@@ -39,32 +37,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(10);
 /// How long killed processes may take to disappear.
 const GONE_DEADLINE: Duration = Duration::from_secs(3);
 
-/// A fresh directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "asynctask-process-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path.canonicalize().expect("canonical temp dir"))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub(crate) use asynctask_test_support::temp_dir;
 
 fn runner(toml: &str, base_dir: &Path) -> ProcessRunner {
     ProcessRunner::new(ProcessRunnerConfig::from_toml_str(toml, base_dir).expect("valid config"))
@@ -130,28 +103,16 @@ async fn wait_for_pids(file: &Path, count: usize) -> Vec<Pid> {
 /// Whether `pid` is gone: no such process, or a zombie (dead, waiting to be
 /// reaped by a parent that is not us).
 fn is_gone(pid: Pid) -> bool {
-    match kill(pid, None) {
-        Err(Errno::ESRCH) => true,
-        _ => std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
-        }),
-    }
+    asynctask_test_support::process_gone(pid.as_raw().unsigned_abs())
 }
 
 async fn assert_all_gone(pids: &[Pid]) {
-    let deadline = Instant::now() + GONE_DEADLINE;
-    loop {
-        let alive: Vec<Pid> = pids.iter().copied().filter(|&pid| !is_gone(pid)).collect();
-        if alive.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running after {GONE_DEADLINE:?}: {alive:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert_gone_within(GONE_DEADLINE, pids).await;
+}
+
+async fn assert_gone_within(within: Duration, pids: &[Pid]) {
+    let pids: Vec<u32> = pids.iter().map(|pid| pid.as_raw().unsigned_abs()).collect();
+    asynctask_test_support::assert_gone_async(&pids, within).await;
 }
 
 /// Kills the pids it was given when dropped, so a failing test leaves nothing

@@ -9,13 +9,13 @@ use pretty_assertions::assert_eq;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    RUN_DEADLINE, TempDir, assert_all_gone, error, output, request, run, runner, runner_in,
+    RUN_DEADLINE, assert_all_gone, error, output, request, run, runner, runner_in, temp_dir,
     wait_for_pids, within,
 };
 
 #[tokio::test]
 async fn a_jsonl_subagent_gets_the_goal_then_each_message_in_order() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     // Prints three lines of stdin as they are, then exits.
     let runner = runner(
         r#"
@@ -56,7 +56,7 @@ stdin = "jsonl"
 
 #[tokio::test]
 async fn a_goal_subagent_takes_no_messages() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "plain",
@@ -81,7 +81,7 @@ async fn a_goal_subagent_takes_no_messages() {
 
 #[tokio::test]
 async fn a_jsonl_subagent_that_stops_reading_does_not_block_its_run() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     // Reads the goal line only, then works a little while messages pile up
     // in a pipe nobody reads (more than a pipe holds), then exits.
     let runner = runner(
@@ -121,7 +121,7 @@ async fn a_jsonl_subagent_that_stops_reading_does_not_block_its_run() {
 
 #[tokio::test]
 async fn a_message_to_a_subagent_that_closed_its_stdin_is_reported_with_the_result() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     // Reads the goal line, closes its stdin, says so, and works a while.
     let runner = runner(
         "[subagents.brief]\ncommand = [\"sh\", \"-c\", \"read -r line; exec 0<&-; echo $$ >> pids; sleep 0.3; echo bye\"]\nstdin = \"jsonl\"\n",
@@ -148,7 +148,7 @@ async fn a_message_to_a_subagent_that_closed_its_stdin_is_reported_with_the_resu
 
 #[tokio::test]
 async fn a_message_whose_write_a_cancel_cuts_is_reported_with_the_result() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     // Reads a part of the message, so its write has begun, then holds its
     // stdin open without reading: the rest of the write waits on a full pipe.
     let runner = runner(
@@ -180,7 +180,7 @@ async fn a_message_whose_write_a_cancel_cuts_is_reported_with_the_result() {
 
 #[tokio::test]
 async fn a_cancelled_jsonl_subagent_sees_its_stdin_close() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     // Exits on its own when stdin ends, and ignores SIGTERM: only the
     // closed stdin can end it before the grace does.
     let runner = runner(

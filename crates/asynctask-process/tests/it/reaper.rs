@@ -11,8 +11,8 @@ use pretty_assertions::assert_eq;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    KillOnDrop, RUN_DEADLINE, TempDir, assert_all_gone, error, is_gone, output, request, run,
-    runner, runner_in, wait_for_pids, within,
+    KillOnDrop, RUN_DEADLINE, assert_all_gone, assert_gone_within, error, output, request, run,
+    runner, runner_in, temp_dir, wait_for_pids, within,
 };
 
 /// The reaper binary of this crate.
@@ -48,7 +48,7 @@ async fn tree_pids(dir: &Path, guard: &KillOnDrop) -> Vec<Pid> {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn with_the_reaper_no_descendant_outlives_a_task_that_ended() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let guard = KillOnDrop::default();
     let runner = reaped(runner_in(dir.path(), "tree", TREE_EXITS));
     assert!(runner.uses_reaper());
@@ -61,7 +61,7 @@ async fn with_the_reaper_no_descendant_outlives_a_task_that_ended() {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn with_the_reaper_no_descendant_outlives_a_cancelled_task() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let guard = KillOnDrop::default();
     let runner = reaped(runner_in(dir.path(), "tree", TREE));
     let cancel = CancellationToken::new();
@@ -79,7 +79,7 @@ async fn with_the_reaper_no_descendant_outlives_a_cancelled_task() {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn with_the_reaper_a_dropped_run_leaves_nothing_behind() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let guard = KillOnDrop::default();
     let runner = reaped(runner_in(dir.path(), "tree", TREE));
     let mut run = Box::pin(runner.run(request("tree", "x"), CancellationToken::new()));
@@ -94,7 +94,7 @@ async fn with_the_reaper_a_dropped_run_leaves_nothing_behind() {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn the_reaper_ends_as_its_command_did() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let cases = [
         (r#"["sh", "-c", "echo fine"]"#, Ok(output(Some("fine")))),
         (
@@ -137,7 +137,7 @@ async fn the_reaper_ends_as_its_command_did() {
 #[tokio::test]
 async fn terminate_all_ends_every_live_subagent_of_the_runner_and_its_clones_at_once() {
     for with_reaper in [true, false] {
-        let dir = TempDir::new();
+        let dir = temp_dir("process");
         let guard = KillOnDrop::default();
         for name in ["a", "b"] {
             std::fs::create_dir(dir.path().join(name)).expect("mkdir");
@@ -285,25 +285,10 @@ impl Drop for FakeHost {
 
 /// Waits until every pid is gone, failing the test after `deadline`.
 #[cfg(target_os = "linux")]
-async fn assert_gone_within(deadline: Duration, pids: &[Pid]) {
-    let until = Instant::now() + deadline;
-    loop {
-        let alive: Vec<Pid> = pids.iter().copied().filter(|&pid| !is_gone(pid)).collect();
-        if alive.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "still running after {deadline:?}: {alive:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn a_host_killed_with_sigkill_leaves_no_subagent_process_behind() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let guard = KillOnDrop::default();
     let mut host = FakeHost::start(dir.path(), true);
     let pids = tree_pids(dir.path(), &guard).await;
@@ -315,7 +300,7 @@ async fn a_host_killed_with_sigkill_leaves_no_subagent_process_behind() {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn without_the_reaper_a_killed_host_still_takes_its_direct_child() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let guard = KillOnDrop::default();
     let mut host = FakeHost::start(dir.path(), false);
     let pids = tree_pids(dir.path(), &guard).await;

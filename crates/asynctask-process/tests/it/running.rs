@@ -7,11 +7,11 @@ use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 use asynctask_tools::{ContextVar, OutputVarSpec};
 use pretty_assertions::assert_eq;
 
-use crate::{TempDir, error, output, request, run, runner, runner_in};
+use crate::{error, output, request, run, runner, runner_in, temp_dir};
 
 #[tokio::test]
 async fn stdout_becomes_the_final_message_and_the_goal_arrives_on_stdin_and_in_env() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "echo",
@@ -26,14 +26,14 @@ async fn stdout_becomes_the_final_message_and_the_goal_arrives_on_stdin_and_in_e
 
 #[tokio::test]
 async fn empty_stdout_is_no_final_message() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(dir.path(), "quiet", r#"["sh", "-c", "echo; echo '  '"]"#);
     assert_eq!(run(&runner, request("quiet", "x")).await, Ok(output(None)));
 }
 
 #[tokio::test]
 async fn the_goal_is_passed_literally_and_never_run_by_a_shell() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let goal = "$(touch pwned-1); echo hi `touch pwned-2` && touch pwned-3 \"'\n";
     let runner = runner_in(
         dir.path(),
@@ -64,7 +64,7 @@ async fn the_environment_is_an_allowlist() {
     let inherited = others.next().expect("the test process has some variable");
     let hidden = others.next().expect("the test process has two variables");
 
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let toml = format!(
         "[subagents.env]\ncommand = [\"env\", \"-0\"]\n\
          env = {{ GREETING = \"hello world\", HOME = \"/nowhere\" }}\n\
@@ -132,7 +132,7 @@ async fn the_environment_is_an_allowlist() {
 
 #[tokio::test]
 async fn a_relative_cwd_is_relative_to_the_config_directory() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     std::fs::create_dir(dir.path().join("work")).expect("mkdir");
     let toml = "[subagents.where]\ncommand = [\"pwd\", \"-P\"]\ncwd = \"work\"\n";
 
@@ -153,7 +153,7 @@ async fn a_relative_cwd_is_relative_to_the_config_directory() {
 
 #[tokio::test]
 async fn a_missing_cwd_is_a_clear_error() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner(
         "[subagents.lost]\ncommand = [\"true\"]\ncwd = \"nowhere\"\n",
         dir.path(),
@@ -168,7 +168,7 @@ async fn a_missing_cwd_is_a_clear_error() {
 
 #[tokio::test]
 async fn a_large_goal_reaches_stdin_even_when_too_large_for_the_environment() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "big",
@@ -181,7 +181,7 @@ async fn a_large_goal_reaches_stdin_even_when_too_large_for_the_environment() {
 
 #[tokio::test]
 async fn a_child_that_never_reads_stdin_does_not_block_the_run() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(dir.path(), "deaf", r#"["echo", "done"]"#);
     let goal = "g".repeat(1_000_000);
     assert_eq!(

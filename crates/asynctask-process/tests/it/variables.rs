@@ -9,11 +9,11 @@ use asynctask_tools::SubagentRunner;
 use pretty_assertions::assert_eq;
 use tokio_util::sync::CancellationToken;
 
-use crate::{TempDir, error, output, request, run, runner_in, within};
+use crate::{error, output, request, run, runner_in, temp_dir, within};
 
 #[tokio::test]
 async fn variables_written_to_the_vars_file_are_emitted() {
-    let dir = TempDir::new();
+    let dir = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "answer",
@@ -37,8 +37,8 @@ async fn variables_written_to_the_vars_file_are_emitted() {
 
 #[tokio::test]
 async fn a_bad_vars_file_fails_the_task_with_one_clear_line() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let file = out.path().join("task-0001.vars.json");
     let cases = [
         (
@@ -74,8 +74,8 @@ async fn a_bad_vars_file_fails_the_task_with_one_clear_line() {
 
 #[tokio::test]
 async fn a_bad_vars_file_names_the_file_that_holds_stdout() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "vars",
@@ -106,8 +106,8 @@ async fn a_bad_vars_file_names_the_file_that_holds_stdout() {
 
 #[tokio::test]
 async fn a_vars_file_that_is_no_regular_file_fails_at_once() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let file = out.path().join("task-0001.vars.json");
     let cases = [
         // A FIFO nobody writes to: a plain open would wait forever.
@@ -152,8 +152,8 @@ async fn a_vars_file_that_is_no_regular_file_fails_at_once() {
 
 #[tokio::test]
 async fn variables_are_bounded_by_the_inline_budget() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let file = out.path().join("task-0001.vars.json");
     // 9,000 variables: far more than the budget holds.
     let script = r#"{ printf '{'; i=0; while [ $i -lt 9000 ]; do printf '"v%04d":"value %d",' $i $i; i=$((i+1)); done; printf '"z":"end"}'; } > "$ASYNCTASK_VARS_FILE"; echo done"#;
@@ -224,8 +224,8 @@ async fn variables_are_bounded_by_the_inline_budget() {
 
 #[tokio::test]
 async fn the_vars_file_is_removed_once_read_whole() {
-    let dir = TempDir::new();
-    let out = TempDir::new();
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
     let runner = runner_in(
         dir.path(),
         "answer",

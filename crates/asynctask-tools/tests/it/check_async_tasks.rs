@@ -522,13 +522,9 @@ impl asynctask_tools::SubagentRunner for Reporting {
     }
 }
 
-/// Polls `check` every 5 ms until it holds; fails the test after 5 s.
+/// Waits until `check` holds; fails the test after 10 s.
 async fn eventually(what: &str, check: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    asynctask_test_support::eventually_async(what, std::time::Duration::from_secs(10), check).await;
 }
 
 /// A peek at `id`: the details the model reads, and what the user sees.
