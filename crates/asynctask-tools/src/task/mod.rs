@@ -225,7 +225,7 @@ impl TaskTool {
     /// assert!(result.llm_content.starts_with("Async task launched: subagent 'echo' (ID: "));
     /// tool.tracker().close();
     /// tool.tracker().wait().await;
-    /// assert_eq!(manager.tasks()[0].status, AsyncTaskStatus::Completed);
+    /// assert_eq!(manager.tasks()[0].status(), AsyncTaskStatus::Completed);
     /// # });
     /// ```
     #[must_use]
