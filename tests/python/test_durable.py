@@ -476,3 +476,41 @@ async def test_supervisor_stop_stops_a_supervisor_that_is_starting(workspace: Wo
             supervisor.wait()
             pytest.fail(f"supervisor {supervisor.pid} still ran after `supervisor stop` (killed now)")
         supervisor.wait()
+
+
+async def test_queued_tasks_survive_a_killed_supervisor_and_start_in_order(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """Launches past the limit wait in the store's queue: after SIGKILL the running
+    task is reported interrupted, and the next supervisor starts the queued ones in
+    their order and delivers every result once."""
+    args = [*workspace.args(), "--max-async-tasks", "1", "--max-queued-tasks", "5"]
+    async with connect(MODE, tmp_path, *args) as client:
+        transcript = Transcript(client)
+        running = launched_id(
+            await transcript.call("task", {"subagent_name": "slow", "goal_prompt": "x", "async": True})
+        )
+        queued = []
+        for n in range(2):
+            launch = await transcript.call("task", {"subagent_name": "quick", "goal_prompt": f"q{n}", "async": True})
+            assert texts(launch)[0].startswith("Async task queued: subagent 'quick'"), texts(launch)
+            queued.append(launched_id(launch))
+        wait_for_file(tmp_path / f"slow-{running}.pid")
+    workspace.kill()
+    stored = {task["id"]: task["status"] for task in workspace.status()["tasks"]}
+    assert stored == {running: "interrupted", queued[0]: "queued", queued[1]: "queued"}, stored
+
+    async with connect(MODE, tmp_path, *args) as client:
+        transcript = Transcript(client)
+        for _ in range(10):
+            if set(reminder_ids(transcript)) >= {running, *queued}:
+                break
+            await transcript.call("wait_async_tasks", {"timeout_seconds": WAIT_SECONDS})
+        await transcript.call("check_async_tasks", {})
+        ids = reminder_ids(transcript)
+        assert sorted(ids) == sorted([running, *queued]), transcript.dump()
+    # One runs at a time: they ended in the order they started. (The first
+    # starts while the new supervisor restores, before it logs anything.)
+    log = workspace.log()
+    ends = re.findall(r"task (\w{8}) \(quick\) completed", log)
+    assert ends == [task_id[:8] for task_id in queued], log

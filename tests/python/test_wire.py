@@ -246,7 +246,10 @@ def test_a_request_whose_id_is_in_use_is_refused(server: LineServer) -> None:
     """A second `wait_async_tasks` with the id of one in progress is refused at once
     with that id; the first goes on and is answered."""
     server.initialize()
-    waiting = call(21, "wait_async_tasks", {"timeout_seconds": 1})
+    # A task that runs: the wait waits (with nothing running it answers at once).
+    server.send(call(20, "task", {"subagent_name": "chatty", "goal_prompt": "x", "async": True}))
+    assert "result" in server.answer(20)
+    waiting = call(21, "wait_async_tasks", {"timeout_seconds": 2})
     server.send(waiting)
     server.send(waiting)
     refused = server.answer(21)

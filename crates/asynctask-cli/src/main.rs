@@ -18,7 +18,7 @@ use asynctask_cli::serve::{
     supervisor_status, supervisor_stop, wants_durable,
 };
 use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, run_once, schemas};
-use asynctask_model::MaxAsyncTasks;
+use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
 use asynctask_supervisor::StateDir;
 use asynctask_tools::Provider;
@@ -135,6 +135,10 @@ struct ServeArgs {
     /// The most background tasks running at once: -1 (unlimited) or 1..=100.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     max_async_tasks: Option<MaxAsyncTasks>,
+    /// How many background launches past the running limit wait in a queue,
+    /// 0..=1000 (default 20; 0 refuses them).
+    #[arg(long, value_name = "N")]
+    max_queued_tasks: Option<MaxQueuedTasks>,
     /// A durable supervisor exits after this many seconds (at least 1) with no
     /// session connected and no task running.
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = idle_exit_secs)]
@@ -161,6 +165,9 @@ impl ServeArgs {
             .and_then(|chars| usize::try_from(chars).ok());
         if let Some(max) = self.max_async_tasks {
             options.max_async_tasks = max;
+        }
+        if let Some(max) = self.max_queued_tasks {
+            options.max_queued_tasks = max;
         }
         options
     }
@@ -390,7 +397,9 @@ fn start_supervisor(options: &ServeOptions) -> std::io::Result<std::process::Chi
         .arg("--idle-exit")
         .arg(options.idle_exit.as_secs().to_string())
         .arg("--max-async-tasks")
-        .arg(options.max_async_tasks.get().to_string());
+        .arg(options.max_async_tasks.get().to_string())
+        .arg("--max-queued-tasks")
+        .arg(options.max_queued_tasks.get().to_string());
     if let Some(chars) = options.inline_budget {
         command.arg("--inline-budget").arg(chars.to_string());
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use asynctask_manager::StoredTask;
 use asynctask_mcp::{McpServerOptions, serve_stdio};
-use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks};
 use asynctask_process::{ConfigExtension, ProcessRunner, ProcessRunnerConfig};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_store::{Store, StoreError};
@@ -30,6 +30,8 @@ pub struct ServeOptions {
     pub sync_detach_after: Duration,
     /// The running limit.
     pub max_async_tasks: MaxAsyncTasks,
+    /// How many launches past the running limit wait in a queue.
+    pub max_queued_tasks: MaxQueuedTasks,
     /// Where a durable supervisor keeps its state (default: `.asynctask/` beside
     /// the config).
     pub state_dir: Option<PathBuf>,
@@ -48,6 +50,7 @@ impl ServeOptions {
             config: config.into(),
             sync_detach_after: McpServerOptions::default().sync_detach_after,
             max_async_tasks: MaxAsyncTasks::default(),
+            max_queued_tasks: McpServerOptions::DEFAULT_MAX_QUEUED_TASKS,
             state_dir: None,
             idle_exit: SupervisorOptions::default().idle_exit,
             inline_budget: None,
@@ -69,6 +72,7 @@ impl ServeOptions {
         McpServerOptions::default()
             .with_sync_detach_after(self.sync_detach_after)
             .with_max_async_tasks(self.max_async_tasks)
+            .with_max_queued_tasks(self.max_queued_tasks)
     }
 }
 
@@ -276,13 +280,19 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
     };
     empty_if_over(&state.log_file(), LOG_LIMIT);
     let (store, restored) = open_store(&state).await?;
-    let interrupted = restored
-        .iter()
-        .filter(|task| task.info.status == AsyncTaskStatus::Running)
-        .count();
+    let count = |status| {
+        restored
+            .iter()
+            .filter(|task| task.info.status == status)
+            .count()
+    };
+    let (interrupted, queued) = (
+        count(AsyncTaskStatus::Running),
+        count(AsyncTaskStatus::Queued),
+    );
     if !restored.is_empty() {
         eprintln!(
-            "asynctask: {} task(s) restored from {} ({interrupted} interrupted)",
+            "asynctask: {} task(s) restored from {} ({interrupted} interrupted, {queued} queued)",
             restored.len(),
             state.store().display()
         );
@@ -293,6 +303,7 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
             .journal(Arc::new(store), restored)
             .runner(Arc::new(runner))
             .max_async_tasks(server.max_async_tasks)
+            .max_queued_tasks(server.max_queued_tasks)
             .sync_detach(
                 SyncDetach::after(server.sync_detach_after)
                     .with_follow_up(asynctask_mcp::DETACH_FOLLOW_UP),

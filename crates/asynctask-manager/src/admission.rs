@@ -41,6 +41,11 @@ pub struct RegisterTaskInput {
     /// Who launched the task (a session, when several share one registry);
     /// `None` for a registry with one user.
     pub origin: Option<String>,
+    /// What the task is launched with, kept with it (and journaled) until it
+    /// ends: what a task that waits in the queue is started with, even after
+    /// a restart. Opaque to the registry (the `task` tool keeps its
+    /// parameters, as JSON); see [`with_launch`](Self::with_launch).
+    pub launch: Option<String>,
 }
 
 impl RegisterTaskInput {
@@ -59,6 +64,7 @@ impl RegisterTaskInput {
             progress: None,
             inbox: None,
             origin: None,
+            launch: None,
         }
     }
 
@@ -89,6 +95,25 @@ impl RegisterTaskInput {
         self.origin = Some(origin.into());
         self
     }
+
+    /// Keeps what the task is launched with: read back with
+    /// [`TaskSnapshot::launch`](crate::TaskSnapshot::launch) when a queued
+    /// task starts.
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    ///
+    /// let manager = AsyncTaskManager::default();
+    /// let input = RegisterTaskInput::new("a1", "tester", "run it").with_launch(r#"{"timeout_seconds":60}"#);
+    /// let task = manager.register_task(input)?;
+    /// assert_eq!(task.launch(), Some(r#"{"timeout_seconds":60}"#));
+    /// # Ok::<(), asynctask_manager::RegisterError>(())
+    /// ```
+    #[must_use]
+    pub fn with_launch(mut self, launch: impl Into<String>) -> Self {
+        self.launch = Some(launch.into());
+        self
+    }
 }
 
 /// The running limit is reached: no task may be admitted now.
@@ -107,6 +132,27 @@ impl RegisterTaskInput {
 pub struct LimitReached {
     /// The limit in force (`task-max-async`).
     pub max: i64,
+}
+
+/// A launch refused because the running limit is reached and the queue behind
+/// it is full. The `Display` names both limits, starting with the running
+/// limit's own refusal.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::QueueFull;
+///
+/// let full = QueueFull { max: 2, max_queued: 20 };
+/// assert_eq!(full.to_string(), "Max async tasks (2) reached, and the queue of 20 waiting tasks is full");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("Max async tasks ({max}) reached, and the queue of {max_queued} waiting tasks is full")]
+pub struct QueueFull {
+    /// The running limit (`task-max-async`).
+    pub max: i64,
+    /// The queue's bound (`task-max-queued`).
+    pub max_queued: i64,
 }
 
 /// Why a registration was refused. Nothing is registered when this is returned.
@@ -133,6 +179,9 @@ pub enum RegisterError {
     /// The running limit is reached; the `Display` is the model-facing refusal.
     #[error(transparent)]
     LimitReached(#[from] LimitReached),
+    /// The running limit is reached and the queue behind it is full.
+    #[error(transparent)]
+    QueueFull(#[from] QueueFull),
     /// A task with this id is already in the registry. It is left untouched.
     #[error("a task with id '{0}' is already registered")]
     DuplicateId(String),

@@ -9,8 +9,9 @@ use asynctask_model::AsyncTaskStatus;
 
 use crate::snapshot::{TaskHead, TaskSnapshot};
 
-/// A task reached a terminal state. Carries the task as it was right after the
-/// transition.
+/// A task started from the queue, or reached a terminal state. Carries the
+/// task as it was right after the transition. More kinds may come: match with
+/// a wildcard arm.
 ///
 /// # Examples
 ///
@@ -25,7 +26,11 @@ use crate::snapshot::{TaskHead, TaskSnapshot};
 /// assert_eq!(event.status(), AsyncTaskStatus::Cancelled);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TaskEvent {
+    /// A queued task started: a running slot freed, and its subagent is to
+    /// run now (whoever runs subagents starts it: the `task` tool does).
+    Started(TaskSnapshot),
     /// The task completed with an output.
     Completed(TaskSnapshot),
     /// The task failed with an error.
@@ -36,14 +41,14 @@ pub enum TaskEvent {
 
 impl TaskEvent {
     /// The event for a task that just reached a terminal state (`None` for a
-    /// running task).
+    /// task that has not ended).
     #[must_use]
     pub fn from_task(task: TaskSnapshot) -> Option<Self> {
         match task.status() {
-            AsyncTaskStatus::Running => None,
             AsyncTaskStatus::Completed => Some(TaskEvent::Completed(task)),
             AsyncTaskStatus::Failed => Some(TaskEvent::Failed(task)),
             AsyncTaskStatus::Cancelled => Some(TaskEvent::Cancelled(task)),
+            _ => None,
         }
     }
 
@@ -51,13 +56,14 @@ impl TaskEvent {
     #[must_use]
     pub fn task(&self) -> &TaskSnapshot {
         match self {
-            TaskEvent::Completed(task) | TaskEvent::Failed(task) | TaskEvent::Cancelled(task) => {
-                task
-            }
+            TaskEvent::Started(task)
+            | TaskEvent::Completed(task)
+            | TaskEvent::Failed(task)
+            | TaskEvent::Cancelled(task) => task,
         }
     }
 
-    /// The terminal status the task reached.
+    /// The status the task reached (`Running` for a start).
     #[must_use]
     pub fn status(&self) -> AsyncTaskStatus {
         self.task().status()

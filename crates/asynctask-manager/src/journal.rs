@@ -95,7 +95,7 @@ pub trait Journal: Send + Sync {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JournalEntry<'a> {
-    /// A task was registered: it is running.
+    /// A task was registered: it is running, or queued.
     Registered {
         /// The task's id.
         id: &'a str,
@@ -107,6 +107,18 @@ pub enum JournalEntry<'a> {
         launched_at: u64,
         /// Who launched it, when the registration said.
         origin: Option<&'a str>,
+        /// It waits in the queue for a running slot (else it runs).
+        queued: bool,
+        /// What it was launched with, when the registration kept it (what a
+        /// queued task is started with after a restart).
+        launch: Option<&'a str>,
+    },
+    /// A queued task started.
+    Started {
+        /// The task's id.
+        id: &'a str,
+        /// When, in Unix milliseconds.
+        started_at: u64,
     },
     /// A running task reached its terminal state.
     Finished {
@@ -142,18 +154,20 @@ impl<'a> JournalEntry<'a> {
     pub fn id(&self) -> &'a str {
         match *self {
             JournalEntry::Registered { id, .. }
+            | JournalEntry::Started { id, .. }
             | JournalEntry::Finished { id, .. }
             | JournalEntry::Notified { id, .. }
             | JournalEntry::Removed { id } => id,
         }
     }
 
-    /// The kind of change, for logs: `registered`, `finished`, `notified` or
-    /// `removed`.
+    /// The kind of change, for logs: `registered`, `started`, `finished`,
+    /// `notified` or `removed`.
     #[must_use]
     pub fn kind(&self) -> &'static str {
         match self {
             JournalEntry::Registered { .. } => "registered",
+            JournalEntry::Started { .. } => "started",
             JournalEntry::Finished { .. } => "finished",
             JournalEntry::Notified { .. } => "notified",
             JournalEntry::Removed { .. } => "removed",
@@ -342,6 +356,10 @@ pub struct StoredTask {
     /// store records `pid 4242`), for the error of a task restored as
     /// interrupted.
     pub process: Option<String>,
+    /// What it was launched with (see
+    /// [`JournalEntry::Registered::launch`]): a task restored as queued is
+    /// started with it.
+    pub launch: Option<String>,
 }
 
 impl StoredTask {
@@ -353,7 +371,15 @@ impl StoredTask {
             origin: None,
             finish_order: 0,
             process: None,
+            launch: None,
         }
+    }
+
+    /// Sets what the task was launched with.
+    #[must_use]
+    pub fn with_launch(mut self, launch: impl Into<String>) -> Self {
+        self.launch = Some(launch.into());
+        self
     }
 
     /// Sets who launched the task.
@@ -448,14 +474,19 @@ pub enum RestoreError {
 pub(crate) fn inconsistency(info: &AsyncTaskInfo) -> Option<&'static str> {
     let has_payload = info.output.is_some() || info.error.is_some();
     match info.status {
-        AsyncTaskStatus::Running if info.completed_at.is_some() => {
-            Some("a running task has a completion time")
+        status if !status.is_terminal() => {
+            if info.completed_at.is_some() {
+                Some("a task that has not ended has a completion time")
+            } else if info.notified_at.is_some() {
+                Some("a task that has not ended has a notification time")
+            } else if has_payload {
+                Some("a task that has not ended has an output or an error")
+            } else if status == AsyncTaskStatus::Queued && info.started_at.is_some() {
+                Some("a queued task has a start time")
+            } else {
+                None
+            }
         }
-        AsyncTaskStatus::Running if info.notified_at.is_some() => {
-            Some("a running task has a notification time")
-        }
-        AsyncTaskStatus::Running if has_payload => Some("a running task has an output or an error"),
-        AsyncTaskStatus::Running => None,
         _ if info.completed_at.is_none() => Some("a terminal task has no completion time"),
         AsyncTaskStatus::Completed if info.output.is_none() || info.error.is_some() => {
             Some("a completed task must have an output and no error")

@@ -52,7 +52,7 @@ mod record;
 mod registry;
 mod snapshot;
 
-pub use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
+pub use crate::admission::{LimitReached, QueueFull, RegisterError, RegisterTaskInput};
 pub use crate::events::TaskEvent;
 pub use crate::journal::{
     INTERRUPTED_ERROR, Journal, JournalEntry, JournalError, RestoreError, StoredTask,
@@ -113,6 +113,8 @@ pub enum PrefixMatch {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TaskCounts {
+    /// Queued tasks: launched past the running limit, waiting for a slot.
+    pub queued: usize,
     /// Running tasks, and *unrecorded* ones: finished, but their end not
     /// recorded by the journal yet (readers see them running until it is).
     pub running: usize,
@@ -129,10 +131,10 @@ pub struct TaskCounts {
 }
 
 impl TaskCounts {
-    /// Every task in the registry (running and terminal).
+    /// Every task in the registry (queued, running and terminal).
     #[must_use]
     pub fn total(&self) -> usize {
-        self.running + self.completed + self.failed + self.cancelled
+        self.queued + self.running + self.completed + self.failed + self.cancelled
     }
 }
 

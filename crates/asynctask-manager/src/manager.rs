@@ -11,13 +11,13 @@ pub(crate) mod subscriptions;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_model::{Clock, MaxAsyncTasks, OutputObject, SystemClock};
+use asynctask_model::{Clock, MaxAsyncTasks, MaxQueuedTasks, OutputObject, SystemClock};
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{LimitReached, RegisterError, RegisterTaskInput};
 use crate::events::{Dispatcher, PruneDelivery, TaskEvent};
 use crate::journal::{Journal, JournalError};
-use crate::live::{MessageError, TaskProgress};
+use crate::live::{InboxSender, MessageError, TaskProgress};
 use crate::registry::{Marked, Registry, Terminal, Transition};
 use crate::snapshot::TaskSnapshot;
 use crate::{PrefixMatch, TaskCounts};
@@ -174,13 +174,37 @@ impl AsyncTaskManager {
         self.shared.lock()
     }
 
+    /// Starts what the queue lets start now (a slot freed), each start with
+    /// its `Started` event queued; returns whether events wait to be drained.
+    /// A start the journal could not record does not happen: it is logged,
+    /// and retried with the journal.
+    fn start_waiting(&self, state: &mut State, now: u64) -> bool {
+        let started = state.registry.start_queued(now, self.journal());
+        if let Some(error) = started.journal_error {
+            tracing::error!(
+                error = %error.chain(),
+                "the journal could not record the start of queued tasks; they stay queued \
+                 until it can"
+            );
+            self.shared.journal_failed.notify_one();
+        }
+        let mut drain = false;
+        for task in started.tasks {
+            tracing::debug!(task_id = %task.id(), "queued task started");
+            drain |= state.events.push(TaskEvent::Started(task));
+        }
+        drain
+    }
+
     fn journal(&self) -> Option<&dyn Journal> {
         self.shared.journal.as_deref()
     }
 
     fn now(&self) -> u64 {
-        // Read before taking the lock: a host's clock is user code.
-        self.shared.clock.now_ms()
+        // Read before taking the lock: a host's clock is user code. A clock
+        // at the very end of time reads one millisecond earlier: a record
+        // keeps `u64::MAX` for "never".
+        self.shared.clock.now_ms().min(crate::record::LATEST)
     }
 
     /// The clock this manager reads.
@@ -195,6 +219,99 @@ impl AsyncTaskManager {
         self.lock().registry.max()
     }
 
+    /// The queue's bound in force (`task-max-queued`; 0, no queue, by
+    /// default).
+    #[must_use]
+    pub fn max_queued_tasks(&self) -> MaxQueuedTasks {
+        self.lock().registry.max_queued()
+    }
+
+    /// Changes the queue's bound: a launch past the running limit is queued
+    /// while fewer than `max_queued` wait, refused past it. Tasks already
+    /// queued stay queued when it is lowered.
+    pub fn set_max_queued_tasks(&self, max_queued: MaxQueuedTasks) {
+        self.lock().registry.set_max_queued(max_queued);
+        tracing::debug!(max_queued = max_queued.get(), "task-max-queued changed");
+    }
+
+    /// Lets queued tasks start, and starts those the limit admits now, each
+    /// with its [`Started`](TaskEvent::Started) event. A manager holds the
+    /// starts of a registry it [restored](Self::restore) until this is called,
+    /// so that whoever runs subagents subscribes first; otherwise starts
+    /// happen by themselves, whenever a running slot frees.
+    pub fn start_queued(&self) {
+        let now = self.now();
+        let drain = {
+            let mut state = self.lock();
+            state.registry.release_starts();
+            self.start_waiting(&mut state, now)
+        };
+        if drain {
+            self.drain_events();
+        }
+    }
+
+    /// Stops starting queued tasks until [`start_queued`](Self::start_queued):
+    /// a host shutting down holds them before it cancels the running tasks,
+    /// so that no slot a cancel frees starts a subagent nobody will wait for.
+    /// The queued tasks stay queued (a journaled registry starts them after
+    /// its restore).
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    /// use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks};
+    ///
+    /// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
+    /// manager.set_max_queued_tasks(MaxQueuedTasks::new(5)?);
+    /// manager.register_task(RegisterTaskInput::new("a", "tester", "g"))?;
+    /// manager.register_task(RegisterTaskInput::new("b", "tester", "g"))?;
+    /// manager.hold_queued();
+    /// manager.cancel_task("a");
+    /// assert_eq!(manager.task("b").unwrap().status(), AsyncTaskStatus::Queued);
+    /// manager.start_queued();
+    /// assert_eq!(manager.task("b").unwrap().status(), AsyncTaskStatus::Running);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hold_queued(&self) {
+        self.lock().registry.hold_starts();
+    }
+
+    /// Whether this manager journals its changes (it was
+    /// [restored](Self::restore) with a journal): its queued tasks outlive
+    /// the process.
+    #[must_use]
+    pub fn is_journaled(&self) -> bool {
+        self.shared.journal.is_some()
+    }
+
+    /// The queued tasks, the next to start first (a task's position in the
+    /// queue is its index here, plus one).
+    #[must_use]
+    pub fn queued_tasks(&self) -> Vec<TaskSnapshot> {
+        self.lock().registry.queued_tasks()
+    }
+
+    /// Where task `id` waits in the queue, from 1 (the next to start);
+    /// `None` unless it is queued. O(its position); the queue is bounded
+    /// (`task-max-queued`).
+    #[must_use]
+    pub fn queue_position(&self, id: &str) -> Option<usize> {
+        self.lock().registry.queue_position(id)
+    }
+
+    /// Gives task `id`, queued or running, the progress handle and inbox its
+    /// run reports to and reads from (a queued task gets them when it starts,
+    /// from whoever starts its subagent). `false` when the task is unknown or
+    /// has ended.
+    pub fn attach(
+        &self,
+        id: &str,
+        progress: Option<TaskProgress>,
+        inbox: Option<InboxSender>,
+    ) -> bool {
+        self.lock().registry.attach(id, progress, inbox)
+    }
+
     /// Changes the running limit and prunes the history to the new history limit
     /// at once. Tasks already running (and reservations already held) are kept
     /// even when they exceed a lowered limit; new ones wait until they fit.
@@ -202,10 +319,14 @@ impl AsyncTaskManager {
     /// The pruning is journaled; when that write fails it is logged and applied
     /// in memory anyway (the limit must hold; a restore prunes the store again).
     pub fn set_max_async_tasks(&self, max: MaxAsyncTasks) {
+        let now = self.now();
         let (error, drain, pruned) = {
             let mut state = self.lock();
             let error = state.registry.set_max(max, self.journal());
-            (error, self.after_journal(&mut state), state.take_pruned())
+            let mut drain = self.after_journal(&mut state);
+            // A raised limit lets queued tasks start.
+            drain |= self.start_waiting(&mut state, now);
+            (error, drain, state.take_pruned())
         };
         if drain {
             self.drain_events();
@@ -235,7 +356,15 @@ impl AsyncTaskManager {
     }
 
     fn release_reservation(&self) {
-        self.lock().registry.release_reservation();
+        let now = self.now();
+        let drain = {
+            let mut state = self.lock();
+            state.registry.release_reservation();
+            self.start_waiting(&mut state, now)
+        };
+        if drain {
+            self.drain_events();
+        }
     }
 
     /// Registers a running task, checking the limit and the id's uniqueness under
@@ -263,7 +392,12 @@ impl AsyncTaskManager {
             let registered = state
                 .registry
                 .register(input, now, reserved, self.journal());
-            (registered, self.after_journal(&mut state))
+            let mut drain = self.after_journal(&mut state);
+            if reserved && registered.is_err() {
+                // The spent reservation's slot is free again.
+                drain |= self.start_waiting(&mut state, now);
+            }
+            (registered, drain)
         };
         if drain {
             self.drain_events();
@@ -341,6 +475,8 @@ impl AsyncTaskManager {
                 _ => false,
             };
             drain |= self.after_journal(&mut state);
+            // The slot it freed goes to the first queued task.
+            drain |= self.start_waiting(&mut state, now);
             (drain, token, state.take_pruned())
         };
         if cancel {
@@ -424,6 +560,34 @@ impl AsyncTaskManager {
         (
             state.registry.pending_notifications(),
             state.registry.counts().running,
+        )
+    }
+
+    /// [`pending_notifications`](Self::pending_notifications) and the
+    /// [counts](Self::counts), read under one lock (like
+    /// [`pending_and_running`](Self::pending_and_running), with the queued
+    /// tasks counted too).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    /// use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
+    ///
+    /// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
+    /// manager.set_max_queued_tasks(MaxQueuedTasks::new(1)?);
+    /// manager.register_task(RegisterTaskInput::new("a", "researcher", "g"))?;
+    /// manager.register_task(RegisterTaskInput::new("b", "tester", "g"))?;
+    /// let (pending, counts) = manager.pending_and_counts();
+    /// assert_eq!((pending.len(), counts.running, counts.queued), (0, 1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn pending_and_counts(&self) -> (Vec<TaskSnapshot>, TaskCounts) {
+        let state = self.lock();
+        (
+            state.registry.pending_notifications(),
+            state.registry.counts(),
         )
     }
 

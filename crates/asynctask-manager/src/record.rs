@@ -1,5 +1,6 @@
 //! One task as the registry keeps it (`Record`), the slots that hold every
-//! record in place, and the list of running tasks threaded through them.
+//! record in place, and the lists of running and of queued tasks threaded
+//! through them.
 
 use std::sync::Arc;
 
@@ -15,6 +16,17 @@ pub(crate) type Seq = u64;
 /// The end of a list, or no slot.
 const NIL: SlotId = SlotId::MAX;
 
+/// "Never" for a time kept as a plain `u64` (a record stays small): no clock
+/// reads `u64::MAX` milliseconds.
+const NEVER: u64 = u64::MAX;
+
+/// The latest time a record holds: the manager's clock reads no later.
+pub(crate) const LATEST: u64 = NEVER - 1;
+
+fn time(at: u64) -> Option<u64> {
+    (at != NEVER).then_some(at)
+}
+
 /// One task: its shared head, and the little that changes.
 ///
 /// Its transitions follow the model's state machine rule for rule
@@ -27,15 +39,23 @@ pub(crate) struct Record {
     state: RunState,
 }
 
-/// A running task keeps its subagent's token and its place in the list of
-/// running tasks; a finished one drops both and keeps how it ended.
+/// A queued or running task keeps its subagent's token and its place in the
+/// list of queued or running tasks; a finished one drops both and keeps how it
+/// ended.
 #[derive(Debug)]
 enum RunState {
+    Queued {
+        token: CancellationToken,
+        /// The neighbours in the list of queued tasks ([`NIL`] at its ends).
+        prev: SlotId,
+        next: SlotId,
+    },
     Running {
         token: CancellationToken,
         /// The neighbours in the list of running tasks ([`NIL`] at its ends).
         prev: SlotId,
         next: SlotId,
+        started_at: u64,
     },
     Ended(Ended),
 }
@@ -48,7 +68,10 @@ struct Ended {
     /// The order in which the task reached its terminal state: breaks ties
     /// between tasks that finished in the same millisecond.
     finish_order: u64,
-    notified_at: Option<u64>,
+    /// [`NEVER`] until the model is told.
+    notified_at: u64,
+    /// [`NEVER`] for a task cancelled in the queue.
+    started_at: u64,
 }
 
 /// A terminal state and its result, shared with every snapshot taken of it.
@@ -72,12 +95,31 @@ impl End {
 }
 
 impl Record {
-    /// A running task, linked into no list yet.
-    pub(crate) fn running(head: Arc<TaskHead>, seq: Seq, token: CancellationToken) -> Self {
+    /// A running task that started at `started_at`, linked into no list yet.
+    pub(crate) fn running(
+        head: Arc<TaskHead>,
+        seq: Seq,
+        token: CancellationToken,
+        started_at: u64,
+    ) -> Self {
         Record {
             head,
             seq,
             state: RunState::Running {
+                token,
+                prev: NIL,
+                next: NIL,
+                started_at,
+            },
+        }
+    }
+
+    /// A queued task, linked into no list yet.
+    pub(crate) fn queued(head: Arc<TaskHead>, seq: Seq, token: CancellationToken) -> Self {
+        Record {
+            head,
+            seq,
+            state: RunState::Queued {
                 token,
                 prev: NIL,
                 next: NIL,
@@ -91,6 +133,7 @@ impl Record {
         head: Arc<TaskHead>,
         seq: Seq,
         end: End,
+        started_at: Option<u64>,
         completed_at: u64,
         notified_at: Option<u64>,
     ) -> Self {
@@ -101,13 +144,15 @@ impl Record {
                 end,
                 completed_at,
                 finish_order: 0,
-                notified_at,
+                notified_at: notified_at.map_or(NEVER, |at| at.min(LATEST)),
+                started_at: started_at.map_or(NEVER, |at| at.min(LATEST)),
             }),
         }
     }
 
     pub(crate) fn status(&self) -> AsyncTaskStatus {
         match &self.state {
+            RunState::Queued { .. } => AsyncTaskStatus::Queued,
             RunState::Running { .. } => AsyncTaskStatus::Running,
             RunState::Ended(ended) => ended.end.status(),
         }
@@ -117,18 +162,48 @@ impl Record {
         matches!(self.state, RunState::Running { .. })
     }
 
+    pub(crate) fn is_queued(&self) -> bool {
+        matches!(self.state, RunState::Queued { .. })
+    }
+
     pub(crate) fn token(&self) -> Option<&CancellationToken> {
         match &self.state {
-            RunState::Running { token, .. } => Some(token),
+            RunState::Queued { token, .. } | RunState::Running { token, .. } => Some(token),
             RunState::Ended(_) => None,
         }
     }
 
     pub(crate) fn notified_at(&self) -> Option<u64> {
         match &self.state {
-            RunState::Running { .. } => None,
-            RunState::Ended(ended) => ended.notified_at,
+            RunState::Ended(ended) => time(ended.notified_at),
+            _ => None,
         }
+    }
+
+    /// When the subagent started (`None` while queued, and for a task
+    /// cancelled in the queue).
+    pub(crate) fn started_at(&self) -> Option<u64> {
+        match &self.state {
+            RunState::Queued { .. } => None,
+            RunState::Running { started_at, .. } => Some(*started_at),
+            RunState::Ended(ended) => time(ended.started_at),
+        }
+    }
+
+    /// Moves a queued task to running, started at `now_ms`, linked into no
+    /// list (the caller took it out of the queue first). `false`, changing
+    /// nothing, unless it is queued.
+    pub(crate) fn start(&mut self, now_ms: u64) -> bool {
+        let RunState::Queued { token, .. } = &self.state else {
+            return false;
+        };
+        self.state = RunState::Running {
+            token: token.clone(),
+            prev: NIL,
+            next: NIL,
+            started_at: now_ms,
+        };
+        true
     }
 
     /// Sets the finish order of a task that ended (a restore ranks them).
@@ -140,8 +215,12 @@ impl Record {
 
     /// The task as it is.
     pub(crate) fn snapshot(&self) -> TaskSnapshot {
-        let RunState::Ended(ended) = &self.state else {
-            return TaskSnapshot::running(&self.head);
+        let ended = match &self.state {
+            RunState::Queued { .. } => return TaskSnapshot::queued(&self.head),
+            RunState::Running { started_at, .. } => {
+                return TaskSnapshot::running(&self.head, *started_at);
+            }
+            RunState::Ended(ended) => ended,
         };
         let (output, error) = match &ended.end {
             End::Completed(output) => (Some(output), None),
@@ -151,26 +230,30 @@ impl Record {
         TaskSnapshot::ended(
             &self.head,
             ended.end.status(),
+            time(ended.started_at),
             ended.completed_at,
-            ended.notified_at,
+            time(ended.notified_at),
             output,
             error,
         )
     }
 
-    /// A terminal transition: refused (returning `None`) unless running — and
-    /// unless the caller took the task out of the running list first; else
-    /// returns the token the task had.
+    /// A terminal transition: refused (returning `None`) when the task has
+    /// ended already — and unless the caller took it out of its list first;
+    /// else returns the token the task had. A queued task only ends cancelled
+    /// (the caller checks).
     pub(crate) fn end(&mut self, end: End, now_ms: u64, order: u64) -> Option<CancellationToken> {
+        let started_at = self.started_at().unwrap_or(NEVER);
         let ended = RunState::Ended(Ended {
             end,
             completed_at: now_ms,
             finish_order: order,
-            notified_at: None,
+            notified_at: NEVER,
+            started_at,
         });
         match std::mem::replace(&mut self.state, ended) {
-            RunState::Running { token, .. } => Some(token),
-            // Not running: put the first end back.
+            RunState::Queued { token, .. } | RunState::Running { token, .. } => Some(token),
+            // Ended already: put the first end back.
             was @ RunState::Ended(_) => {
                 self.state = was;
                 None
@@ -181,8 +264,8 @@ impl Record {
     /// Refused unless terminal and not yet notified.
     pub(crate) fn mark_notified(&mut self, now_ms: u64) -> bool {
         match &mut self.state {
-            RunState::Ended(ended) if ended.notified_at.is_none() => {
-                ended.notified_at = Some(now_ms);
+            RunState::Ended(ended) if ended.notified_at == NEVER => {
+                ended.notified_at = now_ms;
                 true
             }
             _ => false,
@@ -190,11 +273,11 @@ impl Record {
     }
 
     /// The pruning queue's key: oldest-finished first, ties in finish order
-    /// (`(0, 0)` while running).
+    /// (`(0, 0)` until it ends).
     pub(crate) fn delivered_key(&self) -> (u64, u64) {
         match &self.state {
-            RunState::Running { .. } => (0, 0),
             RunState::Ended(ended) => (ended.completed_at, ended.finish_order),
+            _ => (0, 0),
         }
     }
 
@@ -217,17 +300,20 @@ impl Record {
         })
     }
 
-    /// The running list's links (`None` once the task has ended).
+    /// The links of the list the task is in, queued or running (`None` once
+    /// it has ended).
     fn links(&mut self) -> Option<(&mut SlotId, &mut SlotId)> {
         match &mut self.state {
-            RunState::Running { prev, next, .. } => Some((prev, next)),
+            RunState::Queued { prev, next, .. } | RunState::Running { prev, next, .. } => {
+                Some((prev, next))
+            }
             RunState::Ended(_) => None,
         }
     }
 
     fn next(&self) -> SlotId {
         match self.state {
-            RunState::Running { next, .. } => next,
+            RunState::Queued { next, .. } | RunState::Running { next, .. } => next,
             RunState::Ended(_) => NIL,
         }
     }
@@ -368,19 +454,19 @@ impl Slots {
     }
 }
 
-/// The running tasks in registration order, as a list threaded through their
-/// records: a new task is appended (its registration order is the highest), an
-/// ending one unlinked, both in O(1) without allocating.
+/// Tasks in the order they joined (the running ones, or the queued ones), as a
+/// list threaded through their records: a task is appended, one that leaves
+/// unlinked, both in O(1) without allocating. A record is in one list at most.
 #[derive(Debug)]
-pub(crate) struct RunningList {
+pub(crate) struct TaskList {
     first: SlotId,
     last: SlotId,
     len: usize,
 }
 
-impl Default for RunningList {
+impl Default for TaskList {
     fn default() -> Self {
-        RunningList {
+        TaskList {
             first: NIL,
             last: NIL,
             len: 0,
@@ -388,12 +474,12 @@ impl Default for RunningList {
     }
 }
 
-impl RunningList {
+impl TaskList {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// Appends the running task in `slot` (the latest registered).
+    /// Appends the task in `slot`.
     pub(crate) fn push(&mut self, slots: &mut Slots, slot: SlotId) {
         let last = self.last;
         let Some((prev, next)) = slots.get_mut(slot).and_then(Record::links) else {
@@ -408,7 +494,7 @@ impl RunningList {
         self.len += 1;
     }
 
-    /// Unlinks the running task in `slot`, which is in the list.
+    /// Unlinks the task in `slot`, which is in the list.
     pub(crate) fn remove(&mut self, slots: &mut Slots, slot: SlotId) {
         let Some((prev, next)) = slots.get_mut(slot).and_then(Record::links) else {
             return;
@@ -445,7 +531,7 @@ mod tests {
     fn insert(slots: &mut Slots, id: &str, seq: Seq) -> SlotId {
         let (slot, ()) = slots.insert_with(|slot| {
             let head = Arc::new(TaskHead::new(id, "r", "g", None, 0, slot));
-            (Record::running(head, seq, CancellationToken::new()), ())
+            (Record::running(head, seq, CancellationToken::new(), 0), ())
         });
         slot
     }
@@ -486,14 +572,14 @@ mod tests {
     #[test]
     fn the_running_list_keeps_registration_order_through_any_removal() {
         let mut slots = Slots::default();
-        let mut list = RunningList::default();
+        let mut list = TaskList::default();
         let all: Vec<SlotId> = (0..5)
             .map(|n| insert(&mut slots, &n.to_string(), n))
             .collect();
         for &slot in &all {
             list.push(&mut slots, slot);
         }
-        let listed = |list: &RunningList, slots: &Slots| list.iter(slots).collect::<Vec<_>>();
+        let listed = |list: &TaskList, slots: &Slots| list.iter(slots).collect::<Vec<_>>();
         assert_eq!(listed(&list, &slots), all);
         for removed in [2, 0, 4] {
             list.remove(&mut slots, all[removed]);

@@ -15,16 +15,16 @@ mod restore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks, OutputObject};
 use tokio_util::sync::CancellationToken;
 
 use crate::backlog::Backlog;
 use crate::index::IdIndex;
 use crate::journal::{Journal, JournalEntry, JournalError};
 use crate::live::{InboxSender, TaskProgress};
-use crate::record::{End, Record, RunningList, Seq, Slots};
+use crate::record::{End, Record, Seq, Slots, TaskList};
 use crate::snapshot::{SlotId, TaskHead, TaskSnapshot};
-use crate::{LimitReached, PrefixMatch, RegisterError, RegisterTaskInput, TaskCounts};
+use crate::{LimitReached, PrefixMatch, QueueFull, RegisterError, RegisterTaskInput, TaskCounts};
 
 /// What else a running task's subagent is reached through, for the tasks that
 /// have either (kept beside the records, so a task without costs nothing).
@@ -56,10 +56,21 @@ pub(crate) struct Marked {
     pub(crate) journal_error: Option<JournalError>,
 }
 
+/// What starting queued tasks did.
+#[derive(Debug, Default)]
+pub(crate) struct Started {
+    /// The tasks that started, in queue order.
+    pub(crate) tasks: Vec<TaskSnapshot>,
+    /// The journal could not record the starts: none happened, and the queue
+    /// waits for the next change (or a retry).
+    pub(crate) journal_error: Option<JournalError>,
+}
+
 /// Every task, with one index per question the manager answers.
 #[derive(Debug)]
 pub(crate) struct Registry {
     max: MaxAsyncTasks,
+    max_queued: MaxQueuedTasks,
     /// After the limit is lowered below what is already admitted, the admitted
     /// count may exceed the limit until enough tasks end; this is that count, which
     /// only shrinks. New admissions always obey the limit itself.
@@ -72,7 +83,15 @@ pub(crate) struct Registry {
     /// Exact (hashed) and prefix (ordered) lookup by id.
     ids: IdIndex,
     /// The running tasks, in registration order.
-    running: RunningList,
+    running: TaskList,
+    /// The queued tasks, in launch order: the first starts first.
+    queue: TaskList,
+    /// Starts wait for the host (a registry just restored, until it asks:
+    /// whoever runs subagents must hear of each start).
+    starts_held: bool,
+    /// The last write of starts failed: the queue waits for the next change
+    /// or a retry, though a slot is free.
+    starts_failed: bool,
     /// Terminal and not yet notified, in registration order: never pruned.
     pending: BTreeMap<Seq, SlotId>,
     /// Terminal and notified, oldest-finished first: the pruning queue.
@@ -92,13 +111,17 @@ impl Registry {
     pub(crate) fn new(max: MaxAsyncTasks) -> Self {
         Registry {
             max,
+            max_queued: MaxQueuedTasks::NONE,
             over_limit: 0,
             reserved: 0,
             next_seq: 0,
             next_finish_order: 1,
             slots: Slots::default(),
             ids: IdIndex::default(),
-            running: RunningList::default(),
+            running: TaskList::default(),
+            queue: TaskList::default(),
+            starts_held: false,
+            starts_failed: false,
             pending: BTreeMap::new(),
             delivered: BTreeMap::new(),
             finished_by_status: [0; 3],
@@ -162,6 +185,16 @@ impl Registry {
         self.max
     }
 
+    pub(crate) fn max_queued(&self) -> MaxQueuedTasks {
+        self.max_queued
+    }
+
+    /// Changes the queue's bound. Tasks already queued stay (past a lowered
+    /// bound, new ones are refused until enough have started).
+    pub(crate) fn set_max_queued(&mut self, max_queued: MaxQueuedTasks) {
+        self.max_queued = max_queued;
+    }
+
     /// Changes the limit. Admitted tasks and reservations stay; the history is
     /// pruned to the new history limit at once — in memory even when the
     /// journal's write fails (the error is returned), since the limit must hold.
@@ -204,13 +237,34 @@ impl Registry {
     }
 
     pub(crate) fn check_limit(&self) -> Result<(), LimitReached> {
-        if self.max.admits(self.admitted()) {
+        if self.max.admits(self.admitted()) && self.queue.len() == 0 {
             Ok(())
         } else {
             Err(LimitReached {
                 max: self.max.get(),
             })
         }
+    }
+
+    /// Where a new registration goes: `Ok(false)` to run, `Ok(true)` to the
+    /// queue (the limit is full, or others wait before it), or the refusal.
+    fn admission(&self) -> Result<bool, RegisterError> {
+        if self.check_limit().is_ok() {
+            return Ok(false);
+        }
+        if self.max_queued.admits(self.queue.len()) {
+            return Ok(true);
+        }
+        Err(if self.max_queued == MaxQueuedTasks::NONE {
+            RegisterError::LimitReached(LimitReached {
+                max: self.max.get(),
+            })
+        } else {
+            RegisterError::QueueFull(QueueFull {
+                max: self.max.get(),
+                max_queued: self.max_queued.get(),
+            })
+        })
     }
 
     pub(crate) fn reserve(&mut self) -> Result<(), LimitReached> {
@@ -224,10 +278,11 @@ impl Registry {
         self.release_admission();
     }
 
-    /// Registers a running task. With `reserved`, the task takes a reservation's
-    /// slot instead of being checked against the limit (the reservation is spent
-    /// whatever the outcome). The journal is told before anything changes; a
-    /// registration it could not record is refused.
+    /// Registers a task: running when the limit admits it and nobody waits,
+    /// else queued while the queue has room, else refused. With `reserved`,
+    /// the task takes a reservation's slot instead (it runs; the reservation
+    /// is spent whatever the outcome). The journal is told before anything
+    /// changes; a registration it could not record is refused.
     pub(crate) fn register(
         &mut self,
         input: RegisterTaskInput,
@@ -236,6 +291,7 @@ impl Registry {
         journal: Option<&dyn Journal>,
     ) -> Result<TaskSnapshot, RegisterError> {
         let hash = self.ids.hash(&input.id);
+        let mut queued = false;
         let refused = if input.id.is_empty() {
             Some(RegisterError::EmptyId)
         } else if self
@@ -247,7 +303,13 @@ impl Registry {
         } else if reserved {
             None
         } else {
-            self.check_limit().err().map(RegisterError::LimitReached)
+            match self.admission() {
+                Ok(to_queue) => {
+                    queued = to_queue;
+                    None
+                }
+                Err(refused) => Some(refused),
+            }
         };
         let refused = refused.or_else(|| {
             let journal = journal?;
@@ -257,6 +319,8 @@ impl Registry {
                 goal_prompt: &input.goal_prompt,
                 launched_at: now_ms,
                 origin: input.origin.as_deref(),
+                queued,
+                launch: input.launch.as_deref(),
             };
             let written = self.backlog.write(journal, &self.slots, [entry]);
             written.err().map(RegisterError::Journal)
@@ -287,25 +351,37 @@ impl Registry {
             );
         }
         let (slot, head) = self.slots.insert_with(|slot| {
-            let head = Arc::new(TaskHead::new(
+            let head = Arc::new(TaskHead::with_launch(
                 &input.id,
                 &input.subagent_name,
                 &input.goal_prompt,
                 input.origin.as_deref(),
+                input.launch.as_deref(),
                 now_ms,
                 slot,
             ));
-            let record = Record::running(Arc::clone(&head), seq, input.cancellation);
+            let record = if queued {
+                Record::queued(Arc::clone(&head), seq, input.cancellation)
+            } else {
+                Record::running(Arc::clone(&head), seq, input.cancellation, now_ms)
+            };
             (record, head)
         });
-        self.running.push(&mut self.slots, slot);
-        let snapshot = TaskSnapshot::running(&head);
+        let snapshot = if queued {
+            self.queue.push(&mut self.slots, slot);
+            TaskSnapshot::queued(&head)
+        } else {
+            self.running.push(&mut self.slots, slot);
+            TaskSnapshot::running(&head, now_ms)
+        };
         self.ids.insert(hash, head, |slot| self.slots.id(slot));
         Ok(snapshot)
     }
 
-    /// Applies a terminal transition. `None` when the task is unknown or not
-    /// running (the first transition wins). The transition and its pruning are
+    /// Applies a terminal transition. `None` when the task is unknown or has
+    /// ended (the first transition wins), or is queued and the transition is
+    /// not a cancel (a task that never ran cannot complete or fail). The
+    /// transition and its pruning are
     /// journaled before they are visible, and applied even when the journal's
     /// write fails (a task must never stay running forever): the error comes
     /// back in [`Transition`], and the task is unrecorded — kept from delivery
@@ -319,11 +395,15 @@ impl Registry {
         journal: Option<&dyn Journal>,
     ) -> Option<Transition> {
         let slot = self.slot_of(id)?;
-        if !self.slots.get(slot)?.is_running() {
+        let record = self.slots.get(slot)?;
+        // Out of its list while its links are still there.
+        if record.is_running() {
+            self.running.remove(&mut self.slots, slot);
+        } else if record.is_queued() && matches!(terminal, Terminal::Cancelled) {
+            self.queue.remove(&mut self.slots, slot);
+        } else {
             return None;
         }
-        // Out of the running list while its links are still there.
-        self.running.remove(&mut self.slots, slot);
         let end = match terminal {
             Terminal::Completed(output) => End::Completed(Arc::new(output)),
             Terminal::Failed(error) => End::Failed(Arc::new(error)),
@@ -441,6 +521,112 @@ impl Registry {
         }
     }
 
+    /// Starts queued tasks, first queued first, while the limit admits them —
+    /// unless starts are held for the host. The starts are journaled before
+    /// they happen; when that write fails none happens (nothing runs that the
+    /// store does not know), and the queue waits for the next change or a
+    /// retry.
+    pub(crate) fn start_queued(&mut self, now_ms: u64, journal: Option<&dyn Journal>) -> Started {
+        if self.starts_held || self.queue.len() == 0 {
+            return Started::default();
+        }
+        let room = match self.max.limit() {
+            Some(limit) => limit.saturating_sub(self.admitted().max(self.over_limit)),
+            None => usize::MAX,
+        };
+        let starting: Vec<SlotId> = self.queue.iter(&self.slots).take(room).collect();
+        if starting.is_empty() {
+            return Started::default();
+        }
+        if let Some(journal) = journal {
+            let entries = starting.iter().filter_map(|slot| {
+                Some(JournalEntry::Started {
+                    id: self.slots.get(*slot)?.head.id(),
+                    started_at: now_ms,
+                })
+            });
+            if let Err(error) = self.backlog.write(journal, &self.slots, entries) {
+                self.starts_failed = true;
+                return Started {
+                    tasks: Vec::new(),
+                    journal_error: Some(error),
+                };
+            }
+            self.backlog.caught_up();
+        }
+        self.starts_failed = false;
+        let mut tasks = Vec::with_capacity(starting.len());
+        for slot in starting {
+            self.queue.remove(&mut self.slots, slot);
+            let Some(record) = self.slots.get_mut(slot) else {
+                continue;
+            };
+            if record.start(now_ms) {
+                tasks.push(record.snapshot());
+                self.running.push(&mut self.slots, slot);
+            }
+        }
+        Started {
+            tasks,
+            journal_error: None,
+        }
+    }
+
+    /// Whether starts from the queue wait for a journal that refused them.
+    pub(crate) fn starts_failed(&self) -> bool {
+        self.starts_failed
+    }
+
+    /// Lets starts from the queue happen (a restored registry holds them until
+    /// the host is ready to run what starts).
+    pub(crate) fn release_starts(&mut self) {
+        self.starts_held = false;
+    }
+
+    /// Holds starts from the queue until [`release_starts`](Self::release_starts).
+    pub(crate) fn hold_starts(&mut self) {
+        self.starts_held = true;
+    }
+
+    /// The queued tasks, first to start first.
+    pub(crate) fn queued_tasks(&self) -> Vec<TaskSnapshot> {
+        self.snapshots(self.queue.iter(&self.slots))
+    }
+
+    /// Where task `id` is in the queue, from 1 (the next to start); `None`
+    /// unless it is queued. O(its position): the queue is bounded.
+    pub(crate) fn queue_position(&self, id: &str) -> Option<usize> {
+        let slot = self.slot_of(id)?;
+        self.queue
+            .iter(&self.slots)
+            .position(|queued| queued == slot)
+            .map(|at| at + 1)
+    }
+
+    /// Gives a task that has not ended (a queued task about to start, say) the
+    /// progress handle and inbox its run reports to; `false` when the task is
+    /// unknown or has ended.
+    pub(crate) fn attach(
+        &mut self,
+        id: &str,
+        progress: Option<TaskProgress>,
+        inbox: Option<InboxSender>,
+    ) -> bool {
+        let Some(record) = self.slot_of(id).and_then(|slot| self.slots.get(slot)) else {
+            return false;
+        };
+        if !(record.is_running() || record.is_queued()) {
+            return false;
+        }
+        let seq = record.seq;
+        if progress.is_none() && inbox.is_none() {
+            self.live.remove(&seq);
+        } else {
+            self.live.insert(seq, Live { progress, inbox });
+        }
+        true
+    }
+
     /// Removes the oldest-finished notified tasks until at most the history limit
     /// of terminal tasks remain — in place, for a registry with no journal to
     /// tell (what [`prune_plan`](Self::prune_plan) and [`remove`](Self::remove)
@@ -538,12 +724,15 @@ impl Registry {
     }
 
     /// The task in `slot` as readers see it: an unrecorded task (its terminal
-    /// transition not journaled yet) still looks running, so nothing shows a
-    /// result the journal does not hold.
+    /// transition not journaled yet) still looks as it was before — running,
+    /// or queued —, so nothing shows a result the journal does not hold.
     fn snapshot(&self, slot: SlotId) -> Option<TaskSnapshot> {
         let record = self.slots.get(slot)?;
         Some(if self.backlog.is_unrecorded(record.seq) {
-            TaskSnapshot::running(&record.head)
+            match record.started_at() {
+                Some(started_at) => TaskSnapshot::running(&record.head, started_at),
+                None => TaskSnapshot::queued(&record.head),
+            }
         } else {
             record.snapshot()
         })
@@ -578,11 +767,12 @@ impl Registry {
     /// limit) are sorted into it.
     pub(crate) fn tasks(&self) -> Vec<TaskSnapshot> {
         let mut all: Vec<(Seq, SlotId)> = Vec::with_capacity(self.slots.len());
-        all.extend(
-            self.running
-                .iter(&self.slots)
-                .filter_map(|slot| Some((self.slots.get(slot)?.seq, slot))),
-        );
+        for list in [&self.running, &self.queue] {
+            all.extend(
+                list.iter(&self.slots)
+                    .filter_map(|slot| Some((self.slots.get(slot)?.seq, slot))),
+            );
+        }
         all.extend(self.pending.iter().map(|(seq, slot)| (*seq, *slot)));
         all.extend(
             self.delivered
@@ -594,17 +784,26 @@ impl Registry {
         self.snapshots(all.into_iter().map(|(_, slot)| slot))
     }
 
-    /// The running tasks, unrecorded ones included (they look running), in
-    /// registration order.
+    /// The running tasks, unrecorded ones that ran included (they look
+    /// running), in registration order. (The running list is in the order
+    /// tasks started: a queued task joins it after tasks registered later, so
+    /// it is sorted here; a task that never queued keeps it sorted.)
     pub(crate) fn running_tasks(&self) -> Vec<TaskSnapshot> {
         let unrecorded = self.backlog.unrecorded();
-        let running = self.running.iter(&self.slots);
-        if unrecorded.is_empty() {
-            return self.snapshots(running);
-        }
-        let mut all: Vec<(Seq, SlotId)> = running
+        let mut all: Vec<(Seq, SlotId)> = self
+            .running
+            .iter(&self.slots)
             .filter_map(|slot| Some((self.slots.get(slot)?.seq, slot)))
-            .chain(unrecorded.iter().map(|(seq, slot)| (*seq, *slot)))
+            .chain(
+                unrecorded
+                    .iter()
+                    .filter(|(_, slot)| {
+                        self.slots
+                            .get(**slot)
+                            .is_some_and(|record| record.started_at().is_some())
+                    })
+                    .map(|(seq, slot)| (*seq, *slot)),
+            )
             .collect();
         all.sort_by_key(|(seq, _)| *seq);
         self.snapshots(all.into_iter().map(|(_, slot)| slot))
@@ -641,17 +840,24 @@ impl Registry {
     /// The counts as readers see them: unrecorded tasks count as running.
     pub(crate) fn counts(&self) -> TaskCounts {
         let [mut completed, mut failed, mut cancelled] = self.finished_by_status;
+        let (mut queued, mut running) = (self.queue.len(), self.running.len());
         let unrecorded = self.backlog.unrecorded();
         for record in unrecorded.values().filter_map(|slot| self.slots.get(*slot)) {
             match record.status() {
                 AsyncTaskStatus::Completed => completed -= 1,
                 AsyncTaskStatus::Failed => failed -= 1,
                 AsyncTaskStatus::Cancelled => cancelled -= 1,
-                AsyncTaskStatus::Running => {}
+                _ => {}
+            }
+            // Seen as it was: running, or queued when it never started.
+            match record.started_at() {
+                Some(_) => running += 1,
+                None => queued += 1,
             }
         }
         TaskCounts {
-            running: self.running.len() + unrecorded.len(),
+            queued,
+            running,
             completed,
             failed,
             cancelled,
@@ -661,13 +867,13 @@ impl Registry {
     }
 }
 
-/// The slot of `status` in `finished_by_status`.
+/// The slot of `status` in `finished_by_status` (terminal statuses only are
+/// counted there; the last arm keeps the match total).
 fn status_slot(status: AsyncTaskStatus) -> usize {
     match status {
         AsyncTaskStatus::Completed => 0,
         AsyncTaskStatus::Failed => 1,
-        // Running tasks are never counted here; the arm keeps the match total.
-        AsyncTaskStatus::Cancelled | AsyncTaskStatus::Running => 2,
+        _ => 2,
     }
 }
 

@@ -18,18 +18,22 @@ use serde::{Serialize, Serializer};
 pub(crate) type SlotId = u32;
 
 /// What never changes once a task is registered, in one allocation shared by the
-/// registry, its id indexes and every snapshot. The four texts live in one
-/// string, one after the other.
+/// registry, its id indexes and every snapshot. The texts live in one string,
+/// one after the other.
 pub(crate) struct TaskHead {
-    /// The id, the subagent name, the goal and the origin, in that order.
+    /// The id, the subagent name, the goal, the origin and the launch, in
+    /// that order.
     text: Box<str>,
     /// Where the id ends and the subagent name starts.
-    id_end: usize,
+    id_end: u32,
     /// Where the subagent name ends and the goal starts.
-    name_end: usize,
+    name_end: u32,
     /// Where the goal ends and the origin (if any) starts.
-    goal_end: usize,
+    goal_end: u32,
+    /// Where the origin ends and the launch (if any) starts.
+    origin_end: u32,
     has_origin: bool,
+    has_launch: bool,
     /// The registry's slot of the task's record, so that the ordered id index
     /// needs no value beside its key (`SlotId::MAX` for a head built from a
     /// plain record, which no registry holds).
@@ -46,25 +50,62 @@ impl TaskHead {
         launched_at: u64,
         slot: SlotId,
     ) -> Self {
+        TaskHead::with_launch(
+            id,
+            subagent_name,
+            goal_prompt,
+            origin,
+            None,
+            launched_at,
+            slot,
+        )
+    }
+
+    /// A head that also keeps what the task was launched with (see
+    /// [`RegisterTaskInput::with_launch`](crate::RegisterTaskInput::with_launch)).
+    pub(crate) fn with_launch(
+        id: &str,
+        subagent_name: &str,
+        goal_prompt: &str,
+        origin: Option<&str>,
+        launch: Option<&str>,
+        launched_at: u64,
+        slot: SlotId,
+    ) -> Self {
         let origin_len = origin.map_or(0, str::len);
-        let mut text =
-            String::with_capacity(id.len() + subagent_name.len() + goal_prompt.len() + origin_len);
+        let launch_len = launch.map_or(0, str::len);
+        let mut text = String::with_capacity(
+            id.len() + subagent_name.len() + goal_prompt.len() + origin_len + launch_len,
+        );
+        // Offsets fit a u32: a head's texts are far below 4 GiB (the model's
+        // input is bounded long before).
+        let at = |text: &String| u32::try_from(text.len()).unwrap_or(u32::MAX);
         text.push_str(id);
-        let id_end = text.len();
+        let id_end = at(&text);
         text.push_str(subagent_name);
-        let name_end = text.len();
+        let name_end = at(&text);
         text.push_str(goal_prompt);
-        let goal_end = text.len();
+        let goal_end = at(&text);
         text.push_str(origin.unwrap_or_default());
+        let origin_end = at(&text);
+        text.push_str(launch.unwrap_or_default());
         TaskHead {
             text: text.into_boxed_str(),
             id_end,
             name_end,
             goal_end,
+            origin_end,
             has_origin: origin.is_some(),
+            has_launch: launch.is_some(),
             slot,
             launched_at,
         }
+    }
+
+    fn part(&self, from: u32, to: u32) -> &str {
+        self.text
+            .get(from as usize..to as usize)
+            .unwrap_or_default()
     }
 
     pub(crate) fn slot(&self) -> SlotId {
@@ -72,24 +113,28 @@ impl TaskHead {
     }
 
     pub(crate) fn id(&self) -> &str {
-        self.text.get(..self.id_end).unwrap_or_default()
+        self.part(0, self.id_end)
     }
 
     pub(crate) fn subagent_name(&self) -> &str {
-        self.text
-            .get(self.id_end..self.name_end)
-            .unwrap_or_default()
+        self.part(self.id_end, self.name_end)
     }
 
     pub(crate) fn goal_prompt(&self) -> &str {
-        self.text
-            .get(self.name_end..self.goal_end)
-            .unwrap_or_default()
+        self.part(self.name_end, self.goal_end)
     }
 
     pub(crate) fn origin(&self) -> Option<&str> {
         self.has_origin
-            .then(|| self.text.get(self.goal_end..).unwrap_or_default())
+            .then(|| self.part(self.goal_end, self.origin_end))
+    }
+
+    pub(crate) fn launch(&self) -> Option<&str> {
+        self.has_launch.then(|| {
+            self.text
+                .get(self.origin_end as usize..)
+                .unwrap_or_default()
+        })
     }
 
     pub(crate) fn launched_at(&self) -> u64 {
@@ -167,6 +212,7 @@ impl fmt::Debug for TaskHead {
 pub struct TaskSnapshot {
     head: Arc<TaskHead>,
     status: AsyncTaskStatus,
+    started_at: Option<u64>,
     completed_at: Option<u64>,
     notified_at: Option<u64>,
     /// Shared with the registry: an `Arc<String>` rather than an `Arc<str>`,
@@ -176,11 +222,12 @@ pub struct TaskSnapshot {
 }
 
 impl TaskSnapshot {
-    /// A running task (or one readers must see running).
-    pub(crate) fn running(head: &Arc<TaskHead>) -> Self {
+    /// A queued task.
+    pub(crate) fn queued(head: &Arc<TaskHead>) -> Self {
         TaskSnapshot {
             head: Arc::clone(head),
-            status: AsyncTaskStatus::Running,
+            status: AsyncTaskStatus::Queued,
+            started_at: None,
             completed_at: None,
             notified_at: None,
             output: None,
@@ -188,10 +235,21 @@ impl TaskSnapshot {
         }
     }
 
+    /// A running task (or one readers must see running), started at
+    /// `started_at`.
+    pub(crate) fn running(head: &Arc<TaskHead>, started_at: u64) -> Self {
+        TaskSnapshot {
+            status: AsyncTaskStatus::Running,
+            started_at: Some(started_at),
+            ..TaskSnapshot::queued(head)
+        }
+    }
+
     /// A terminal task, with its output or error (shared, not copied).
     pub(crate) fn ended(
         head: &Arc<TaskHead>,
         status: AsyncTaskStatus,
+        started_at: Option<u64>,
         completed_at: u64,
         notified_at: Option<u64>,
         output: Option<&Arc<OutputObject>>,
@@ -200,6 +258,7 @@ impl TaskSnapshot {
         TaskSnapshot {
             head: Arc::clone(head),
             status,
+            started_at,
             completed_at: Some(completed_at),
             notified_at,
             output: output.map(Arc::clone),
@@ -237,6 +296,13 @@ impl TaskSnapshot {
         self.head.launched_at()
     }
 
+    /// When its subagent started, in Unix milliseconds (`None` while queued,
+    /// and for a task cancelled in the queue).
+    #[must_use]
+    pub fn started_at(&self) -> Option<u64> {
+        self.started_at
+    }
+
     /// When the task reached its terminal state, in Unix milliseconds.
     #[must_use]
     pub fn completed_at(&self) -> Option<u64> {
@@ -268,6 +334,14 @@ impl TaskSnapshot {
         self.head.origin()
     }
 
+    /// What the task was launched with, when its registration kept it (see
+    /// [`RegisterTaskInput::with_launch`](crate::RegisterTaskInput::with_launch)):
+    /// what a queued task's subagent is started with.
+    #[must_use]
+    pub fn launch(&self) -> Option<&str> {
+        self.head.launch()
+    }
+
     /// Whether the task has ended and the model has not been told yet (the
     /// delivery rule of [`AsyncTaskInfo::is_pending_notification`]).
     #[must_use]
@@ -285,6 +359,7 @@ impl TaskSnapshot {
             goal_prompt: self.goal_prompt().to_owned(),
             status: self.status(),
             launched_at: self.launched_at(),
+            started_at: self.started_at,
             completed_at: self.completed_at,
             notified_at: self.notified_at,
             output: self.output().cloned(),
@@ -333,6 +408,7 @@ impl From<AsyncTaskInfo> for TaskSnapshot {
         TaskSnapshot {
             head,
             status: info.status,
+            started_at: info.started_at,
             completed_at: info.completed_at,
             notified_at: info.notified_at,
             output: info.output.map(Arc::new),
@@ -345,6 +421,7 @@ impl PartialEq for TaskSnapshot {
     fn eq(&self, other: &Self) -> bool {
         (Arc::ptr_eq(&self.head, &other.head) || self.head.same(&other.head))
             && self.status == other.status
+            && self.started_at == other.started_at
             && self.completed_at == other.completed_at
             && self.notified_at == other.notified_at
             && self.output() == other.output()
@@ -363,6 +440,7 @@ impl PartialEq<AsyncTaskInfo> for TaskSnapshot {
             && self.goal_prompt() == info.goal_prompt
             && self.status() == info.status
             && self.launched_at() == info.launched_at
+            && self.started_at == info.started_at
             && self.completed_at == info.completed_at
             && self.notified_at == info.notified_at
             && self.output() == info.output.as_ref()
@@ -386,6 +464,7 @@ impl fmt::Debug for TaskSnapshot {
             .field("goal_prompt", &self.goal_prompt())
             .field("status", &self.status())
             .field("launched_at", &self.launched_at())
+            .field("started_at", &self.started_at)
             .field("completed_at", &self.completed_at)
             .field("notified_at", &self.notified_at)
             .field("output", &self.output())
@@ -406,6 +485,8 @@ struct Wire<'a> {
     status: AsyncTaskStatus,
     launched_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     completed_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     notified_at: Option<u64>,
@@ -425,6 +506,7 @@ impl Serialize for TaskSnapshot {
             goal_prompt: self.goal_prompt(),
             status: self.status(),
             launched_at: self.launched_at(),
+            started_at: self.started_at,
             completed_at: self.completed_at,
             notified_at: self.notified_at,
             output: self.output(),
@@ -466,6 +548,8 @@ pub trait TaskView {
     fn status(&self) -> AsyncTaskStatus;
     /// When the task was registered, in Unix milliseconds.
     fn launched_at(&self) -> u64;
+    /// When its subagent started, in Unix milliseconds (`None` while queued).
+    fn started_at(&self) -> Option<u64>;
     /// When the task reached its terminal state, in Unix milliseconds.
     fn completed_at(&self) -> Option<u64>;
     /// When the model was told how the task ended, in Unix milliseconds.
@@ -491,6 +575,9 @@ impl TaskView for TaskSnapshot {
     }
     fn launched_at(&self) -> u64 {
         TaskSnapshot::launched_at(self)
+    }
+    fn started_at(&self) -> Option<u64> {
+        TaskSnapshot::started_at(self)
     }
     fn completed_at(&self) -> Option<u64> {
         TaskSnapshot::completed_at(self)
@@ -521,6 +608,9 @@ impl TaskView for AsyncTaskInfo {
     }
     fn launched_at(&self) -> u64 {
         self.launched_at
+    }
+    fn started_at(&self) -> Option<u64> {
+        self.started_at
     }
     fn completed_at(&self) -> Option<u64> {
         self.completed_at
@@ -567,6 +657,11 @@ mod tests {
             ("日本-1", "researcher", "find é", Some("session-1"), 7)
         );
         assert_eq!(head(None).origin(), None);
+        let launched = TaskHead::with_launch("a", "b", "c", None, Some("{}"), 1, 2);
+        assert_eq!(
+            (launched.origin(), launched.launch(), launched.goal_prompt()),
+            (None, Some("{}"), "c")
+        );
         let empty = TaskHead::new("a", "", "", Some(""), 0, 0);
         assert_eq!(
             (
@@ -586,6 +681,7 @@ mod tests {
         let task = TaskSnapshot::ended(
             &head(Some("s")),
             AsyncTaskStatus::Completed,
+            Some(7),
             20,
             Some(30),
             Some(&shared),
@@ -611,24 +707,30 @@ mod tests {
             serde_json::to_string(&failed).unwrap(),
             serde_json::to_string(&failed.to_info()).unwrap()
         );
-        let running = TaskSnapshot::running(&head(None));
+        let running = TaskSnapshot::running(&head(None), 7);
         assert_eq!(
             serde_json::to_string(&running).unwrap(),
-            r#"{"id":"日本-1","subagentName":"researcher","goalPrompt":"find é","status":"running","launchedAt":7}"#
+            r#"{"id":"日本-1","subagentName":"researcher","goalPrompt":"find é","status":"running","launchedAt":7,"startedAt":7}"#
+        );
+        let queued = TaskSnapshot::queued(&head(None));
+        assert_eq!(
+            serde_json::to_string(&queued).unwrap(),
+            r#"{"id":"日本-1","subagentName":"researcher","goalPrompt":"find é","status":"queued","launchedAt":7}"#
         );
     }
 
     #[test]
     fn snapshots_compare_by_value_origin_included() {
-        let a = TaskSnapshot::running(&head(Some("s")));
-        let same = TaskSnapshot::running(&head(Some("s")));
-        let elsewhere = TaskSnapshot::running(&head(Some("t")));
+        let a = TaskSnapshot::running(&head(Some("s")), 7);
+        let same = TaskSnapshot::running(&head(Some("s")), 7);
+        let elsewhere = TaskSnapshot::running(&head(Some("t")), 7);
         assert_eq!(a, same);
         assert_ne!(a, elsewhere);
         assert_eq!(a.to_info(), elsewhere.to_info(), "the record has no origin");
         let cancelled = TaskSnapshot::ended(
             &head(Some("s")),
             AsyncTaskStatus::Cancelled,
+            Some(7),
             3,
             None,
             None,

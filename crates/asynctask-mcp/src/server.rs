@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asynctask_manager::{AsyncTaskManager, Subscription, TaskEvent, TaskProgress};
-use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
+use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{
     CallContext, SubagentRunner, SyncDetach, TodoPauseTool, Tool, ToolResult, id_prefix,
@@ -66,6 +66,10 @@ pub struct McpServerOptions {
     pub sync_detach_after: Duration,
     /// The running limit (default 5).
     pub max_async_tasks: MaxAsyncTasks,
+    /// How many background launches past the running limit wait in a queue
+    /// (default [`DEFAULT_MAX_QUEUED_TASKS`](Self::DEFAULT_MAX_QUEUED_TASKS));
+    /// past it a launch is refused.
+    pub max_queued_tasks: MaxQueuedTasks,
     /// How often a long tool call reports progress to a client that asked for it
     /// (default 5 s; anything under [`MIN_PROGRESS_INTERVAL`] is raised to it).
     pub progress_interval: Duration,
@@ -76,12 +80,30 @@ impl Default for McpServerOptions {
         McpServerOptions {
             sync_detach_after: Duration::from_secs(50),
             max_async_tasks: MaxAsyncTasks::default(),
+            max_queued_tasks: McpServerOptions::DEFAULT_MAX_QUEUED_TASKS,
             progress_interval: Duration::from_secs(5),
         }
     }
 }
 
 impl McpServerOptions {
+    /// The server's queue by default: 20 launches past the running limit
+    /// wait (a library host has none unless it asks). A model that fans out
+    /// a batch of subagents at once gets them all run, a few at a time,
+    /// instead of refusals it must retry; the bound keeps a runaway loop of
+    /// launches from queueing without end.
+    ///
+    /// ```
+    /// use asynctask_mcp::McpServerOptions;
+    /// assert_eq!(McpServerOptions::DEFAULT_MAX_QUEUED_TASKS.get(), 20);
+    /// assert_eq!(McpServerOptions::default().max_queued_tasks.get(), 20);
+    /// ```
+    pub const DEFAULT_MAX_QUEUED_TASKS: MaxQueuedTasks = match MaxQueuedTasks::new_const(20) {
+        Some(max) => max,
+        // Evaluated at compile time: 20 is in range.
+        None => panic!("20 is a valid queue bound"),
+    };
+
     /// Replaces [`sync_detach_after`](Self::sync_detach_after).
     #[must_use]
     pub fn with_sync_detach_after(mut self, after: Duration) -> Self {
@@ -93,6 +115,13 @@ impl McpServerOptions {
     #[must_use]
     pub fn with_max_async_tasks(mut self, max: MaxAsyncTasks) -> Self {
         self.max_async_tasks = max;
+        self
+    }
+
+    /// Replaces [`max_queued_tasks`](Self::max_queued_tasks).
+    #[must_use]
+    pub fn with_max_queued_tasks(mut self, max: MaxQueuedTasks) -> Self {
+        self.max_queued_tasks = max;
         self
     }
 
@@ -610,25 +639,30 @@ impl fmt::Debug for AsyncTaskMcpServer {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
-    let manager = runtime.manager().clone();
     runtime.manager().subscribe(move |event: &TaskEvent| {
         let task = event.task();
-        let took = asynctask_tools::format_duration(
-            task.launched_at(),
-            task.completed_at()
-                .unwrap_or_else(|| manager.clock().now_ms()),
-        );
-        let how = match task.status() {
-            AsyncTaskStatus::Completed => "completed".to_owned(),
-            AsyncTaskStatus::Failed => format!(
+        let how = match event {
+            TaskEvent::Started(_) => {
+                tracing::info!(
+                    "task {} ({}) started from the queue",
+                    id_prefix(task.id()),
+                    task.subagent_name()
+                );
+                return;
+            }
+            TaskEvent::Completed(_) => "completed".to_owned(),
+            TaskEvent::Failed(_) => format!(
                 "failed: {}",
                 task.error()
                     .and_then(|error| error.lines().next())
                     .unwrap_or_default()
             ),
-            AsyncTaskStatus::Cancelled => "cancelled".to_owned(),
-            AsyncTaskStatus::Running => "running".to_owned(),
+            _ => task.status().as_str().to_owned(),
         };
+        let took = asynctask_tools::format_duration(
+            task.started_at().unwrap_or(task.launched_at()),
+            task.completed_at().unwrap_or(task.launched_at()),
+        );
         tracing::info!(
             "task {} ({}) {how} after {took}",
             id_prefix(task.id()),
@@ -665,6 +699,7 @@ pub async fn serve_stdio(
         AsyncTaskRuntime::builder()
             .runner(Arc::clone(&runner))
             .max_async_tasks(options.max_async_tasks)
+            .max_queued_tasks(options.max_queued_tasks)
             .sync_detach(
                 SyncDetach::after(options.sync_detach_after).with_follow_up(DETACH_FOLLOW_UP),
             )

@@ -94,13 +94,21 @@ pub fn task_info() -> impl Strategy<Value = AsyncTaskInfo> {
     )
         .prop_map(
             |(id, subagent, goal, status, launched_at, took, notified_after, output, error)| {
-                let mut task = AsyncTaskInfo::new(id, subagent, goal, launched_at);
                 let completed_at = launched_at + took;
+                let mut task = AsyncTaskInfo::queued(id, subagent, goal, launched_at);
+                if status == AsyncTaskStatus::Queued {
+                    return task;
+                }
+                // A cancelled task may never have started (cancelled in the
+                // queue): one in three.
+                if !(status == AsyncTaskStatus::Cancelled && took % 3 == 0) {
+                    task.start(launched_at + took / 2);
+                }
                 match status {
-                    AsyncTaskStatus::Running => return task,
                     AsyncTaskStatus::Completed => task.complete(output, completed_at),
                     AsyncTaskStatus::Failed => task.fail(error, completed_at),
                     AsyncTaskStatus::Cancelled => task.cancel(completed_at),
+                    _ => return task,
                 };
                 if let Some(after) = notified_after {
                     task.mark_notified(completed_at + after);
@@ -139,6 +147,8 @@ pub fn todo() -> impl Strategy<Value = Todo> {
 /// One step of the task state machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transition {
+    /// [`AsyncTaskInfo::start`].
+    Start,
     /// [`AsyncTaskInfo::complete`] with this output.
     Complete(OutputObject),
     /// [`AsyncTaskInfo::fail`] with this message.
@@ -153,6 +163,7 @@ impl Transition {
     /// Applies the step at `now_ms`; returns what the state machine returned.
     pub fn apply(&self, task: &mut AsyncTaskInfo, now_ms: u64) -> bool {
         match self {
+            Transition::Start => task.start(now_ms),
             Transition::Complete(output) => task.complete(output.clone(), now_ms),
             Transition::Fail(error) => task.fail(error.clone(), now_ms),
             Transition::Cancel => task.cancel(now_ms),
@@ -164,6 +175,7 @@ impl Transition {
 /// Any transition.
 pub fn transition() -> impl Strategy<Value = Transition> {
     prop_oneof![
+        Just(Transition::Start),
         output_object().prop_map(Transition::Complete),
         text().prop_map(Transition::Fail),
         Just(Transition::Cancel),

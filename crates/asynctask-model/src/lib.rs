@@ -42,7 +42,9 @@ mod todo;
 pub mod arbitrary;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
-pub use crate::limits::{InvalidMaxAsyncTasks, MaxAsyncTasks};
+pub use crate::limits::{
+    InvalidMaxAsyncTasks, InvalidMaxQueuedTasks, MaxAsyncTasks, MaxQueuedTasks,
+};
 pub use crate::status::{AsyncTaskStatus, TerminateReason};
 pub use crate::task::{AsyncTaskInfo, OutputObject};
 pub use crate::todo::{Todo, TodoStatus};

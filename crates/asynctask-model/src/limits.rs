@@ -1,4 +1,5 @@
-//! The `task-max-async` limit and the history limit derived from it.
+//! The `task-max-async` limit and the history limit derived from it, and the
+//! `task-max-queued` bound on the queue behind it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -191,8 +192,153 @@ impl fmt::Display for Given {
     }
 }
 
+/// How many async tasks may wait for a running slot: `0..=1000`.
+///
+/// This is the `task-max-queued` setting. A launch past
+/// [`MaxAsyncTasks`] is accepted as **queued** while fewer than this many wait,
+/// and starts, in launch order, when a slot frees; past it, the launch is
+/// refused. The default, 0, keeps no queue: every launch past the limit is
+/// refused. Serialized as the plain integer; deserializing checks the range.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_model::MaxQueuedTasks;
+///
+/// assert_eq!(MaxQueuedTasks::default().get(), 0);
+/// assert!(MaxQueuedTasks::new(20)?.admits(19));
+/// assert!(!MaxQueuedTasks::new(20)?.admits(20));
+/// assert_eq!(
+///     MaxQueuedTasks::new(1001).unwrap_err().to_string(),
+///     "task-max-queued must be an integer between 0 and 1000, not 1001",
+/// );
+/// # Ok::<(), asynctask_model::InvalidMaxQueuedTasks>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "i64", into = "i64")]
+pub struct MaxQueuedTasks(u16);
+
+impl MaxQueuedTasks {
+    /// No queue: a launch past the running limit is refused (the default).
+    pub const NONE: MaxQueuedTasks = MaxQueuedTasks(0);
+    /// The largest queue, 1000.
+    pub const MAX: MaxQueuedTasks = MaxQueuedTasks(1000);
+
+    /// Checks a raw setting value.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidMaxQueuedTasks`] unless `value` is in `0..=1000`.
+    pub fn new(value: i64) -> Result<Self, InvalidMaxQueuedTasks> {
+        match u16::try_from(value) {
+            Ok(value) if value <= MaxQueuedTasks::MAX.0 => Ok(MaxQueuedTasks(value)),
+            _ => Err(InvalidMaxQueuedTasks { value: Some(value) }),
+        }
+    }
+
+    /// [`new`](Self::new) in a `const` context: `None` unless `value` is in
+    /// `0..=1000`.
+    ///
+    /// ```
+    /// use asynctask_model::MaxQueuedTasks;
+    /// const QUEUE: Option<MaxQueuedTasks> = MaxQueuedTasks::new_const(20);
+    /// assert_eq!(QUEUE.map(MaxQueuedTasks::get), Some(20));
+    /// assert_eq!(MaxQueuedTasks::new_const(1001), None);
+    /// ```
+    #[must_use]
+    pub const fn new_const(value: u16) -> Option<Self> {
+        if value <= MaxQueuedTasks::MAX.0 {
+            Some(MaxQueuedTasks(value))
+        } else {
+            None
+        }
+    }
+
+    /// The raw setting value.
+    #[must_use]
+    pub fn get(self) -> i64 {
+        i64::from(self.0)
+    }
+
+    /// The bound as a count.
+    #[must_use]
+    pub fn limit(self) -> usize {
+        usize::from(self.0)
+    }
+
+    /// Whether `queued` waiting tasks leave room for one more.
+    #[must_use]
+    pub fn admits(self, queued: usize) -> bool {
+        queued < self.limit()
+    }
+}
+
+impl fmt::Display for MaxQueuedTasks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl TryFrom<i64> for MaxQueuedTasks {
+    type Error = InvalidMaxQueuedTasks;
+
+    fn try_from(value: i64) -> Result<Self, Self::Error> {
+        MaxQueuedTasks::new(value)
+    }
+}
+
+impl From<MaxQueuedTasks> for i64 {
+    fn from(max: MaxQueuedTasks) -> i64 {
+        max.get()
+    }
+}
+
+impl FromStr for MaxQueuedTasks {
+    type Err = InvalidMaxQueuedTasks;
+
+    /// Parses the setting as text; text that is not an integer is refused with
+    /// [`InvalidMaxQueuedTasks::NOT_AN_INTEGER`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().parse::<i64>() {
+            Ok(value) => MaxQueuedTasks::new(value),
+            Err(_) => Err(InvalidMaxQueuedTasks::NOT_AN_INTEGER),
+        }
+    }
+}
+
+/// A `task-max-queued` value outside `0..=1000`, or not an integer at all. Its
+/// `Display` is the user-facing refusal: the rule, then what was given.
+///
+/// # Examples
+///
+/// ```
+/// let err = "many".parse::<asynctask_model::MaxQueuedTasks>().unwrap_err();
+/// assert_eq!(err.to_string(), "task-max-queued must be an integer between 0 and 1000; the value given is not an integer");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("task-max-queued must be an integer between 0 and 1000{}", Given(*value))]
+pub struct InvalidMaxQueuedTasks {
+    /// The integer that was refused; `None` when the value was not an integer.
+    pub value: Option<i64>,
+}
+
+impl InvalidMaxQueuedTasks {
+    /// The refusal of a value that is not an integer.
+    pub const NOT_AN_INTEGER: InvalidMaxQueuedTasks = InvalidMaxQueuedTasks { value: None };
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_queue_bound_accepts_exactly_zero_to_a_thousand() {
+        let accepted: Vec<i64> = (-5..=1005)
+            .filter(|v| MaxQueuedTasks::new(*v).is_ok())
+            .collect();
+        assert_eq!(accepted, (0..=1000).collect::<Vec<i64>>());
+        assert!(MaxQueuedTasks::new(i64::MAX).is_err());
+        assert!(!MaxQueuedTasks::NONE.admits(0), "no queue at all");
+    }
+
     use super::*;
     use pretty_assertions::assert_eq;
 

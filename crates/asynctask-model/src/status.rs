@@ -6,9 +6,14 @@ use serde::{Deserialize, Serialize};
 
 /// Where a task is in its life.
 ///
-/// A task starts [`Running`](Self::Running) and moves to exactly one of the three
-/// terminal states. Serialized in lowercase (`"running"`, `"completed"`, …), the
-/// spelling the model sees.
+/// A task starts [`Running`](Self::Running) — or [`Queued`](Self::Queued), when
+/// it was launched past the running limit and waits for a slot — and moves to
+/// exactly one of the three terminal states (a queued task only to
+/// [`Cancelled`](Self::Cancelled), or to `Running` first). Serialized in
+/// lowercase (`"queued"`, `"running"`, `"completed"`, …), the spelling the
+/// model sees.
+///
+/// More states may come: match with a wildcard arm.
 ///
 /// # Examples
 ///
@@ -22,8 +27,12 @@ use serde::{Deserialize, Serialize};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum AsyncTaskStatus {
-    /// The subagent is still working. The only non-terminal state.
+    /// Launched past the running limit: it starts, in launch order, when a
+    /// slot frees. Its subagent has not started.
+    Queued,
+    /// The subagent is working.
     Running,
     /// The subagent finished and produced an [`OutputObject`](crate::OutputObject).
     Completed,
@@ -35,14 +44,16 @@ pub enum AsyncTaskStatus {
 
 impl AsyncTaskStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [AsyncTaskStatus; 4] = [
+    pub const ALL: [AsyncTaskStatus; 5] = [
+        AsyncTaskStatus::Queued,
         AsyncTaskStatus::Running,
         AsyncTaskStatus::Completed,
         AsyncTaskStatus::Failed,
         AsyncTaskStatus::Cancelled,
     ];
 
-    /// Whether this is one of the three final states (anything but `Running`).
+    /// Whether this is one of the three final states (neither `Queued` nor
+    /// `Running`).
     ///
     /// # Examples
     ///
@@ -52,11 +63,14 @@ impl AsyncTaskStatus {
     /// ```
     #[must_use]
     pub fn is_terminal(self) -> bool {
-        !matches!(self, AsyncTaskStatus::Running)
+        matches!(
+            self,
+            AsyncTaskStatus::Completed | AsyncTaskStatus::Failed | AsyncTaskStatus::Cancelled
+        )
     }
 
-    /// The lowercase name the model sees: `"running"`, `"completed"`, `"failed"` or
-    /// `"cancelled"`, the same as the serde form.
+    /// The lowercase name the model sees: `"queued"`, `"running"`,
+    /// `"completed"`, `"failed"` or `"cancelled"`, the same as the serde form.
     ///
     /// # Examples
     ///
@@ -67,10 +81,31 @@ impl AsyncTaskStatus {
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
+            AsyncTaskStatus::Queued => "queued",
             AsyncTaskStatus::Running => "running",
             AsyncTaskStatus::Completed => "completed",
             AsyncTaskStatus::Failed => "failed",
             AsyncTaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// The tag the status lists show (the reminder's status block, `/tasks
+    /// list`): `[QUEUED]`, `[RUNNING]`, `[DONE]`, `[FAILED]` or `[CANCELLED]`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_model::AsyncTaskStatus;
+    /// assert_eq!(AsyncTaskStatus::Completed.tag(), "[DONE]");
+    /// ```
+    #[must_use]
+    pub fn tag(self) -> &'static str {
+        match self {
+            AsyncTaskStatus::Queued => "[QUEUED]",
+            AsyncTaskStatus::Running => "[RUNNING]",
+            AsyncTaskStatus::Completed => "[DONE]",
+            AsyncTaskStatus::Failed => "[FAILED]",
+            AsyncTaskStatus::Cancelled => "[CANCELLED]",
         }
     }
 }
@@ -149,12 +184,12 @@ mod tests {
     }
 
     #[test]
-    fn only_running_is_not_terminal() {
+    fn only_queued_and_running_are_not_terminal() {
         let terminal: Vec<bool> = AsyncTaskStatus::ALL
             .iter()
             .map(|s| s.is_terminal())
             .collect();
-        assert_eq!(terminal, vec![false, true, true, true]);
+        assert_eq!(terminal, vec![false, false, true, true, true]);
     }
 
     #[test]

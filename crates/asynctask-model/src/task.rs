@@ -73,15 +73,19 @@ impl OutputObject {
 /// record and hands out clones. The serde form is camelCase (`subagentName`,
 /// `launchedAt`, …) and leaves out the optional fields that are absent.
 ///
-/// The four transition methods are the whole state machine. Each returns `true`
+/// The transition methods are the whole state machine. Each returns `true`
 /// when it changed the task and `false` when it was refused, and a refused call
 /// changes nothing:
 ///
-/// - [`complete`](Self::complete), [`fail`](Self::fail) and [`cancel`](Self::cancel)
-///   move a `Running` task to a terminal state and set `completed_at`; on a task
-///   that is already terminal they are refused (the first transition wins);
+/// - [`start`](Self::start) moves a `Queued` task to `Running` and sets
+///   `started_at` (a task launched under the limit starts at once:
+///   [`new`](Self::new));
+/// - [`complete`](Self::complete) and [`fail`](Self::fail) move a `Running`
+///   task to a terminal state, [`cancel`](Self::cancel) a `Running` or `Queued`
+///   one (a cancelled queued task never starts); each sets `completed_at`, and
+///   is refused on a terminal task (the first transition wins);
 /// - [`mark_notified`](Self::mark_notified) sets `notified_at` once, and only on a
-///   terminal task — a running task has nothing to notify about.
+///   terminal task — a task that has not ended has nothing to notify about.
 ///
 /// # Examples
 ///
@@ -111,6 +115,11 @@ pub struct AsyncTaskInfo {
     pub status: AsyncTaskStatus,
     /// When the task was registered, in Unix milliseconds.
     pub launched_at: u64,
+    /// When its subagent started, in Unix milliseconds: the launch itself for a
+    /// task launched under the limit, later for one that waited in the queue;
+    /// `None` while queued (and for a queued task cancelled before it started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
     /// When the task reached its terminal state, in Unix milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<u64>,
@@ -126,9 +135,34 @@ pub struct AsyncTaskInfo {
 }
 
 impl AsyncTaskInfo {
-    /// A freshly launched, running task.
+    /// A freshly launched task, running (started at its launch).
     #[must_use]
     pub fn new(
+        id: impl Into<String>,
+        subagent_name: impl Into<String>,
+        goal_prompt: impl Into<String>,
+        launched_at: u64,
+    ) -> Self {
+        AsyncTaskInfo {
+            started_at: Some(launched_at),
+            ..AsyncTaskInfo::queued(id, subagent_name, goal_prompt, launched_at)
+        }
+        .with_status(AsyncTaskStatus::Running)
+    }
+
+    /// A freshly launched task waiting in the queue for a running slot.
+    ///
+    /// ```
+    /// use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+    ///
+    /// let mut task = AsyncTaskInfo::queued("q-1", "tester", "run the suite", 10);
+    /// assert!(!task.complete(asynctask_model::OutputObject::new(asynctask_model::TerminateReason::Goal), 11));
+    /// assert!(task.start(20));
+    /// assert_eq!((task.status, task.started_at), (AsyncTaskStatus::Running, Some(20)));
+    /// assert!(!task.start(21), "started once");
+    /// ```
+    #[must_use]
+    pub fn queued(
         id: impl Into<String>,
         subagent_name: impl Into<String>,
         goal_prompt: impl Into<String>,
@@ -138,13 +172,31 @@ impl AsyncTaskInfo {
             id: id.into(),
             subagent_name: subagent_name.into(),
             goal_prompt: goal_prompt.into(),
-            status: AsyncTaskStatus::Running,
+            status: AsyncTaskStatus::Queued,
             launched_at,
+            started_at: None,
             completed_at: None,
             notified_at: None,
             output: None,
             error: None,
         }
+    }
+
+    fn with_status(mut self, status: AsyncTaskStatus) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Moves a queued task to `Running`, its subagent starting now.
+    ///
+    /// Returns `false`, changing nothing, unless the task is queued.
+    pub fn start(&mut self, now_ms: u64) -> bool {
+        if self.status != AsyncTaskStatus::Queued {
+            return false;
+        }
+        self.status = AsyncTaskStatus::Running;
+        self.started_at = Some(now_ms);
+        true
     }
 
     /// Whether the task has ended and the model has not been told yet.
@@ -158,8 +210,11 @@ impl AsyncTaskInfo {
 
     /// Moves a running task to `Completed` with its output.
     ///
-    /// Returns `false`, changing nothing, when the task is already terminal.
+    /// Returns `false`, changing nothing, unless the task is running.
     pub fn complete(&mut self, output: OutputObject, now_ms: u64) -> bool {
+        if self.status != AsyncTaskStatus::Running {
+            return false;
+        }
         self.finish(AsyncTaskStatus::Completed, now_ms, |task| {
             task.output = Some(output);
         })
@@ -167,14 +222,18 @@ impl AsyncTaskInfo {
 
     /// Moves a running task to `Failed` with an error message.
     ///
-    /// Returns `false`, changing nothing, when the task is already terminal.
+    /// Returns `false`, changing nothing, unless the task is running.
     pub fn fail(&mut self, error: impl Into<String>, now_ms: u64) -> bool {
+        if self.status != AsyncTaskStatus::Running {
+            return false;
+        }
         self.finish(AsyncTaskStatus::Failed, now_ms, |task| {
             task.error = Some(error.into());
         })
     }
 
-    /// Moves a running task to `Cancelled`.
+    /// Moves a running or queued task to `Cancelled` (a queued one never
+    /// starts).
     ///
     /// Returns `false`, changing nothing, when the task is already terminal.
     pub fn cancel(&mut self, now_ms: u64) -> bool {
@@ -283,6 +342,31 @@ mod tests {
     }
 
     #[test]
+    fn a_queued_task_starts_once_or_is_cancelled_and_never_completes() {
+        let queued = AsyncTaskInfo::queued("q", "r", "g", 100);
+        let mut task = queued.clone();
+        assert!(!task.complete(OutputObject::new(TerminateReason::Goal), 110));
+        assert!(!task.fail("never ran", 110));
+        assert!(!task.mark_notified(110));
+        assert_eq!(task, queued, "refused transitions change nothing");
+        assert!(task.cancel(120));
+        assert_eq!(
+            task,
+            AsyncTaskInfo {
+                status: AsyncTaskStatus::Cancelled,
+                completed_at: Some(120),
+                ..queued.clone()
+            },
+            "cancelled before it started: no start time"
+        );
+        assert!(!task.start(130), "a cancelled task never starts");
+        let mut task = queued.clone();
+        assert!(task.start(140));
+        assert!(task.complete(OutputObject::new(TerminateReason::Goal), 150));
+        assert_eq!((task.started_at, task.completed_at), (Some(140), Some(150)));
+    }
+
+    #[test]
     fn mark_notified_refuses_a_running_task() {
         let mut task = running();
         assert!(!task.mark_notified(150));
@@ -313,6 +397,7 @@ mod tests {
                 "goalPrompt": "find it",
                 "status": "running",
                 "launchedAt": 100,
+                "startedAt": 100,
             })
         );
     }
@@ -334,6 +419,7 @@ mod tests {
                 "goalPrompt": "find it",
                 "status": "completed",
                 "launchedAt": 100,
+                "startedAt": 100,
                 "completedAt": 500,
                 "notifiedAt": 600,
                 "output": {

@@ -10,7 +10,7 @@ use asynctask_model::AsyncTaskStatus;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
-use crate::reminder::{Reminder, render_within};
+use crate::reminder::{Reminder, Unended, render_within};
 
 /// Who carries a claimed result to the model; said in logs and by
 /// [`Claim::owner`].
@@ -261,7 +261,7 @@ impl ClaimLedger {
             // One read of the registry: a task that finishes meanwhile is
             // either still counted as running or pending here, never missing
             // from both.
-            let (pending, running) = self.manager().pending_and_running();
+            let (pending, counts) = self.manager().pending_and_counts();
             let mut picked: Vec<TaskSnapshot> =
                 pending.into_iter().filter(|task| pick(task)).collect();
             if picked.is_empty() {
@@ -278,7 +278,7 @@ impl ClaimLedger {
             if picked.is_empty() || !accept(&picked) {
                 return None;
             }
-            let reminder = render_within(&picked, running, max_chars)?;
+            let reminder = render_within(&picked, Unended::from(&counts), max_chars)?;
             for id in &reminder.task_ids {
                 state.claim(id);
             }

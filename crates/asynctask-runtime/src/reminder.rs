@@ -3,9 +3,8 @@
 
 use std::borrow::Cow;
 
-use asynctask_manager::AsyncTaskManager;
-use asynctask_manager::TaskSnapshot;
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
+use asynctask_manager::{AsyncTaskManager, TaskCounts, TaskSnapshot};
+use asynctask_model::AsyncTaskInfo;
 use asynctask_tools::{completion_notification, id_prefix};
 
 /// A reminder ready to deliver: its text, and the ids of the finished tasks it
@@ -52,7 +51,7 @@ impl AsyncTaskReminderService {
     }
 
     /// The status block for the system instruction: `[ASYNC TASKS: N total]`, then
-    /// one `[i] <subagent> - [RUNNING|DONE|FAILED|CANCELLED] (<8 chars of id>...)`
+    /// one `[i] <subagent> - [QUEUED|RUNNING|DONE|FAILED|CANCELLED] (<8 chars of id>...)`
     /// line per task; the empty string when there are no tasks.
     #[must_use]
     pub fn status_summary(&self) -> String {
@@ -63,12 +62,7 @@ impl AsyncTaskReminderService {
         let mut lines = Vec::with_capacity(tasks.len() + 1);
         lines.push(format!("[ASYNC TASKS: {} total]", tasks.len()));
         for (i, task) in tasks.iter().enumerate() {
-            let icon = match task.status() {
-                AsyncTaskStatus::Running => "[RUNNING]",
-                AsyncTaskStatus::Completed => "[DONE]",
-                AsyncTaskStatus::Failed => "[FAILED]",
-                AsyncTaskStatus::Cancelled => "[CANCELLED]",
-            };
+            let icon = task.status().tag();
             lines.push(format!(
                 "[{}] {} - {icon} ({}...)",
                 i + 1,
@@ -94,14 +88,14 @@ impl AsyncTaskReminderService {
     /// two deliveries.
     #[must_use]
     pub fn reminder(&self) -> Option<Reminder> {
-        let (pending, running) = self.manager.pending_and_running();
-        render(&pending, running)
+        let (pending, counts) = self.manager.pending_and_counts();
+        render(&pending, Unended::from(&counts))
     }
 
     /// The reminder that only says how many tasks still run (no ids); `None`
     /// when none do.
     pub(crate) fn running_only(&self) -> Option<Reminder> {
-        render(&[], self.manager.counts().running)
+        render(&[], Unended::from(&self.manager.counts()))
     }
 
     /// How a finished task is reported (pretty JSON; the same text the synchronous
@@ -124,10 +118,26 @@ impl AsyncTaskReminderService {
     }
 }
 
-/// The reminder for `pending` (in order) and `running` tasks; `None` when
-/// there is nothing to say.
-pub(crate) fn render(pending: &[TaskSnapshot], running: usize) -> Option<Reminder> {
-    render_within(pending, running, usize::MAX)
+/// How many tasks have not ended: what a reminder says after the results.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Unended {
+    pub(crate) running: usize,
+    pub(crate) queued: usize,
+}
+
+impl From<&TaskCounts> for Unended {
+    fn from(counts: &TaskCounts) -> Self {
+        Unended {
+            running: counts.running,
+            queued: counts.queued,
+        }
+    }
+}
+
+/// The reminder for `pending` (in order) and the `unended` tasks; `None`
+/// when there is nothing to say.
+pub(crate) fn render(pending: &[TaskSnapshot], unended: Unended) -> Option<Reminder> {
+    render_within(pending, unended, usize::MAX)
 }
 
 /// The reminder for as many of `pending`, from the first, as fit in about
@@ -137,13 +147,13 @@ pub(crate) fn render(pending: &[TaskSnapshot], running: usize) -> Option<Reminde
 /// there is nothing to say.
 pub(crate) fn render_within(
     pending: &[TaskSnapshot],
-    running: usize,
+    unended: Unended,
     max_chars: usize,
 ) -> Option<Reminder> {
     // What the frame costs around the notifications, at most: every count at
     // its largest, the "more" line included.
     let frame_cost =
-        frame(pending.len(), "", pending.len(), running).map_or(0, |text| text.chars().count());
+        frame(pending.len(), "", pending.len(), unended).map_or(0, |text| text.chars().count());
     let mut notes = String::new();
     let mut used = frame_cost;
     let mut carried = 0;
@@ -159,7 +169,7 @@ pub(crate) fn render_within(
         notes.push_str(&note);
         carried += 1;
     }
-    let text = frame(carried, &notes, pending.len() - carried, running)?;
+    let text = frame(carried, &notes, pending.len() - carried, unended)?;
     Some(Reminder {
         text,
         task_ids: pending[..carried]
@@ -174,8 +184,10 @@ pub(crate) fn render_within(
 /// completed:` and `notes` (the completion notifications of `finished` tasks,
 /// joined by blank lines) when `finished > 0`; the line saying that `more`
 /// finished tasks' results follow later, when `more > 0`; `M async task(s)
-/// still running.` when `running > 0`. `None` when there is no part.
-fn frame(finished: usize, notes: &str, more: usize, running: usize) -> Option<String> {
+/// still running.` when tasks run (`M async task(s) still running, Q
+/// queued.` when some wait in the queue too, `Q async task(s) queued.` when
+/// only queued ones wait). `None` when there is no part.
+fn frame(finished: usize, notes: &str, more: usize, unended: Unended) -> Option<String> {
     let mut parts: Vec<Cow<'_, str>> = Vec::with_capacity(4);
     if finished > 0 {
         parts.push(format!("{finished} async task(s) completed:").into());
@@ -189,8 +201,13 @@ fn frame(finished: usize, notes: &str, more: usize, running: usize) -> Option<St
             .into(),
         );
     }
-    if running > 0 {
-        parts.push(format!("{running} async task(s) still running.").into());
+    match (unended.running, unended.queued) {
+        (0, 0) => {}
+        (running, 0) => parts.push(format!("{running} async task(s) still running.").into()),
+        (0, queued) => parts.push(format!("{queued} async task(s) queued.").into()),
+        (running, queued) => {
+            parts.push(format!("{running} async task(s) still running, {queued} queued.").into())
+        }
     }
     if parts.is_empty() {
         return None;

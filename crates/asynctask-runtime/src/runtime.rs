@@ -8,7 +8,10 @@ use std::time::Duration;
 use asynctask_manager::{
     AsyncTaskManager, Journal, RestoreError, StoredTask, Subscription, WeakAsyncTaskManager,
 };
-use asynctask_model::{Clock, InvalidMaxAsyncTasks, MaxAsyncTasks, SystemClock, Todo};
+use asynctask_model::{
+    Clock, InvalidMaxAsyncTasks, InvalidMaxQueuedTasks, MaxAsyncTasks, MaxQueuedTasks, SystemClock,
+    Todo,
+};
 use asynctask_tools::{
     CheckAsyncTasksTool, MessageAsyncTaskTool, PauseSignal, SubagentRunner, SyncDetach,
     TaskTimeouts, TaskTool, TodoPauseTool, Tool,
@@ -93,6 +96,7 @@ pub struct AsyncTaskRuntime {
 #[must_use]
 pub struct AsyncTaskRuntimeBuilder {
     max_async_tasks: MaxAsyncTasks,
+    max_queued_tasks: MaxQueuedTasks,
     clock: Option<Arc<dyn Clock>>,
     host: Option<Arc<dyn AgentHost>>,
     runner: Option<Arc<dyn SubagentRunner>>,
@@ -105,6 +109,14 @@ impl AsyncTaskRuntimeBuilder {
     /// The running limit (default 5).
     pub fn max_async_tasks(mut self, max: MaxAsyncTasks) -> Self {
         self.max_async_tasks = max;
+        self
+    }
+
+    /// How many background launches past the running limit wait in a queue
+    /// (default 0: no queue, such a launch is refused). A queued task starts,
+    /// first queued first, when a running slot frees.
+    pub fn max_queued_tasks(mut self, max: MaxQueuedTasks) -> Self {
+        self.max_queued_tasks = max;
         self
     }
 
@@ -234,6 +246,7 @@ impl AsyncTaskRuntimeBuilder {
             }
             None => AsyncTaskManager::with_clock(self.max_async_tasks, Arc::clone(&clock)),
         };
+        manager.set_max_queued_tasks(self.max_queued_tasks);
         let reminders = AsyncTaskReminderService::new(manager.clone());
         let claims = ClaimLedger::new(manager.clone());
         let tracker = TaskTracker::new();
@@ -248,7 +261,7 @@ impl AsyncTaskRuntimeBuilder {
             claims.clone(),
             reminders.clone(),
             self.host,
-            handle,
+            handle.clone(),
         ));
         let sync_detach = self.sync_detach;
         let task_tool = self.runner.map(|runner| {
@@ -273,6 +286,12 @@ impl AsyncTaskRuntimeBuilder {
         let message_tool = task_tool
             .as_ref()
             .map(|_| Arc::new(MessageAsyncTaskTool::new(manager.clone())));
+        // Queued tasks (restored ones) start once the tool runs what starts;
+        // without a runner nothing could run them.
+        if let Some(tool) = &task_tool {
+            tool.run_queued_tasks();
+            manager.start_queued();
+        }
         // Results restored from a journal are delivered like any other; no
         // event announces them.
         if manager.has_pending_notifications() {
@@ -294,6 +313,20 @@ impl AsyncTaskRuntimeBuilder {
             shut_down: AtomicBool::new(false),
             stopping,
         })
+    }
+}
+
+/// A setting's integer: a JSON integer, an integral float (`5.0`: JavaScript
+/// hosts send numbers so) or a string holding one; `None` for anything else.
+fn setting_integer(value: &serde_json::Value) -> Option<i64> {
+    match value {
+        serde_json::Value::Number(n) => n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                .map(|f| f as i64)
+        }),
+        serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
+        _ => None,
     }
 }
 
@@ -389,11 +422,14 @@ pub enum SettingError {
     /// `task-max-async` out of range or not an integer.
     #[error(transparent)]
     InvalidMaxAsyncTasks(#[from] InvalidMaxAsyncTasks),
+    /// `task-max-queued` out of range or not an integer.
+    #[error(transparent)]
+    InvalidMaxQueuedTasks(#[from] InvalidMaxQueuedTasks),
     /// `todo-continuation` not a boolean.
     #[error("todo-continuation must be true or false")]
     InvalidTodoContinuation,
     /// A key this runtime does not know.
-    #[error("unknown setting '{0}': expected task-max-async or todo-continuation")]
+    #[error("unknown setting '{0}': expected task-max-async, task-max-queued or todo-continuation")]
     Unknown(String),
 }
 
@@ -473,7 +509,8 @@ impl AsyncTaskRuntime {
         self.delivery.ack(task_ids);
     }
 
-    /// Applies a setting: `task-max-async` (-1 or 1..=100; prunes at once) or
+    /// Applies a setting: `task-max-async` (-1 or 1..=100; prunes at once),
+    /// `task-max-queued` (0..=1000; tasks already queued stay queued) or
     /// `todo-continuation` (boolean).
     ///
     /// # Errors
@@ -482,21 +519,19 @@ impl AsyncTaskRuntime {
     pub fn set_setting(&self, key: &str, value: serde_json::Value) -> Result<(), SettingError> {
         match key {
             "task-max-async" => {
-                let raw = match &value {
-                    // Integral floats too (`5.0`): JavaScript hosts send numbers so.
-                    serde_json::Value::Number(n) => n.as_i64().or_else(|| {
-                        n.as_f64()
-                            .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
-                            .map(|f| f as i64)
-                    }),
-                    serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
-                    _ => None,
-                };
-                let max = match raw {
+                let max = match setting_integer(&value) {
                     Some(raw) => MaxAsyncTasks::new(raw)?,
                     None => return Err(InvalidMaxAsyncTasks::NOT_AN_INTEGER.into()),
                 };
                 self.manager.set_max_async_tasks(max);
+                Ok(())
+            }
+            "task-max-queued" => {
+                let max = match setting_integer(&value) {
+                    Some(raw) => MaxQueuedTasks::new(raw)?,
+                    None => return Err(InvalidMaxQueuedTasks::NOT_AN_INTEGER.into()),
+                };
+                self.manager.set_max_queued_tasks(max);
                 Ok(())
             }
             "todo-continuation" => {
@@ -585,8 +620,18 @@ impl AsyncTaskRuntime {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clear();
+            // Held first: a slot a cancel frees starts nothing now. Queued
+            // tasks of a journaled registry stay queued and start after the
+            // restore; in memory they would never start, so they are
+            // cancelled too.
+            self.manager.hold_queued();
             for task in self.manager.running_tasks() {
                 self.manager.cancel_task(task.id());
+            }
+            if !self.manager.is_journaled() {
+                for task in self.manager.queued_tasks() {
+                    self.manager.cancel_task(task.id());
+                }
             }
             tracing::debug!("async task runtime shutting down");
         }

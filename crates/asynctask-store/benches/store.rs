@@ -131,6 +131,8 @@ fn fixture(finished: bool) -> &'static Path {
                 goal_prompt: "map the code and report what each module does",
                 launched_at: 1_000 + n,
                 origin: None,
+                queued: false,
+                launch: None,
             });
             if finished {
                 entries.push(JournalEntry::Finished {

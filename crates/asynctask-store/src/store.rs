@@ -17,18 +17,22 @@ use rusqlite::{
 use crate::error::StoreError;
 
 /// The schema version this crate reads and writes (`PRAGMA user_version`). A
-/// store with a higher one was written by a newer asynctask and is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+/// store with a higher one was written by a newer asynctask and is refused; a
+/// store of version 1 (before queued tasks) is migrated when opened.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The schema, created in one transaction with its version. The `CHECK`s
 /// restate the model's rules, so that no write can store a task the model
 /// could not hold.
-const SCHEMA: &str = "
+const META_TABLE: &str = "
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY NOT NULL,
     value TEXT NOT NULL
 ) STRICT;
-CREATE TABLE tasks (
+";
+
+/// The columns and checks of the `tasks` table.
+const TASKS_COLUMNS: &str = "
     -- Registration order.
     seq              INTEGER PRIMARY KEY,
     id               TEXT NOT NULL UNIQUE CHECK (id <> ''),
@@ -38,9 +42,12 @@ CREATE TABLE tasks (
     -- The process that registered the task, for an interrupted task's error.
     pid              INTEGER NOT NULL,
     status           TEXT NOT NULL
-                     CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
+                     CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled')),
     -- Times are Unix milliseconds, stored as the bits of a u64.
     launched_at      INTEGER NOT NULL,
+    -- When its subagent started (NULL while queued, and for a task
+    -- cancelled in the queue).
+    started_at       INTEGER,
     completed_at     INTEGER,
     -- The order in which tasks ended (ties in completed_at).
     finish_order     INTEGER NOT NULL DEFAULT 0,
@@ -52,13 +59,41 @@ CREATE TABLE tasks (
     final_message    TEXT,
     -- A failed task's error.
     error            TEXT,
-    CHECK ((status = 'running') = (completed_at IS NULL)),
-    CHECK (status <> 'running' OR notified_at IS NULL),
+    -- What the task was launched with (a queued task starts with it).
+    launch           TEXT,
+    CHECK ((status IN ('queued', 'running')) = (completed_at IS NULL)),
+    CHECK (status NOT IN ('queued', 'running') OR notified_at IS NULL),
+    CHECK (status <> 'queued' OR started_at IS NULL),
+    CHECK (status <> 'running' OR started_at IS NOT NULL),
     CHECK ((status = 'completed') = (terminate_reason IS NOT NULL AND emitted_vars IS NOT NULL)),
     CHECK (status = 'completed' OR final_message IS NULL),
     CHECK ((status = 'failed') = (error IS NOT NULL))
-) STRICT;
 ";
+
+/// The schema of a new store: the `meta` table and the `tasks` table.
+fn schema() -> String {
+    format!("{META_TABLE}CREATE TABLE tasks ({TASKS_COLUMNS}) STRICT;")
+}
+
+/// Version 1 to 2: the `queued` status, `started_at` (a task that ran started
+/// at its launch: there was no queue), and `launch`. SQLite cannot change a
+/// table's checks, so the table is rebuilt, in the transaction that sets the
+/// new version.
+fn migration_1_to_2() -> String {
+    format!(
+        "CREATE TABLE tasks_v2 ({TASKS_COLUMNS}) STRICT;
+INSERT INTO tasks_v2
+    (seq, id, subagent_name, goal_prompt, origin, pid, status, launched_at, started_at,
+     completed_at, finish_order, notified_at, terminate_reason, emitted_vars, final_message,
+     error, launch)
+SELECT seq, id, subagent_name, goal_prompt, origin, pid, status, launched_at, launched_at,
+       completed_at, finish_order, notified_at, terminate_reason, emitted_vars, final_message,
+       error, NULL
+FROM tasks;
+DROP TABLE tasks;
+ALTER TABLE tasks_v2 RENAME TO tasks;"
+    )
+}
 
 /// How hard the store works to keep what it was told.
 ///
@@ -256,6 +291,17 @@ impl Store {
         if version == SCHEMA_VERSION {
             return Ok(());
         }
+        if version == 1 {
+            let tx = connection
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|source| self.failed(source))?;
+            tx.execute_batch(&migration_1_to_2())
+                .and_then(|()| tx.pragma_update(None, "user_version", SCHEMA_VERSION))
+                .and_then(|()| tx.commit())
+                .map_err(|source| self.failed(source))?;
+            tracing::info!(path = %self.path.display(), "the task store was migrated to schema version {SCHEMA_VERSION}");
+            return Ok(());
+        }
         let tables: i64 = connection
             .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
             .map_err(|source| self.failed(source))?;
@@ -267,7 +313,7 @@ impl Store {
         let tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|source| self.failed(source))?;
-        tx.execute_batch(SCHEMA)
+        tx.execute_batch(&schema())
             .and_then(|()| {
                 tx.execute(
                     "INSERT INTO meta (key, value) VALUES ('created_by', ?1)",
@@ -297,6 +343,7 @@ impl Store {
     /// let (store, _) = Store::open(dir.path().join("tasks.db"))?;
     /// store.record(&[JournalEntry::Registered {
     ///     id: "a1", subagent_name: "tester", goal_prompt: "run the suite", launched_at: 1_000, origin: None,
+    ///     queued: false, launch: None,
     /// }])?;
     /// assert_eq!(store.load()?[0].info.id, "a1");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -307,7 +354,7 @@ impl Store {
             .prepare_cached(
                 "SELECT id, subagent_name, goal_prompt, origin, pid, status, launched_at,
                         completed_at, finish_order, notified_at, terminate_reason,
-                        emitted_vars, final_message, error
+                        emitted_vars, final_message, error, started_at, launch
                  FROM tasks ORDER BY seq",
             )
             .map_err(|source| self.failed(source))?;
@@ -343,22 +390,39 @@ impl Store {
                 goal_prompt,
                 launched_at,
                 origin,
+                queued,
+                launch,
             } => tx
                 .prepare_cached(
                     "INSERT OR IGNORE INTO tasks
-                         (id, subagent_name, goal_prompt, origin, pid, status, launched_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
+                         (id, subagent_name, goal_prompt, origin, pid, status, launched_at,
+                          started_at, launch)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 )
                 .and_then(|mut insert| {
+                    let (status, started_at) = if queued {
+                        ("queued", None)
+                    } else {
+                        ("running", Some(to_sql(launched_at)))
+                    };
                     insert.execute(params![
                         id,
                         subagent_name,
                         goal_prompt,
                         origin,
                         self.pid,
-                        to_sql(launched_at)
+                        status,
+                        to_sql(launched_at),
+                        started_at,
+                        launch
                     ])
                 }),
+            JournalEntry::Started { id, started_at } => tx
+                .prepare_cached(
+                    "UPDATE tasks SET status = 'running', started_at = ?2, pid = ?3
+                     WHERE id = ?1 AND status = 'queued'",
+                )
+                .and_then(|mut update| update.execute(params![id, to_sql(started_at), self.pid])),
             JournalEntry::Finished {
                 id,
                 outcome,
@@ -378,7 +442,7 @@ impl Store {
                 tx.prepare_cached(
                     "UPDATE tasks SET status = ?2, completed_at = ?3, finish_order = ?4,
                          terminate_reason = ?5, emitted_vars = ?6, final_message = ?7, error = ?8
-                     WHERE id = ?1 AND status = 'running'",
+                     WHERE id = ?1 AND status IN ('queued', 'running')",
                 )
                 .and_then(|mut update| {
                     update.execute(params![
@@ -398,13 +462,15 @@ impl Store {
             // latest time.
             JournalEntry::Notified { id, notified_at } => tx
                 .prepare_cached(
-                    "UPDATE tasks SET notified_at = ?2 WHERE id = ?1 AND status <> 'running'",
+                    "UPDATE tasks SET notified_at = ?2
+                     WHERE id = ?1 AND status NOT IN ('queued', 'running')",
                 )
                 .and_then(|mut update| update.execute(params![id, to_sql(notified_at)])),
             JournalEntry::Removed { id } => tx
                 .prepare_cached(
                     "DELETE FROM tasks
-                     WHERE id = ?1 AND status <> 'running' AND notified_at IS NOT NULL",
+                     WHERE id = ?1 AND status NOT IN ('queued', 'running')
+                       AND notified_at IS NOT NULL",
                 )
                 .and_then(|mut delete| delete.execute(params![id])),
         }
@@ -431,6 +497,14 @@ impl Store {
     fn holds(&self, tx: &Transaction<'_>, entry: &JournalEntry<'_>) -> Result<bool, StoreError> {
         let held = match *entry {
             JournalEntry::Registered { .. } | JournalEntry::Notified { .. } => return Ok(false),
+            JournalEntry::Started { id, started_at } => tx
+                .query_row(
+                    "SELECT started_at = ?2 FROM tasks WHERE id = ?1",
+                    params![id, to_sql(started_at)],
+                    |row| row.get::<_, Option<bool>>(0),
+                )
+                .optional()
+                .map(|same| same.flatten() == Some(true)),
             JournalEntry::Finished {
                 id,
                 outcome,
@@ -493,6 +567,8 @@ struct Row {
     emitted_vars: Option<String>,
     final_message: Option<String>,
     error: Option<String>,
+    started_at: Option<i64>,
+    launch: Option<String>,
 }
 
 impl Row {
@@ -512,6 +588,8 @@ impl Row {
             emitted_vars: row.get(11)?,
             final_message: row.get(12)?,
             error: row.get(13)?,
+            started_at: row.get(14)?,
+            launch: row.get(15)?,
         })
     }
 
@@ -525,6 +603,7 @@ impl Row {
             }
         };
         let status = match self.status.as_str() {
+            "queued" => AsyncTaskStatus::Queued,
             "running" => AsyncTaskStatus::Running,
             "completed" => AsyncTaskStatus::Completed,
             "failed" => AsyncTaskStatus::Failed,
@@ -571,6 +650,7 @@ impl Row {
             goal_prompt: self.goal_prompt,
             status,
             launched_at: from_sql(self.launched_at),
+            started_at: self.started_at.map(from_sql),
             completed_at: self.completed_at.map(from_sql),
             notified_at: self.notified_at.map(from_sql),
             output,
@@ -585,6 +665,7 @@ impl Row {
             origin: self.origin,
             finish_order: from_sql(self.finish_order),
             process: Some(format!("pid {}", self.pid)),
+            launch: self.launch,
         })
     }
 }
@@ -592,13 +673,17 @@ impl Row {
 /// What the schema's `CHECK`s promise, checked again on the way out (a store
 /// edited by hand, say).
 fn shape_problem(info: &AsyncTaskInfo) -> Option<&'static str> {
-    let running = info.status == AsyncTaskStatus::Running;
+    let ended = info.status.is_terminal();
     if info.id.is_empty() {
         Some("an empty id")
-    } else if running != info.completed_at.is_none() {
+    } else if ended == info.completed_at.is_none() {
         Some("a completion time that does not fit its status")
-    } else if running && info.notified_at.is_some() {
-        Some("running, yet notified")
+    } else if !ended && info.notified_at.is_some() {
+        Some("not ended, yet notified")
+    } else if info.status == AsyncTaskStatus::Queued && info.started_at.is_some() {
+        Some("queued, yet started")
+    } else if info.status == AsyncTaskStatus::Running && info.started_at.is_none() {
+        Some("running, yet never started")
     } else if (info.status == AsyncTaskStatus::Failed) != info.error.is_some() {
         Some("an error that does not fit its status")
     } else {

@@ -92,32 +92,53 @@ impl CheckAsyncTasksTool {
             );
         }
         let count = |status| tasks.iter().filter(|t| t.status() == status).count();
-        let (running, completed, failed, cancelled) = (
+        let (queued, running, completed, failed, cancelled) = (
+            count(AsyncTaskStatus::Queued),
             count(AsyncTaskStatus::Running),
             count(AsyncTaskStatus::Completed),
             count(AsyncTaskStatus::Failed),
             count(AsyncTaskStatus::Cancelled),
         );
         let now = self.now();
-        let mut lines = vec![
-            "Async Tasks Summary:".to_owned(),
+        // Positions in the queue, for the queued tasks' lines.
+        let positions: BTreeMap<String, usize> = if queued == 0 {
+            BTreeMap::new()
+        } else {
+            self.manager
+                .queued_tasks()
+                .iter()
+                .enumerate()
+                .map(|(at, task)| (task.id().to_owned(), at + 1))
+                .collect()
+        };
+        let mut lines = vec!["Async Tasks Summary:".to_owned()];
+        // Said only when a queue is in use: without one the list keeps the
+        // shape models were prompted with.
+        if queued > 0 {
+            lines.push(format!("- Queued: {queued}"));
+        }
+        lines.extend([
             format!("- Running: {running}"),
             format!("- Completed: {completed}"),
             format!("- Failed: {failed}"),
             format!("- Cancelled: {cancelled}"),
             String::new(),
             "Details:".to_owned(),
-        ];
+        ]);
         let mut display = Vec::with_capacity(tasks.len());
         let caller = CallContext::current().and_then(|context| context.origin);
         for task in &tasks {
             let duration = task_duration(task, now);
             let prefix = id_prefix(task.id());
             let origin = origin_note(&self.manager, task.id(), caller.as_deref());
+            let when = match positions.get(task.id()) {
+                Some(position) => format!("position {position} in the queue, waiting {duration}"),
+                None => duration,
+            };
             lines.push(with_icon(
                 status_icon(task.status()),
                 &format!(
-                    "[{prefix}] {} - {} ({duration}){origin}",
+                    "[{prefix}] {} - {} ({when}){origin}",
                     task.subagent_name(),
                     task.status()
                 ),
@@ -131,17 +152,18 @@ impl CheckAsyncTasksTool {
                 ),
             ));
         }
-        ToolResult::success(
-            lines.join("\n"),
-            display.join("\n"),
-            json!({
-                "count": tasks.len(),
-                "running": running,
-                "completed": completed,
-                "failed": failed,
-                "cancelled": cancelled,
-            }),
-        )
+        let mut metadata = json!({
+            "count": tasks.len(),
+            "running": running,
+            "completed": completed,
+            "failed": failed,
+            "cancelled": cancelled,
+        });
+        // Like the text's line, only when a queue is in use.
+        if queued > 0 {
+            metadata["queued"] = json!(queued);
+        }
+        ToolResult::success(lines.join("\n"), display.join("\n"), metadata)
     }
 
     fn peek(&self, task_id: &str) -> ToolResult {
@@ -156,12 +178,19 @@ impl CheckAsyncTasksTool {
             .progress(task.id())
             .map(|progress| progress.snapshot())
             .filter(|snapshot| !snapshot.is_empty());
-        let details = bounded_details(&task, progress.as_ref(), now, PEEK_BUDGET_CHARS);
+        let queue_position = self.manager.queue_position(task.id());
+        let details = bounded_details(
+            &task,
+            progress.as_ref(),
+            queue_position,
+            now,
+            PEEK_BUDGET_CHARS,
+        );
         let llm_content = to_pretty(&details);
         let metadata = serde_json::to_value(&details).unwrap_or(Value::Null);
         ToolResult::success(
             llm_content,
-            task_display(&task, progress.as_ref(), now),
+            task_display(&task, progress.as_ref(), queue_position, now),
             metadata,
         )
     }
@@ -176,6 +205,12 @@ struct TaskDetails {
     goal_prompt: String,
     status: AsyncTaskStatus,
     launched_at: String,
+    /// For a task that waited in the queue: when it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<String>,
+    /// For a queued task: its place in the queue, from 1 (the next to start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_position: Option<usize>,
     duration: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     completed_at: Option<String>,
@@ -194,7 +229,12 @@ struct TaskDetails {
     recent_output: Vec<String>,
 }
 
-fn details(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u64) -> TaskDetails {
+fn details(
+    task: &TaskSnapshot,
+    progress: Option<&ProgressSnapshot>,
+    queue_position: Option<usize>,
+    now: u64,
+) -> TaskDetails {
     let recent_output = progress.map_or_else(Vec::new, |progress| {
         let skip = progress.last_lines.len().saturating_sub(PEEK_OUTPUT_LINES);
         progress.last_lines[skip..].to_vec()
@@ -205,6 +245,12 @@ fn details(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u64) -
         goal_prompt: task.goal_prompt().to_owned(),
         status: task.status(),
         launched_at: iso_time(task.launched_at()),
+        // Said only when the task waited: it started at its launch otherwise.
+        started_at: task
+            .started_at()
+            .filter(|started| *started != task.launched_at())
+            .map(iso_time),
+        queue_position,
         duration: task_duration(task, now),
         completed_at: task.completed_at().map(iso_time),
         output: task.output().cloned(),
@@ -229,10 +275,11 @@ fn details(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u64) -
 fn bounded_details(
     task: &TaskSnapshot,
     progress: Option<&ProgressSnapshot>,
+    queue_position: Option<usize>,
     now: u64,
     budget: usize,
 ) -> TaskDetails {
-    let full = details(task, progress, now);
+    let full = details(task, progress, queue_position, now);
     let fits = |d: &TaskDetails| to_pretty(d).chars().count() <= budget;
     if fits(&full) {
         return full;
@@ -302,7 +349,12 @@ fn cut_fields(full: &TaskDetails, share: usize, keep: usize) -> TaskDetails {
 }
 
 /// The user-facing detail of one task, with `...` only after a cut.
-fn task_display(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u64) -> String {
+fn task_display(
+    task: &TaskSnapshot,
+    progress: Option<&ProgressSnapshot>,
+    queue_position: Option<usize>,
+    now: u64,
+) -> String {
     let mut lines = vec![
         with_icon(
             status_icon(task.status()),
@@ -311,8 +363,14 @@ fn task_display(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u
         format!("ID: `{}`", task.id()),
         format!("Status: {}", task.status()),
         format!("Goal: {}", truncate_chars(task.goal_prompt(), 100)),
-        format!("Duration: {}", task_duration(task, now)),
     ];
+    match queue_position {
+        Some(position) => lines.push(format!(
+            "Queue position: {position}, waiting {}",
+            task_duration(task, now)
+        )),
+        None => lines.push(format!("Duration: {}", task_duration(task, now))),
+    }
     if let Some(output) = task
         .output()
         .as_ref()
@@ -356,7 +414,7 @@ fn status_icon(status: AsyncTaskStatus) -> &'static str {
     match status {
         AsyncTaskStatus::Completed => "[OK]",
         AsyncTaskStatus::Failed => "[ERROR]",
-        AsyncTaskStatus::Running | AsyncTaskStatus::Cancelled => "",
+        _ => "",
     }
 }
 

@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, LimitReached, TaskProgress, TaskSnapshot, TaskView};
+use asynctask_manager::{
+    AsyncTaskManager, LimitReached, QueueFull, TaskProgress, TaskSnapshot, TaskView,
+};
 use asynctask_model::{AsyncTaskStatus, TerminateReason};
 use serde::Serialize;
 
@@ -85,7 +87,7 @@ pub fn completion_notification(task: &(impl TaskView + ?Sized)) -> String {
             agent_id: task.id(),
             status: "cancelled",
         }),
-        AsyncTaskStatus::Running => String::new(),
+        _ => String::new(),
     }
 }
 
@@ -148,6 +150,32 @@ pub(crate) fn launched(subagent: &str, id: &str) -> String {
     format!(
         "Async task launched: subagent '{subagent}' (ID: {id}). Task is running in background. \
          Use 'check_async_tasks' to monitor progress."
+    )
+}
+
+/// `task` with `async: true` registered the task in the queue: the limit is
+/// full; it starts when a slot frees.
+pub(crate) fn queued(subagent: &str, id: &str, position: usize, max: i64) -> String {
+    format!(
+        "Async task queued: subagent '{subagent}' (ID: {id}). Max async tasks ({max}) are \
+         running, so it waits in the queue (position {position}) and starts when a running task \
+         finishes; its result is delivered when it finishes. Use 'check_async_tasks' to monitor \
+         progress."
+    )
+}
+
+/// A queued task could not be started (it was restored without launch
+/// parameters this build can read): what it fails with.
+pub(crate) fn unstartable(subagent: &str, reason: &str) -> String {
+    format!("Subagent '{subagent}' could not be started from the queue: {reason}.")
+}
+
+/// The queue past the limit refused a background launch: the reason, then the
+/// model's options.
+pub(crate) fn queue_full_refusal(full: QueueFull) -> String {
+    format!(
+        "{full}. Wait for a task to finish and check progress with 'check_async_tasks', run \
+         this subagent synchronously (without async: true), or try again later."
     )
 }
 
@@ -324,9 +352,12 @@ pub(crate) fn origin_note(manager: &AsyncTaskManager, id: &str, caller: Option<&
     }
 }
 
-/// From launch to completion, or to `now` while running.
+/// How long the task has run: from its start (its launch, unless it waited in
+/// the queue) to its completion, or to `now` while it runs; for a queued task,
+/// how long it has waited.
 pub(crate) fn task_duration(task: &TaskSnapshot, now: u64) -> String {
-    format_duration(task.launched_at(), task.completed_at().unwrap_or(now))
+    let from = task.started_at().unwrap_or(task.launched_at());
+    format_duration(from, task.completed_at().unwrap_or(now))
 }
 
 #[cfg(test)]

@@ -84,19 +84,32 @@ fn list(manager: &AsyncTaskManager) -> CommandOutput {
         return CommandOutput::info("No async tasks.");
     }
     let now = manager.clock().now_ms();
-    let running = tasks
-        .iter()
-        .filter(|t| t.status() == AsyncTaskStatus::Running)
-        .count();
-    let mut lines = vec![format!("Async tasks: {} ({running} running)", tasks.len())];
+    let count = |status| tasks.iter().filter(|t| t.status() == status).count();
+    let (running, queued) = (
+        count(AsyncTaskStatus::Running),
+        count(AsyncTaskStatus::Queued),
+    );
+    let mut lines = vec![if queued == 0 {
+        format!("Async tasks: {} ({running} running)", tasks.len())
+    } else {
+        format!(
+            "Async tasks: {} ({running} running, {queued} queued)",
+            tasks.len()
+        )
+    }];
     let caller = CallContext::current().and_then(|context| context.origin);
     for task in &tasks {
+        let duration = task_duration(task, now);
         lines.push(format!(
             "{} {} {} ({}) - {}{}",
-            list_icon(task.status()),
+            task.status().tag(),
             id_prefix(task.id()),
             task.subagent_name(),
-            task_duration(task, now),
+            if task.status() == AsyncTaskStatus::Queued {
+                format!("waiting {duration}")
+            } else {
+                duration
+            },
             truncate_chars(task.goal_prompt(), GOAL_PREVIEW_CHARS),
             origin_note(manager, task.id(), caller.as_deref()),
         ));
@@ -114,17 +127,8 @@ fn list(manager: &AsyncTaskManager) -> CommandOutput {
     CommandOutput::info(lines.join("\n"))
 }
 
-fn list_icon(status: AsyncTaskStatus) -> &'static str {
-    match status {
-        AsyncTaskStatus::Running => "[RUNNING]",
-        AsyncTaskStatus::Completed => "[DONE]",
-        AsyncTaskStatus::Failed => "[FAILED]",
-        AsyncTaskStatus::Cancelled => "[CANCELLED]",
-    }
-}
-
-/// Cancels the running task `task_id` (an id or a unique prefix; an exact match
-/// first): the logic and texts of `/task end <id>`, for any caller that ends tasks
+/// Cancels the running or queued task `task_id` (an id or a unique prefix; an
+/// exact match first): the logic and texts of `/task end <id>`, for any caller that ends tasks
 /// (the MCP server's `end_async_task` uses it).
 ///
 /// Answers `Cancelled task: <id>` (info), or an error: `Task not found: <arg>`,
@@ -160,8 +164,9 @@ pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
     CommandOutput::error(format!("Task {} is already {status}.", task.id()))
 }
 
-/// Running task ids that start with `partial`, ignoring case: completions for
-/// `/task end <partial>`, in registration order.
+/// The ids of tasks not ended yet (running or queued) that start with
+/// `partial`, ignoring case: completions for `/task end <partial>`, in
+/// registration order.
 ///
 /// # Examples
 ///
@@ -180,8 +185,9 @@ pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
 pub fn complete_task_ids(manager: &AsyncTaskManager, partial: &str) -> Vec<String> {
     let partial = partial.to_lowercase();
     manager
-        .running_tasks()
+        .tasks()
         .into_iter()
+        .filter(|task| !task.status().is_terminal())
         .filter(|task| task.id().to_lowercase().starts_with(&partial))
         .map(|task| task.id().to_owned())
         .collect()

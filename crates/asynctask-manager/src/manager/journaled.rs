@@ -61,13 +61,18 @@ impl AsyncTaskManager {
         let Some(journal) = self.journal() else {
             return Ok(false);
         };
+        let now = self.now();
         let (written, drain) = {
             let mut state = self.lock();
-            if !state.registry.has_backlog() {
+            if !state.registry.has_backlog() && !state.registry.starts_failed() {
                 return Ok(false);
             }
             let written = state.registry.retry_journal(journal);
-            let drain = written.is_ok() && self.after_journal(&mut state);
+            let mut drain = written.is_ok() && self.after_journal(&mut state);
+            // Starts the journal missed happen now.
+            if written.is_ok() {
+                drain |= self.start_waiting(&mut state, now);
+            }
             (written, drain)
         };
         if drain {
@@ -80,7 +85,8 @@ impl AsyncTaskManager {
     /// write succeeded yet).
     #[must_use]
     pub fn has_journal_backlog(&self) -> bool {
-        self.lock().registry.has_backlog()
+        let state = self.lock();
+        state.registry.has_backlog() || state.registry.starts_failed()
     }
 
     /// A manager that journals every change to `journal`, holding `tasks` —
@@ -143,7 +149,7 @@ impl AsyncTaskManager {
         tasks: Vec<StoredTask>,
     ) -> Result<Self, RestoreError> {
         // The host's clock is user code: read before building anything.
-        let now = clock.now_ms();
+        let now = clock.now_ms().min(crate::record::LATEST);
         let (registry, error) = Registry::restore(max, tasks, now, Some(journal.as_ref()))?;
         if let Some(error) = error {
             tracing::error!(

@@ -9,10 +9,43 @@ use crate::events::{Handler, PruneHandler, TaskEvent};
 use crate::snapshot::TaskSnapshot;
 
 impl AsyncTaskManager {
-    /// Subscribes to every terminal transition. See the type-level docs for when
-    /// handlers run.
+    /// Subscribes to every event: each start from the queue and each terminal
+    /// transition. See the type-level docs for when handlers run.
     pub fn subscribe(&self, handler: impl Fn(&TaskEvent) + Send + Sync + 'static) -> Subscription {
         self.add_subscriber(Arc::new(handler))
+    }
+
+    /// Subscribes to starts from the queue only: `handler` gets each queued
+    /// task that starts because a running slot freed (whoever runs subagents
+    /// starts its subagent there; the `task` tool does).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
+    /// use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks};
+    ///
+    /// let manager = AsyncTaskManager::new(MaxAsyncTasks::new(1)?);
+    /// manager.set_max_queued_tasks(MaxQueuedTasks::new(5)?);
+    /// let started = Arc::new(Mutex::new(Vec::new()));
+    /// let seen = Arc::clone(&started);
+    /// let _on_start = manager.on_task_started(move |task| seen.lock().unwrap().push(task.id().to_owned()));
+    /// manager.register_task(RegisterTaskInput::new("a", "tester", "g"))?;
+    /// let b = manager.register_task(RegisterTaskInput::new("b", "tester", "g"))?;
+    /// assert_eq!(b.status(), AsyncTaskStatus::Queued);
+    /// manager.cancel_task("a"); // a slot frees: b starts
+    /// assert_eq!(*started.lock().unwrap(), ["b"]);
+    /// assert_eq!(manager.task("b").unwrap().status(), AsyncTaskStatus::Running);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_task_started(
+        &self,
+        handler: impl Fn(&TaskSnapshot) + Send + Sync + 'static,
+    ) -> Subscription {
+        self.subscribe(move |event| {
+            if let TaskEvent::Started(task) = event {
+                handler(task);
+            }
+        })
     }
 
     /// Subscribes to completions only.

@@ -7,6 +7,7 @@ use asynctask_model::AsyncTaskStatus;
 
 use super::{Registry, status_slot};
 use crate::backlog::Missed;
+use crate::record::Seq;
 use crate::snapshot::SlotId;
 
 impl Registry {
@@ -19,6 +20,20 @@ impl Registry {
     }
 
     fn check_limit_holds(&self) -> Result<(), String> {
+        // A queued task waits only while the limit is full — or while starts
+        // are held for the host, or wait for a journal that refused them.
+        if self.queue.len() > 0
+            && self.max.admits(self.admitted().max(self.over_limit))
+            && !self.starts_held
+            && !self.starts_failed
+        {
+            return Err(format!(
+                "{} task(s) queued while {} running + {} reserved leave a slot free",
+                self.queue.len(),
+                self.running.len(),
+                self.reserved
+            ));
+        }
         if let Some(limit) = self.max.limit() {
             let allowed = limit.max(self.over_limit);
             if self.admitted() > allowed {
@@ -36,6 +51,7 @@ impl Registry {
     /// Every index, rebuilt from the records.
     fn check_indexes(&self) -> Result<(), String> {
         let mut running = BTreeMap::new();
+        let mut queued = BTreeMap::new();
         let mut pending = BTreeMap::new();
         let mut delivered = BTreeMap::new();
         let mut by_status = [0; 3];
@@ -54,6 +70,12 @@ impl Registry {
             match (status, record.notified_at()) {
                 (AsyncTaskStatus::Running, _) => {
                     running.insert(record.seq, slot);
+                }
+                (AsyncTaskStatus::Queued, _) => {
+                    if record.started_at().is_some() {
+                        return Err(format!("queued task '{id}' has a start time"));
+                    }
+                    queued.insert(record.seq, slot);
                 }
                 (status, None) => {
                     by_status[status_slot(status)] += 1;
@@ -80,15 +102,32 @@ impl Registry {
             return Err("the ordered id index disagrees with the registry".to_owned());
         }
         // Bounded: a list whose links went round in a circle would never end.
-        let listed: Vec<SlotId> = self
+        // Tasks join the running list as they start (a queued one after tasks
+        // registered later), so it is compared as a set.
+        let mut listed: Vec<(Seq, SlotId)> = self
             .running
             .iter(&self.slots)
             .take(self.slots.len() + 1)
+            .map(|slot| (self.slots.get(slot).map_or(0, |record| record.seq), slot))
             .collect();
-        if listed != running.values().copied().collect::<Vec<_>>()
+        listed.sort_unstable();
+        if listed
+            != running
+                .iter()
+                .map(|(seq, slot)| (*seq, *slot))
+                .collect::<Vec<_>>()
             || self.running.len() != running.len()
         {
             return Err("the running list disagrees with the registry".to_owned());
+        }
+        let queue: Vec<SlotId> = self
+            .queue
+            .iter(&self.slots)
+            .take(self.slots.len() + 1)
+            .collect();
+        if queue != queued.values().copied().collect::<Vec<_>>() || self.queue.len() != queued.len()
+        {
+            return Err("the queue disagrees with the registry".to_owned());
         }
         if pending != self.pending {
             return Err("pending index disagrees with the registry".to_owned());
@@ -99,9 +138,13 @@ impl Registry {
         if by_status != self.finished_by_status {
             return Err("status counts disagree with the registry".to_owned());
         }
-        if let Some(seq) = self.live.keys().find(|seq| !running.contains_key(seq)) {
+        if let Some(seq) = self
+            .live
+            .keys()
+            .find(|seq| !running.contains_key(seq) && !queued.contains_key(seq))
+        {
             return Err(format!(
-                "a progress or inbox is kept for task #{seq}, which is not running"
+                "a progress or inbox is kept for task #{seq}, which has ended"
             ));
         }
         Ok(())

@@ -8,12 +8,15 @@ use super::{Registry, status_slot};
 use crate::journal::{Journal, JournalError, RestoreError, StoredTask, inconsistency};
 use crate::record::{End, Record, Seq};
 use crate::snapshot::{SlotId, TaskHead};
+use tokio_util::sync::CancellationToken;
 
 impl Registry {
     /// A registry rebuilt from stored tasks (in registration order), every
     /// index with it. Tasks stored as running ran in a process that has ended:
     /// they become failed with an [interrupted error](StoredTask::interrupted_error)
-    /// at `now_ms`, ending after every stored task. Then the history is pruned.
+    /// at `now_ms`, ending after every stored task. Tasks stored as queued stay
+    /// queued, in order, their starts held until the host asks
+    /// ([`release_starts`](Registry::release_starts)). Then the history is pruned.
     /// The interrupted tasks and the pruning are journaled as one change; a
     /// failed write is returned, and the registry is built all the same (as for
     /// any terminal transition).
@@ -55,7 +58,30 @@ impl Registry {
                 origin,
                 finish_order,
                 process: _,
+                launch,
             } = task;
+            if info.status == AsyncTaskStatus::Queued {
+                let (slot, head) = registry.slots.insert_with(|slot| {
+                    let head = Arc::new(TaskHead::with_launch(
+                        &info.id,
+                        &info.subagent_name,
+                        &info.goal_prompt,
+                        origin.as_deref(),
+                        launch.as_deref(),
+                        info.launched_at,
+                        slot,
+                    ));
+                    let record = Record::queued(Arc::clone(&head), seq, CancellationToken::new());
+                    (record, head)
+                });
+                let hash = registry.ids.hash(head.id());
+                registry
+                    .ids
+                    .insert(hash, head, |slot| registry.slots.id(slot));
+                registry.queue.push(&mut registry.slots, slot);
+                registry.starts_held = true;
+                continue;
+            }
             // `inconsistency` let through only these shapes; the last arm is
             // the running task, which ends now.
             let stored_end = info.completed_at.unwrap_or(now_ms);
@@ -69,17 +95,30 @@ impl Registry {
                 (AsyncTaskStatus::Cancelled, _, _) => (End::Cancelled, stored_end),
                 _ => (End::Failed(Arc::new(interrupted_error)), now_ms),
             };
+            // A task stored running had started (at its launch, for a store
+            // that kept no start time).
+            let started_at = match info.status {
+                AsyncTaskStatus::Running => Some(info.started_at.unwrap_or(info.launched_at)),
+                _ => info.started_at,
+            };
             let (slot, head) = registry.slots.insert_with(|slot| {
-                let head = Arc::new(TaskHead::new(
+                let head = Arc::new(TaskHead::with_launch(
                     &info.id,
                     &info.subagent_name,
                     &info.goal_prompt,
                     origin.as_deref(),
+                    launch.as_deref(),
                     info.launched_at,
                     slot,
                 ));
-                let record =
-                    Record::ended(Arc::clone(&head), seq, end, completed_at, info.notified_at);
+                let record = Record::ended(
+                    Arc::clone(&head),
+                    seq,
+                    end,
+                    started_at,
+                    completed_at,
+                    info.notified_at,
+                );
                 (record, head)
             });
             let hash = registry.ids.hash(head.id());
@@ -109,7 +148,11 @@ impl Registry {
                 registry.next_finish_order += 1;
             }
         }
-        for (slot, record) in registry.slots.iter() {
+        for (slot, record) in registry
+            .slots
+            .iter()
+            .filter(|(_, record)| !record.is_queued())
+        {
             registry.finished_by_status[status_slot(record.status())] += 1;
             if record.notified_at().is_some() {
                 registry.delivered.insert(record.delivered_key(), slot);

@@ -558,7 +558,14 @@ fn restore_refuses_what_is_not_a_registry() {
                 completed_at: Some(5),
                 ..AsyncTaskInfo::new("a", "r", "g", 0)
             },
-            "a running task has a completion time",
+            "a task that has not ended has a completion time",
+        ),
+        (
+            AsyncTaskInfo {
+                started_at: Some(3),
+                ..AsyncTaskInfo::queued("a", "r", "g", 0)
+            },
+            "a queued task has a start time",
         ),
         (
             AsyncTaskInfo {

@@ -240,3 +240,62 @@ fn pruning_under_contention_keeps_every_unnotified_task() {
         check_invariants(&manager).unwrap();
     }
 }
+
+#[test]
+fn concurrent_launches_and_ends_fill_the_queue_exactly_and_start_it_in_order() {
+    use asynctask_model::MaxQueuedTasks;
+    for round in 0..ROUNDS {
+        let max = 1 + round % 3;
+        let max_queued = round % 4;
+        let manager = AsyncTaskManager::new(MaxAsyncTasks::new(max as i64).unwrap());
+        manager.set_max_queued_tasks(MaxQueuedTasks::new(max_queued as i64).unwrap());
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let _on_start = manager.on_task_started({
+            let starts = Arc::clone(&starts);
+            move |task| starts.lock().unwrap().push(task.id().to_owned())
+        });
+        let shared = manager.clone();
+        // Each thread launches two tasks, then ends whatever runs.
+        let admitted = race(move |i| {
+            let mut admitted = 0;
+            for n in 0..2 {
+                if shared
+                    .register_task(RegisterTaskInput::new(format!("t{i}-{n}"), "a", "g"))
+                    .is_ok()
+                {
+                    admitted += 1;
+                }
+                check_invariants(&shared).unwrap();
+            }
+            while let Some(task) = shared.running_tasks().first().cloned() {
+                shared.complete_task(task.id(), OutputObject::new(TerminateReason::Goal));
+            }
+            admitted
+        });
+        let admitted: usize = admitted.into_iter().sum();
+        assert!(
+            admitted >= max + max_queued,
+            "round {round}: the first launches all fit"
+        );
+        let counts = manager.counts();
+        assert_eq!(
+            (counts.running, counts.queued),
+            (0, 0),
+            "round {round}: everything ran"
+        );
+        assert_eq!(counts.completed, admitted, "round {round}");
+        // The tasks that started from the queue did so in the order they
+        // were registered.
+        let registered: Vec<String> = manager.tasks().iter().map(|t| t.id().to_owned()).collect();
+        let starts = starts.lock().unwrap().clone();
+        let mut in_order = starts.clone();
+        in_order.sort_by_key(|id| registered.iter().position(|r| r == id));
+        assert_eq!(starts, in_order, "round {round}");
+        assert_eq!(
+            starts.iter().collect::<BTreeSet<_>>().len(),
+            starts.len(),
+            "round {round}: each started once"
+        );
+        check_invariants(&manager).unwrap();
+    }
+}

@@ -85,14 +85,26 @@ impl Journal for Replica {
                         goal_prompt,
                         launched_at,
                         origin,
+                        queued,
+                        launch,
                     },
                     None,
                 ) => tasks.push(StoredTask {
-                    info: AsyncTaskInfo::new(id, subagent_name, goal_prompt, launched_at),
+                    info: if queued {
+                        AsyncTaskInfo::queued(id, subagent_name, goal_prompt, launched_at)
+                    } else {
+                        AsyncTaskInfo::new(id, subagent_name, goal_prompt, launched_at)
+                    },
                     origin: origin.map(str::to_owned),
                     finish_order: 0,
                     process: Some(PROCESS.to_owned()),
+                    launch: launch.map(str::to_owned),
                 }),
+                (JournalEntry::Started { started_at, .. }, Some(i)) => {
+                    if !tasks[i].info.start(started_at) {
+                        self.problem(format!("{entry:?} refused by the model"));
+                    }
+                }
                 (
                     JournalEntry::Finished {
                         outcome,

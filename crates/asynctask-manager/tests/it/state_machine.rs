@@ -1,6 +1,8 @@
 //! A reference model of the registry, run against the real manager over arbitrary
 //! operation sequences with `proptest-state-machine`. After every step every query
-//! is compared and `check_invariants` must pass.
+//! is compared and `check_invariants` must pass. The model has the queue past the
+//! limit: launches queued in order, started (with their events) as slots free,
+//! cancelled before they ran, kept queued across a restart.
 //!
 //! Most cases run a journaled manager whose journal is a [`Replica`]. After every
 //! step the replica must hold exactly the registry, and replaying it
@@ -19,7 +21,9 @@ use asynctask_manager::{
     TaskCounts, TaskSnapshot, check_invariants,
 };
 use asynctask_model::arbitrary::{max_async_tasks, output_object};
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject};
+use asynctask_model::{
+    AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, MaxQueuedTasks, OutputObject,
+};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -75,6 +79,7 @@ enum Op {
     Cancel(&'static str),
     MarkNotified(&'static str),
     SetMax(MaxAsyncTasks),
+    SetMaxQueued(MaxQueuedTasks),
     Advance(u64),
     /// The process ends and a new one restores the registry from the journal.
     Restart,
@@ -102,6 +107,7 @@ struct Model {
     /// The manager journals to a replica (and may restart).
     journaled: bool,
     max: MaxAsyncTasks,
+    max_queued: MaxQueuedTasks,
     /// One flag per reservation ever taken: still held?
     reservations: Vec<bool>,
     now: u64,
@@ -119,23 +125,53 @@ impl Model {
     fn running(&self) -> usize {
         self.tasks
             .iter()
-            .filter(|t| !t.info.status.is_terminal())
+            .filter(|t| t.info.status == AsyncTaskStatus::Running)
             .count()
     }
 
+    fn queued(&self) -> usize {
+        self.tasks
+            .iter()
+            .filter(|t| t.info.status == AsyncTaskStatus::Queued)
+            .count()
+    }
+
+    /// Room for a task to run now: a free slot, and nobody queued before it.
     fn admits(&self) -> bool {
-        self.max.admits(self.running() + self.reserved())
+        self.max.admits(self.running() + self.reserved()) && self.queued() == 0
+    }
+
+    /// Starts queued tasks, first queued first, while slots are free; each
+    /// start is an event.
+    fn start_waiting(&mut self) {
+        let now = self.now;
+        while self.max.admits(self.running() + self.reserved()) {
+            let Some(task) = self
+                .tasks
+                .iter_mut()
+                .find(|t| t.info.status == AsyncTaskStatus::Queued)
+            else {
+                return;
+            };
+            task.info.start(now);
+            let event = (task.info.id.clone(), AsyncTaskStatus::Running);
+            self.events.push(event);
+        }
     }
 
     fn find(&mut self, id: &str) -> Option<&mut RefTask> {
         self.tasks.iter_mut().find(|t| t.info.id == id)
     }
 
-    fn register(&mut self, id: &str, origin: Option<&str>) -> Answer {
+    fn register(&mut self, id: &str, origin: Option<&str>, queued: bool) -> Answer {
         if self.tasks.iter().any(|t| t.info.id == id) {
             return Answer::Refused(RegisterError::DuplicateId(id.to_owned()));
         }
-        let info = AsyncTaskInfo::new(id, "agent", format!("goal {id}"), self.now);
+        let info = if queued {
+            AsyncTaskInfo::queued(id, "agent", format!("goal {id}"), self.now)
+        } else {
+            AsyncTaskInfo::new(id, "agent", format!("goal {id}"), self.now)
+        };
         self.tasks.push(RefTask {
             info: info.clone(),
             origin: origin.map(str::to_owned),
@@ -146,13 +182,14 @@ impl Model {
 
     /// The registry a restore from the journal builds: running tasks failed as
     /// interrupted now, ending after every other task (in registration order),
-    /// reservations gone, then the history pruned. No events.
+    /// queued tasks still queued, reservations gone, then the history pruned.
+    /// No events.
     fn restarted(&self) -> Model {
         let mut model = self.clone();
         let error = format!("{INTERRUPTED_ERROR} ({PROCESS}, killed or crashed)");
         let now = model.now;
         for task in &mut model.tasks {
-            if task.info.fail(error.clone(), now) {
+            if task.info.status == AsyncTaskStatus::Running && task.info.fail(error.clone(), now) {
                 model.finish_counter += 1;
                 task.finish = model.finish_counter;
             }
@@ -180,6 +217,7 @@ impl Model {
         self.finish_counter = counter;
         self.events.push(event);
         self.prune();
+        self.start_waiting();
         Answer::Changed(true)
     }
 
@@ -218,10 +256,15 @@ impl ReferenceStateMachine for RegistryModel {
     type Transition = Op;
 
     fn init_state() -> BoxedStrategy<Model> {
-        (max_async_tasks(), prop::bool::weighted(0.75))
-            .prop_map(|(max, journaled)| Model {
+        let max_queued = prop_oneof![
+            1 => Just(MaxQueuedTasks::NONE),
+            2 => (1i64..=4).prop_map(|v| MaxQueuedTasks::new(v).unwrap_or_default()),
+        ];
+        (max_async_tasks(), max_queued, prop::bool::weighted(0.75))
+            .prop_map(|(max, max_queued, journaled)| Model {
                 journaled,
                 max,
+                max_queued,
                 reservations: Vec::new(),
                 now: 1_000,
                 finish_counter: 0,
@@ -248,6 +291,7 @@ impl ReferenceStateMachine for RegistryModel {
                 3 => (1i64..=4).prop_map(|v| MaxAsyncTasks::new(v).unwrap_or_default()),
                 1 => max_async_tasks(),
             ].prop_map(Op::SetMax),
+            1 => (0i64..=4).prop_map(|v| Op::SetMaxQueued(MaxQueuedTasks::new(v).unwrap_or_default())),
             2 => prop_oneof![Just(0u64), 1u64..5_000].prop_map(Op::Advance),
         ];
         if state.journaled {
@@ -268,14 +312,21 @@ impl ReferenceStateMachine for RegistryModel {
             Op::Register(id, origin) => {
                 if state.tasks.iter().any(|t| t.info.id == *id) {
                     Answer::Refused(RegisterError::DuplicateId((*id).to_owned()))
-                } else if !state.admits() {
+                } else if state.admits() {
+                    state.register(id, *origin, false)
+                } else if state.max_queued.admits(state.queued()) {
+                    state.register(id, *origin, true)
+                } else if state.max_queued == MaxQueuedTasks::NONE {
                     Answer::Refused(RegisterError::LimitReached(
                         asynctask_manager::LimitReached {
                             max: state.max.get(),
                         },
                     ))
                 } else {
-                    state.register(id, *origin)
+                    Answer::Refused(RegisterError::QueueFull(asynctask_manager::QueueFull {
+                        max: state.max.get(),
+                        max_queued: state.max_queued.get(),
+                    }))
                 }
             }
             Op::Reserve => {
@@ -288,7 +339,10 @@ impl ReferenceStateMachine for RegistryModel {
             Op::DropReservation(index) => {
                 if !state.reservations.is_empty() {
                     let i = index.index(state.reservations.len());
-                    state.reservations[i] = false;
+                    if state.reservations[i] {
+                        state.reservations[i] = false;
+                        state.start_waiting();
+                    }
                 }
                 Answer::None
             }
@@ -299,7 +353,12 @@ impl ReferenceStateMachine for RegistryModel {
                     let i = index.index(state.reservations.len());
                     if state.reservations[i] {
                         state.reservations[i] = false;
-                        state.register(id, None)
+                        let registered = state.register(id, None, false);
+                        if !matches!(registered, Answer::Registered(_)) {
+                            // The spent reservation's slot is free again.
+                            state.start_waiting();
+                        }
+                        registered
                     } else {
                         Answer::None
                     }
@@ -321,6 +380,11 @@ impl ReferenceStateMachine for RegistryModel {
                 // governs new admissions, and check_invariants checks the rest.
                 state.max = *max;
                 state.prune();
+                state.start_waiting();
+                Answer::None
+            }
+            Op::SetMaxQueued(max_queued) => {
+                state.max_queued = *max_queued;
                 Answer::None
             }
             Op::Advance(ms) => {
@@ -329,6 +393,8 @@ impl ReferenceStateMachine for RegistryModel {
             }
             Op::Restart => {
                 state = state.restarted();
+                // The new process's host lets the queue start.
+                state.start_waiting();
                 Answer::None
             }
         };
@@ -387,6 +453,7 @@ impl StateMachineTest for ManagerTest {
             .expect("an empty restore"),
             None => AsyncTaskManager::with_clock(model.max, Arc::new(clock.clone())),
         };
+        manager.set_max_queued_tasks(model.max_queued);
         let events = Arc::new(Mutex::new(Vec::new()));
         let subscription = log_events(&manager, &events);
         System {
@@ -400,8 +467,10 @@ impl StateMachineTest for ManagerTest {
     }
 
     fn apply(mut sys: System, model: &Model, op: Op) -> System {
-        let input =
-            |id: &str| asynctask_manager::RegisterTaskInput::new(id, "agent", format!("goal {id}"));
+        let input = |id: &str| {
+            asynctask_manager::RegisterTaskInput::new(id, "agent", format!("goal {id}"))
+                .with_launch(format!("launch {id}"))
+        };
         let registered = |result: Result<TaskSnapshot, RegisterError>| match result {
             Ok(task) => Answer::Registered(task.to_info()),
             Err(err) => Answer::Refused(err),
@@ -447,14 +516,23 @@ impl StateMachineTest for ManagerTest {
                 sys.manager.set_max_async_tasks(max);
                 Answer::None
             }
+            Op::SetMaxQueued(max_queued) => {
+                sys.manager.set_max_queued_tasks(max_queued);
+                Answer::None
+            }
             Op::Advance(ms) => {
                 sys.clock.advance(ms);
                 Answer::None
             }
             Op::Restart => {
                 let replica = sys.replica.clone().expect("only journaled models restart");
-                // The old process is gone, and its reservations with it.
-                sys.reservations.iter_mut().for_each(|held| *held = None);
+                // The old process is gone, and its reservations with it. A
+                // process that dies runs no code: its reservations are not
+                // released (that would start its queued tasks and journal the
+                // starts), they vanish with it.
+                for held in sys.reservations.iter_mut() {
+                    std::mem::forget(held.take());
+                }
                 sys.manager = AsyncTaskManager::restore(
                     model.max,
                     Arc::new(sys.clock.clone()),
@@ -462,7 +540,10 @@ impl StateMachineTest for ManagerTest {
                     replica.tasks(),
                 )
                 .expect("the replica holds a registry");
+                sys.manager.set_max_queued_tasks(model.max_queued);
                 sys._subscription = log_events(&sys.manager, &sys.events);
+                // As a runtime does once it listens for starts.
+                sys.manager.start_queued();
                 Answer::None
             }
         };
@@ -477,10 +558,29 @@ impl StateMachineTest for ManagerTest {
         assert_eq!(manager.tasks(), all);
         let running: Vec<AsyncTaskInfo> = all
             .iter()
-            .filter(|t| !t.status.is_terminal())
+            .filter(|t| t.status == AsyncTaskStatus::Running)
             .cloned()
             .collect();
         assert_eq!(manager.running_tasks(), running);
+        let queued: Vec<AsyncTaskInfo> = all
+            .iter()
+            .filter(|t| t.status == AsyncTaskStatus::Queued)
+            .cloned()
+            .collect();
+        assert_eq!(manager.queued_tasks(), queued);
+        for (at, task) in queued.iter().enumerate() {
+            assert_eq!(manager.queue_position(&task.id), Some(at + 1));
+        }
+        for task in model.tasks.iter() {
+            let launch = manager
+                .task(&task.info.id)
+                .and_then(|t| t.launch().map(str::to_owned));
+            assert_eq!(
+                launch,
+                Some(format!("launch {}", task.info.id)),
+                "the launch is kept"
+            );
+        }
         let pending: Vec<AsyncTaskInfo> = all
             .iter()
             .filter(|t| t.is_pending_notification())
@@ -492,6 +592,7 @@ impl StateMachineTest for ManagerTest {
         assert_eq!(
             manager.counts(),
             TaskCounts {
+                queued: queued.len(),
                 running: running.len(),
                 completed: count(AsyncTaskStatus::Completed),
                 failed: count(AsyncTaskStatus::Failed),
@@ -501,6 +602,7 @@ impl StateMachineTest for ManagerTest {
             }
         );
         assert_eq!(manager.max_async_tasks(), model.max);
+        assert_eq!(manager.max_queued_tasks(), model.max_queued);
         assert_eq!(manager.can_launch_async().is_ok(), model.admits());
         for id in IDS {
             assert_eq!(

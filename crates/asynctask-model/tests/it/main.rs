@@ -11,7 +11,7 @@ use proptest::prelude::*;
 /// The invariants every reachable task obeys.
 fn assert_well_formed(task: &AsyncTaskInfo) {
     match task.status {
-        AsyncTaskStatus::Running => {
+        AsyncTaskStatus::Queued | AsyncTaskStatus::Running => {
             assert_eq!(
                 (
                     task.completed_at,
@@ -21,6 +21,12 @@ fn assert_well_formed(task: &AsyncTaskInfo) {
                 ),
                 (None, None, &None, &None)
             );
+            assert_eq!(
+                task.started_at.is_some(),
+                task.status == AsyncTaskStatus::Running,
+                "a running task started, a queued one did not"
+            );
+            assert!(task.started_at.is_none_or(|at| at >= task.launched_at));
         }
         status => {
             let completed_at = task.completed_at.expect("terminal task has completed_at");
@@ -55,6 +61,11 @@ proptest! {
             }
             if !matches!(step, Transition::MarkNotified) && before.status.is_terminal() {
                 prop_assert!(!changed, "a terminal transition on a terminal task is refused");
+            }
+            if before.status == AsyncTaskStatus::Queued
+                && matches!(step, Transition::Complete(_) | Transition::Fail(_))
+            {
+                prop_assert!(!changed, "a task that never ran cannot complete or fail");
             }
         }
     }

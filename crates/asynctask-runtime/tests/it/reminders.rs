@@ -1,7 +1,7 @@
 //! Reminder texts and settings.
 
 use asynctask_manager::RegisterTaskInput;
-use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks, OutputObject, TerminateReason};
 use asynctask_runtime::{AsyncTaskReminderService, AsyncTaskRuntime, SettingError};
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -47,6 +47,41 @@ fn reminder_text_and_ids() {
         ["7b2e0d44-1c9a", "c91d5e8f-3a7b", "e4a8b7c2-9d1f"]
     );
     insta::assert_snapshot!("reminder", reminder.text);
+}
+
+#[test]
+fn queued_tasks_are_tagged_and_counted_apart_from_running_ones() {
+    let manager = fixture();
+    manager.set_max_async_tasks(MaxAsyncTasks::new(1).unwrap());
+    manager.set_max_queued_tasks(MaxQueuedTasks::new(5).unwrap());
+    for id in ["5a5a5a5a-q1", "5b5b5b5b-q2"] {
+        manager
+            .register_task(RegisterTaskInput::new(id, "writer", "goal"))
+            .unwrap();
+    }
+    let service = AsyncTaskReminderService::new(manager.clone());
+    insta::assert_snapshot!("status_summary_queued", service.status_summary());
+    let reminder = service.reminder().unwrap();
+    assert!(
+        reminder
+            .text
+            .ends_with("\n\n1 async task(s) still running, 2 queued.\n---"),
+        "{}",
+        reminder.text
+    );
+    manager.hold_queued();
+    manager.cancel_task("0f3a9c21-5b7e");
+    manager.mark_all_notified(
+        &manager
+            .pending_notifications()
+            .iter()
+            .map(|t| t.id().to_owned())
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(
+        service.reminder().unwrap().text,
+        "---\nSystem Note: Async Task Status\n\n2 async task(s) queued.\n---"
+    );
 }
 
 #[test]
@@ -182,8 +217,33 @@ async fn settings_apply_or_are_refused_with_the_user_message() {
             .set_setting("max", json!(1))
             .unwrap_err()
             .to_string(),
-        "unknown setting 'max': expected task-max-async or todo-continuation"
+        "unknown setting 'max': expected task-max-async, task-max-queued or todo-continuation"
     );
+    assert_eq!(
+        runtime.manager().max_queued_tasks().get(),
+        0,
+        "no queue by default"
+    );
+    runtime.set_setting("task-max-queued", json!(20)).unwrap();
+    assert_eq!(runtime.manager().max_queued_tasks().get(), 20);
+    runtime.set_setting("task-max-queued", json!("0")).unwrap();
+    assert_eq!(runtime.manager().max_queued_tasks().get(), 0);
+    let rule = "task-max-queued must be an integer between 0 and 1000";
+    for (bad, given) in [
+        (json!(-1), ", not -1"),
+        (json!(1001), ", not 1001"),
+        (json!(1.5), "; the value given is not an integer"),
+        (json!([]), "; the value given is not an integer"),
+    ] {
+        assert_eq!(
+            runtime
+                .set_setting("task-max-queued", bad.clone())
+                .unwrap_err()
+                .to_string(),
+            format!("{rule}{given}"),
+            "{bad}"
+        );
+    }
 }
 
 #[tokio::test]

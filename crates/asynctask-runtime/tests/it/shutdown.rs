@@ -148,3 +148,34 @@ async fn shutdown_cancels_a_synchronous_run_and_refuses_new_ones() {
     );
     assert!(runtime.manager().tasks().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_in_memory_cancels_queued_tasks_and_starts_none() {
+    use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
+    let runner = Arc::new(Forever {
+        stopped: AtomicUsize::new(0),
+    });
+    let runtime = AsyncTaskRuntime::builder()
+        .max_async_tasks(MaxAsyncTasks::new(1).unwrap())
+        .max_queued_tasks(MaxQueuedTasks::new(3).unwrap())
+        .runner(Arc::clone(&runner) as Arc<dyn SubagentRunner>)
+        .build();
+    let running = launch(&runtime, "polite").await;
+    let queued = [
+        launch(&runtime, "polite").await,
+        launch(&runtime, "polite").await,
+    ];
+    assert_eq!(runtime.manager().counts().queued, 2);
+    runtime.shutdown().await;
+    let status = |id: &str| runtime.manager().task(id).map(|task| task.status());
+    assert_eq!(status(&running), Some(AsyncTaskStatus::Cancelled));
+    for id in &queued {
+        assert_eq!(status(id), Some(AsyncTaskStatus::Cancelled), "{id}");
+        assert_eq!(runtime.manager().task(id).unwrap().started_at(), None);
+    }
+    assert_eq!(
+        runner.stopped.load(Ordering::SeqCst),
+        1,
+        "only the running subagent ran"
+    );
+}

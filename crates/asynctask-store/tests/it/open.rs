@@ -4,6 +4,7 @@
 use std::error::Error;
 use std::path::Path;
 
+use asynctask_model::AsyncTaskStatus;
 use asynctask_store::{SCHEMA_VERSION, Store, StoreError};
 use pretty_assertions::assert_eq;
 
@@ -145,6 +146,130 @@ fn a_store_written_by_a_newer_schema_is_refused_untouched() {
         .pragma_query_value(None, "journal_mode", |row| row.get(0))
         .unwrap();
     assert_eq!(mode, "delete", "not even its journal mode was changed");
+}
+
+/// The version 1 schema, as stores written before queued tasks hold it.
+const SCHEMA_V1: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
+CREATE TABLE tasks (
+    seq              INTEGER PRIMARY KEY,
+    id               TEXT NOT NULL UNIQUE CHECK (id <> ''),
+    subagent_name    TEXT NOT NULL,
+    goal_prompt      TEXT NOT NULL,
+    origin           TEXT,
+    pid              INTEGER NOT NULL,
+    status           TEXT NOT NULL
+                     CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
+    launched_at      INTEGER NOT NULL,
+    completed_at     INTEGER,
+    finish_order     INTEGER NOT NULL DEFAULT 0,
+    notified_at      INTEGER,
+    terminate_reason TEXT,
+    emitted_vars     TEXT,
+    final_message    TEXT,
+    error            TEXT,
+    CHECK ((status = 'running') = (completed_at IS NULL)),
+    CHECK (status <> 'running' OR notified_at IS NULL),
+    CHECK ((status = 'completed') = (terminate_reason IS NOT NULL AND emitted_vars IS NOT NULL)),
+    CHECK (status = 'completed' OR final_message IS NULL),
+    CHECK ((status = 'failed') = (error IS NOT NULL))
+) STRICT;
+INSERT INTO meta VALUES ('created_by', 'asynctask-store 0.1.0');
+INSERT INTO tasks (id, subagent_name, goal_prompt, origin, pid, status, launched_at,
+                   completed_at, finish_order, notified_at, terminate_reason, emitted_vars,
+                   final_message, error)
+VALUES ('done', 'researcher', 'map it', 'alice', 1, 'completed', 1000, 4000, 1, 5000,
+        'GOAL', '{\"summary\":\"ok\"}', 'all mapped', NULL),
+       ('broke', 'tester', 'test it', NULL, 1, 'failed', 2000, 6000, 2, NULL,
+        NULL, NULL, NULL, 'boom'),
+       ('going', 'writer', 'write it', NULL, 1, 'running', 3000, NULL, 0, NULL,
+        NULL, NULL, NULL, NULL);
+PRAGMA user_version = 1;
+";
+
+#[test]
+fn a_version_1_store_is_migrated_keeping_every_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection.execute_batch(SCHEMA_V1).unwrap();
+    drop(connection);
+
+    let (store, restored) = Store::open(&path).unwrap();
+    let seen: Vec<_> = restored
+        .iter()
+        .map(|task| {
+            (
+                task.info.id.as_str(),
+                task.info.status,
+                task.info.started_at,
+                task.info.completed_at,
+                task.info.notified_at,
+                task.origin.as_deref(),
+                task.launch.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "done",
+                AsyncTaskStatus::Completed,
+                Some(1000),
+                Some(4000),
+                Some(5000),
+                Some("alice"),
+                None
+            ),
+            (
+                "broke",
+                AsyncTaskStatus::Failed,
+                Some(2000),
+                Some(6000),
+                None,
+                None,
+                None
+            ),
+            (
+                "going",
+                AsyncTaskStatus::Running,
+                Some(3000),
+                None,
+                None,
+                None,
+                None
+            ),
+        ],
+        "a task that ran before the queue existed started when it was launched"
+    );
+    let output = restored[0]
+        .info
+        .output
+        .as_ref()
+        .expect("the completed output");
+    assert_eq!(output.emitted_vars["summary"], "ok");
+    assert_eq!(restored[1].info.error.as_deref(), Some("boom"));
+    drop(store);
+
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    // The new checks hold: a queued row without a start is accepted now.
+    connection
+        .execute(
+            "INSERT INTO tasks (id, subagent_name, goal_prompt, pid, status, launched_at) \
+             VALUES ('waits', 'writer', 'later', 1, 'queued', 7000)",
+            [],
+        )
+        .unwrap();
+    drop(connection);
+    let (_store, reopened) = Store::open(&path).unwrap();
+    assert_eq!(reopened.len(), 4, "opened again without another migration");
+    assert_eq!(reopened[3].info.status, AsyncTaskStatus::Queued);
+    assert_eq!(reopened[3].info.started_at, None);
 }
 
 fn assert_corrupt(path: &Path) {

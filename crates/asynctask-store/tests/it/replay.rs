@@ -11,7 +11,7 @@ use asynctask_manager::{
     check_invariants,
 };
 use asynctask_model::arbitrary::{max_async_tasks, output_object, text};
-use asynctask_model::{AsyncTaskInfo, ManualClock, MaxAsyncTasks, OutputObject};
+use asynctask_model::{AsyncTaskInfo, ManualClock, MaxAsyncTasks, MaxQueuedTasks, OutputObject};
 use asynctask_store::{Durability, Store};
 use proptest::prelude::*;
 
@@ -26,6 +26,7 @@ enum Op {
     Cancel(&'static str),
     Mark(&'static str),
     SetMax(MaxAsyncTasks),
+    SetMaxQueued(MaxQueuedTasks),
     Advance(u64),
 }
 
@@ -38,24 +39,31 @@ fn op() -> impl Strategy<Value = Op> {
         1 => id().prop_map(Op::Cancel),
         4 => id().prop_map(Op::Mark),
         1 => max_async_tasks().prop_map(Op::SetMax),
+        1 => (0i64..4).prop_map(|n| Op::SetMaxQueued(MaxQueuedTasks::new(n).expect("in range"))),
         2 => prop_oneof![Just(0u64), 1u64..10_000, Just(u64::MAX / 2)].prop_map(Op::Advance),
     ]
 }
 
 /// What the manager holds, as a store should hold it.
-fn held(manager: &AsyncTaskManager) -> Vec<(AsyncTaskInfo, Option<String>)> {
+type Held = (AsyncTaskInfo, Option<String>, Option<String>);
+
+fn held(manager: &AsyncTaskManager) -> Vec<Held> {
     manager
         .tasks()
         .into_iter()
         .map(|task| {
             let origin = task.origin().map(str::to_owned);
-            (task.to_info(), origin)
+            let launch = task.launch().map(str::to_owned);
+            (task.to_info(), origin, launch)
         })
         .collect()
 }
 
-fn stored(tasks: Vec<StoredTask>) -> Vec<(AsyncTaskInfo, Option<String>)> {
-    tasks.into_iter().map(|t| (t.info, t.origin)).collect()
+fn stored(tasks: Vec<StoredTask>) -> Vec<Held> {
+    tasks
+        .into_iter()
+        .map(|t| (t.info, t.origin, t.launch))
+        .collect()
 }
 
 /// A journal that keeps nothing.
@@ -89,7 +97,8 @@ proptest! {
         for op in ops {
             match op {
                 Op::Register(id, origin, goal) => {
-                    let input = RegisterTaskInput::new(id, "researcher", goal);
+                    let input = RegisterTaskInput::new(id, "researcher", goal.clone())
+                        .with_launch(format!("{{\"goal\":{goal:?}}}"));
                     let input = match origin {
                         Some(origin) => input.with_origin(origin),
                         None => input,
@@ -101,6 +110,7 @@ proptest! {
                 Op::Cancel(id) => { manager.cancel_task(id); }
                 Op::Mark(id) => { manager.mark_notified(id); }
                 Op::SetMax(max) => manager.set_max_async_tasks(max),
+                Op::SetMaxQueued(max) => manager.set_max_queued_tasks(max),
                 Op::Advance(ms) => clock.advance(ms),
             }
             check_invariants(&manager).expect("invariants hold");

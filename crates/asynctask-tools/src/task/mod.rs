@@ -5,6 +5,7 @@
 //! [`supervise`], and the texts the model reads in `crate::render`.
 
 mod runner;
+mod starts;
 mod supervise;
 
 use std::collections::VecDeque;
@@ -17,7 +18,7 @@ use asynctask_manager::{
     AsyncTaskManager, Inbox, InboxSender, RegisterError, RegisterTaskInput, Subscription,
     TaskProgress,
 };
-use asynctask_model::AsyncTaskInfo;
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,7 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::Instrument;
 
 pub use self::runner::{SubagentError, SubagentRequest, SubagentRunner};
+use self::starts::Starter;
 use self::supervise::{Background, Outcome, Run, TimeoutText, far_future};
 use crate::catalog::SubagentInfo;
 use crate::context::CallContext;
@@ -148,6 +150,10 @@ pub struct TaskTool {
     _forget_pruned: Subscription,
     /// The tasks done with whose files the runner still keeps.
     kept: Arc<KeptFiles>,
+    /// Runs queued tasks when the manager starts them: installed before the
+    /// first launch (and by the runtime before it lets restored queued tasks
+    /// start), once the tool's configuration is final.
+    starts: std::sync::OnceLock<(Arc<Starter>, Subscription)>,
 }
 
 /// How many tasks done with keep what their runner keeps for them (the process
@@ -247,7 +253,38 @@ impl TaskTool {
             shutdown: CancellationToken::new(),
             _forget_pruned: forget_pruned,
             kept,
+            starts: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Makes this tool run the queued tasks the manager starts (a task
+    /// launched past the running limit, queued, starts when a slot frees: the
+    /// tool starts its subagent then, with what it was launched with).
+    /// Idempotent; done before the first launch by itself. A host that
+    /// restores a registry calls it before
+    /// [`AsyncTaskManager::start_queued`], so that no restored queued task
+    /// starts with nobody to run it (`AsyncTaskRuntime` does).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime: the queued tasks' runs are spawned on it.
+    pub fn run_queued_tasks(&self) {
+        self.starter();
+    }
+
+    fn starter(&self) -> &Arc<Starter> {
+        let (starter, _) = self.starts.get_or_init(|| {
+            let starter = Arc::new(Starter::new(
+                &self.manager,
+                Arc::clone(&self.runner),
+                self.timeouts,
+                self.tracker.clone(),
+                self.shutdown.clone(),
+            ));
+            let subscription = Starter::listen(&starter, &self.manager);
+            (starter, subscription)
+        });
+        starter
     }
 
     /// Turns a synchronous run that is still going after `after` into a
@@ -589,7 +626,14 @@ impl TaskTool {
             .with_cancellation(run.token().clone())
             .with_progress(progress.clone());
         let input = with_call_origin(with_inbox(input, inbox));
-        if let Err(err) = self.manager.register_task(input) {
+        // Through a reservation: the run is going already, so it takes a
+        // running slot or none (never a place in the queue).
+        let registered = self
+            .manager
+            .reserve()
+            .map_err(RegisterError::LimitReached)
+            .and_then(|reservation| reservation.register(input));
+        if let Err(err) = registered {
             tracing::debug!(task_id = %id, subagent = %name, reason = %err, "cannot detach the synchronous run yet; still waiting");
             return Err(run);
         }
@@ -615,60 +659,67 @@ impl TaskTool {
         ))
     }
 
-    /// Registers the task under the limit and starts it in the background.
+    /// Registers the task under the limit and starts it in the background —
+    /// or, past the limit with room in the queue, queues it: it starts when a
+    /// slot frees.
     fn launch(&self, request: SubagentRequest, inbox: Option<InboxSender>) -> ToolResult {
         let id = request.task_id.clone();
         let name = request.subagent_name.clone();
+        let starter = Arc::clone(self.starter());
         // A fresh token, not a child of the call's: a background task outlives the
         // request that launched it.
         let token = CancellationToken::new();
+        // What a queued task starts with, kept with it (and journaled): it
+        // survives a restart.
+        let launch = serde_json::to_string(&request).unwrap_or_default();
         let input = RegisterTaskInput::new(id.clone(), name.clone(), request.goal_prompt.clone())
             .with_cancellation(token.clone())
-            .with_progress(request.progress.clone());
+            .with_progress(request.progress.clone())
+            .with_launch(launch);
         let input = with_call_origin(with_inbox(input, inbox));
-        match self.manager.register_task(input) {
-            Ok(_) => {}
+        // Kept before the registration: a queued task may start before the
+        // registration even returns (another task ends meanwhile), and its
+        // start takes the request from here.
+        starter.keep(request);
+        let refusal = match self.manager.register_task(input) {
+            Ok(task) if task.status() == AsyncTaskStatus::Queued => {
+                self.cancel_if_shutting_down(&id);
+                // `None`: it started already (a slot freed meanwhile).
+                if let Some(position) = self.manager.queue_position(&id) {
+                    let max = self.manager.max_async_tasks().get();
+                    return ToolResult::success(
+                        render::queued(&name, &id, position, max),
+                        format!("Async task queued: **{name}** (`{id}`), position {position}"),
+                        json!({ "agentId": id, "async": true, "status": "queued", "queuePosition": position }),
+                    );
+                }
+                return Self::launched(&name, &id);
+            }
+            Ok(_) => {
+                if let Some(request) = starter.take(&id) {
+                    self.cancel_if_shutting_down(&id);
+                    let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
+                    starter.spawn(request, token, span);
+                }
+                return Self::launched(&name, &id);
+            }
+            Err(RegisterError::QueueFull(full)) => {
+                (full.to_string(), render::queue_full_refusal(full))
+            }
             Err(RegisterError::LimitReached(limit)) => {
-                let text = render::limit_refusal(limit);
-                return ToolResult::failure(
-                    ToolErrorType::ExecutionFailed,
-                    limit.to_string(),
-                    text.clone(),
-                    text,
-                );
+                (limit.to_string(), render::limit_refusal(limit))
             }
-            Err(err) => {
-                let message = err.to_string();
-                return ToolResult::failure(
-                    ToolErrorType::ExecutionFailed,
-                    message.clone(),
-                    message.clone(),
-                    message,
-                );
-            }
-        }
-        self.cancel_if_shutting_down(&id);
-        let span = tracing::info_span!("async_task", task_id = %id, subagent = %name);
-        let timeout = request.timeout;
-        let timed_out = TimeoutText {
-            message: self.timeout_message(&name, timeout),
-            progress: request.progress.clone(),
+            Err(err) => (err.to_string(), err.to_string()),
         };
-        let deadline = Instant::now()
-            .checked_add(timeout)
-            .unwrap_or_else(far_future);
-        let run = span.in_scope(|| {
-            Run::start(
-                Arc::clone(&self.runner),
-                request,
-                token,
-                self.tracker.clone(),
-            )
-        });
-        let background = Background::new(&self.manager, &id, run, timeout, deadline, timed_out);
-        self.tracker.spawn(background.run().instrument(span));
+        drop(starter.take(&id));
+        let (message, text) = refusal;
+        ToolResult::failure(ToolErrorType::ExecutionFailed, message, text.clone(), text)
+    }
+
+    /// The answer to a launch whose task runs.
+    fn launched(name: &str, id: &str) -> ToolResult {
         ToolResult::success(
-            render::launched(&name, &id),
+            render::launched(name, id),
             format!("Async task started: **{name}** (`{id}`)"),
             json!({ "agentId": id, "async": true, "status": "running" }),
         )

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use asynctask_manager::{AsyncTaskManager, RegisterTaskInput, TaskProgress};
-use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_model::{ManualClock, MaxAsyncTasks, MaxQueuedTasks, OutputObject, TerminateReason};
 use asynctask_tools::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, Tool, ToolErrorType, ToolResult};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -87,6 +87,36 @@ async fn list_mode_texts() {
     ] {
         assert_eq!(call(&tool, params).await, result);
     }
+}
+
+#[tokio::test]
+async fn queued_tasks_are_counted_listed_and_peeked_with_their_place() {
+    let (manager, clock) = fixture();
+    manager.set_max_async_tasks(MaxAsyncTasks::new(1).unwrap());
+    manager.set_max_queued_tasks(MaxQueuedTasks::new(3).unwrap());
+    for id in ["5a5a5a5a-queued-1", "5b5b5b5b-queued-2"] {
+        manager
+            .register_task(RegisterTaskInput::new(id, "writer", "Draft the changelog"))
+            .unwrap();
+        clock.advance(20_000);
+    }
+    let tool = CheckAsyncTasksTool::new(manager.clone());
+    let list = call(&tool, json!({})).await;
+    insta::assert_snapshot!("list_with_queue", redacted(&list, &[]));
+    assert_eq!(list.metadata["queued"], 2);
+    let peeked = call(&tool, json!({"task_id": "5b5b"})).await;
+    insta::assert_snapshot!("peek_queued", redacted(&peeked, &[]));
+    assert_eq!(peeked.metadata["queuePosition"], 2);
+
+    // The running task ends: the first queued starts, and its peek says when.
+    clock.advance(5_000);
+    manager.cancel_task("0f3a9c21-5b7e-4c1d-9a2f-6e8d0b4c7a11");
+    clock.advance(1_000);
+    let peeked = call(&tool, json!({"task_id": "5a5a"})).await;
+    assert_eq!(peeked.metadata["status"], "running");
+    assert_eq!(peeked.metadata.get("queuePosition"), None);
+    assert_eq!(peeked.metadata["startedAt"], "2026-09-21T14:16:35.000Z");
+    assert_eq!(peeked.metadata["duration"], "1s", "counted from its start");
 }
 
 #[tokio::test]

@@ -144,3 +144,35 @@ fn completions_are_running_ids_matched_case_insensitively() {
     );
     assert_eq!(complete_task_ids(&manager, "").len(), 2);
 }
+
+#[test]
+fn queued_tasks_are_listed_ended_and_completed() {
+    let (manager, clock) = fixture();
+    manager.set_max_async_tasks(asynctask_model::MaxAsyncTasks::new(1).unwrap());
+    manager.set_max_queued_tasks(asynctask_model::MaxQueuedTasks::new(3).unwrap());
+    for id in ["5a5a5a5a-queued-1", "5b5b5b5b-queued-2"] {
+        let task = manager
+            .register_task(RegisterTaskInput::new(id, "writer", "Draft the changelog"))
+            .unwrap();
+        assert_eq!(task.status(), AsyncTaskStatus::Queued);
+        clock.advance(20_000);
+    }
+    let (_, text) = run(&manager, "/tasks list");
+    insta::assert_snapshot!("tasks_list_queued", text);
+    assert_eq!(
+        complete_task_ids(&manager, "5"),
+        ["5a5a5a5a-queued-1", "5b5b5b5b-queued-2"],
+        "queued tasks can be ended, so they are offered"
+    );
+    assert_eq!(
+        run(&manager, "/task end 5b5b"),
+        (
+            CommandOutputKind::Info,
+            "Cancelled task: 5b5b5b5b-queued-2".into()
+        )
+    );
+    assert_eq!(
+        manager.task("5b5b5b5b-queued-2").map(|task| task.status()),
+        Some(AsyncTaskStatus::Cancelled)
+    );
+}
