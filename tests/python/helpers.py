@@ -46,15 +46,18 @@ def binary() -> Path:
 
 
 @asynccontextmanager
-async def connect(mode: str, tmp_path: Path, *extra_args: str) -> AsyncIterator[Client]:
-    """A connected client of a fresh server; the server's stderr is printed afterwards
+async def connect(
+    mode: str, tmp_path: Path, *extra_args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[Client]:
+    """A connected client of a fresh server (with `env` added to its environment); the
+    server's stderr is printed afterwards
     (pytest shows it when the test fails). On a clean exit it also checks that the
     server ended by itself once its stdin closed (on EOF it cancels everything, waits
     for the processes and exits), without a panic."""
     params = StdioServerParameters(
         command=str(binary()),
         args=["mcp", "--config", str(CONFIG), *extra_args],
-        env={"ASYNCTASK_TEST_DIR": str(tmp_path)},  # where `slow` leaves its pid
+        env={"ASYNCTASK_TEST_DIR": str(tmp_path), **(env or {})},  # where `slow` leaves its pid
         cwd=str(REPO),
     )
     log = tmp_path / "server-stderr.log"

@@ -36,6 +36,7 @@ SUBAGENTS = [
     "badvars",
     "big",
     "chatty",
+    "depth",
     "fails",
     "listener",
     "orphans",

@@ -139,6 +139,15 @@ struct ServeArgs {
     /// 0..=1000 (default 20; 0 refuses them).
     #[arg(long, value_name = "N")]
     max_queued_tasks: Option<MaxQueuedTasks>,
+    /// How many subagents one session may launch in all: -1 (no cap) or
+    /// 1..=1000000 (default 200).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = launch_cap)]
+    max_launches_per_session: Option<LaunchCap>,
+    /// How deep subagents may nest, 1..=16 (default 2): a subagent whose
+    /// client starts `asynctask mcp` launches one level deeper
+    /// ($ASYNCTASK_DEPTH).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
+    max_depth: Option<u32>,
     /// A durable supervisor exits after this many seconds (at least 1) with no
     /// session connected and no task running.
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = idle_exit_secs)]
@@ -169,6 +178,12 @@ impl ServeArgs {
         if let Some(max) = self.max_queued_tasks {
             options.max_queued_tasks = max;
         }
+        if let Some(LaunchCap(max)) = self.max_launches_per_session {
+            options.max_launches_per_session = max;
+        }
+        if let Some(max) = self.max_depth {
+            options.max_depth = max;
+        }
         options
     }
 }
@@ -188,6 +203,26 @@ enum IdleExitError {
     Zero,
     #[error("not a whole number of seconds")]
     NotANumber(#[source] std::num::ParseIntError),
+}
+
+/// A `--max-launches-per-session` value: `None` for no cap.
+#[derive(Debug, Clone, Copy)]
+struct LaunchCap(Option<u32>);
+
+/// Why a `--max-launches-per-session` value is refused.
+#[derive(Debug, thiserror::Error)]
+#[error("must be -1 (no cap) or an integer between 1 and 1000000")]
+struct InvalidLaunchCap;
+
+/// `--max-launches-per-session`: -1, or 1..=1,000,000.
+fn launch_cap(value: &str) -> Result<LaunchCap, InvalidLaunchCap> {
+    match value.trim().parse::<i64>() {
+        Ok(-1) => Ok(LaunchCap(None)),
+        Ok(max @ 1..=1_000_000) => u32::try_from(max)
+            .map(|max| LaunchCap(Some(max)))
+            .map_err(|_| InvalidLaunchCap),
+        _ => Err(InvalidLaunchCap),
+    }
 }
 
 /// `--idle-exit`: a whole number of seconds, at least 1.
@@ -399,7 +434,16 @@ fn start_supervisor(options: &ServeOptions) -> std::io::Result<std::process::Chi
         .arg("--max-async-tasks")
         .arg(options.max_async_tasks.get().to_string())
         .arg("--max-queued-tasks")
-        .arg(options.max_queued_tasks.get().to_string());
+        .arg(options.max_queued_tasks.get().to_string())
+        .arg("--max-launches-per-session")
+        .arg(
+            options
+                .max_launches_per_session
+                .map_or(-1, i64::from)
+                .to_string(),
+        )
+        .arg("--max-depth")
+        .arg(options.max_depth.to_string());
     if let Some(chars) = options.inline_budget {
         command.arg("--inline-budget").arg(chars.to_string());
     }

@@ -14,7 +14,7 @@ use asynctask_store::{Store, StoreError};
 use asynctask_supervisor::{
     StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask, relay_stdio,
 };
-use asynctask_tools::SyncDetach;
+use asynctask_tools::{Nesting, SyncDetach};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
@@ -32,6 +32,10 @@ pub struct ServeOptions {
     pub max_async_tasks: MaxAsyncTasks,
     /// How many launches past the running limit wait in a queue.
     pub max_queued_tasks: MaxQueuedTasks,
+    /// How many subagents one session may launch in all (`None`: no cap).
+    pub max_launches_per_session: Option<u32>,
+    /// How deep subagents may nest.
+    pub max_depth: u32,
     /// Where a durable supervisor keeps its state (default: `.asynctask/` beside
     /// the config).
     pub state_dir: Option<PathBuf>,
@@ -51,6 +55,8 @@ impl ServeOptions {
             sync_detach_after: McpServerOptions::default().sync_detach_after,
             max_async_tasks: MaxAsyncTasks::default(),
             max_queued_tasks: McpServerOptions::DEFAULT_MAX_QUEUED_TASKS,
+            max_launches_per_session: Some(McpServerOptions::DEFAULT_MAX_LAUNCHES),
+            max_depth: McpServerOptions::DEFAULT_MAX_DEPTH,
             state_dir: None,
             idle_exit: SupervisorOptions::default().idle_exit,
             inline_budget: None,
@@ -73,6 +79,10 @@ impl ServeOptions {
             .with_sync_detach_after(self.sync_detach_after)
             .with_max_async_tasks(self.max_async_tasks)
             .with_max_queued_tasks(self.max_queued_tasks)
+            .with_max_launches_per_session(self.max_launches_per_session)
+            // The depth this process runs at: a client inside one of our
+            // subagents started it.
+            .with_nesting(Nesting::from_env().with_max_depth(Some(self.max_depth)))
     }
 }
 

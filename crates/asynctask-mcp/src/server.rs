@@ -10,8 +10,8 @@ use asynctask_manager::{AsyncTaskManager, Subscription, TaskEvent, TaskProgress}
 use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{
-    CallContext, SubagentRunner, SyncDetach, TodoPauseTool, Tool, ToolResult, id_prefix,
-    truncate_chars, with_call_context,
+    CallContext, LaunchBudget, Nesting, SubagentRunner, SyncDetach, TodoPauseTool, Tool,
+    ToolResult, id_prefix, truncate_chars, with_call_context,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -70,6 +70,15 @@ pub struct McpServerOptions {
     /// (default [`DEFAULT_MAX_QUEUED_TASKS`](Self::DEFAULT_MAX_QUEUED_TASKS));
     /// past it a launch is refused.
     pub max_queued_tasks: MaxQueuedTasks,
+    /// How many subagents one session may launch in all, synchronous or in
+    /// the background (default [`DEFAULT_MAX_LAUNCHES`](Self::DEFAULT_MAX_LAUNCHES);
+    /// `None`: no cap).
+    pub max_launches_per_session: Option<u32>,
+    /// Where the server's client stands among nested subagents (read from
+    /// [`DEPTH_ENV`](asynctask_tools::DEPTH_ENV) by `asynctask mcp`), and how
+    /// deep subagents may nest (default cap
+    /// [`DEFAULT_MAX_DEPTH`](Self::DEFAULT_MAX_DEPTH)).
+    pub nesting: Nesting,
     /// How often a long tool call reports progress to a client that asked for it
     /// (default 5 s; anything under [`MIN_PROGRESS_INTERVAL`] is raised to it).
     pub progress_interval: Duration,
@@ -81,6 +90,8 @@ impl Default for McpServerOptions {
             sync_detach_after: Duration::from_secs(50),
             max_async_tasks: MaxAsyncTasks::default(),
             max_queued_tasks: McpServerOptions::DEFAULT_MAX_QUEUED_TASKS,
+            max_launches_per_session: Some(McpServerOptions::DEFAULT_MAX_LAUNCHES),
+            nesting: Nesting::top().with_max_depth(Some(McpServerOptions::DEFAULT_MAX_DEPTH)),
             progress_interval: Duration::from_secs(5),
         }
     }
@@ -115,6 +126,29 @@ impl McpServerOptions {
     #[must_use]
     pub fn with_max_async_tasks(mut self, max: MaxAsyncTasks) -> Self {
         self.max_async_tasks = max;
+        self
+    }
+
+    /// One session's launches by default: 200, room for a long working
+    /// session, not for a loop that launches without end.
+    pub const DEFAULT_MAX_LAUNCHES: u32 = 200;
+
+    /// How deep subagents may nest by default: 2, so a subagent may delegate
+    /// once more (each level multiplies what runs at once by up to
+    /// `--max-async-tasks`).
+    pub const DEFAULT_MAX_DEPTH: u32 = 2;
+
+    /// Replaces [`max_launches_per_session`](Self::max_launches_per_session).
+    #[must_use]
+    pub fn with_max_launches_per_session(mut self, max: Option<u32>) -> Self {
+        self.max_launches_per_session = max;
+        self
+    }
+
+    /// Replaces [`nesting`](Self::nesting).
+    #[must_use]
+    pub fn with_nesting(mut self, nesting: Nesting) -> Self {
+        self.nesting = nesting;
         self
     }
 
@@ -212,6 +246,10 @@ pub struct AsyncTaskMcpServer {
     gate: ReminderGate,
     /// The session this server serves, when several share the runtime.
     session: Option<Arc<Session>>,
+    /// The launches of the one session a server of its own serves.
+    launches: Option<LaunchBudget>,
+    /// Where the client of a server of its own stands among nested subagents.
+    nesting: Option<Nesting>,
     progress_interval: Duration,
     /// The parent of every call's cancellation token: cancelled when the client
     /// goes away (end of input) or a termination signal arrives.
@@ -273,6 +311,8 @@ impl AsyncTaskMcpServer {
             definitions,
             gate,
             session,
+            launches: None,
+            nesting: None,
             progress_interval: McpServerOptions::default().progress_interval,
             calls: CancellationToken::new(),
         })
@@ -283,6 +323,23 @@ impl AsyncTaskMcpServer {
     #[must_use]
     pub fn with_progress_interval(mut self, interval: Duration) -> Self {
         self.progress_interval = interval.max(MIN_PROGRESS_INTERVAL);
+        self
+    }
+
+    /// Caps the subagents the client may launch in all (see
+    /// [`LaunchBudget`]); a [session's](Self::for_session) own budget comes
+    /// with it.
+    #[must_use]
+    pub fn with_launch_budget(mut self, budget: LaunchBudget) -> Self {
+        self.launches = Some(budget);
+        self
+    }
+
+    /// Says where the client stands among nested subagents, and the cap (see
+    /// [`Nesting`]); a [session](Self::for_session) brings its own.
+    #[must_use]
+    pub fn with_nesting(mut self, nesting: Nesting) -> Self {
+        self.nesting = Some(nesting);
         self
     }
 
@@ -579,6 +636,22 @@ impl ServerHandler for AsyncTaskMcpServer {
         if let Some(session) = &self.session {
             call = call.with_origin(session.id());
         }
+        let launches = self
+            .session
+            .as_ref()
+            .and_then(|s| s.launches())
+            .or(self.launches.as_ref());
+        if let Some(budget) = launches {
+            call = call.with_launches(budget.clone());
+        }
+        if let Some(nesting) = self
+            .session
+            .as_ref()
+            .and_then(|s| s.nesting())
+            .or(self.nesting)
+        {
+            call = call.with_nesting(nesting);
+        }
         let work = REQUEST.scope(
             context.id.clone(),
             with_call_context(call, tool.execute(arguments, cancel.clone())),
@@ -706,8 +779,12 @@ pub async fn serve_stdio(
             .try_build()?,
     );
     let _log = log_task_ends(&runtime);
-    let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
-        .with_progress_interval(options.progress_interval);
+    let mut server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
+        .with_progress_interval(options.progress_interval)
+        .with_nesting(options.nesting);
+    if let Some(max) = options.max_launches_per_session {
+        server = server.with_launch_budget(LaunchBudget::new(max));
+    }
     // Listened to for the whole life of the server, its shutdown included.
     let mut signals = TerminationSignals::new().map_err(McpError::Signals)?;
     // Said once the signals are listened to: from now on a signal ends the

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use asynctask_manager::TaskSnapshot;
 use asynctask_runtime::ClaimLedger;
+use asynctask_tools::{LaunchBudget, Nesting};
 
 /// The sessions connected to one registry right now (a durable supervisor's
 /// clients), which decides which results each may take.
@@ -84,6 +85,8 @@ impl Sessions {
         Session {
             id,
             sessions: self.clone(),
+            launches: None,
+            nesting: None,
         }
     }
 
@@ -123,9 +126,40 @@ fn uuid_head() -> String {
 pub struct Session {
     id: String,
     sessions: Sessions,
+    launches: Option<LaunchBudget>,
+    nesting: Option<Nesting>,
 }
 
 impl Session {
+    /// Caps the subagents this session may launch in all (see
+    /// [`LaunchBudget`]).
+    #[must_use]
+    pub fn with_launches(mut self, budget: LaunchBudget) -> Self {
+        self.launches = Some(budget);
+        self
+    }
+
+    /// Says how deep the session's client is nested among subagents (a
+    /// client running inside one of our subagents tells its front, which
+    /// tells the supervisor).
+    #[must_use]
+    pub fn with_nesting(mut self, nesting: Nesting) -> Self {
+        self.nesting = Some(nesting);
+        self
+    }
+
+    /// The session's launch budget, if it has one.
+    #[must_use]
+    pub fn launches(&self) -> Option<&LaunchBudget> {
+        self.launches.as_ref()
+    }
+
+    /// Where the session stands among nested subagents, if it said.
+    #[must_use]
+    pub fn nesting(&self) -> Option<Nesting> {
+        self.nesting
+    }
+
     /// The session's id, recorded as the origin of the tasks it launches.
     #[must_use]
     pub fn id(&self) -> &str {
@@ -157,7 +191,11 @@ impl Drop for Session {
 
 impl fmt::Debug for Session {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Session").field("id", &self.id).finish()
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("launches", &self.launches)
+            .field("nesting", &self.nesting)
+            .finish()
     }
 }
 

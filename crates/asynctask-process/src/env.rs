@@ -55,6 +55,7 @@ fn request_env(request: &SubagentRequest) -> Vec<(&'static str, String)> {
         ("ASYNCTASK_TASK_ID", request.task_id.clone()),
         ("ASYNCTASK_SUBAGENT", request.subagent_name.clone()),
         ("ASYNCTASK_GOAL", request.goal_prompt.clone()),
+        (asynctask_tools::DEPTH_ENV, request.depth.to_string()),
     ];
     if !request.context.is_empty() {
         let context: serde_json::Map<String, serde_json::Value> = request

@@ -13,8 +13,8 @@ use asynctask_model::{
     Todo,
 };
 use asynctask_tools::{
-    CheckAsyncTasksTool, MessageAsyncTaskTool, PauseSignal, SubagentRunner, SyncDetach,
-    TaskTimeouts, TaskTool, TodoPauseTool, Tool,
+    CheckAsyncTasksTool, LaunchBudget, MessageAsyncTaskTool, Nesting, PauseSignal, SubagentRunner,
+    SyncDetach, TaskTimeouts, TaskTool, TodoPauseTool, Tool,
 };
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
@@ -103,6 +103,8 @@ pub struct AsyncTaskRuntimeBuilder {
     timeouts: TaskTimeouts,
     sync_detach: Option<SyncDetach>,
     journal: Option<(Arc<dyn Journal>, Vec<StoredTask>)>,
+    launches: Option<LaunchBudget>,
+    nesting: Nesting,
 }
 
 impl AsyncTaskRuntimeBuilder {
@@ -117,6 +119,22 @@ impl AsyncTaskRuntimeBuilder {
     /// first queued first, when a running slot frees.
     pub fn max_queued_tasks(mut self, max: MaxQueuedTasks) -> Self {
         self.max_queued_tasks = max;
+        self
+    }
+
+    /// Caps how many subagents the host's session may launch in all,
+    /// synchronous or in the background (see [`TaskTool::with_launch_budget`]).
+    /// No cap by default.
+    pub fn max_launches(mut self, max: u32) -> Self {
+        self.launches = Some(LaunchBudget::new(max));
+        self
+    }
+
+    /// Where the host stands among nested subagents, and how deep they may
+    /// go (see [`Nesting`]; [`Nesting::from_env`] for a host that may itself
+    /// run as a subagent). At the top, with no cap, by default.
+    pub fn nesting(mut self, nesting: Nesting) -> Self {
+        self.nesting = nesting;
         self
     }
 
@@ -268,7 +286,12 @@ impl AsyncTaskRuntimeBuilder {
             let tool = TaskTool::new(manager.clone(), runner)
                 .with_timeouts(self.timeouts)
                 .with_tracker(tracker.clone())
-                .with_shutdown(stopping.clone());
+                .with_shutdown(stopping.clone())
+                .with_nesting(self.nesting);
+            let tool = match self.launches {
+                Some(budget) => tool.with_launch_budget(budget),
+                None => tool,
+            };
             Arc::new(match sync_detach {
                 Some(after) => tool.with_sync_detach(after),
                 None => tool,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use asynctask_mcp::{AsyncTaskMcpServer, McpError, Sessions};
 use asynctask_model::AsyncTaskStatus;
 use asynctask_runtime::AsyncTaskRuntime;
+use asynctask_tools::{LaunchBudget, Nesting};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -107,7 +108,13 @@ impl ConnectionContext {
                     write_line(&mut write, &refusal).await?;
                     return Err(ConnectionError::Protocol(protocol));
                 }
-                self.session(reader, write).await
+                // A front from inside a subagent says how deep it runs.
+                let depth = preamble
+                    .get("depth")
+                    .and_then(Value::as_u64)
+                    .and_then(|depth| u32::try_from(depth).ok())
+                    .unwrap_or(0);
+                self.session(reader, write, depth).await
             }
             Some("status") => {
                 let status = status(&self.runtime, self.sessions.len());
@@ -126,7 +133,12 @@ impl ConnectionContext {
         }
     }
 
-    async fn session<R, W>(self, reader: R, mut writer: W) -> Result<(), ConnectionError>
+    async fn session<R, W>(
+        self,
+        reader: R,
+        mut writer: W,
+        depth: u32,
+    ) -> Result<(), ConnectionError>
     where
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
@@ -137,7 +149,15 @@ impl ConnectionContext {
             .iter()
             .filter_map(|task| task.origin().map(str::to_owned))
             .collect();
-        let session = Arc::new(self.sessions.join(&recorded));
+        let server = self.options.server;
+        let mut session = self
+            .sessions
+            .join(&recorded)
+            .with_nesting(Nesting::at(depth).with_max_depth(server.nesting.max_depth));
+        if let Some(max) = server.max_launches_per_session {
+            session = session.with_launches(LaunchBudget::new(max));
+        }
+        let session = Arc::new(session);
         tracing::info!(session = session.id(), "session connected");
         // The front waits for this line: a supervisor that closes before it has
         // not taken the session, and the front finds another.

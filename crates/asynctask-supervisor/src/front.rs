@@ -20,14 +20,18 @@ use crate::relay::relay;
 use crate::state::StateDir;
 
 /// Connects to the supervisor of `state` for `kind` (`session`, `status` or
-/// `stop`), sending the preamble.
+/// `stop`), sending the preamble: with the nesting depth this process's
+/// environment gives ([`DEPTH_ENV`](asynctask_tools::DEPTH_ENV)), so that a
+/// session whose client runs inside a subagent launches one level deeper.
 ///
 /// # Errors
 ///
 /// The I/O error: `NotFound` or `ConnectionRefused` when no supervisor runs.
 pub async fn connect(state: &StateDir, kind: &str) -> io::Result<UnixStream> {
     let mut stream = UnixStream::connect(state.socket()).await?;
-    let mut preamble = json!({ "asynctask": kind, "protocol": RELAY_PROTOCOL }).to_string();
+    let depth = asynctask_tools::Nesting::from_env().depth;
+    let mut preamble =
+        json!({ "asynctask": kind, "protocol": RELAY_PROTOCOL, "depth": depth }).to_string();
     preamble.push('\n');
     stream.write_all(preamble.as_bytes()).await?;
     Ok(stream)

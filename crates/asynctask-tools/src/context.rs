@@ -1,9 +1,12 @@
 //! What a serving layer tells the tools about the call being served: where a
-//! synchronous run reports progress, and who made the call.
+//! synchronous run reports progress, who made the call, and the caps of the
+//! caller's session.
 
 use std::future::Future;
 
 use asynctask_manager::TaskProgress;
+
+use crate::launch::{LaunchBudget, Nesting};
 
 tokio::task_local! {
     static CALL: CallContext;
@@ -15,7 +18,9 @@ tokio::task_local! {
 /// progress notifications (a background task's progress is its own, in the
 /// manager); `task` records [`origin`](Self::origin), who made the call, as the
 /// origin of the tasks it launches, and `check_async_tasks` marks each task
-/// with it. Outside any context: a fresh progress, no origin.
+/// with it; a session's [launch budget](Self::launches) and
+/// [nesting](Self::nesting) cap what the call may launch. Outside any
+/// context: a fresh progress, no origin, the `task` tool's own caps.
 ///
 /// # Examples
 ///
@@ -55,6 +60,12 @@ pub struct CallContext {
     pub progress: TaskProgress,
     /// Who made the call, recorded as the origin of the tasks it launches.
     pub origin: Option<String>,
+    /// The launches the caller's session has left; `None`: the `task` tool's
+    /// own budget applies, if it has one.
+    pub launches: Option<LaunchBudget>,
+    /// How deep the caller is nested; `None`: the `task` tool's own nesting
+    /// applies.
+    pub nesting: Option<Nesting>,
 }
 
 impl CallContext {
@@ -75,6 +86,21 @@ impl CallContext {
     #[must_use]
     pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
         self.origin = Some(origin.into());
+        self
+    }
+
+    /// Counts the launches of the call against `budget` (the session's).
+    #[must_use]
+    pub fn with_launches(mut self, budget: LaunchBudget) -> Self {
+        self.launches = Some(budget);
+        self
+    }
+
+    /// Says how deep the caller is nested (a session whose client runs
+    /// inside one of our subagents).
+    #[must_use]
+    pub fn with_nesting(mut self, nesting: Nesting) -> Self {
+        self.nesting = Some(nesting);
         self
     }
 

@@ -44,6 +44,7 @@ mod command;
 mod context;
 mod format;
 mod ids;
+mod launch;
 mod lookup;
 mod message;
 mod params;
@@ -64,6 +65,9 @@ pub use crate::format::{
     format_duration, id_prefix, iso_time, truncate_chars, whole_output_line,
 };
 pub use crate::ids::new_task_id;
+pub use crate::launch::{
+    DEPTH_ENV, LaunchBudget, LaunchCapReached, LaunchTicket, Nesting, NestingTooDeep,
+};
 pub use crate::lookup::{LookupError, find_task};
 pub use crate::message::{MessageAsyncTaskTool, message_task};
 pub use crate::params::{

@@ -19,6 +19,7 @@ use crate::catalog::SubagentInfo;
 use crate::format::{
     ECHO_CHARS, format_duration, id_prefix, to_pretty, truncate_chars, whole_output_line,
 };
+use crate::launch::{LaunchCapReached, NestingTooDeep};
 
 #[derive(Serialize)]
 struct CompletedPayload<'a> {
@@ -168,6 +169,19 @@ pub(crate) fn queued(subagent: &str, id: &str, position: usize, max: i64) -> Str
 /// parameters this build can read): what it fails with.
 pub(crate) fn unstartable(subagent: &str, reason: &str) -> String {
     format!("Subagent '{subagent}' could not be started from the queue: {reason}.")
+}
+
+/// A session's launch budget refused a launch: the reason, then what to do.
+pub(crate) fn launch_cap_refusal(cap: LaunchCapReached) -> String {
+    format!(
+        "{cap}. Work with the results you have, or ask the user to start a new session or \
+         raise the limit."
+    )
+}
+
+/// The nesting cap refused a launch from inside a subagent.
+pub(crate) fn nesting_refusal(too_deep: NestingTooDeep) -> String {
+    format!("{too_deep}. Do this work yourself instead of delegating it to another subagent.")
 }
 
 /// The queue past the limit refused a background launch: the reason, then the

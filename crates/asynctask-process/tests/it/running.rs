@@ -115,6 +115,7 @@ async fn the_environment_is_an_allowlist() {
         ("ASYNCTASK_TASK_ID", "task-0001"),
         ("ASYNCTASK_SUBAGENT", "env"),
         ("ASYNCTASK_GOAL", "list the environment"),
+        ("ASYNCTASK_DEPTH", "1"),
         ("ASYNCTASK_CONTEXT", r#"{"file":"src/main.rs","line":"42"}"#),
         ("ASYNCTASK_BEHAVIOUR", "be brief\nbe kind"),
         (

@@ -31,6 +31,7 @@ use self::supervise::{Background, Outcome, Run, TimeoutText, far_future};
 use crate::catalog::SubagentInfo;
 use crate::context::CallContext;
 use crate::ids::new_task_id;
+use crate::launch::{LaunchBudget, Nesting};
 use crate::params::{InvalidParams, TaskParams, TaskTimeouts, ToolParams};
 use crate::render::{self, completion_notification};
 use crate::result::{ToolErrorType, ToolResult};
@@ -150,6 +151,12 @@ pub struct TaskTool {
     _forget_pruned: Subscription,
     /// The tasks done with whose files the runner still keeps.
     kept: Arc<KeptFiles>,
+    /// The launches the host's session may make, for calls whose context
+    /// brings no budget of its own.
+    launches: Option<LaunchBudget>,
+    /// Where the host stands among nested subagents, for calls whose context
+    /// does not say.
+    nesting: Nesting,
     /// Runs queued tasks when the manager starts them: installed before the
     /// first launch (and by the runtime before it lets restored queued tasks
     /// start), once the tool's configuration is final.
@@ -253,6 +260,8 @@ impl TaskTool {
             shutdown: CancellationToken::new(),
             _forget_pruned: forget_pruned,
             kept,
+            launches: None,
+            nesting: Nesting::top(),
             starts: std::sync::OnceLock::new(),
         }
     }
@@ -336,6 +345,52 @@ impl TaskTool {
     #[must_use]
     pub fn sync_detach(&self) -> Option<&SyncDetach> {
         self.sync_detach.as_ref()
+    }
+
+    /// Caps how many subagents the host's session may launch, synchronous or
+    /// in the background (a call whose [`CallContext`] brings a session's
+    /// budget counts against that one instead). Past it a launch is refused:
+    /// `Launch limit reached: this session has launched N subagents, the most
+    /// one session may. …`. No cap by default.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use asynctask_manager::AsyncTaskManager;
+    /// use asynctask_model::{OutputObject, TerminateReason};
+    /// use asynctask_tools::{LaunchBudget, SubagentError, SubagentRequest, SubagentRunner, TaskTool, Tool};
+    /// use tokio_util::sync::CancellationToken;
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl SubagentRunner for Echo {
+    /// #     async fn run(&self, _: SubagentRequest, _: CancellationToken) -> Result<OutputObject, SubagentError> {
+    /// #         Ok(OutputObject::new(TerminateReason::Goal))
+    /// #     }
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime").block_on(async {
+    /// let tool = TaskTool::new(AsyncTaskManager::default(), Arc::new(Echo))
+    ///     .with_launch_budget(LaunchBudget::new(1));
+    /// let params = serde_json::json!({"subagent_name": "echo", "goal_prompt": "hi"});
+    /// assert!(tool.execute(params.clone(), CancellationToken::new()).await.error.is_none());
+    /// let refused = tool.execute(params, CancellationToken::new()).await;
+    /// assert!(refused.llm_content.starts_with("Launch limit reached: this session has launched 1 subagents"));
+    /// # });
+    /// ```
+    #[must_use]
+    pub fn with_launch_budget(mut self, budget: LaunchBudget) -> Self {
+        self.launches = Some(budget);
+        self
+    }
+
+    /// Says where the host stands among nested subagents (see [`Nesting`]):
+    /// its subagents run one deeper, and a launch that would run deeper than
+    /// the cap is refused. A call whose [`CallContext`] says otherwise
+    /// follows its context. At the top, with no cap, by default.
+    #[must_use]
+    pub fn with_nesting(mut self, nesting: Nesting) -> Self {
+        self.nesting = nesting;
+        self
     }
 
     /// Replaces the default and maximum timeouts.
@@ -430,6 +485,7 @@ impl TaskTool {
         &self,
         params: TaskParams,
         takes_messages: bool,
+        depth: u32,
     ) -> (SubagentRequest, Option<InboxSender>) {
         // A subagent that reads no messages gets a closed inbox and no sender
         // is registered: a message to it is refused at once.
@@ -461,6 +517,7 @@ impl TaskTool {
         .with_context(params.context.unwrap_or_default())
         .with_timeout(timeout)
         .with_run_async(run_async)
+        .with_depth(depth)
         .with_progress(progress)
         .with_inbox(inbox);
         (request, sender)
@@ -713,7 +770,7 @@ impl TaskTool {
         };
         drop(starter.take(&id));
         let (message, text) = refusal;
-        ToolResult::failure(ToolErrorType::ExecutionFailed, message, text.clone(), text)
+        self::refusal(message, text)
     }
 
     /// The answer to a launch whose task runs.
@@ -737,6 +794,12 @@ impl TaskTool {
             self.manager.cancel_task(id);
         }
     }
+}
+
+/// A launch refused before anything started: `message` for the error, `text`
+/// for the model and the user.
+fn refusal(message: String, text: String) -> ToolResult {
+    ToolResult::failure(ToolErrorType::ExecutionFailed, message, text.clone(), text)
 }
 
 /// `input`, recording who made the call that launches it (when its server
@@ -812,10 +875,35 @@ impl TypedTool for TaskTool {
                 render::SHUTTING_DOWN,
             );
         }
-        let (request, inbox) = self.request(params, takes_messages);
+        let context = CallContext::current();
+        let nesting = context
+            .as_ref()
+            .and_then(|context| context.nesting)
+            .unwrap_or(self.nesting);
+        if let Err(too_deep) = nesting.admits_launch() {
+            return refusal(too_deep.to_string(), render::nesting_refusal(too_deep));
+        }
+        let budget = context
+            .and_then(|context| context.launches)
+            .or_else(|| self.launches.clone());
+        let ticket = match budget.as_ref().map(LaunchBudget::take).transpose() {
+            Ok(ticket) => ticket,
+            Err(cap) => return refusal(cap.to_string(), render::launch_cap_refusal(cap)),
+        };
+        let (request, inbox) = self.request(params, takes_messages, nesting.child_depth());
         if request.run_async {
-            self.launch(request, inbox)
+            let result = self.launch(request, inbox);
+            // Refused (the limit, the queue): the launch is given back.
+            if result.error.is_none()
+                && let Some(ticket) = ticket
+            {
+                ticket.keep();
+            }
+            result
         } else {
+            if let Some(ticket) = ticket {
+                ticket.keep();
+            }
             // The run ends when the call is cancelled (a child token: at once) or
             // the host shuts down (forwarded while the call runs).
             let either = cancel.child_token();

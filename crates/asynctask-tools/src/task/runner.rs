@@ -121,6 +121,12 @@ pub struct SubagentRequest {
     pub timeout: Duration,
     /// Whether it runs in the background.
     pub run_async: bool,
+    /// How deep the subagent runs among nested subagents: 1 for one the host
+    /// launched, 2 for one a subagent launched through a server of ours, and
+    /// so on. A runner passes it on ([`DEPTH_ENV`](crate::DEPTH_ENV), for a
+    /// process), so that what the subagent launches is one deeper.
+    #[serde(default = "top_depth")]
+    pub depth: u32,
     /// Where the runner reports what its subagent is doing (the last lines of
     /// its output, and where the whole output is kept), for `check_async_tasks`,
     /// `/tasks list` and progress notifications to show while it runs.
@@ -131,6 +137,11 @@ pub struct SubagentRequest {
     /// if it takes none (then senders are told so).
     #[serde(skip)]
     pub inbox: Inbox,
+}
+
+/// The depth of a request that does not say (launched by the host itself).
+fn top_depth() -> u32 {
+    1
 }
 
 impl PartialEq for SubagentRequest {
@@ -144,6 +155,7 @@ impl PartialEq for SubagentRequest {
             && self.context == other.context
             && self.timeout == other.timeout
             && self.run_async == other.run_async
+            && self.depth == other.depth
     }
 }
 
@@ -173,6 +185,7 @@ impl SubagentRequest {
             context: Vec::new(),
             timeout: Self::DEFAULT_TIMEOUT,
             run_async: false,
+            depth: 1,
             progress: TaskProgress::new(),
             inbox: Inbox::closed(),
         }
@@ -217,6 +230,13 @@ impl SubagentRequest {
     #[must_use]
     pub fn with_run_async(mut self, run_async: bool) -> Self {
         self.run_async = run_async;
+        self
+    }
+
+    /// Replaces the depth (1 by default: launched by the host itself).
+    #[must_use]
+    pub fn with_depth(mut self, depth: u32) -> Self {
+        self.depth = depth;
         self
     }
 
