@@ -661,6 +661,34 @@ pub async fn serve_stdio(
     runner: Arc<dyn SubagentRunner>,
     options: McpServerOptions,
 ) -> Result<(), McpError> {
+    // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
+    // servers): a blocking stdin read would hold the process past its shutdown.
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    serve_io(runner, options, stdin, stdout).await
+}
+
+/// [`serve_stdio`] on a given reader and writer: the client's side of stdio,
+/// say, after an [`open_session`](crate::open_session) read its first lines
+/// (chain them before the reader, and drop the answer it gave with a
+/// [`DropAnswer`](crate::DropAnswer) writer).
+///
+/// # Errors
+///
+/// As [`serve_stdio`].
+///
+/// # Cancel safety
+///
+/// As [`serve_stdio`].
+pub async fn serve_io<R, W>(
+    runner: Arc<dyn SubagentRunner>,
+    options: McpServerOptions,
+    reader: R,
+    writer: W,
+) -> Result<(), McpError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
             .runner(Arc::clone(&runner))
@@ -685,7 +713,7 @@ pub async fn serve_stdio(
         },
     );
     tracing::info!("MCP server on stdio; subagents: {subagents}");
-    let served = serve(server, &mut signals).await;
+    let served = serve(server, &mut signals, reader, writer).await;
     if let Ok(Ended::Signal) = served {
         // A client that stops its server with a signal gives it little time
         // (Claude Code: SIGTERM 100 ms after SIGINT, SIGKILL 400 ms later):
@@ -773,15 +801,18 @@ impl TerminationSignals {
     }
 }
 
-async fn serve(
+async fn serve<R, W>(
     server: AsyncTaskMcpServer,
     signals: &mut TerminationSignals,
-) -> Result<Ended, McpError> {
+    reader: R,
+    writer: W,
+) -> Result<Ended, McpError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let calls = server.calls.clone();
-    // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
-    // servers): a blocking stdin read would hold the process past its shutdown.
-    let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let transport = server.transport(stdin, stdout, AckMode::Written);
+    let transport = server.transport(reader, writer, AckMode::Written);
     // A signal also ends a session the client has not initialized yet.
     let service = tokio::select! {
         service = server.serve(transport) => {
