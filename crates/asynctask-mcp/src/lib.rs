@@ -54,7 +54,7 @@ mod transport;
 mod wait;
 mod wire;
 
-pub use crate::opening::{DropAnswer, Opening, ROOTS_TIMEOUT, open_session};
+pub use crate::opening::{DropAnswer, Opening, ROOTS_TIMEOUT, answers, open_session};
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
 };

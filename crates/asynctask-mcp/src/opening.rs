@@ -261,8 +261,15 @@ impl<W> DropAnswer<W> {
     }
 }
 
-/// Whether `line` answers the request `id`.
-pub(crate) fn answers(line: &[u8], id: &Value) -> bool {
+/// Whether `line` (one JSON-RPC message) is the answer to the request `id`.
+///
+/// ```
+/// let id = serde_json::json!(7);
+/// assert!(asynctask_mcp::answers(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#, &id));
+/// assert!(!asynctask_mcp::answers(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#, &id));
+/// ```
+#[must_use]
+pub fn answers(line: &[u8], id: &Value) -> bool {
     serde_json::from_slice::<Value>(line)
         .is_ok_and(|message| message.get("id") == Some(id) && message.get("method").is_none())
 }
