@@ -103,7 +103,7 @@ where
 {
     let session = ClientSession::default();
     for line in &opening.replay {
-        session.from_client(line);
+        session.note_client_line(line);
     }
     let mut signals = TerminationSignals::new().map_err(SupervisorError::Signals)?;
     let mut stream = connect_or_start(state, project, &start).await?;
@@ -206,7 +206,7 @@ async fn next_request<R: AsyncBufRead + Unpin>(
             _ = signals.recv() => return None,
         };
         let Line::Whole(line) = line else { continue };
-        session.from_client(&line);
+        session.note_client_line(&line);
         if serde_json::from_slice::<Value>(&line)
             .is_ok_and(|message| message.get("id").is_some() && message.get("method").is_some())
         {

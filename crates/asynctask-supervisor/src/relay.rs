@@ -72,7 +72,7 @@ impl ClientSession {
     }
 
     /// Notes a line the client sent.
-    pub(crate) fn from_client(&self, line: &[u8]) {
+    pub(crate) fn note_client_line(&self, line: &[u8]) {
         let Some(Head { id, method }) = head(line) else {
             return;
         };
@@ -90,7 +90,7 @@ impl ClientSession {
     }
 
     /// Notes a line the supervisor sent: an answer ends its request.
-    fn from_supervisor(&self, line: &[u8]) {
+    fn note_supervisor_line(&self, line: &[u8]) {
         if let Some(Head {
             id: Some(id),
             method: None,
@@ -212,7 +212,7 @@ where
         loop {
             let line = match client_in.next().await {
                 Ok(Some(Line::Whole(mut line))) => {
-                    session.from_client(&line);
+                    session.note_client_line(&line);
                     line.push(b'\n');
                     line
                 }
@@ -247,7 +247,7 @@ where
                     },
                     () = closing.cancelled() => return,
                 };
-                session.from_supervisor(line.trim_ascii_end());
+                session.note_supervisor_line(line.trim_ascii_end());
                 if let Some(id) = answered.take()
                     && asynctask_mcp::answers(line.trim_ascii_end(), &id)
                 {

@@ -173,7 +173,11 @@ async fn a_config_loaded_for_a_project_runs_its_subagents_there() {
     .expect("write config");
     let project = project.canonicalize().expect("canonical");
     let (config, ()) = ProcessRunnerConfig::load_in::<()>(&file, &project).expect("loads");
-    assert_eq!(config.roots, [project.clone()], "the project is the root");
+    assert_eq!(
+        config.roots,
+        std::slice::from_ref(&project),
+        "the project is the root"
+    );
     let runner = ProcessRunner::new(config);
     let here = run(&runner, request("here", "x")).await;
     assert_eq!(here, Ok(output(project.to_str())));
