@@ -43,6 +43,7 @@ SUBAGENTS = [
     "slow",
     "stubborn",
     "vars",
+    "where",
 ]
 
 

@@ -30,8 +30,21 @@ pub fn level(verbose: u8, quiet: u8) -> &'static str {
     LEVELS[usize::try_from(at).unwrap_or(3)]
 }
 
+/// The filter without `RUST_LOG`: [`level`] for asynctask, and warnings and
+/// errors only from the MCP SDK (rmcp), whose `info` is a line per message,
+/// unless `-vv` asks for everything.
+fn default_filter(verbose: u8, quiet: u8) -> String {
+    let level = level(verbose, quiet);
+    if verbose >= 2 || matches!(level, "error" | "off") {
+        level.to_owned()
+    } else {
+        format!("{level},rmcp=warn")
+    }
+}
+
 /// Installs the log: `RUST_LOG` when it is set (its syntax, e.g.
-/// `asynctask_supervisor=debug`), else [`level`]`(verbose, quiet)`; one line
+/// `asynctask_supervisor=debug`), else [`level`]`(verbose, quiet)` (the MCP
+/// SDK's own `info` and `debug` only with `-vv`); one line
 /// per event, with its time (UTC) and level, to stderr (colours only on a
 /// terminal) or the file given to [`log_to_file`]. Called once, first thing.
 pub fn install(verbose: u8, quiet: u8) {
@@ -40,7 +53,7 @@ pub fn install(verbose: u8, quiet: u8) {
         .ok()
         .filter(|value| !value.trim().is_empty())
         .and_then(|value| EnvFilter::try_new(value).ok())
-        .unwrap_or_else(|| EnvFilter::new(level(verbose, quiet)));
+        .unwrap_or_else(|| EnvFilter::new(default_filter(verbose, quiet)));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(LogWriter)

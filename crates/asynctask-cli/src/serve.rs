@@ -759,10 +759,11 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
     else {
         return Err(CliError::SupervisorAnswer { answer });
     };
-    // It has ended every task's processes before answering; now it exits, and
-    // its lock is free once it has.
+    // It has ended every task's processes before answering; now it exits.
+    // (Its lock is no sign: a session's front may start the next supervisor,
+    // which takes the lock the moment this one lets go.)
     loop {
-        if try_lock(state)?.is_some() {
+        if process_gone(pid) {
             return Ok(Some(pid));
         }
         if tokio::time::Instant::now() >= deadline {
@@ -825,6 +826,25 @@ pub async fn start_and_wait(
             )));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether no process has the id `pid` any more (a zombie counts as gone:
+/// it has exited).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => {
+            let Ok(pid) = i32::try_from(pid) else {
+                return true;
+            };
+            // Without /proc: whether a signal could be sent to it.
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+        }
     }
 }
 

@@ -332,9 +332,19 @@ impl Store {
     /// ```
     pub fn read_only(path: impl AsRef<Path>) -> Result<Vec<StoredTask>, StoreError> {
         let path = path.as_ref();
-        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        // With no write-ahead log beside it (its writer closed it cleanly, or
+        // none ever wrote), everything is in the file itself: it is read as
+        // immutable, so SQLite makes no `-wal` or `-shm` file for this reader.
+        // A log left by a killed writer is read through as usual.
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let immutable = if Path::new(&wal).exists() { "" } else { "?immutable=1" };
+        let uri = format!("file:{}{immutable}", uri_path(path));
         let connection =
-            Connection::open_with_flags(path, flags).map_err(|source| failed(path, source))?;
+            Connection::open_with_flags(uri, flags).map_err(|source| failed(path, source))?;
         let version: i64 = connection
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(|source| failed(path, source))?;
@@ -352,6 +362,20 @@ impl Store {
         }
         load_tasks(&connection, path)
     }
+}
+
+/// `path` as the path of an SQLite URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let mut text = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => text.push_str("%25"),
+            '?' => text.push_str("%3f"),
+            '#' => text.push_str("%23"),
+            c => text.push(c),
+        }
+    }
+    text
 }
 
 /// Every task of the store on `connection` (at `path`), in registration order.
