@@ -352,7 +352,14 @@ pub async fn mcp(
         .chain(std::io::Cursor::new(partial))
         .chain(stdin);
     let writer = DropAnswer::new(stdout, opening.answered);
-    Ok(serve_io(Arc::new(runner), options.server_options(), reader, writer).await?)
+    Ok(serve_io(
+        Arc::new(runner),
+        options.server_options(),
+        Some(workspace.project),
+        reader,
+        writer,
+    )
+    .await?)
 }
 
 /// `asynctask supervisor run`: the project's supervisor, until it is

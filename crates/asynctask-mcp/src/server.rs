@@ -184,6 +184,8 @@ pub struct AsyncTaskMcpServer {
     /// The session this server serves, when several share the runtime.
     session: Option<Arc<Session>>,
     progress_interval: Duration,
+    /// The project the subagents work in, for the tools to show.
+    project: Option<Arc<std::path::Path>>,
     /// The parent of every call's cancellation token: cancelled when the client
     /// goes away (end of input) or a termination signal arrives.
     calls: CancellationToken,
@@ -245,6 +247,7 @@ impl AsyncTaskMcpServer {
             gate,
             session,
             progress_interval: McpServerOptions::default().progress_interval,
+            project: None,
             calls: CancellationToken::new(),
         })
     }
@@ -254,6 +257,14 @@ impl AsyncTaskMcpServer {
     #[must_use]
     pub fn with_progress_interval(mut self, interval: Duration) -> Self {
         self.progress_interval = interval.max(MIN_PROGRESS_INTERVAL);
+        self
+    }
+
+    /// Names the project the subagents work in: `check_async_tasks` shows it
+    /// in a task's details.
+    #[must_use]
+    pub fn with_project(mut self, project: impl Into<std::path::PathBuf>) -> Self {
+        self.project = Some(Arc::from(project.into()));
         self
     }
 
@@ -550,6 +561,9 @@ impl ServerHandler for AsyncTaskMcpServer {
         if let Some(session) = &self.session {
             call = call.with_origin(session.id());
         }
+        if let Some(project) = &self.project {
+            call = call.with_project(project.to_path_buf());
+        }
         let work = REQUEST.scope(
             context.id.clone(),
             with_call_context(call, tool.execute(arguments, cancel.clone())),
@@ -664,10 +678,11 @@ pub async fn serve_stdio(
     // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
     // servers): a blocking stdin read would hold the process past its shutdown.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    serve_io(runner, options, stdin, stdout).await
+    serve_io(runner, options, None, stdin, stdout).await
 }
 
-/// [`serve_stdio`] on a given reader and writer: the client's side of stdio,
+/// [`serve_stdio`] on a given reader and writer, its subagents working in
+/// `project` (which `check_async_tasks` shows): the client's side of stdio,
 /// say, after an [`open_session`](crate::open_session) read its first lines
 /// (chain them before the reader, and drop the answer it gave with a
 /// [`DropAnswer`](crate::DropAnswer) writer).
@@ -682,6 +697,7 @@ pub async fn serve_stdio(
 pub async fn serve_io<R, W>(
     runner: Arc<dyn SubagentRunner>,
     options: McpServerOptions,
+    project: Option<std::path::PathBuf>,
     reader: R,
     writer: W,
 ) -> Result<(), McpError>
@@ -699,8 +715,11 @@ where
             .try_build()?,
     );
     let _log = log_task_ends(&runtime);
-    let server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
+    let mut server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
         .with_progress_interval(options.progress_interval);
+    if let Some(project) = project {
+        server = server.with_project(project);
+    }
     // Listened to for the whole life of the server, its shutdown included.
     let mut signals = TerminationSignals::new().map_err(McpError::Signals)?;
     // Said once the signals are listened to: from now on a signal ends the

@@ -341,7 +341,11 @@ impl Store {
         // A log left by a killed writer is read through as usual.
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        let immutable = if Path::new(&wal).exists() { "" } else { "?immutable=1" };
+        let immutable = if Path::new(&wal).exists() {
+            ""
+        } else {
+            "?immutable=1"
+        };
         let uri = format!("file:{}{immutable}", uri_path(path));
         let connection =
             Connection::open_with_flags(uri, flags).map_err(|source| failed(path, source))?;

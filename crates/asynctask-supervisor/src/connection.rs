@@ -168,13 +168,17 @@ impl ConnectionContext {
             "pid": std::process::id(),
         });
         write_line(&mut writer, &accepted).await?;
-        let served =
+        let mut server =
             AsyncTaskMcpServer::for_session(Arc::clone(&self.runtime), Arc::clone(&session))
                 .map_err(ConnectionError::Server)?
-                .with_progress_interval(self.options.server.progress_interval)
-                .serve_relayed(reader, writer)
-                .await
-                .map_err(ConnectionError::Server);
+                .with_progress_interval(self.options.server.progress_interval);
+        if let Some(project) = &self.project {
+            server = server.with_project(project.as_path());
+        }
+        let served = server
+            .serve_relayed(reader, writer)
+            .await
+            .map_err(ConnectionError::Server);
         tracing::info!(session = session.id(), "session disconnected");
         served
     }

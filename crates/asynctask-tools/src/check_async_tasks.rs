@@ -175,6 +175,9 @@ struct TaskDetails {
     subagent_name: String,
     goal_prompt: String,
     status: AsyncTaskStatus,
+    /// The project its subagent works in, when the serving layer has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    project: Option<String>,
     launched_at: String,
     duration: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -204,6 +207,9 @@ fn details(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u64) -
         subagent_name: task.subagent_name().to_owned(),
         goal_prompt: task.goal_prompt().to_owned(),
         status: task.status(),
+        project: CallContext::current()
+            .and_then(|context| context.project)
+            .map(|project| project.display().to_string()),
         launched_at: iso_time(task.launched_at()),
         duration: task_duration(task, now),
         completed_at: task.completed_at().map(iso_time),
@@ -313,6 +319,9 @@ fn task_display(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>, now: u
         format!("Goal: {}", truncate_chars(task.goal_prompt(), 100)),
         format!("Duration: {}", task_duration(task, now)),
     ];
+    if let Some(project) = CallContext::current().and_then(|context| context.project) {
+        lines.push(format!("Project: {}", project.display()));
+    }
     if let Some(output) = task
         .output()
         .as_ref()

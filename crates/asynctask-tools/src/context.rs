@@ -55,6 +55,9 @@ pub struct CallContext {
     pub progress: TaskProgress,
     /// Who made the call, recorded as the origin of the tasks it launches.
     pub origin: Option<String>,
+    /// The project the serving layer's subagents work in, when it has one:
+    /// `check_async_tasks` shows it in a task's details.
+    pub project: Option<std::path::PathBuf>,
 }
 
 impl CallContext {
@@ -75,6 +78,13 @@ impl CallContext {
     #[must_use]
     pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
         self.origin = Some(origin.into());
+        self
+    }
+
+    /// Names the project the subagents work in.
+    #[must_use]
+    pub fn with_project(mut self, project: impl Into<std::path::PathBuf>) -> Self {
+        self.project = Some(project.into());
         self
     }
 

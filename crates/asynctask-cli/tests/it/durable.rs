@@ -75,7 +75,10 @@ fn a_supervisor_that_cannot_start_is_shown_with_its_own_error_once() {
         "{text}"
     );
     assert_eq!(text.lines().count(), 1, "{text}");
-    assert!(started.elapsed() < Duration::from_secs(9), "not retried until the deadline");
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "not retried until the deadline"
+    );
 }
 
 #[test]
@@ -109,7 +112,10 @@ fn status_changes_nothing_and_says_whose_workspace_it_is() {
     };
     let before = listing(&state);
     let state_arg = state.to_str().expect("UTF-8");
-    let human = asynctask_in(dir.path(), &["supervisor", "status", "--state-dir", state_arg]);
+    let human = asynctask_in(
+        dir.path(),
+        &["supervisor", "status", "--state-dir", state_arg],
+    );
     assert!(human.status.success(), "{}", stderr(&human));
     assert_eq!(
         String::from_utf8_lossy(&human.stdout),
@@ -118,14 +124,24 @@ fn status_changes_nothing_and_says_whose_workspace_it_is() {
             state.display()
         )
     );
-    let json = asynctask_in(dir.path(), &["supervisor", "status", "--json", "--state-dir", state_arg]);
+    let json = asynctask_in(
+        dir.path(),
+        &["supervisor", "status", "--json", "--state-dir", state_arg],
+    );
     let status: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
     assert_eq!(status["tasks"][0]["status"], "interrupted");
     assert_eq!(listing(&state), before, "status created or changed nothing");
 
     let missing = asynctask_in(
         dir.path(),
-        &["supervisor", "status", "--config", "/nonexistent/asynctask.toml", "--state-dir", state_arg],
+        &[
+            "supervisor",
+            "status",
+            "--config",
+            "/nonexistent/asynctask.toml",
+            "--state-dir",
+            state_arg,
+        ],
     );
     assert_eq!(missing.status.code(), Some(2));
     assert_eq!(
@@ -145,7 +161,12 @@ fn status_changes_nothing_and_says_whose_workspace_it_is() {
     };
     let output = asynctask_in(
         dir.path(),
-        &["supervisor", "status", "--state-dir", theirs.to_str().expect("UTF-8")],
+        &[
+            "supervisor",
+            "status",
+            "--state-dir",
+            theirs.to_str().expect("UTF-8"),
+        ],
     );
     assert_eq!(output.status.code(), Some(2));
     assert!(
@@ -199,7 +220,13 @@ fn a_starting_supervisor_removes_the_output_files_no_stored_task_owns() {
     assert!(output.status.success(), "{}", stderr(&output));
     let mut left: Vec<String> = std::fs::read_dir(&outputs)
         .expect("listed")
-        .map(|entry| entry.expect("an entry").file_name().to_string_lossy().into_owned())
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     left.sort();
     assert_eq!(left, ["kept-task.out", "notes.txt"]);
