@@ -119,19 +119,28 @@ async def test_a_durable_workspace_is_the_projects_and_shows_it(tmp_path: Path) 
         stop_supervisor(state)
 
 
-async def test_a_session_goes_on_when_its_supervisor_is_stopped(tmp_path: Path) -> None:
+async def test_a_session_goes_on_when_its_supervisor_goes_away(tmp_path: Path) -> None:
     state = tmp_path / "state"
     try:
         async with connect(MODE, tmp_path, "--durable", "--state-dir", str(state)) as client:
             first = supervisor_pid(state)
             assert first
-            # A call in flight when the supervisor goes: an error that says so, not a hang.
+            # Stopped from another shell: the session goes on with a new supervisor.
+            stopped = supervisor_command("stop", state)
+            assert stopped.returncode == 0, stopped.stderr
+            result = await client.call_tool("task", {"subagent_name": "quick", "goal_prompt": "go"})
+            assert not result.is_error, texts(result)
+            assert "quick done" in texts(result)[0]
+            second = supervisor_pid(state)
+            assert second and second != first
+
+            # Killed with a call in flight: that call gets an error that says so, at once.
             launched = await client.call_tool(
                 "task", {"subagent_name": "slow", "goal_prompt": "wait", "async": True}
             )
             task_id = launched_id(launched)
+            outcome: dict = {}
             async with anyio.create_task_group() as group:
-                outcome: dict = {}
 
                 async def waiting() -> None:
                     outcome["wait"] = await client.call_tool(
@@ -140,17 +149,14 @@ async def test_a_session_goes_on_when_its_supervisor_is_stopped(tmp_path: Path) 
 
                 group.start_soon(waiting)
                 await anyio.sleep(0.3)  # the wait is in flight (it waits on a 30 s task)
-                stopped = supervisor_command("stop", state)
-                assert stopped.returncode == 0, stopped.stderr
+                os.kill(second, signal.SIGKILL)
             wait = outcome["wait"]
             assert wait.is_error, texts(wait)
             assert "supervisor ended while this call ran" in texts(wait)[0], texts(wait)
-            # The session goes on, with a new supervisor.
-            result = await client.call_tool("task", {"subagent_name": "quick", "goal_prompt": "go"})
-            assert not result.is_error, texts(result)
-            assert "quick done" in texts(result)[0]
-            second = supervisor_pid(state)
-            assert second and second != first
+            result = await client.call_tool("check_async_tasks", {"task_id": task_id[:8]})
+            assert "interrupted" in " ".join(texts(result)), texts(result)
+            third = supervisor_pid(state)
+            assert third and third not in (first, second)
     finally:
         stop_supervisor(state)
 
