@@ -279,13 +279,19 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
 /// server), then `wait_async_tasks` and `end_async_task`.
 #[must_use]
 pub fn mcp_tools() -> Vec<Arc<dyn Tool>> {
+    // The runtime is built inside tokio: outside one, a small one is entered.
+    let tokio = match tokio::runtime::Handle::try_current() {
+        Ok(_) => None,
+        Err(_) => tokio::runtime::Builder::new_current_thread().build().ok(),
+    };
+    let _inside = tokio.as_ref().map(tokio::runtime::Runtime::enter);
     let runtime = asynctask_runtime::AsyncTaskRuntime::builder()
         .runner(Arc::new(SpecOnly))
         .try_build();
     match runtime.map(|runtime| asynctask_mcp::AsyncTaskMcpServer::new(Arc::new(runtime))) {
         Ok(Ok(server)) => server.tools().to_vec(),
-        // Never: the runtime builds inside or outside tokio alike, and the
-        // tools' definitions are checked by the MCP crate's tests.
+        // Never: the runtime builds inside tokio, and the tools' definitions
+        // are checked by the MCP crate's tests.
         _ => Vec::new(),
     }
 }
