@@ -53,6 +53,7 @@ async def connect(
     list_roots_callback: Any = None,
     cwd: Path | None = None,
     config: Path = CONFIG,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
     """A connected client of a fresh server; the server's stderr is printed afterwards
     (pytest shows it when the test fails). On a clean exit it also checks that the
@@ -66,7 +67,7 @@ async def connect(
     params = StdioServerParameters(
         command=str(binary()),
         args=["mcp", "--config", str(config), *extra_args],
-        env={"ASYNCTASK_TEST_DIR": str(tmp_path)},  # where `slow` leaves its pid
+        env={"ASYNCTASK_TEST_DIR": str(tmp_path), **(env or {})},  # where `slow` leaves its pid
         cwd=str(project),
     )
     log = tmp_path / "server-stderr.log"

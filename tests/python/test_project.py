@@ -177,3 +177,48 @@ async def test_a_supervisor_serves_new_tasks_with_the_config_as_it_is_now(tmp_pa
             assert "from b" in texts(result)[0]
     finally:
         stop_supervisor(state)
+
+
+async def test_the_guides_agent_adapter_passes_the_models_parameters_on(tmp_path: Path) -> None:
+    """docs/examples/agent_subagent.py with a stand-in `claude` that records what it
+    was given: the behaviour prompts and the tool whitelist reach its flags, the output
+    spec its prompt, and its `ASYNCTASK_VARS` line the task's variables."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "claude"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, os, sys\n"
+        "prompt = sys.stdin.read()\n"
+        "json.dump({'args': sys.argv[1:], 'prompt': prompt}, open(os.environ['ASYNCTASK_TEST_DIR'] + '/claude.json', 'w'))\n"
+        "print('the answer is 42')\n"
+        "print('ASYNCTASK_VARS {\"answer\": \"42\"}')\n"
+    )
+    fake.chmod(0o755)
+    adapter = Path(__file__).resolve().parents[2] / "docs" / "examples" / "agent_subagent.py"
+    config = tmp_path / "asynctask.toml"
+    config.write_text(
+        f'[subagents.claude]\ncommand = ["python3", "{adapter}", "claude"]\n'
+        'inherit_env = ["ASYNCTASK_TEST_DIR"]\n'
+    )
+    path = f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    async with connect(MODE, tmp_path, config=config, env={"PATH": path}) as client:
+        result = await client.call_tool(
+            "task",
+            {
+                "subagent_name": "claude",
+                "goal_prompt": "find the answer",
+                "behaviour_prompts": ["be brief"],
+                "tool_whitelist": ["Read", "Grep", "rm -rf"],
+                "output_spec": [{"name": "answer", "description": "the number"}],
+            },
+        )
+    body = json.loads(texts(result)[0])
+    assert body["emitted_vars"] == {"answer": "42"}, body
+    assert body["final_message"] == "the answer is 42", body
+    seen = json.loads((tmp_path / "claude.json").read_text())
+    assert seen["args"] == [
+        "-p", "--output-format", "text", "--append-system-prompt", "be brief", "--tools", "Read,Grep"
+    ], seen
+    assert seen["prompt"].startswith("find the answer\n\nWhen you are done"), seen
+    assert '"answer": the number' in seen["prompt"], seen
