@@ -448,3 +448,139 @@ fn the_demo_runs_with_a_users_config() {
     );
     assert!(!transcript.contains("unexpected wake-up"), "{transcript}");
 }
+
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let (_dir, path) = config(
+        "pipe",
+        "[subagents.a]\ncommand = [\"true\"]\n[subagents.b]\ncommand = [\"true\"]\n\
+         [subagents.c]\ncommand = [\"true\"]\n[subagents.d]\ncommand = [\"sleep\", \"30\"]\n",
+    );
+    for args in [
+        &["schemas", "--provider", "mcp"][..],
+        &["demo", "--config", path.to_str().unwrap()],
+        &["man"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_asynctask"))
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("started");
+        // The reader goes away before the command writes: `| true`.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().expect("ended");
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn logs_follow_v_q_and_rust_log() {
+    let (dir, _path) = config("logs", "[subagents.a]\ncommand = [\"true\"]\n");
+    let run = |args: &[&str], rust_log: Option<&str>| -> String {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_asynctask"));
+        command
+            .args(args)
+            .args(["mcp", "--config", "subagents.toml"])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null());
+        match rust_log {
+            Some(value) => command.env("RUST_LOG", value),
+            None => command.env_remove("RUST_LOG"),
+        };
+        stderr(&command.output().expect("ran"))
+    };
+    let info = run(&[], None);
+    assert!(
+        info.contains(" INFO ") && info.contains("waiting for the client"),
+        "{info}"
+    );
+    assert!(
+        !run(&["-q"], None).contains("INFO"),
+        "-q: warnings and errors only"
+    );
+    let debug = run(&["-v"], None);
+    assert!(
+        debug.contains("DEBUG") || debug.contains("asynctask_cli"),
+        "{debug}"
+    );
+    assert!(
+        !run(&["-v"], Some("warn")).contains("INFO"),
+        "RUST_LOG wins"
+    );
+}
+
+#[test]
+fn flag_errors_name_the_flag() {
+    let output = asynctask(&["mcp", "--max-async-tasks", "0"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).starts_with(
+            "error: invalid value '0' for '--max-async-tasks <N>': must be -1 (unlimited) or an \
+             integer from 1 to 100"
+        ),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn config_path_doctor_completions_and_man() {
+    let dir = temp_dir("doctor");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join("src")).expect("mkdir");
+    std::fs::write(
+        project.join("asynctask.toml"),
+        "[subagents.ok]\ncommand = [\"sh\", \"-c\", \"true\"]\n\
+         [subagents.missing]\ncommand = [\"no-such-program-anywhere\"]\n",
+    )
+    .expect("written");
+    let in_src = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_asynctask"))
+            .args(args)
+            .current_dir(project.join("src"))
+            .env_remove("ASYNCTASK_CONFIG")
+            .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
+            .output()
+            .expect("ran")
+    };
+    let path = in_src(&["config", "path"]);
+    assert!(path.status.success(), "{}", stderr(&path));
+    let project = project.canonicalize().expect("canonical");
+    assert_eq!(
+        String::from_utf8_lossy(&path.stdout),
+        format!("{}\n", project.join("asynctask.toml").display())
+    );
+    assert_eq!(
+        stderr(&path),
+        "asynctask: found by the project's asynctask.toml\n"
+    );
+
+    let doctor = in_src(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1), "a problem was found");
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("ok:      subagent 'ok': sh is "),
+        "{report}"
+    );
+    assert!(
+        report
+            .contains("problem: subagent 'missing': no-such-program-anywhere is not an executable"),
+        "{report}"
+    );
+    assert!(report.contains("clients run `"), "{report}");
+
+    let bash = in_src(&["completions", "bash"]);
+    assert!(
+        bash.status.success() && String::from_utf8_lossy(&bash.stdout).contains("_asynctask()")
+    );
+    let man = in_src(&["man"]);
+    assert!(man.status.success() && String::from_utf8_lossy(&man.stdout).contains(".TH asynctask"));
+}
