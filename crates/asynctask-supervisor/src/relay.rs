@@ -54,15 +54,27 @@ struct Known {
 struct Head {
     id: Option<Value>,
     method: Option<String>,
+    /// The request a `notifications/cancelled` cancels.
+    cancelled: Option<Value>,
 }
 
 fn head(line: &[u8]) -> Option<Head> {
     let mut message: serde_json::Map<String, Value> = serde_json::from_slice(line).ok()?;
+    let method = message
+        .remove("method")
+        .and_then(|method| method.as_str().map(str::to_owned));
+    let cancelled = (method.as_deref() == Some("notifications/cancelled"))
+        .then(|| {
+            message
+                .get_mut("params")?
+                .get_mut("requestId")
+                .map(Value::take)
+        })
+        .flatten();
     Some(Head {
         id: message.remove("id"),
-        method: message
-            .remove("method")
-            .and_then(|method| method.as_str().map(str::to_owned)),
+        method,
+        cancelled,
     })
 }
 
@@ -73,10 +85,19 @@ impl ClientSession {
 
     /// Notes a line the client sent.
     pub(crate) fn note_client_line(&self, line: &[u8]) {
-        let Some(Head { id, method }) = head(line) else {
+        let Some(Head {
+            id,
+            method,
+            cancelled,
+        }) = head(line)
+        else {
             return;
         };
         let mut known = self.known();
+        if let Some(cancelled) = cancelled {
+            // A cancelled request gets no answer: it waits for none.
+            known.in_flight.retain(|(waiting, _)| *waiting != cancelled);
+        }
         match (id, method) {
             (Some(_), Some(method)) if method == "initialize" => {
                 known.initialize = Some(line.to_vec());
@@ -94,6 +115,7 @@ impl ClientSession {
         if let Some(Head {
             id: Some(id),
             method: None,
+            ..
         }) = head(line)
         {
             self.known().in_flight.retain(|(waiting, _)| *waiting != id);
@@ -333,4 +355,36 @@ fn oversized(head: &[u8], len: usize) -> Vec<u8> {
     .into_bytes();
     line.push(b'\n');
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_session_knows_its_opening_and_the_requests_that_wait() {
+        let session = ClientSession::default();
+        for line in [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+        ] {
+            session.note_client_line(line.as_bytes());
+        }
+        session.note_supervisor_line(br#"{"jsonrpc":"2.0","id":0,"result":{}}"#);
+        session.note_supervisor_line(br#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+        let (lines, answered) = session.reopening();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(answered, Some(json!(0)));
+        assert_eq!(
+            session.take_in_flight(),
+            [(json!(1), "tools/call".to_owned())],
+            "answered and cancelled requests wait for nothing"
+        );
+        assert!(session.take_in_flight().is_empty());
+    }
 }
