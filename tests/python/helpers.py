@@ -47,25 +47,40 @@ def binary() -> Path:
 
 @asynccontextmanager
 async def connect(
-    mode: str, tmp_path: Path, *extra_args: str, env: dict[str, str] | None = None
+    mode: str,
+    tmp_path: Path,
+    *extra_args: str,
+    list_roots_callback: Any = None,
+    cwd: Path | None = None,
+    config: Path = CONFIG,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
-    """A connected client of a fresh server (with `env` added to its environment); the
-    server's stderr is printed afterwards
+    """A connected client of a fresh server; the server's stderr is printed afterwards
     (pytest shows it when the test fails). On a clean exit it also checks that the
     server ended by itself once its stdin closed (on EOF it cancels everything, waits
-    for the processes and exits), without a panic."""
+    for the processes and exits), without a panic.
+
+    The server runs in `cwd` (default: `tmp_path/project`, made here), which is its
+    project unless the client names one of its roots (`list_roots_callback`)."""
+    project = cwd or tmp_path / "project"
+    project.mkdir(exist_ok=True)
     params = StdioServerParameters(
         command=str(binary()),
-        args=["mcp", "--config", str(CONFIG), *extra_args],
+        args=["mcp", "--config", str(config), *extra_args],
         env={"ASYNCTASK_TEST_DIR": str(tmp_path), **(env or {})},  # where `slow` leaves its pid
-        cwd=str(REPO),
+        cwd=str(project),
     )
     log = tmp_path / "server-stderr.log"
     with log.open("w") as errlog:
         try:
             with anyio.fail_after(TEST_DEADLINE):
                 transport = stdio_client(params, errlog=errlog)
-                async with Client(transport, mode=mode, read_timeout_seconds=CALL_TIMEOUT) as client:
+                async with Client(
+                    transport,
+                    mode=mode,
+                    read_timeout_seconds=CALL_TIMEOUT,
+                    list_roots_callback=list_roots_callback,
+                ) as client:
                     print(f"mode={mode}: negotiated protocol {client.protocol_version}")
                     yield client
                     closing = time.monotonic()

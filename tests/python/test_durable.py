@@ -48,11 +48,16 @@ class Workspace:
         self.state = state
 
     def args(self) -> list[str]:
-        return ["--durable", "--state-dir", str(self.state)]
+        # Every session of the workspace names the same project (a supervisor
+        # refuses another project's sessions): the one `connect` runs in.
+        project = self.state.parent / "project"
+        project.mkdir(exist_ok=True)
+        return ["--durable", "--state-dir", str(self.state), "--project", str(project)]
 
     def command(self, verb: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(binary()), "supervisor", verb, "--config", str(CONFIG), "--state-dir", str(self.state)],
+            [str(binary()), "supervisor", verb, "--config", str(CONFIG), "--state-dir", str(self.state)]
+            + (["--json"] if verb == "status" else []),
             capture_output=True,
             text=True,
             timeout=30,
@@ -363,6 +368,13 @@ async def test_fronts_that_start_supervisors_at_once_leave_no_zombie(tmp_path: P
     that finds the other's lock ends, and its front reaps it while it runs on."""
     command = [str(binary()), "mcp", "--config", str(CONFIG), *workspace.args()]
     fronts = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
+    # A front reaches its supervisor once its client opens the session.
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+    for front in fronts:
+        assert front.stdin
+        front.stdin.write((json.dumps(initialize) + "\n").encode())
+        front.stdin.flush()
     try:
         wait_until(lambda: workspace.status()["sessions"] == len(fronts), "every front's session")
         wait_until(

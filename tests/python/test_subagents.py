@@ -44,6 +44,7 @@ SUBAGENTS = [
     "slow",
     "stubborn",
     "vars",
+    "where",
 ]
 
 

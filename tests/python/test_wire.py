@@ -105,7 +105,7 @@ class LineServer:
 
     def supervisor_pid(self) -> int:
         done = subprocess.run(
-            [str(binary()), "supervisor", "status", "--config", str(CONFIG), "--state-dir", str(self.state)],
+            [str(binary()), "supervisor", "status", "--json", "--config", str(CONFIG), "--state-dir", str(self.state)],
             capture_output=True,
             text=True,
             timeout=30,

@@ -19,6 +19,10 @@
 )]
 
 pub mod demo;
+pub mod doctor;
+pub mod logging;
+pub mod project;
+pub mod run;
 pub mod serve;
 
 use std::path::PathBuf;
@@ -59,6 +63,51 @@ pub enum CliError {
     /// The subagents config cannot be loaded.
     #[error(transparent)]
     Config(#[from] asynctask_process::ConfigError),
+    /// A config named by `--config` or `$ASYNCTASK_CONFIG` does not exist.
+    #[error("the config {} ({found_by}) does not exist", path.display())]
+    ConfigMissing {
+        /// The file.
+        path: PathBuf,
+        /// Who named it.
+        found_by: project::ConfigSource,
+    },
+    /// No config was named, and none was found.
+    #[error(
+        "no subagents config: looked for {} (and in each parent directory), {}$ASYNCTASK_CONFIG; \
+         write one (docs/mcp.md has a start) or pass --config FILE",
+        project_file.display(),
+        user_file.as_ref().map(|file| format!("{} and ", file.display())).unwrap_or_default()
+    )]
+    NoConfig {
+        /// The project's file (its parents' were looked for too).
+        project_file: PathBuf,
+        /// The user's file, when there is a place for it.
+        user_file: Option<PathBuf>,
+    },
+    /// The project is not a directory.
+    #[error("cannot use the project {}", path.display())]
+    Project {
+        /// The directory given.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The MCP client's stdio failed before serving began.
+    #[error("cannot read the MCP client's opening")]
+    Stdio(#[source] std::io::Error),
+    /// The supervisor's log cannot be opened.
+    #[error("cannot open the supervisor's log {}", path.display())]
+    Log {
+        /// The log.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// stdout was closed by its reader (`| head`): the command ends quietly.
+    #[error("stdout was closed")]
+    ClosedStdout(#[source] std::io::Error),
     /// No tool has this name.
     #[error("unknown tool '{name}'; expected one of: {}", expected.join(", "))]
     UnknownTool {
@@ -225,8 +274,32 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// The tools `asynctask mcp` serves, in its `tools/list` order: those of
+/// [`all_tools`] but `todo_pause` (no continuation loop runs behind an MCP
+/// server), then `wait_async_tasks` and `end_async_task`.
+#[must_use]
+pub fn mcp_tools() -> Vec<Arc<dyn Tool>> {
+    // The runtime is built inside tokio: outside one, a small one is entered.
+    let tokio = match tokio::runtime::Handle::try_current() {
+        Ok(_) => None,
+        Err(_) => tokio::runtime::Builder::new_current_thread().build().ok(),
+    };
+    let _inside = tokio.as_ref().map(tokio::runtime::Runtime::enter);
+    let runtime = asynctask_runtime::AsyncTaskRuntime::builder()
+        .runner(Arc::new(SpecOnly))
+        .try_build();
+    match runtime.map(|runtime| asynctask_mcp::AsyncTaskMcpServer::new(Arc::new(runtime))) {
+        Ok(Ok(server)) => server.tools().to_vec(),
+        // Never: the runtime builds inside tokio, and the tools' definitions
+        // are checked by the MCP crate's tests.
+        _ => Vec::new(),
+    }
+}
+
 /// The tool definitions for `provider`: a JSON array of all tools, or the one
-/// object for `tool`.
+/// object for `tool`. For [`Provider::Mcp`] the tools are exactly those
+/// `asynctask mcp` serves ([`mcp_tools`]); for the others, what a Rust host
+/// gets ([`all_tools`]).
 ///
 /// # Errors
 ///
@@ -239,12 +312,19 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
 ///
 /// let all = asynctask_cli::schemas(Provider::Anthropic, None).unwrap();
 /// assert_eq!(all.as_array().unwrap().len(), 4);
+/// let served = asynctask_cli::schemas(Provider::Mcp, None).unwrap();
+/// let names: Vec<_> = served.as_array().unwrap().iter().map(|tool| tool["name"].as_str().unwrap()).collect();
+/// assert_eq!(names, ["task", "check_async_tasks", "message_async_task", "wait_async_tasks", "end_async_task"]);
 /// let one = asynctask_cli::schemas(Provider::Mcp, Some("check_async_tasks")).unwrap();
 /// assert_eq!(one["annotations"]["readOnlyHint"], true);
 /// assert!(asynctask_cli::schemas(Provider::Mcp, Some("nope")).is_err());
 /// ```
 pub fn schemas(provider: Provider, tool: Option<&str>) -> Result<Value, CliError> {
-    let tools = all_tools();
+    let tools = if provider == Provider::Mcp {
+        mcp_tools()
+    } else {
+        all_tools()
+    };
     match tool {
         None => Ok(Value::Array(
             tools

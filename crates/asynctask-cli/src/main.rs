@@ -6,31 +6,67 @@
     reason = "the command line owns stdout and stderr: its output and its messages to the user"
 )]
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
+use asynctask_cli::doctor;
+use asynctask_cli::project::{ConfigEnv, find_config, project_dir};
+use asynctask_cli::run::{ERROR_EXIT, RunExit, human_output, progress_line, run_subagent};
 use asynctask_cli::serve::{
-    REAPER_ARG, ServeOptions, load_runner, mcp, mcp_durable, run_output_dir, supervisor_run,
-    supervisor_status, supervisor_stop, wants_durable,
+    REAPER_ARG, ServeOptions, Workspace, load_runner, mcp, run_output_dir, state_dir, status_text,
+    supervisor_run, supervisor_status, supervisor_stop,
 };
-use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, run_once, schemas};
+use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, schemas};
 use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
-use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+use asynctask_process::{ProcessRunner, ProcessRunnerConfig, StdinMode};
 use asynctask_supervisor::StateDir;
 use asynctask_tools::Provider;
 use clap::builder::PossibleValue;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, CommandFactory, Parser, Subcommand, ValueEnum};
+
+/// What `--help` says of exit statuses and of where things are.
+const AFTER_HELP: &str = "\
+Exit status: 0 success; 1 what was run failed (`run`: the subagent; `doctor`: a problem \
+found); 2 asynctask could not do what was asked (a bad flag, no config, a bad config, an \
+unknown subagent); 124 `run --timeout` ran out. A closed stdout (`| head`) ends a command \
+quietly, with status 0.
+
+Config: --config FILE, else $ASYNCTASK_CONFIG, else asynctask.toml in the project or one of \
+its parents, else $XDG_CONFIG_HOME/asynctask/asynctask.toml (~/.config/...); \
+`asynctask config path` shows which. Logs go to stderr: -v/-vv for more, -q/-qq for less, \
+RUST_LOG (e.g. RUST_LOG=asynctask_supervisor=debug) over both.";
 
 /// Background subagent tasks for AI agent hosts.
 #[derive(Debug, Parser)]
-#[command(name = "asynctask", version, about, long_about = None)]
+#[command(name = "asynctask", version, about, long_about = None, after_help = AFTER_HELP)]
 struct Cli {
+    /// Log more (-v: debug, -vv: trace); RUST_LOG wins over it.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log less (-q: warnings and errors, -qq: errors, -qqq: nothing).
+    #[arg(short, long, action = ArgAction::Count, global = true, conflicts_with = "verbose")]
+    quiet: u8,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Where a command works.
+#[derive(Debug, Clone, clap::Args)]
+struct WhereArgs {
+    /// The subagents config (TOML). Default: $ASYNCTASK_CONFIG, else
+    /// asynctask.toml in the project or a parent, else the user's
+    /// (~/.config/asynctask/asynctask.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The project: subagents work there (a relative `cwd` is relative to
+    /// it) and durable state lives in its .asynctask/. Default: the working
+    /// directory.
+    #[arg(long, value_name = "DIR")]
+    project: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,7 +77,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
-    /// Print the tool definitions for an LLM provider as JSON.
+    /// Print the tool definitions for an LLM provider as JSON (`mcp`: exactly
+    /// the tools `asynctask mcp` serves).
     Schemas {
         /// The provider format.
         #[arg(long)]
@@ -50,18 +87,27 @@ enum Command {
         #[arg(long, help = tool_help())]
         tool: Option<String>,
     },
-    /// Run one subagent synchronously through the task tool and print its result.
+    /// Run one subagent synchronously through the task tool and print its
+    /// result: its final message and variables (the completion JSON with
+    /// --json). Exit status: 0 completed, 1 failed, 2 could not run it, 124
+    /// timed out.
     Run {
-        /// The subagents config (TOML).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        place: WhereArgs,
         /// Where the subagent's whole output is kept, named in the result when
-        /// it was cut (default: `.asynctask/outputs/` beside the config; a
+        /// it was cut (default: `.asynctask/runs/` in the project; a
         /// directory given here is made private to its owner if it does not
         /// exist). A file the result names is kept after the command exits;
         /// one it does not name is removed.
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
+        /// End the subagent after this many seconds (exit status 124).
+        /// Default: the task tool's 900.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        timeout: Option<u64>,
+        /// Print the completion JSON a model would read, as it is.
+        #[arg(long)]
+        json: bool,
         /// The subagent to run.
         subagent: String,
         /// Its goal.
@@ -69,20 +115,67 @@ enum Command {
     },
     /// Serve the tools to an MCP client over stdio (task, check_async_tasks,
     /// message_async_task, wait_async_tasks, end_async_task).
+    #[command(long_about = MCP_ABOUT)]
     Mcp {
         #[command(flatten)]
         serve: ServeArgs,
-        /// Keep tasks and results beyond this session: relay to the workspace's
+        /// Keep tasks and results beyond this session: relay to the project's
         /// supervisor (started if none runs), which owns the tasks and their
         /// subagents. Also `durable = true` at the top of the config.
         #[arg(long)]
         durable: bool,
     },
-    /// The workspace's supervisor, which owns durable tasks (`mcp --durable`
+    /// The project's supervisor, which owns durable tasks (`mcp --durable`
     /// starts it).
     Supervisor {
         #[command(subcommand)]
         command: SupervisorCommand,
+    },
+    /// The subagents config a command would use.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Check the config, each subagent's program and working directory, the
+    /// state directory and its socket, and say what an MCP client would run.
+    /// Exit status 1 when something is wrong.
+    Doctor {
+        #[command(flatten)]
+        place: WhereArgs,
+        /// The state directory (default: `.asynctask/` in the project).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Print a shell's completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `asynctask man > asynctask.1`.
+    Man,
+}
+
+/// `mcp --help`.
+const MCP_ABOUT: &str = "\
+Serve the tools to an MCP client over stdio: task, check_async_tasks, message_async_task, \
+wait_async_tasks and end_async_task.
+
+The project is --project, else the client's first MCP root (when the client offers roots: \
+Claude Code does), else the working directory the client started the server in. Subagents \
+run there: a relative `cwd` in the config is relative to it, and by default they may work \
+anywhere under it (`roots`).
+
+State: without --durable, whole outputs go to a temporary directory removed when the server \
+exits (--state-dir DIR keeps them in DIR/outputs). With --durable, the project's supervisor \
+keeps its socket, lock, log, task store and outputs in the project's .asynctask/ (or \
+--state-dir DIR).";
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Print the path of the config found, and say on stderr how it was found.
+    Path {
+        #[command(flatten)]
+        place: WhereArgs,
     },
 }
 
@@ -94,37 +187,67 @@ enum SupervisorCommand {
         #[command(flatten)]
         serve: ServeArgs,
     },
-    /// Print the supervisor's pid (null when none runs) and its tasks, as JSON.
+    /// Show the supervisor (or, when none runs, what its store holds) and its
+    /// tasks; read-only.
     Status {
         #[command(flatten)]
         state: StateArgs,
+        /// Print JSON: pid (null when none runs), project, state_dir,
+        /// sessions and tasks.
+        #[arg(long)]
+        json: bool,
     },
     /// Cancel every task, end their processes, and stop the supervisor.
     Stop {
         #[command(flatten)]
         state: StateArgs,
     },
+    /// Stop the supervisor (cancelling its tasks) and start a new one with
+    /// the config and options given (a new binary, environment or options).
+    Restart {
+        #[command(flatten)]
+        serve: ServeArgs,
+    },
 }
 
-/// Where the workspace's state is.
+/// Which workspace's state: the project's `.asynctask/`, or `--state-dir`
+/// alone.
 #[derive(Debug, clap::Args)]
 struct StateArgs {
-    /// The subagents config (TOML); the state lives beside it by default.
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
-    /// Where the supervisor keeps its state (default: `.asynctask/` in the
-    /// config's directory).
+    /// The project whose supervisor this is (default: the working directory).
+    #[arg(long, value_name = "DIR")]
+    project: Option<PathBuf>,
+    /// The state directory (default: `.asynctask/` in the project).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Not needed: the state is the project's. Given, it must exist.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl StateArgs {
+    fn state(&self) -> Result<StateDir, CliError> {
+        if let Some(config) = &self.config {
+            find_config(Some(config), Path::new("/"), &ConfigEnv::default())?;
+        }
+        Ok(match &self.state_dir {
+            Some(dir) => StateDir::new(dir),
+            None => state_dir(None, &project_dir(self.project.as_deref())?),
+        })
+    }
 }
 
 /// How tools are served.
 #[derive(Debug, clap::Args)]
 struct ServeArgs {
     #[command(flatten)]
-    state: StateArgs,
-    /// Turn a synchronous task call still running after this many seconds into
-    /// a background task.
+    place: WhereArgs,
+    /// Where the supervisor (or, without --durable, the server) keeps its
+    /// state (default: `.asynctask/` in the project).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Turn a synchronous task call still running after this many seconds
+    /// (1-3600) into a background task.
     #[arg(
         long,
         value_name = "SECS",
@@ -132,8 +255,9 @@ struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(1..=3600)
     )]
     sync_detach_after: u64,
-    /// The most background tasks running at once: -1 (unlimited) or 1..=100.
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// The most background tasks running at once: -1 (unlimited) or 1-100
+    /// [default: 5].
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = max_async_tasks)]
     max_async_tasks: Option<MaxAsyncTasks>,
     /// How many background launches past the running limit wait in a queue,
     /// 0..=1000 (default 20; 0 refuses them).
@@ -153,8 +277,8 @@ struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = idle_exit_secs)]
     idle_exit: u64,
     /// How much of a subagent's output a result holds, in characters as the
-    /// model reads them (JSON-escaped); overrides `inline_budget` in the
-    /// config (default 10000).
+    /// model reads them (JSON-escaped), 1000-1000000; overrides
+    /// `inline_budget` in the config [default: 10000].
     #[arg(
         long,
         value_name = "CHARS",
@@ -165,8 +289,19 @@ struct ServeArgs {
 
 impl ServeArgs {
     fn options(&self) -> ServeOptions {
-        let mut options = ServeOptions::new(&self.state.config);
-        options.state_dir.clone_from(&self.state.state_dir);
+        let mut options = ServeOptions::new();
+        options.config = self
+            .place
+            .config
+            .as_ref()
+            .map(|config| std::path::absolute(config).unwrap_or_else(|_| config.clone()));
+        options.project.clone_from(&self.place.project);
+        // Made absolute once: every check and the supervisor started see the
+        // same path.
+        options.state_dir = self
+            .state_dir
+            .as_ref()
+            .map(|dir| StateDir::new(dir).path().to_owned());
         options.sync_detach_after = Duration::from_secs(self.sync_detach_after);
         options.idle_exit = Duration::from_secs(self.idle_exit);
         options.inline_budget = self
@@ -188,12 +323,13 @@ impl ServeArgs {
     }
 }
 
-impl StateArgs {
-    fn state(&self) -> StateDir {
-        let mut options = ServeOptions::new(&self.config);
-        options.state_dir.clone_from(&self.state_dir);
-        options.state()
-    }
+/// `--max-async-tasks`: the flag's rule, in the flag's words.
+fn max_async_tasks(value: &str) -> Result<MaxAsyncTasks, String> {
+    value
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| MaxAsyncTasks::new(n).ok())
+        .ok_or_else(|| "must be -1 (unlimited) or an integer from 1 to 100".to_owned())
 }
 
 /// Why an `--idle-exit` value is refused.
@@ -277,7 +413,7 @@ fn main() -> ExitCode {
         return asynctask_process::reaper::main(args);
     }
     let cli = Cli::parse();
-    install_logging();
+    asynctask_cli::logging::install(cli.verbose, cli.quiet);
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -293,27 +429,37 @@ fn main() -> ExitCode {
         });
     match result {
         Ok(code) => code,
+        Err(error) if closed_stdout(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            // The one place an error becomes text: with every cause, on one line.
-            eprintln!("asynctask: {}", error_chain(&error));
-            ExitCode::FAILURE
+            // The one place an error becomes text: with every cause, on one
+            // line. Written, not printed: a closed stderr ends nothing.
+            let _ = writeln!(std::io::stderr(), "asynctask: {}", error_chain(&error));
+            ExitCode::from(ERROR_EXIT)
         }
     }
 }
 
-/// Logs go to stderr (stdout is the protocol channel of `mcp`, and the
-/// output of the other commands): what the libraries say at `info` and above,
-/// or what `RUST_LOG` asks for.
-fn install_logging() {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+/// Whether `error` is stdout's reader going away (`| head`).
+fn closed_stdout(error: &CliError) -> bool {
+    match error {
+        CliError::ClosedStdout(_) => true,
+        CliError::Transcript(err) => err.kind() == std::io::ErrorKind::BrokenPipe,
+        _ => false,
+    }
+}
+
+/// Writes `text` and a line break to stdout; a reader that went away is
+/// [`CliError::ClosedStdout`].
+fn out(text: &str) -> Result<(), CliError> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")
+        .and_then(|()| stdout.flush())
+        .map_err(CliError::ClosedStdout)
+}
+
+/// Writes a note for the user to stderr (never fails the command).
+fn note(text: &str) {
+    let _ = writeln!(std::io::stderr(), "asynctask: {text}");
 }
 
 async fn run(command: Command) -> Result<ExitCode, CliError> {
@@ -321,7 +467,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Demo { config } => {
             let (runner, subagents) = match &config {
                 Some(path) => {
-                    let runner = load_runner(path)?;
+                    let runner = load_runner(path, &project_dir(None)?)?;
                     let subagents = pick_subagents(&runner.subagent_names())?;
                     (runner, subagents)
                 }
@@ -338,55 +484,30 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         }
         Command::Schemas { provider, tool } => {
             let value = schemas(provider.0, tool.as_deref())?;
-            println!("{}", pretty(&value));
+            out(&pretty(&value))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Run {
-            config,
+            place,
             output_dir,
+            timeout,
+            json,
             subagent,
             goal,
         } => {
-            let runner = load_runner(&config)?;
-            let names = runner.subagent_names();
-            if !names.contains(&subagent) {
-                return Err(CliError::UnknownSubagent {
-                    subagent,
-                    config,
-                    configured: names,
-                });
-            }
-            // The result may name the output file: it must outlive this command.
-            let runner =
-                Arc::new(runner.with_output_dir(run_output_dir(&config, output_dir.as_deref())?));
-            let result = run_once(Arc::clone(&runner) as _, &subagent, &goal).await;
-            // A result that names no file (nothing was cut) leaves none behind.
-            if !result.llm_content.contains("[whole output: ")
-                && let Some(file) = result.metadata["agentId"]
-                    .as_str()
-                    .and_then(|id| runner.output_path(id))
-                && let Err(err) = std::fs::remove_file(&file)
-                && err.kind() != std::io::ErrorKind::NotFound
-            {
-                eprintln!("asynctask: cannot remove {}: {err}", file.display());
-            }
-            println!("{}", result.llm_content);
-            match result.error {
-                None => Ok(ExitCode::SUCCESS),
-                Some(error) => {
-                    eprintln!("asynctask: {}", error.message);
-                    Ok(ExitCode::FAILURE)
-                }
-            }
+            run_command(
+                &place,
+                output_dir.as_deref(),
+                timeout,
+                json,
+                &subagent,
+                &goal,
+            )
+            .await
         }
         // stdout is the protocol channel from here on: nothing else is printed.
         Command::Mcp { serve, durable } => {
-            let options = serve.options();
-            if wants_durable(&options, durable)? {
-                mcp_durable(&options, start_supervisor).await?;
-            } else {
-                mcp(&options).await?;
-            }
+            mcp(&serve.options(), durable, &start_supervisor).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Supervisor { command } => match command {
@@ -394,39 +515,178 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                 supervisor_run(&serve.options()).await?;
                 Ok(ExitCode::SUCCESS)
             }
-            SupervisorCommand::Status { state } => {
-                let status = supervisor_status(&state.state()).await?;
-                println!("{}", pretty(&status));
+            SupervisorCommand::Status { state, json } => {
+                let status = supervisor_status(&state.state()?).await?;
+                out(&if json {
+                    pretty(&status)
+                } else {
+                    status_text(&status)
+                })?;
                 Ok(ExitCode::SUCCESS)
             }
             SupervisorCommand::Stop { state } => {
-                match supervisor_stop(&state.state()).await? {
-                    Some(pid) => eprintln!("asynctask: supervisor {pid} stopped"),
-                    None => eprintln!("asynctask: no supervisor runs"),
+                match supervisor_stop(&state.state()?).await? {
+                    Some(pid) => note(&format!("supervisor {pid} stopped")),
+                    None => note("no supervisor runs"),
                 }
                 Ok(ExitCode::SUCCESS)
             }
+            SupervisorCommand::Restart { serve } => {
+                let options = serve.options();
+                let workspace =
+                    Workspace::find(options.config.as_deref(), options.project.as_deref())?;
+                let state = options.state(&workspace.project);
+                if let Some(pid) = supervisor_stop(&state).await? {
+                    note(&format!("supervisor {pid} stopped"));
+                }
+                let pid = asynctask_cli::serve::start_and_wait(&state, || {
+                    start_supervisor(&options, &workspace)
+                })
+                .await?;
+                note(&format!("supervisor {pid} started"));
+                Ok(ExitCode::SUCCESS)
+            }
         },
+        Command::Config {
+            command: ConfigCommand::Path { place },
+        } => {
+            let project = project_dir(place.project.as_deref())?;
+            let found = find_config(place.config.as_deref(), &project, &ConfigEnv::current())?;
+            note(&format!("found by {}", found.source));
+            out(&found.path.display().to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor { place, state_dir } => {
+            let path = std::env::var_os("PATH");
+            let findings = doctor::examine(
+                place.config.as_deref(),
+                place.project.as_deref(),
+                state_dir.as_deref(),
+                path.as_deref(),
+            );
+            out(&doctor::report(&findings))?;
+            Ok(if findings.iter().any(|finding| finding.problem) {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "asynctask", &mut script);
+            out(String::from_utf8_lossy(&script).trim_end())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            // Rendered into memory, which cannot fail to take it.
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut page)
+                .expect("writing to a Vec cannot fail");
+            out(String::from_utf8_lossy(&page).trim_end())?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
-/// Starts the workspace's supervisor in the background: this same binary,
+/// `asynctask run`.
+async fn run_command(
+    place: &WhereArgs,
+    output_dir: Option<&Path>,
+    timeout: Option<u64>,
+    json: bool,
+    subagent: &str,
+    goal: &str,
+) -> Result<ExitCode, CliError> {
+    let workspace = Workspace::find(place.config.as_deref(), place.project.as_deref())?;
+    let runner = load_runner(&workspace.config.path, &workspace.project)?;
+    let names = runner.subagent_names();
+    if !names.iter().any(|name| name == subagent) {
+        return Err(CliError::UnknownSubagent {
+            subagent: subagent.to_owned(),
+            config: workspace.config.path,
+            configured: names,
+        });
+    }
+    if runner
+        .config()
+        .subagents
+        .get(subagent)
+        .is_some_and(|spec| spec.stdin == StdinMode::Jsonl)
+    {
+        note(&format!(
+            "subagent '{subagent}' reads messages (stdin = \"jsonl\"): its stdin stays open \
+             until it ends, and `run` sends it none; it must finish on its own (--timeout \
+             ends it)"
+        ));
+    }
+    // The result may name the output file: it must outlive this command.
+    let runner = Arc::new(runner.with_output_dir(run_output_dir(&workspace.project, output_dir)?));
+    let terminal = std::io::stderr().is_terminal();
+    let mut drawn = false;
+    let result = run_subagent(
+        Arc::clone(&runner) as _,
+        subagent,
+        goal,
+        timeout.map(Duration::from_secs),
+        |elapsed, last| {
+            if terminal {
+                let line = progress_line(subagent, elapsed, last, 100);
+                let _ = write!(std::io::stderr(), "\r\x1b[K{line}");
+                drawn = true;
+            }
+        },
+    )
+    .await;
+    if drawn {
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
+    }
+    // A result that names no file (nothing was cut) leaves none behind.
+    if !result.llm_content.contains("[whole output: ")
+        && let Some(file) = result.metadata["agentId"]
+            .as_str()
+            .and_then(|id| runner.output_path(id))
+        && let Err(err) = std::fs::remove_file(&file)
+        && err.kind() != std::io::ErrorKind::NotFound
+    {
+        note(&format!("cannot remove {}: {err}", file.display()));
+    }
+    let exit = RunExit::of(&result);
+    if json {
+        out(&result.llm_content)?;
+    } else if exit == RunExit::Completed {
+        let completion: serde_json::Value =
+            serde_json::from_str(&result.llm_content).unwrap_or_default();
+        let text = human_output(&completion);
+        if !text.is_empty() {
+            out(&text)?;
+        }
+    }
+    if let Some(error) = &result.error {
+        note(&error.message);
+    }
+    Ok(ExitCode::from(exit.code()))
+}
+
+/// Starts the project's supervisor in the background: this same binary,
 /// `supervisor run`, in its own process group (a client that signals its
-/// server's group does not reach it), its output in the state directory's log.
-fn start_supervisor(options: &ServeOptions) -> std::io::Result<std::process::Child> {
+/// server's group does not reach it). It logs to its state directory's
+/// `supervisor.log`; its stderr, a pipe the front reads, carries an error
+/// that stops it before it serves.
+fn start_supervisor(
+    options: &ServeOptions,
+    workspace: &Workspace,
+) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
-    let state = options.state();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(state.log_file())?;
-    let config = std::path::absolute(&options.config)?;
+    let state = options.state(&workspace.project);
     let mut command = std::process::Command::new(std::env::current_exe()?);
     command
         .args(["supervisor", "run", "--config"])
-        .arg(config)
+        .arg(&workspace.config.path)
+        .arg("--project")
+        .arg(&workspace.project)
         .arg("--state-dir")
-        .arg(std::path::absolute(state.path())?)
+        .arg(state.path())
         .arg("--sync-detach-after")
         .arg(options.sync_detach_after.as_secs().to_string())
         .arg("--idle-exit")
@@ -449,8 +709,8 @@ fn start_supervisor(options: &ServeOptions) -> std::io::Result<std::process::Chi
     }
     command
         .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .process_group(0);
     command.spawn()
 }
@@ -472,6 +732,11 @@ mod tests {
             .collect();
         let providers: Vec<&str> = Provider::ALL.iter().map(|p| p.name()).collect();
         assert_eq!(values, providers);
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 
     #[test]

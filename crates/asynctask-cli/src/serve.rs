@@ -1,31 +1,42 @@
 //! `asynctask mcp` and `asynctask supervisor`: serving the tools to MCP clients,
-//! in one process per session or (durable) through the workspace's supervisor.
+//! in one process per session or (durable) through the project's supervisor.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use asynctask_manager::StoredTask;
-use asynctask_mcp::{McpServerOptions, serve_stdio};
-use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks};
+use asynctask_mcp::{
+    DropAnswer, LineReader, MAX_LINE_BYTES, McpServerOptions, open_session, serve_io,
+};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks, OutputObject};
 use asynctask_process::{ConfigExtension, ProcessRunner, ProcessRunnerConfig};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_store::{Store, StoreError};
 use asynctask_supervisor::{
     StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask, relay_stdio,
 };
-use asynctask_tools::{Nesting, SyncDetach};
+use asynctask_tools::{
+    Nesting, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach,
+};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
 
 use crate::CliError;
+use crate::project::{ConfigEnv, FoundConfig, find_config, project_dir};
 
 /// What `asynctask mcp` and `asynctask supervisor run` are given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServeOptions {
-    /// The subagents config (TOML).
-    pub config: PathBuf,
+    /// The subagents config (`--config`); `None`: found from the project
+    /// ([`find_config`]).
+    pub config: Option<PathBuf>,
+    /// The project (`--project`); `None`: the client's first root, else the
+    /// working directory.
+    pub project: Option<PathBuf>,
     /// A synchronous call still running after this long becomes a background task.
     pub sync_detach_after: Duration,
     /// The running limit.
@@ -36,8 +47,8 @@ pub struct ServeOptions {
     pub max_launches_per_session: Option<u32>,
     /// How deep subagents may nest.
     pub max_depth: u32,
-    /// Where a durable supervisor keeps its state (default: `.asynctask/` beside
-    /// the config).
+    /// Where a durable supervisor keeps its state (default: `.asynctask/` in
+    /// the project).
     pub state_dir: Option<PathBuf>,
     /// A durable supervisor exits after this long with no session and no task.
     pub idle_exit: Duration,
@@ -46,12 +57,11 @@ pub struct ServeOptions {
     pub inline_budget: Option<usize>,
 }
 
-impl ServeOptions {
-    /// The options with every default, for `config`.
-    #[must_use]
-    pub fn new(config: impl Into<PathBuf>) -> Self {
+impl Default for ServeOptions {
+    fn default() -> Self {
         ServeOptions {
-            config: config.into(),
+            config: None,
+            project: None,
             sync_detach_after: McpServerOptions::default().sync_detach_after,
             max_async_tasks: MaxAsyncTasks::default(),
             max_queued_tasks: McpServerOptions::DEFAULT_MAX_QUEUED_TASKS,
@@ -62,16 +72,20 @@ impl ServeOptions {
             inline_budget: None,
         }
     }
+}
 
-    /// The workspace's state directory: the one given, else `.asynctask/` in the
-    /// config file's directory.
+impl ServeOptions {
+    /// The options with every default.
     #[must_use]
-    pub fn state(&self) -> StateDir {
-        StateDir::new(
-            self.state_dir
-                .clone()
-                .unwrap_or_else(|| default_state_dir(&self.config)),
-        )
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The workspace's state directory for `project`: the one given, else
+    /// `.asynctask/` in the project (made absolute either way, once).
+    #[must_use]
+    pub fn state(&self, project: &Path) -> StateDir {
+        state_dir(self.state_dir.as_deref(), project)
     }
 
     fn server_options(&self) -> McpServerOptions {
@@ -86,11 +100,43 @@ impl ServeOptions {
     }
 }
 
-/// `.asynctask/` in the directory of `config` (made absolute).
+/// The state directory: `dir` when given, else `.asynctask/` in `project`;
+/// absolute.
+///
+/// ```
+/// # use std::path::Path;
+/// let state = asynctask_cli::serve::state_dir(None, Path::new("/work/p"));
+/// assert_eq!(state.path(), Path::new("/work/p/.asynctask"));
+/// ```
 #[must_use]
-pub fn default_state_dir(config: &Path) -> PathBuf {
-    let config = std::path::absolute(config).unwrap_or_else(|_| config.to_owned());
-    config.parent().unwrap_or(Path::new(".")).join(".asynctask")
+pub fn state_dir(dir: Option<&Path>, project: &Path) -> StateDir {
+    StateDir::new(dir.map_or_else(|| project.join(STATE_DIR_NAME), Path::to_owned))
+}
+
+/// The name of a project's state directory.
+pub const STATE_DIR_NAME: &str = ".asynctask";
+
+/// Where a serving command works: the project, and the config found for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    /// The project (absolute, resolved).
+    pub project: PathBuf,
+    /// The config.
+    pub config: FoundConfig,
+}
+
+impl Workspace {
+    /// The project (`project`, else the working directory) and its config
+    /// (`config`, else found).
+    ///
+    /// # Errors
+    ///
+    /// [`CliError`] for a project that is no directory or no config found.
+    pub fn find(config: Option<&Path>, project: Option<&Path>) -> Result<Self, CliError> {
+        let project = project_dir(project)?;
+        let config = find_config(config, &project, &ConfigEnv::current())?;
+        Ok(Workspace { project, config })
+    }
 }
 
 /// The subagents config's top-level keys that belong to this command, not to
@@ -125,14 +171,17 @@ impl ConfigExtension for CliSettings {
     }
 }
 
-/// Loads the subagents config: the runner's part, and this command's own
-/// keys ([`CliSettings`]).
+/// Loads the subagents config for `project`: the runner's part, and this
+/// command's own keys ([`CliSettings`]).
 ///
 /// # Errors
 ///
 /// [`CliError::Config`] when the config cannot be loaded.
-pub fn load_config(path: &Path) -> Result<(ProcessRunnerConfig, CliSettings), CliError> {
-    Ok(ProcessRunnerConfig::load_with(path)?)
+pub fn load_config(
+    path: &Path,
+    project: &Path,
+) -> Result<(ProcessRunnerConfig, CliSettings), CliError> {
+    Ok(ProcessRunnerConfig::load_in(path, project)?)
 }
 
 /// The hidden first argument that makes the `asynctask` binary act as the
@@ -140,66 +189,75 @@ pub fn load_config(path: &Path) -> Result<(ProcessRunnerConfig, CliSettings), Cl
 /// [`asynctask_process::reaper`]).
 pub const REAPER_ARG: &str = "__asynctask-reaper";
 
-/// Loads the subagents config into a runner whose subagents run under this
-/// binary as their reaper (so none outlives its task, nor this process when it
-/// is killed).
-///
-/// # Errors
-///
-/// [`CliError::Config`] when the config cannot be loaded.
-pub fn load_runner(path: &Path) -> Result<ProcessRunner, CliError> {
-    let runner = ProcessRunner::new(load_config(path)?.0);
-    Ok(match std::env::current_exe() {
+/// A runner for `config`, whose subagents run under this binary as their
+/// reaper (so none outlives its task, nor this process when it is killed).
+#[must_use]
+pub fn runner_of(config: ProcessRunnerConfig) -> ProcessRunner {
+    let runner = ProcessRunner::new(config);
+    match std::env::current_exe() {
         Ok(exe) => runner.with_reaper(exe, vec![REAPER_ARG.into()]),
         // No path to ourselves (deleted binary): the parent-death signal on
         // each direct child still applies.
         Err(_) => runner,
-    })
+    }
 }
 
-/// [`load_runner`], keeping whole outputs in `state`'s `outputs/` when a
-/// state directory is given (else in a temporary directory removed when the
-/// runner is dropped).
-fn runner_for(options: &ServeOptions, state: Option<&StateDir>) -> Result<ProcessRunner, CliError> {
-    let mut runner = load_runner(&options.config)?;
+/// Loads the subagents config at `path` for `project` into a runner (see
+/// [`runner_of`]).
+///
+/// # Errors
+///
+/// [`CliError::Config`] when the config cannot be loaded.
+pub fn load_runner(path: &Path, project: &Path) -> Result<ProcessRunner, CliError> {
+    Ok(runner_of(load_config(path, project)?.0))
+}
+
+/// The runner of `workspace` with `options`' inline budget, keeping whole
+/// outputs in `state`'s `outputs/` when a state directory is given (else in a
+/// temporary directory removed when the runner is dropped).
+fn runner_for(
+    options: &ServeOptions,
+    config: ProcessRunnerConfig,
+    state: Option<&StateDir>,
+) -> ProcessRunner {
+    let mut runner = runner_of(config);
     if let Some(chars) = options.inline_budget {
         runner = runner.with_inline_budget(chars);
     }
-    Ok(match state {
+    match state {
         Some(state) => runner.with_output_dir(state.outputs()),
         None => runner,
-    })
+    }
 }
 
 /// Where `asynctask run` keeps the subagent's whole output: `dir` when given,
-/// else `outputs/` in the workspace's state directory (`.asynctask/` beside
-/// the config, made private to its owner); a `dir` that does not exist is
-/// made private to its owner too. The path the result names must still hold
-/// the file after the command exits, so it is never a temporary directory;
-/// the files a result names are kept until removed by hand (`asynctask run`
-/// removes a run's `<task id>.out` when its result names none).
+/// else `runs/` in the project's state directory (`.asynctask/`, made private
+/// to its owner; a supervisor's `outputs/` beside it is the supervisor's
+/// own); a `dir` that does not exist is made private to its owner too. The
+/// path the result names must still hold the file after the command exits,
+/// so it is never a temporary directory; the files a result names are kept
+/// until removed by hand (`asynctask run` removes a run's `<task id>.out`
+/// when its result names none).
 ///
 /// ```
-/// # use std::path::Path;
-/// let dir = std::env::temp_dir().join(format!("asynctask-doc-run-{}", std::process::id()));
-/// let config = dir.join("subagents.toml");
-/// let outputs = asynctask_cli::serve::run_output_dir(&config, None)?;
-/// assert_eq!(outputs, dir.join(".asynctask").join("outputs"));
+/// let project = std::env::temp_dir().join(format!("asynctask-doc-run-{}", std::process::id()));
+/// let outputs = asynctask_cli::serve::run_output_dir(&project, None)?;
+/// assert_eq!(outputs, project.join(".asynctask").join("runs"));
 /// assert!(outputs.is_dir());
-/// # std::fs::remove_dir_all(&dir)?;
+/// # std::fs::remove_dir_all(&project)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
 /// # Errors
 ///
 /// [`CliError`] when the directory cannot be made.
-pub fn run_output_dir(config: &Path, dir: Option<&Path>) -> Result<PathBuf, CliError> {
+pub fn run_output_dir(project: &Path, dir: Option<&Path>) -> Result<PathBuf, CliError> {
     let outputs = match dir {
-        Some(dir) => dir.to_owned(),
+        Some(dir) => std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned()),
         None => {
-            let state = ServeOptions::new(config).state();
+            let state = state_dir(None, project);
             create_state(&state)?;
-            state.outputs()
+            state.path().join("runs")
         }
     };
     {
@@ -217,78 +275,147 @@ pub fn run_output_dir(config: &Path, dir: Option<&Path>) -> Result<PathBuf, CliE
     Ok(outputs)
 }
 
-/// Whether `asynctask mcp` serves durably: `--durable`, or `durable = true` at
-/// the top of the config.
-///
-/// # Errors
-///
-/// [`CliError::Config`] for a config that cannot be loaded.
-pub fn wants_durable(options: &ServeOptions, flag: bool) -> Result<bool, CliError> {
-    if flag {
-        return Ok(true);
-    }
-    Ok(load_config(&options.config)?.1.durable)
-}
+/// What starts a supervisor in the background for a durable session: given
+/// the options, the project and the config, a child process running
+/// `asynctask supervisor run`.
+pub type StartSupervisor =
+    dyn Fn(&ServeOptions, &Workspace) -> std::io::Result<std::process::Child> + Send + Sync;
 
-/// `asynctask mcp`: one server on stdio, its tasks ending with it.
+/// `asynctask mcp`: reads the session's opening (asking a client that
+/// declares roots for them, unless `--project` was given), settles the
+/// project (`--project`, else the client's first root, else the working
+/// directory) and its config, and serves: in this process, its tasks ending
+/// with it; or, with `durable` (or `durable = true` in the config), through
+/// the project's supervisor, started with `start` when none runs.
 ///
 /// # Errors
 ///
 /// [`CliError`] for a bad config or a session that could not run.
-pub async fn mcp(options: &ServeOptions) -> Result<(), CliError> {
-    let state = options.state_dir.as_ref().map(|_| options.state());
+pub async fn mcp(
+    options: &ServeOptions,
+    durable: bool,
+    start: &StartSupervisor,
+) -> Result<(), CliError> {
+    // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
+    // servers): a blocking stdin read would hold the process past its shutdown.
+    let (stdin, mut stdout) = rmcp::transport::stdio_pipes();
+    let mut client = LineReader::new(BufReader::new(stdin), MAX_LINE_BYTES);
+    // A signal ends a server whose client has not even opened its session.
+    let mut signals =
+        asynctask_mcp::TerminationSignals::new().map_err(asynctask_mcp::McpError::Signals)?;
+    tracing::info!(
+        "asynctask {} on stdio (pid {}): waiting for the client",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id()
+    );
+    let opening = tokio::select! {
+        opening = open_session(&mut client, &mut stdout, options.project.is_none()) => {
+            opening.map_err(CliError::Stdio)?
+        }
+        signal = signals.recv() => {
+            tracing::info!("{signal} before the session opened; ending");
+            return Ok(());
+        }
+    };
+    let (project, how) = match (&options.project, &opening.project) {
+        (Some(project), _) => (project_dir(Some(project))?, "--project"),
+        (None, Some(root)) => (project_dir(Some(root))?, "the client's first root"),
+        (None, None) => (project_dir(None)?, "the working directory"),
+    };
+    let workspace = Workspace {
+        config: find_config(options.config.as_deref(), &project, &ConfigEnv::current())?,
+        project,
+    };
+    let (config, settings) = load_config(&workspace.config.path, &workspace.project)?;
+    tracing::info!(
+        "project {} ({how}); config {} ({})",
+        workspace.project.display(),
+        workspace.config.path.display(),
+        workspace.config.source
+    );
+    if workspace.project == Path::new("/") {
+        tracing::warn!(
+            "the project is / (the client started the server there and named no root): \
+             subagents run in /; give the server --project DIR"
+        );
+    }
+    if durable || settings.durable {
+        let state = options.state(&workspace.project);
+        state.check_socket_path()?;
+        create_state(&state)?;
+        return Ok(
+            relay_stdio(&state, &workspace.project, opening, client, stdout, || {
+                start(options, &workspace)
+            })
+            .await?,
+        );
+    }
+    let state = options
+        .state_dir
+        .as_ref()
+        .map(|_| options.state(&workspace.project));
     if let Some(state) = &state {
         create_state(state)?;
     }
-    let runner = runner_for(options, state.as_ref())?;
-    Ok(serve_stdio(Arc::new(runner), options.server_options()).await?)
+    let runner = runner_for(options, config, state.as_ref());
+    let replay: Vec<u8> = opening
+        .replay
+        .iter()
+        .flat_map(|line| line.iter().copied().chain([b'\n']))
+        .collect();
+    let (stdin, partial) = client.into_inner();
+    let reader = std::io::Cursor::new(replay)
+        .chain(std::io::Cursor::new(partial))
+        .chain(stdin);
+    let writer = DropAnswer::new(stdout, opening.answered);
+    Ok(serve_io(
+        Arc::new(runner),
+        options.server_options(),
+        Some(workspace.project),
+        reader,
+        writer,
+    )
+    .await?)
 }
 
-/// `asynctask mcp --durable`: relays stdio to the workspace's supervisor,
-/// starting it with `start` when none runs.
-///
-/// # Errors
-///
-/// [`CliError`] when the state directory cannot be made, or no supervisor
-/// answers.
-pub async fn mcp_durable(
-    options: &ServeOptions,
-    start: impl Fn(&ServeOptions) -> std::io::Result<std::process::Child>,
-) -> Result<(), CliError> {
-    // The config is checked here too, so a broken one is reported to the user
-    // of this session, not only in the supervisor's log.
-    load_runner(&options.config)?;
-    let state = options.state();
-    state.check_socket_path()?;
-    create_state(&state)?;
-    Ok(relay_stdio(&state, || start(options)).await?)
-}
-
-/// `asynctask supervisor run`: the workspace's supervisor, until it is stopped,
-/// idle or signalled. Returns at once when another supervisor holds the
-/// workspace.
+/// `asynctask supervisor run`: the project's supervisor, until it is
+/// stopped, idle or signalled. Returns at once when another supervisor holds
+/// the workspace. Its log goes to `supervisor.log` in the state directory
+/// when its stderr is no terminal (a front started it); an error before it
+/// serves goes to stderr too, where the front that started it reads it.
 ///
 /// # Errors
 ///
 /// [`CliError`] for a bad config, an unusable state directory, or a socket that
 /// cannot be bound.
 pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorExit>, CliError> {
-    let state = options.state();
+    use std::io::IsTerminal as _;
+    let workspace = Workspace::find(options.config.as_deref(), options.project.as_deref())?;
+    let state = options.state(&workspace.project);
     state.check_socket_path()?;
     create_state(&state)?;
-    let runner = runner_for(options, Some(&state))?;
+    let (config, _) = load_config(&workspace.config.path, &workspace.project)?;
+    let runner = runner_for(options, config, Some(&state));
     let Some(lock) = SupervisorLock::acquire(&state).map_err(|source| CliError::Lock {
         path: state.lock_file(),
         source,
     })?
     else {
-        eprintln!(
-            "asynctask: a supervisor already runs for {}",
-            state.path().display()
-        );
+        tracing::info!("a supervisor already runs for {}", state.path().display());
         return Ok(None);
     };
-    empty_if_over(&state.log_file(), LOG_LIMIT);
+    if !std::io::stderr().is_terminal() {
+        empty_if_over(&state.log_file(), LOG_LIMIT);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(state.log_file())
+            .map_err(|source| CliError::Log {
+                path: state.log_file(),
+                source,
+            })?;
+        let _ = crate::logging::log_to_file(log);
+    }
     let (store, restored) = open_store(&state).await?;
     let count = |status| {
         restored
@@ -301,12 +428,20 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
         count(AsyncTaskStatus::Queued),
     );
     if !restored.is_empty() {
-        eprintln!(
-            "asynctask: {} task(s) restored from {} ({interrupted} interrupted, {queued} queued)",
+        tracing::info!(
+            "{} task(s) restored from {} ({interrupted} interrupted, {queued} queued)",
             restored.len(),
             state.store().display()
         );
     }
+    // Output files belong to stored tasks: what no stored task names (an
+    // earlier supervisor's window of finished tasks) goes now.
+    match runner.keep_outputs_of(restored.iter().map(|task| task.info.id.as_str())) {
+        Ok(0) => {}
+        Ok(removed) => tracing::info!("{removed} output file(s) of tasks no longer stored removed"),
+        Err(err) => tracing::warn!(%err, "cannot look for output files of tasks no longer stored"),
+    }
+    let runner = ReloadingRunner::new(runner, options.inline_budget, &workspace);
     let server = options.server_options();
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
@@ -320,10 +455,12 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
             )
             .try_build()?,
     );
-    eprintln!(
-        "asynctask: supervisor {} serving {}",
+    tracing::info!(
+        "supervisor {} serving {} for the project {} (config {})",
         std::process::id(),
-        state.socket().display()
+        state.socket().display(),
+        workspace.project.display(),
+        workspace.config.path.display()
     );
     let state_path = state.path().to_owned();
     let supervisor = Supervisor::new(
@@ -337,10 +474,101 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
     .map_err(|source| CliError::StateDir {
         path: state_path,
         source,
-    })?;
+    })?
+    .with_project(workspace.project.clone());
     let exit = supervisor.run().await?;
-    eprintln!("asynctask: supervisor ended ({exit:?})");
+    tracing::info!("supervisor ended ({exit:?})");
     Ok(Some(exit))
+}
+
+/// A supervisor's runner: the config as it is on disk now. Each new run (and
+/// each catalog a new session lists) first looks at the config file; when it
+/// changed, it is loaded again and serves the runs started from then on
+/// (running tasks keep theirs). A config that no longer loads is logged and
+/// the last good one kept.
+struct ReloadingRunner {
+    path: PathBuf,
+    project: PathBuf,
+    inline_budget: Option<usize>,
+    current: Mutex<(Option<(SystemTime, u64)>, ProcessRunner)>,
+}
+
+impl ReloadingRunner {
+    fn new(runner: ProcessRunner, inline_budget: Option<usize>, workspace: &Workspace) -> Self {
+        let path = workspace.config.path.clone();
+        let stamp = stamp(&path);
+        ReloadingRunner {
+            path,
+            project: workspace.project.clone(),
+            inline_budget,
+            current: Mutex::new((stamp, runner)),
+        }
+    }
+
+    /// The runner for the config as it is now.
+    fn runner(&self) -> ProcessRunner {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = stamp(&self.path);
+        if now != current.0 {
+            current.0 = now;
+            match load_config(&self.path, &self.project) {
+                Ok((config, _)) => {
+                    let mut runner = current.1.with_config(config);
+                    if let Some(chars) = self.inline_budget {
+                        runner = runner.with_inline_budget(chars);
+                    }
+                    tracing::info!(
+                        "{} changed: new tasks run with it (subagents: {})",
+                        self.path.display(),
+                        runner.subagent_names().join(", ")
+                    );
+                    current.1 = runner;
+                }
+                Err(err) => tracing::warn!(
+                    "{} changed but cannot be loaded; the last good config serves on: {}",
+                    self.path.display(),
+                    crate::error_chain(&err)
+                ),
+            }
+        }
+        current.1.clone()
+    }
+}
+
+/// When the file at `path` was last changed, and its size.
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+#[async_trait::async_trait]
+impl SubagentRunner for ReloadingRunner {
+    async fn run(
+        &self,
+        request: SubagentRequest,
+        cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        self.runner().run(request, cancel).await
+    }
+
+    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        self.runner().catalog()
+    }
+
+    fn accepts_messages(&self, subagent: &str) -> bool {
+        self.runner().accepts_messages(subagent)
+    }
+
+    fn terminate_all(&self) {
+        // Every runner it made shares the live subagents.
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.1.terminate_all();
+    }
+
+    fn forget(&self, task_id: &str) {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        SubagentRunner::forget(&current.1, task_id);
+    }
 }
 
 /// The size past which a starting supervisor empties its log.
@@ -361,12 +589,12 @@ fn empty_if_over(path: &Path, limit: u64) {
         .open(path)
         .and_then(|file| file.set_len(0));
     match emptied {
-        Ok(()) => eprintln!(
-            "asynctask: {} held {} bytes, more than {limit}: emptied",
+        Ok(()) => tracing::info!(
+            "{} held {} bytes, more than {limit}: emptied",
             path.display(),
             meta.len()
         ),
-        Err(err) => eprintln!("asynctask: cannot empty {}: {err}", path.display()),
+        Err(err) => tracing::warn!("cannot empty {}: {err}", path.display()),
     }
 }
 
@@ -389,43 +617,42 @@ async fn open_store(state: &StateDir) -> Result<(Store, Vec<StoredTask>), CliErr
     }
 }
 
-/// `asynctask supervisor status`: the supervisor's pid (`null` when none runs)
-/// and its tasks — when none runs, the tasks its store holds, those that were
-/// running when it died marked `interrupted` (the next supervisor reports them
-/// so). A store held by a supervisor that is starting is waited for (up to
-/// 3 s), and the supervisor asked again.
+/// `asynctask supervisor status`: the supervisor's pid (`null` when none
+/// runs), its project and its tasks — when none runs, the tasks its store
+/// holds, those that were running when it died marked `interrupted` (the
+/// next supervisor reports them so). Read-only: with no supervisor running,
+/// the store is read without its lock, nothing is created (a read-only file
+/// system is fine). A state directory another user owns is an error that
+/// says so.
 ///
 /// # Errors
 ///
+/// [`CliError::StateDir`] for another user's state directory,
 /// [`CliError::SupervisorSilent`] when a supervisor answers with something
 /// unreadable, [`CliError::Store`] when the store cannot be read.
 pub async fn supervisor_status(state: &StateDir) -> Result<Value, CliError> {
+    state.check_owner().map_err(|source| CliError::StateDir {
+        path: state.path().to_owned(),
+        source,
+    })?;
     state.check_socket_path()?;
-    let deadline = tokio::time::Instant::now() + STORE_WAIT;
-    loop {
-        match ask(state, "status").await {
-            Ok(status) => return Ok(status),
-            Err(err) if no_supervisor(&err) => {}
-            Err(err) => return Err(CliError::SupervisorSilent(err)),
+    match ask(state, "status").await {
+        Ok(mut status) => {
+            status["state_dir"] = json!(state.path());
+            Ok(status)
         }
-        // A supervisor starting holds the store before it answers: ask again.
-        match stored_status(state) {
-            Err(CliError::Store(StoreError::Locked { .. }))
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            done => return done,
-        }
+        Err(err) if no_supervisor(&err) => stored_status(state),
+        Err(err) => Err(CliError::SupervisorSilent(err)),
     }
 }
 
-/// The status when no supervisor runs: what the store holds.
+/// The status when no supervisor runs: what the store holds, read only.
 fn stored_status(state: &StateDir) -> Result<Value, CliError> {
+    let empty = json!({"pid": null, "project": null, "state_dir": state.path(), "sessions": 0, "tasks": []});
     if !state.store().exists() {
-        return Ok(json!({"pid": null, "sessions": 0, "tasks": []}));
+        return Ok(empty);
     }
-    let (_store, tasks) = Store::open(state.store())?;
+    let tasks = Store::read_only(state.store())?;
     let tasks: Vec<Value> = tasks
         .iter()
         .map(|task| {
@@ -440,7 +667,78 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
             })
         })
         .collect();
-    Ok(json!({"pid": null, "sessions": 0, "tasks": tasks}))
+    let mut status = empty;
+    status["tasks"] = Value::Array(tasks);
+    Ok(status)
+}
+
+/// The status as a person reads it: the supervisor, its project and state
+/// directory, then one line per task.
+///
+/// ```
+/// let status = serde_json::json!({"pid": null, "state_dir": "/p/.asynctask", "sessions": 0, "tasks": [
+///     {"id": "3f2a09c1-aaaa", "subagent": "tester", "status": "completed", "session": "1", "delivered": true, "running": false}
+/// ]});
+/// assert_eq!(
+///     asynctask_cli::serve::status_text(&status),
+///     "supervisor: not running\nstate:      /p/.asynctask\ntasks:      1\n  3f2a09c1  tester  completed  delivered"
+/// );
+/// ```
+#[must_use]
+pub fn status_text(status: &Value) -> String {
+    let mut lines = Vec::new();
+    match status["pid"].as_u64() {
+        Some(pid) => lines.push(format!(
+            "supervisor: running (pid {pid}), {} session(s) connected",
+            status["sessions"].as_u64().unwrap_or(0)
+        )),
+        None => lines.push("supervisor: not running".to_owned()),
+    }
+    if let Some(project) = status["project"].as_str() {
+        lines.push(format!("project:    {project}"));
+    }
+    if let Some(state) = status["state_dir"].as_str() {
+        lines.push(format!("state:      {state}"));
+    }
+    let tasks = status["tasks"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let running = tasks.iter().filter(|task| task["running"] == true).count();
+    lines.push(if running > 0 {
+        format!("tasks:      {} ({running} running)", tasks.len())
+    } else {
+        format!("tasks:      {}", tasks.len())
+    });
+    let width = tasks
+        .iter()
+        .filter_map(|task| task["subagent"].as_str())
+        .map(|name| name.chars().count())
+        .max()
+        .unwrap_or(0);
+    let status_width = tasks
+        .iter()
+        .filter_map(|task| task["status"].as_str())
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    for task in tasks {
+        let id: String = task["id"].as_str().unwrap_or("?").chars().take(8).collect();
+        let delivered = if task["delivered"] == true {
+            "delivered"
+        } else if task["running"] == true {
+            ""
+        } else {
+            "not delivered yet"
+        };
+        let line = format!(
+            "  {id:<8}  {:<width$}  {:<status_width$}  {delivered}",
+            task["subagent"].as_str().unwrap_or("?"),
+            task["status"].as_str().unwrap_or("?"),
+        );
+        lines.push(line.trim_end().to_owned());
+    }
+    lines.join("\n")
 }
 
 /// `asynctask supervisor stop`: cancels every task, waits until the supervisor
@@ -453,6 +751,10 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 /// supervisor does not answer as it should, [`CliError::Lock`] when its lock
 /// cannot be tried, [`CliError::SupervisorStuck`] when it does not exit.
 pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> {
+    state.check_owner().map_err(|source| CliError::StateDir {
+        path: state.path().to_owned(),
+        source,
+    })?;
     state.check_socket_path()?;
     let waited = Duration::from_secs(15);
     let deadline = tokio::time::Instant::now() + waited;
@@ -466,7 +768,7 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
         // starting (it holds its lock and opens its store before it binds the
         // socket), or one idle with its socket's name moved aside for a
         // moment. Only a free lock means none runs.
-        if try_lock(state)?.is_some() {
+        if !state.lock_file().exists() || try_lock(state)?.is_some() {
             return Ok(None);
         }
         if tokio::time::Instant::now() >= deadline {
@@ -487,16 +789,92 @@ pub async fn supervisor_stop(state: &StateDir) -> Result<Option<u32>, CliError> 
     else {
         return Err(CliError::SupervisorAnswer { answer });
     };
-    // It has ended every task's processes before answering; now it exits, and
-    // its lock is free once it has.
+    // It has ended every task's processes before answering; now it exits.
+    // (Its lock is no sign: a session's front may start the next supervisor,
+    // which takes the lock the moment this one lets go.)
     loop {
-        if try_lock(state)?.is_some() {
+        if process_gone(pid) {
             return Ok(Some(pid));
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(CliError::SupervisorStuck { pid, waited });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts a supervisor for `state` with `start` and waits until it answers
+/// (up to 10 s): its pid. One that exits first with a failure is an error
+/// that shows what it printed on stderr.
+///
+/// # Errors
+///
+/// [`CliError::Supervisor`] when it cannot be started, exits with an error,
+/// or does not answer in time.
+pub async fn start_and_wait(
+    state: &StateDir,
+    start: impl Fn() -> std::io::Result<std::process::Child>,
+) -> Result<u64, CliError> {
+    use asynctask_supervisor::SupervisorError;
+    let mut child = start().map_err(|source| SupervisorError::Start {
+        state: state.path().to_owned(),
+        source,
+    })?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(status) = ask(state, "status").await
+            && let Some(pid) = status["pid"].as_u64()
+        {
+            // It runs on without us: a thread reaps it when it ends.
+            std::thread::spawn(move || child.wait());
+            return Ok(pid);
+        }
+        if let Ok(Some(status)) = child.try_wait()
+            && !status.success()
+        {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                use std::io::Read;
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            return Err(SupervisorError::Exited {
+                state: state.path().to_owned(),
+                status,
+                stderr: stderr.trim().to_owned(),
+            }
+            .into());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CliError::SupervisorSilent(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no supervisor answered on {} within 10 s",
+                    state.socket().display()
+                ),
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether no process has the id `pid` any more (a zombie counts as gone:
+/// it has exited).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => {
+            let Ok(pid) = i32::try_from(pid) else {
+                return true;
+            };
+            // Without /proc: whether a signal could be sent to it.
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+        }
     }
 }
 

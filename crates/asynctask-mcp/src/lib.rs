@@ -46,6 +46,7 @@
 
 mod end;
 mod gate;
+mod opening;
 mod params;
 mod server;
 mod session;
@@ -53,12 +54,13 @@ mod transport;
 mod wait;
 mod wire;
 
+pub use crate::opening::{DropAnswer, Opening, ROOTS_TIMEOUT, answers, open_session};
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
 };
 pub use crate::server::{
     AsyncTaskMcpServer, DETACH_FOLLOW_UP, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, McpError,
-    McpServerOptions, TerminationSignals, log_task_ends, serve_stdio,
+    McpServerOptions, TerminationSignals, log_task_ends, serve_io, serve_stdio,
 };
 pub use crate::session::{Session, Sessions};
 pub use crate::transport::{DELIVERED_NOTIFICATION, OVERSIZED_NOTIFICATION};

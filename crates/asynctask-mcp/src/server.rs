@@ -251,6 +251,8 @@ pub struct AsyncTaskMcpServer {
     /// Where the client of a server of its own stands among nested subagents.
     nesting: Option<Nesting>,
     progress_interval: Duration,
+    /// The project the subagents work in, for the tools to show.
+    project: Option<Arc<std::path::Path>>,
     /// The parent of every call's cancellation token: cancelled when the client
     /// goes away (end of input) or a termination signal arrives.
     calls: CancellationToken,
@@ -314,6 +316,7 @@ impl AsyncTaskMcpServer {
             launches: None,
             nesting: None,
             progress_interval: McpServerOptions::default().progress_interval,
+            project: None,
             calls: CancellationToken::new(),
         })
     }
@@ -340,6 +343,14 @@ impl AsyncTaskMcpServer {
     #[must_use]
     pub fn with_nesting(mut self, nesting: Nesting) -> Self {
         self.nesting = Some(nesting);
+        self
+    }
+
+    /// Names the project the subagents work in: `check_async_tasks` shows it
+    /// in a task's details.
+    #[must_use]
+    pub fn with_project(mut self, project: impl Into<std::path::PathBuf>) -> Self {
+        self.project = Some(Arc::from(project.into()));
         self
     }
 
@@ -652,6 +663,9 @@ impl ServerHandler for AsyncTaskMcpServer {
         {
             call = call.with_nesting(nesting);
         }
+        if let Some(project) = &self.project {
+            call = call.with_project(project.to_path_buf());
+        }
         let work = REQUEST.scope(
             context.id.clone(),
             with_call_context(call, tool.execute(arguments, cancel.clone())),
@@ -768,6 +782,36 @@ pub async fn serve_stdio(
     runner: Arc<dyn SubagentRunner>,
     options: McpServerOptions,
 ) -> Result<(), McpError> {
+    // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
+    // servers): a blocking stdin read would hold the process past its shutdown.
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    serve_io(runner, options, None, stdin, stdout).await
+}
+
+/// [`serve_stdio`] on a given reader and writer, its subagents working in
+/// `project` (which `check_async_tasks` shows): the client's side of stdio,
+/// say, after an [`open_session`](crate::open_session) read its first lines
+/// (chain them before the reader, and drop the answer it gave with a
+/// [`DropAnswer`](crate::DropAnswer) writer).
+///
+/// # Errors
+///
+/// As [`serve_stdio`].
+///
+/// # Cancel safety
+///
+/// As [`serve_stdio`].
+pub async fn serve_io<R, W>(
+    runner: Arc<dyn SubagentRunner>,
+    options: McpServerOptions,
+    project: Option<std::path::PathBuf>,
+    reader: R,
+    writer: W,
+) -> Result<(), McpError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
             .runner(Arc::clone(&runner))
@@ -785,6 +829,9 @@ pub async fn serve_stdio(
     if let Some(max) = options.max_launches_per_session {
         server = server.with_launch_budget(LaunchBudget::new(max));
     }
+    if let Some(project) = project {
+        server = server.with_project(project);
+    }
     // Listened to for the whole life of the server, its shutdown included.
     let mut signals = TerminationSignals::new().map_err(McpError::Signals)?;
     // Said once the signals are listened to: from now on a signal ends the
@@ -797,7 +844,7 @@ pub async fn serve_stdio(
         },
     );
     tracing::info!("MCP server on stdio; subagents: {subagents}");
-    let served = serve(server, &mut signals).await;
+    let served = serve(server, &mut signals, reader, writer).await;
     if let Ok(Ended::Signal) = served {
         // A client that stops its server with a signal gives it little time
         // (Claude Code: SIGTERM 100 ms after SIGINT, SIGKILL 400 ms later):
@@ -885,15 +932,18 @@ impl TerminationSignals {
     }
 }
 
-async fn serve(
+async fn serve<R, W>(
     server: AsyncTaskMcpServer,
     signals: &mut TerminationSignals,
-) -> Result<Ended, McpError> {
+    reader: R,
+    writer: W,
+) -> Result<Ended, McpError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let calls = server.calls.clone();
-    // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
-    // servers): a blocking stdin read would hold the process past its shutdown.
-    let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let transport = server.transport(stdin, stdout, AckMode::Written);
+    let transport = server.transport(reader, writer, AckMode::Written);
     // A signal also ends a session the client has not initialized yet.
     let service = tokio::select! {
         service = server.serve(transport) => {

@@ -75,6 +75,13 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
         }
     }
 
+    /// The reader, and the bytes of a line begun but not yet ended (what a
+    /// cancelled [`next`](Self::next) read of it), for another reader to go on
+    /// from where this one stopped.
+    pub fn into_inner(self) -> (R, Vec<u8>) {
+        (self.reader, self.line)
+    }
+
     /// The next line; `None` at the end of the input (a last line without a
     /// line break is a line).
     ///

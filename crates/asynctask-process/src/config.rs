@@ -14,14 +14,19 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 /// `[subagents.<name>]` tables of a TOML file, and the `roots` their working
 /// directories must lie under.
 ///
+/// Relative paths in the file (`cwd`, `roots`) are relative to the
+/// **project** the config is loaded for ([`load_in`](Self::load_in)), not to
+/// the file: one config (a user's, say) serves many projects, and each
+/// project's subagents work in that project.
+///
 /// ```toml
-/// roots = ["..", "/srv/checkouts"]  # default: this file's directory; before any table
+/// roots = [".", "/srv/checkouts"]   # default: the project; before any table
 /// inline_budget = 8000              # how much output a result holds (default 10000)
 ///
 /// [subagents.researcher]
 /// command = ["my-agent", "--mode", "research"]
 /// description = "Reads the code base and answers questions about it"
-/// cwd = ".."                        # relative to this file's directory
+/// cwd = "docs"                      # relative to the project (default: the project)
 /// env = { AGENT_MODEL = "small" }
 /// inherit_env = ["OPENAI_API_KEY"]
 /// stdin = "jsonl"                   # the goal, then messages, as JSON lines (default: "goal")
@@ -55,9 +60,9 @@ pub struct ProcessRunnerConfig {
     pub subagents: BTreeMap<SubagentName, SubagentCommand>,
     /// The directories subagents may work in: every subagent's working
     /// directory must lie under one of them. In the file, paths are relative to
-    /// its directory, and absent or empty means the file's directory; once
-    /// loaded they are absolute with symlinks resolved. Empty in a config built
-    /// in code: no restriction.
+    /// the project, and absent or empty means the project; once loaded they
+    /// are absolute with symlinks resolved. Empty in a config built in code: no
+    /// restriction.
     pub roots: Vec<PathBuf>,
     /// How much of a subagent's stdout (and, apart, of its emitted variables)
     /// a result holds, in characters as they cost once JSON-escaped; `None`:
@@ -93,12 +98,12 @@ pub struct SubagentCommand {
     /// What the subagent is for (shown to the model and the user).
     #[serde(default)]
     pub description: Option<String>,
-    /// The working directory. [`ProcessRunnerConfig::from_toml_str`] and
-    /// [`ProcessRunnerConfig::load`] make a relative path relative to the config
-    /// file's directory (`~` is not expanded), fill in that directory when it is
-    /// absent, and refuse one that is not under the config's
-    /// [`roots`](ProcessRunnerConfig::roots). `None` (only in a config built in
-    /// code): the host's own working directory.
+    /// The working directory. [`ProcessRunnerConfig::load_in`] (and the other
+    /// loaders) make a relative path relative to the project, fill in the
+    /// project when it is absent, and refuse one that is not under the config's
+    /// [`roots`](ProcessRunnerConfig::roots), or that starts with `$` or `~`
+    /// (no shell expands it). `None` (only in a config built in code): the
+    /// host's own working directory.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     /// Extra environment variables. They override inherited ones; the
@@ -284,14 +289,13 @@ impl fmt::Display for At {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigDir {
-    /// An entry of `roots` (or the config's directory, the default root).
+    /// An entry of `roots` (or the project, the default root).
     Root(PathBuf),
-    /// A subagent's working directory (its `cwd`, or the config's directory).
+    /// A subagent's working directory (its `cwd`, or the project).
     WorkingDir {
         /// The subagent.
         subagent: String,
-        /// The directory, as the config gives it (made relative to the
-        /// config's directory).
+        /// The directory, as the config gives it (joined to the project).
         path: PathBuf,
     },
 }
@@ -372,9 +376,9 @@ impl ProcessRunnerConfig {
         self
     }
 
-    /// Parses a config from TOML text; relative `cwd`s and `roots` are made
-    /// relative to `base_dir` (pass the directory the text came from), which is
-    /// also the default root and the default `cwd`.
+    /// Parses a config from TOML text for the project at `project`: relative
+    /// `cwd`s and `roots` are made relative to it, and it is the default root
+    /// and the default `cwd`.
     ///
     /// # Examples
     ///
@@ -406,8 +410,8 @@ impl ProcessRunnerConfig {
     /// [`ConfigError::Resolve`] for a root or working directory that cannot be
     /// made absolute; [`ConfigError::Invalid`] for a working directory outside
     /// the `roots` (the message names the subagent).
-    pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
-        Self::from_toml_str_with::<()>(text, base_dir).map(|(config, ())| config)
+    pub fn from_toml_str(text: &str, project: &Path) -> Result<Self, ConfigError> {
+        Self::from_toml_str_with::<()>(text, project).map(|(config, ())| config)
     }
 
     /// [`from_toml_str`](Self::from_toml_str) for a text that also holds the
@@ -420,13 +424,15 @@ impl ProcessRunnerConfig {
     /// an unknown key.
     pub fn from_toml_str_with<X: ConfigExtension>(
         text: &str,
-        base_dir: &Path,
+        project: &Path,
     ) -> Result<(Self, X), ConfigError> {
-        Self::parse(text, base_dir, Path::new("<string>"))
+        Self::parse(text, project, Path::new("<string>"))
     }
 
-    /// Reads and parses a config file; relative `cwd`s are relative to the
-    /// file's directory.
+    /// Reads and parses a config file for a host with no project of its own:
+    /// the file's directory is the project (relative `cwd`s and `roots` are
+    /// relative to it). A host that works in a project uses
+    /// [`load_in`](Self::load_in).
     ///
     /// # Examples
     ///
@@ -457,6 +463,44 @@ impl ProcessRunnerConfig {
     ///
     /// Those of [`load`](Self::load); a key of neither is an unknown key.
     pub fn load_with<X: ConfigExtension>(path: &Path) -> Result<(Self, X), ConfigError> {
+        // An absolute base keeps relative `cwd`s right even if the host later
+        // changes its own working directory.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        let project = absolute.parent().unwrap_or(Path::new("."));
+        Self::load_in(path, project)
+    }
+
+    /// Reads and parses a config file for the project at `project`: relative
+    /// `cwd`s and `roots` are relative to it, it is the default `cwd`, and the
+    /// default root. The file may lie anywhere (a user's config serves every
+    /// project); it also returns what `X`, a layer above the runner, read
+    /// (`()` for nothing).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use asynctask_process::ProcessRunnerConfig;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("asynctask-doc-in-{}", std::process::id()));
+    /// std::fs::create_dir_all(dir.join("project/docs"))?;
+    /// let file = dir.join("subagents.toml");
+    /// std::fs::write(&file, "[subagents.a]\ncommand = [\"pwd\"]\ncwd = \"docs\"\n")?;
+    /// let project = dir.join("project").canonicalize()?;
+    /// let (config, ()) = ProcessRunnerConfig::load_in::<()>(&file, &project)?;
+    /// std::fs::remove_dir_all(&dir)?;
+    /// assert_eq!(config.subagents["a"].cwd.as_deref(), Some(project.join("docs").as_path()));
+    /// assert_eq!(config.roots, [project]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`load`](Self::load).
+    pub fn load_in<X: ConfigExtension>(
+        path: &Path,
+        project: &Path,
+    ) -> Result<(Self, X), ConfigError> {
         let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
@@ -465,16 +509,13 @@ impl ProcessRunnerConfig {
             path: path.to_owned(),
             source,
         })?;
-        // An absolute base keeps relative `cwd`s right even if the host later
-        // changes its own working directory.
-        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
-        let base_dir = absolute.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base_dir, path)
+        let project = std::path::absolute(project).unwrap_or_else(|_| project.to_owned());
+        Self::parse(&text, &project, path)
     }
 
     fn parse<X: ConfigExtension>(
         text: &str,
-        base_dir: &Path,
+        project: &Path,
         origin: &Path,
     ) -> Result<(Self, X), ConfigError> {
         let top: TopLevel<X> = toml::from_str(text).map_err(|mut source| {
@@ -509,23 +550,35 @@ impl ProcessRunnerConfig {
                 Self::MAX_INLINE_BUDGET
             )));
         }
+        for (what, path) in config
+            .roots
+            .iter()
+            .map(|root| ("a root".to_owned(), root))
+            .chain(config.subagents.iter().filter_map(|(name, command)| {
+                Some((format!("subagent '{name}': `cwd`"), command.cwd.as_ref()?))
+            }))
+        {
+            if let Some(why) = shell_syntax(path) {
+                return Err(invalid(format!(
+                    "{what} is {}: {why}; a relative path is relative to the project \
+                     (\".\" is the project itself), an absolute one is taken as it is",
+                    path.display()
+                )));
+            }
+        }
         let roots = if config.roots.is_empty() {
-            vec![base_dir.to_owned()]
+            vec![project.to_owned()]
         } else {
-            config
-                .roots
-                .iter()
-                .map(|root| base_dir.join(root))
-                .collect()
+            config.roots.iter().map(|root| project.join(root)).collect()
         };
         config.roots = roots
             .iter()
             .map(|root| resolve(root).map_err(|err| unresolved(ConfigDir::Root(root.clone()), err)))
             .collect::<Result<_, _>>()?;
         for (name, command) in &mut config.subagents {
-            let cwd = command.cwd.get_or_insert_with(|| base_dir.to_owned());
+            let cwd = command.cwd.get_or_insert_with(|| project.to_owned());
             if cwd.is_relative() {
-                *cwd = base_dir.join(&*cwd);
+                *cwd = project.join(&*cwd);
             }
             let resolved = resolve(cwd).map_err(|err| {
                 let what = ConfigDir::WorkingDir {
@@ -646,6 +699,19 @@ impl SubagentCommand {
     pub fn with_stdin(mut self, stdin: StdinMode) -> Self {
         self.stdin = stdin;
         self
+    }
+}
+
+/// Why `path` looks like something a shell would expand, which nothing here
+/// does (`$PWD`, `~/src`): `None` when it does not.
+fn shell_syntax(path: &Path) -> Option<&'static str> {
+    let text = path.to_string_lossy();
+    if text.starts_with('$') {
+        Some("no shell expands a variable in it")
+    } else if text == "~" || text.starts_with("~/") {
+        Some("no shell expands `~` in it")
+    } else {
+        None
     }
 }
 

@@ -32,6 +32,34 @@ use crate::vars::{bound_vars, read_vars, vars_note};
 /// them open).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The note a result gets when its request's output spec names variables the
+/// subagent did not emit: nothing enforces the spec (the subagent is only told
+/// of it, in `$ASYNCTASK_OUTPUT_SPEC`), so the model must not take their
+/// absence for an empty value. `None` when every one was emitted.
+fn missing_vars_note(
+    request: &SubagentRequest,
+    emitted: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    let missing: Vec<&str> = request
+        .output_spec
+        .iter()
+        .map(|spec| spec.name.as_str())
+        .filter(|name| !emitted.contains_key(*name))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "[the output spec asked for {} the subagent did not emit: {}]",
+        if missing.len() == 1 {
+            "a variable"
+        } else {
+            "variables"
+        },
+        missing.join(", ")
+    ))
+}
+
 /// A [`SubagentRunner`] that runs a configured command per subagent name.
 ///
 /// A run starts the subagent's [`command`](SubagentCommand::command) directly
@@ -278,6 +306,94 @@ impl ProcessRunner {
             remove_if_there(&dir.join(name));
         }
         tracing::debug!(task_id, "the task's output files were removed");
+    }
+
+    /// Removes every output file in the [output directory](Self::with_output_dir)
+    /// that none of `task_ids` owns (`<stem>.out` and `<stem>.vars.json`), and
+    /// returns how many it removed. Other files are never touched. A host whose
+    /// tasks outlive it calls this at start with the tasks it restored, so that
+    /// files of tasks no store names (an earlier process's window of
+    /// finished tasks, say) do not pile up across restarts.
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let dir = std::env::temp_dir().join(format!("asynctask-doc-keep-{}", std::process::id()));
+    /// let runner = ProcessRunner::new(ProcessRunnerConfig::new()).with_output_dir(dir.clone());
+    /// std::fs::create_dir_all(&dir)?;
+    /// for name in ["kept.out", "gone.out", "gone.vars.json", "notes.txt"] {
+    ///     std::fs::write(dir.join(name), "x")?;
+    /// }
+    /// assert_eq!(runner.keep_outputs_of(["kept"])?, 2);
+    /// let mut left: Vec<_> = std::fs::read_dir(&dir)?.map(|e| e.unwrap().file_name()).collect();
+    /// left.sort();
+    /// assert_eq!(left, ["kept.out", "notes.txt"]);
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The directory cannot be read (one that does not exist holds nothing: `Ok(0)`).
+    pub fn keep_outputs_of<'a>(
+        &self,
+        task_ids: impl IntoIterator<Item = &'a str>,
+    ) -> std::io::Result<usize> {
+        let dir = match &self.output_dir {
+            Some(dir) => dir.clone(),
+            None => match self.shared.temp_dir.existing() {
+                Some(dir) => dir,
+                None => return Ok(0),
+            },
+        };
+        let owned: std::collections::HashSet<String> =
+            task_ids.into_iter().map(file_stem).collect();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(err) => return Err(err),
+        };
+        let mut removed = 0;
+        for entry in entries {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let stem = name
+                .strip_suffix(".out")
+                .or_else(|| name.strip_suffix(".vars.json"));
+            if let Some(stem) = stem
+                && !owned.contains(stem)
+            {
+                match std::fs::remove_file(dir.join(name)) {
+                    Ok(()) => removed += 1,
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(err) => return Err(err),
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// The same runner (its output directory, reaper, grace and live
+    /// subagents: [`terminate_all`](Self::terminate_all) on either reaches
+    /// both) with another config, for the runs started from now on: runs
+    /// already started keep theirs. The inline budget becomes the new
+    /// config's, as with [`new`](Self::new).
+    ///
+    /// ```
+    /// # use std::path::Path;
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let old = ProcessRunner::new(ProcessRunnerConfig::new());
+    /// let config = ProcessRunnerConfig::from_toml_str("[subagents.b]\ncommand = [\"true\"]\n", Path::new("/"))?;
+    /// let new = old.with_config(config);
+    /// assert_eq!(new.subagent_names(), ["b"]);
+    /// assert!(old.subagent_names().is_empty());
+    /// # Ok::<(), asynctask_process::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn with_config(&self, config: ProcessRunnerConfig) -> Self {
+        let mut runner = self.clone();
+        runner.inline_budget = config.inline_budget.unwrap_or(Self::DEFAULT_INLINE_BUDGET);
+        runner.config = Arc::new(config);
+        runner
     }
 
     /// The file that holds (or will hold) task `task_id`'s whole stdout, in
@@ -586,6 +702,7 @@ impl ProcessRunner {
             // at, until the task is forgotten.
             let emitted_vars = read_vars(name, &output.vars).map_err(with_pointer)?;
             let total = emitted_vars.len();
+            let missing = missing_vars_note(&request, &emitted_vars);
             let bounded = bound_vars(emitted_vars, self.inline_budget);
             let vars_note = vars_note(&bounded, total, &output.vars);
             // The file stays only when the result does not hold all it says.
@@ -594,7 +711,7 @@ impl ProcessRunner {
             }
             let (text, pointer) = stdout.finish(&output.path);
             let mut text = format!("{}{note}", text.trim_end());
-            for line in vars_note.into_iter().chain(pointer) {
+            for line in missing.into_iter().chain(vars_note).chain(pointer) {
                 text.push_str("\n\n");
                 text.push_str(&line);
             }

@@ -349,26 +349,108 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn load(&self) -> Result<Vec<StoredTask>, StoreError> {
-        let connection = self.connection();
-        let mut statement = connection
-            .prepare_cached(
-                "SELECT id, subagent_name, goal_prompt, origin, pid, status, launched_at,
+        load_tasks(&self.connection(), &self.path)
+    }
+
+    /// The tasks the store at `path` holds, read without changing anything:
+    /// no lock is taken, nothing is created, no journal mode is set (so it
+    /// works on a read-only file system, and beside a process that holds the
+    /// store: it sees what that process committed).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NewerSchema`] for a store written by a newer asynctask,
+    /// [`StoreError::NotAStore`] for another application's database, and the
+    /// errors of [`load`](Self::load); a missing file is
+    /// [`StoreError::Sqlite`] (check for it first).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_store::Store;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("tasks.db");
+    /// drop(Store::open(&path)?);
+    /// let before = std::fs::read_dir(dir.path())?.count();
+    /// assert!(Store::read_only(&path)?.is_empty());
+    /// assert_eq!(std::fs::read_dir(dir.path())?.count(), before, "nothing created");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read_only(path: impl AsRef<Path>) -> Result<Vec<StoredTask>, StoreError> {
+        let path = path.as_ref();
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        // With no write-ahead log beside it (its writer closed it cleanly, or
+        // none ever wrote), everything is in the file itself: it is read as
+        // immutable, so SQLite makes no `-wal` or `-shm` file for this reader.
+        // A log left by a killed writer is read through as usual.
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let immutable = if Path::new(&wal).exists() {
+            ""
+        } else {
+            "?immutable=1"
+        };
+        let uri = format!("file:{}{immutable}", uri_path(path));
+        let connection =
+            Connection::open_with_flags(uri, flags).map_err(|source| failed(path, source))?;
+        let version: i64 = connection
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(|source| failed(path, source))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                path: path.to_owned(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if version != SCHEMA_VERSION {
+            return Err(StoreError::NotAStore {
+                path: path.to_owned(),
+            });
+        }
+        load_tasks(&connection, path)
+    }
+}
+
+/// `path` as the path of an SQLite URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let mut text = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => text.push_str("%25"),
+            '?' => text.push_str("%3f"),
+            '#' => text.push_str("%23"),
+            c => text.push(c),
+        }
+    }
+    text
+}
+
+/// Every task of the store on `connection` (at `path`), in registration order.
+fn load_tasks(connection: &Connection, path: &Path) -> Result<Vec<StoredTask>, StoreError> {
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT id, subagent_name, goal_prompt, origin, pid, status, launched_at,
                         completed_at, finish_order, notified_at, terminate_reason,
                         emitted_vars, final_message, error, started_at, launch
                  FROM tasks ORDER BY seq",
-            )
-            .map_err(|source| self.failed(source))?;
-        let rows = statement
-            .query_map([], Row::read)
-            .map_err(|source| self.failed(source))?;
-        let mut tasks = Vec::new();
-        for row in rows {
-            let row = row.map_err(|source| self.failed(source))?;
-            tasks.push(row.into_task(&self.path)?);
-        }
-        Ok(tasks)
+        )
+        .map_err(|source| failed(path, source))?;
+    let rows = statement
+        .query_map([], Row::read)
+        .map_err(|source| failed(path, source))?;
+    let mut tasks = Vec::new();
+    for row in rows {
+        let row = row.map_err(|source| failed(path, source))?;
+        tasks.push(row.into_task(path)?);
     }
+    Ok(tasks)
+}
 
+impl Store {
     /// Applies one change in one transaction.
     fn write(&self, entries: &[JournalEntry<'_>]) -> Result<(), StoreError> {
         let mut connection = self.connection();

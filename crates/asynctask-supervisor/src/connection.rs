@@ -44,6 +44,8 @@ enum ConnectionError {
     UnknownPreamble(Value),
     #[error("a front of another version (relay protocol {0:?}, this one {RELAY_PROTOCOL})")]
     Protocol(Option<u64>),
+    #[error("a session of another project ({0}) refused")]
+    OtherProject(String),
     #[error("cannot serve the session")]
     Server(#[source] McpError),
     #[error("cannot answer")]
@@ -57,6 +59,7 @@ pub(crate) struct ConnectionContext {
     pub(crate) options: SupervisorOptions,
     pub(crate) stop: CancellationToken,
     pub(crate) owner: u32,
+    pub(crate) project: Option<Arc<std::path::PathBuf>>,
 }
 
 impl ConnectionContext {
@@ -108,6 +111,23 @@ impl ConnectionContext {
                     write_line(&mut write, &refusal).await?;
                     return Err(ConnectionError::Protocol(protocol));
                 }
+                let theirs = preamble.get("project").and_then(Value::as_str);
+                if let (Some(ours), Some(theirs)) = (&self.project, theirs)
+                    && ours.as_os_str() != theirs
+                {
+                    let refusal = json!({
+                        "asynctask": "refused",
+                        "reason": format!(
+                            "this state directory's supervisor works in the project {}, not in \
+                             {theirs}; give each project its own state directory (leave \
+                             --state-dir out: it is then the project's .asynctask/)",
+                            ours.display()
+                        ),
+                        "protocol": RELAY_PROTOCOL,
+                    });
+                    write_line(&mut write, &refusal).await?;
+                    return Err(ConnectionError::OtherProject(theirs.to_owned()));
+                }
                 // A front from inside a subagent says how deep it runs.
                 let depth = preamble
                     .get("depth")
@@ -117,7 +137,7 @@ impl ConnectionContext {
                 self.session(reader, write, depth).await
             }
             Some("status") => {
-                let status = status(&self.runtime, self.sessions.len());
+                let status = status(&self.runtime, self.sessions.len(), self.project.as_deref());
                 write_line(&mut write, &status).await
             }
             Some("stop") => {
@@ -165,22 +185,31 @@ impl ConnectionContext {
             "asynctask": "session",
             "session": session.id(),
             "protocol": RELAY_PROTOCOL,
+            "pid": std::process::id(),
         });
         write_line(&mut writer, &accepted).await?;
-        let served =
+        let mut server =
             AsyncTaskMcpServer::for_session(Arc::clone(&self.runtime), Arc::clone(&session))
                 .map_err(ConnectionError::Server)?
-                .with_progress_interval(self.options.server.progress_interval)
-                .serve_relayed(reader, writer)
-                .await
-                .map_err(ConnectionError::Server);
+                .with_progress_interval(self.options.server.progress_interval);
+        if let Some(project) = &self.project {
+            server = server.with_project(project.as_path());
+        }
+        let served = server
+            .serve_relayed(reader, writer)
+            .await
+            .map_err(ConnectionError::Server);
         tracing::info!(session = session.id(), "session disconnected");
         served
     }
 }
 
 /// The supervisor's status, as `asynctask supervisor status` prints it.
-fn status(runtime: &AsyncTaskRuntime, sessions: usize) -> Value {
+fn status(
+    runtime: &AsyncTaskRuntime,
+    sessions: usize,
+    project: Option<&std::path::PathBuf>,
+) -> Value {
     let manager = runtime.manager();
     let tasks: Vec<Value> = manager
         .tasks()
@@ -196,7 +225,12 @@ fn status(runtime: &AsyncTaskRuntime, sessions: usize) -> Value {
             })
         })
         .collect();
-    json!({"pid": std::process::id(), "sessions": sessions, "tasks": tasks})
+    json!({
+        "pid": std::process::id(),
+        "project": project,
+        "sessions": sessions,
+        "tasks": tasks,
+    })
 }
 
 async fn write_line(

@@ -43,6 +43,21 @@ pub enum SupervisorError {
         #[source]
         source: std::io::Error,
     },
+    /// A supervisor started for this state directory exited with an error of
+    /// its own before it served (a full disk, a store it cannot open).
+    #[error(
+        "the supervisor started for {} exited ({status}) before it served{}",
+        state.display(),
+        if stderr.is_empty() { String::from(" and said nothing") } else { format!(": {}", stderr.replace('\n', "; ")) }
+    )]
+    Exited {
+        /// The state directory.
+        state: PathBuf,
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// The end of what it printed on stderr: its own error.
+        stderr: String,
+    },
     /// The MCP side failed (the sessions' server).
     #[error(transparent)]
     Mcp(#[from] McpError),
@@ -51,7 +66,7 @@ pub enum SupervisorError {
 fn unreachable_supervisor(state: &Path, log: &Path, log_tail: &str) -> String {
     if log_tail.trim().is_empty() {
         format!(
-            "cannot reach the supervisor of {} (its log, {}, is empty)",
+            "cannot reach the supervisor of {} (its log, {}, is empty or missing)",
             state.display(),
             log.display()
         )

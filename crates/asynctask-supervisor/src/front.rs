@@ -5,33 +5,37 @@
 use std::io;
 use std::path::Path;
 use std::process::Child;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use asynctask_mcp::TerminationSignals;
-use asynctask_mcp::{Line, LineReader, MAX_LINE_BYTES};
+use asynctask_mcp::{Line, LineReader, MAX_LINE_BYTES, Opening, TerminationSignals};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::error::SupervisorError;
 use crate::protocol::RELAY_PROTOCOL;
-use crate::relay::relay;
+use crate::relay::{ClientSession, Ended, relay};
 use crate::state::StateDir;
 
 /// Connects to the supervisor of `state` for `kind` (`session`, `status` or
-/// `stop`), sending the preamble: with the nesting depth this process's
-/// environment gives ([`DEPTH_ENV`](asynctask_tools::DEPTH_ENV)), so that a
-/// session whose client runs inside a subagent launches one level deeper.
+/// `stop`), sending the preamble.
 ///
 /// # Errors
 ///
 /// The I/O error: `NotFound` or `ConnectionRefused` when no supervisor runs.
 pub async fn connect(state: &StateDir, kind: &str) -> io::Result<UnixStream> {
+    connect_with(
+        state,
+        json!({ "asynctask": kind, "protocol": RELAY_PROTOCOL }),
+    )
+    .await
+}
+
+async fn connect_with(state: &StateDir, preamble: Value) -> io::Result<UnixStream> {
     let mut stream = UnixStream::connect(state.socket()).await?;
-    let depth = asynctask_tools::Nesting::from_env().depth;
-    let mut preamble =
-        json!({ "asynctask": kind, "protocol": RELAY_PROTOCOL, "depth": depth }).to_string();
+    let mut preamble = preamble.to_string();
     preamble.push('\n');
     stream.write_all(preamble.as_bytes()).await?;
     Ok(stream)
@@ -50,38 +54,189 @@ pub async fn ask(state: &StateDir, kind: &str) -> io::Result<Value> {
     serde_json::from_slice(&line).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
 }
 
-/// Relays this process's stdio (an MCP client) to the supervisor of `state`,
-/// starting one with `start` when none answers, until the client or the
-/// supervisor goes away, or a termination signal arrives.
+/// Relays an MCP client (`client`, `to_client`: this process's stdio, once
+/// [`open_session`](asynctask_mcp::open_session) read its opening) to the
+/// supervisor of `state`, which works in `project`, starting one with `start`
+/// when none answers, until the client goes away or a termination signal
+/// arrives. Logs one line once the session is served.
 ///
 /// A session counts as connected once the supervisor acknowledges it. A
 /// supervisor that closes the connection before that is ending (it was idle):
-/// the relay starts another (which exits at once while the ending one still
-/// holds the lock, and is then started again) and tries again, for up to 10 s
-/// in all. A supervisor this relay started is waited for
-/// (reaped) by a thread of its own should it end while the relay runs.
+/// the relay starts another (which exits at once, status 0, while the ending
+/// one still holds the lock, and is then started again) and tries again, for
+/// up to 10 s in all. One that exits with another status failed: its own
+/// error (what it printed on stderr) is the error. A supervisor this relay
+/// started is waited for (reaped) by a thread of its own should it end while
+/// the relay runs.
 ///
-/// Every response the supervisor sends is written to stdout and then confirmed
-/// to the supervisor ([`DELIVERED_NOTIFICATION`](asynctask_mcp::DELIVERED_NOTIFICATION)), which marks the results it
+/// Every response the supervisor sends is written to the client and then
+/// confirmed to the supervisor ([`DELIVERED_NOTIFICATION`](asynctask_mcp::DELIVERED_NOTIFICATION)), which marks the results it
 /// carried as delivered only then: a relay killed in between leaves them
 /// pending for the next session.
+///
+/// **A supervisor that goes away** (stopped from another shell, killed,
+/// crashed) does not end the session: every request it had not answered is
+/// answered at once with an error that says so (a `tools/call` with a tool
+/// result whose `isError` is true), and the relay reaches or starts another
+/// supervisor and opens the session with it again (the client's `initialize`
+/// and `notifications/initialized`, whose answer the client already had).
+/// While none can be reached, each request is answered with the error and
+/// the next one tries again.
 ///
 /// # Errors
 ///
 /// [`SupervisorError::Start`] when a supervisor cannot be started,
-/// [`SupervisorError::Unreachable`] when none acknowledges the session in time.
-pub async fn relay_stdio(
+/// [`SupervisorError::Exited`] when one started exits with its own error,
+/// [`SupervisorError::Unreachable`] when none acknowledges the session in
+/// time — each for the first connection only.
+pub async fn relay_stdio<R, W>(
     state: &StateDir,
+    project: &Path,
+    opening: Opening,
+    mut client: LineReader<R>,
+    mut to_client: W,
     start: impl Fn() -> io::Result<Child>,
-) -> Result<(), SupervisorError> {
-    let session = connect_or_start(state, start).await?;
+) -> Result<(), SupervisorError>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let session = ClientSession::default();
+    for line in &opening.replay {
+        session.note_client_line(line);
+    }
     let mut signals = TerminationSignals::new().map_err(SupervisorError::Signals)?;
-    let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    relay(stdin, stdout, session, async move {
-        signals.recv().await;
-    })
-    .await;
-    Ok(())
+    let mut stream = connect_or_start(state, project, &start).await?;
+    tracing::info!(
+        "MCP front on stdio: project {}, supervisor {} at {}",
+        project.display(),
+        stream
+            .pid
+            .map_or_else(|| "?".to_owned(), |pid| pid.to_string()),
+        state.socket().display()
+    );
+    let (mut replay, mut answered) = (opening.replay, opening.answered);
+    loop {
+        let stop = async {
+            signals.recv().await;
+        };
+        let ended = relay(
+            &mut client,
+            &mut to_client,
+            stream,
+            std::mem::take(&mut replay),
+            answered.take(),
+            &session,
+            stop,
+        )
+        .await;
+        match ended {
+            Ended::Client | Ended::Stopped => return Ok(()),
+            Ended::Supervisor => {}
+        }
+        tracing::warn!(
+            "the supervisor of {} went away; its calls in flight get an error, and the \
+             session goes on with another supervisor",
+            state.path().display()
+        );
+        answer_lost_calls(&session, &mut to_client, SUPERVISOR_GONE).await;
+        (replay, answered) = session.reopening();
+        stream = loop {
+            match connect_or_start(state, project, &start).await {
+                Ok(stream) => break stream,
+                Err(err) => {
+                    let why = error_line(&err);
+                    tracing::error!("cannot reach a supervisor again: {why}");
+                    // Each request waits for the next attempt, and is answered
+                    // with the reason when it fails too.
+                    let Some(line) = next_request(&mut client, &session, &mut signals).await else {
+                        return Ok(());
+                    };
+                    replay.push(line);
+                    if let Ok(stream) = connect_or_start(state, project, &start).await {
+                        break stream;
+                    }
+                    let text = format!("{UNREACHABLE}: {why}");
+                    answer_lost_calls(&session, &mut to_client, &text).await;
+                    replay.truncate(2);
+                }
+            }
+        };
+        tracing::info!(
+            "the session goes on with supervisor {}",
+            stream
+                .pid
+                .map_or_else(|| "?".to_owned(), |pid| pid.to_string())
+        );
+    }
+}
+
+/// What a call in flight is answered when its supervisor went away.
+const SUPERVISOR_GONE: &str = "The asynctask supervisor ended while this call ran (it was \
+    stopped with `asynctask supervisor stop`, or it crashed); this session goes on with a new \
+    one. Call again if you still need this; check_async_tasks shows how the workspace's tasks \
+    ended (a task the old supervisor ran is reported as cancelled or interrupted).";
+
+/// What a call is answered when no supervisor can be reached.
+const UNREACHABLE: &str = "The asynctask supervisor cannot be reached; this call did not \
+    run, and the next call tries again";
+
+/// An error and its sources on one line.
+fn error_line(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string().replace('\n', "; ");
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The client's next line that is a request (noting every line read), or
+/// `None` when its input ends or a signal arrives.
+async fn next_request<R: AsyncBufRead + Unpin>(
+    client: &mut LineReader<R>,
+    session: &ClientSession,
+    signals: &mut TerminationSignals,
+) -> Option<Vec<u8>> {
+    loop {
+        let line = tokio::select! {
+            line = client.next() => line.ok()??,
+            _ = signals.recv() => return None,
+        };
+        let Line::Whole(line) = line else { continue };
+        session.note_client_line(&line);
+        if serde_json::from_slice::<Value>(&line)
+            .is_ok_and(|message| message.get("id").is_some() && message.get("method").is_some())
+        {
+            return Some(line);
+        }
+    }
+}
+
+/// Answers every request the session waits on with `text`: a `tools/call`
+/// with a tool error, any other request with a JSON-RPC error.
+async fn answer_lost_calls<W: AsyncWrite + Unpin>(
+    session: &ClientSession,
+    out: &mut W,
+    text: &str,
+) {
+    for (id, method) in session.take_in_flight() {
+        let answer = if method == "tools/call" {
+            json!({"jsonrpc": "2.0", "id": id, "result": {
+                "content": [{"type": "text", "text": text}],
+                "isError": true,
+            }})
+        } else {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": text}})
+        };
+        let mut line = answer.to_string();
+        line.push('\n');
+        if out.write_all(line.as_bytes()).await.is_err() || out.flush().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// How long a front tries to reach a supervisor: to start one, to let one that
@@ -125,6 +280,8 @@ enum Unacknowledged {
     Silent,
     #[error("the supervisor answered {0} instead of acknowledging the session")]
     Answer(Value),
+    #[error("the supervisor refused the session: {0}")]
+    Refused(String),
     #[error(
         "the supervisor runs another version of asynctask (relay protocol {}, this one {RELAY_PROTOCOL}); \
          stop it with `asynctask supervisor stop` and the next session starts a current one",
@@ -138,7 +295,9 @@ impl From<Unacknowledged> for io::Error {
         let kind = match why {
             Unacknowledged::Closed => io::ErrorKind::UnexpectedEof,
             Unacknowledged::Silent => io::ErrorKind::TimedOut,
-            Unacknowledged::Answer(_) | Unacknowledged::Protocol(_) => io::ErrorKind::InvalidData,
+            Unacknowledged::Answer(_)
+            | Unacknowledged::Refused(_)
+            | Unacknowledged::Protocol(_) => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, why)
     }
@@ -148,11 +307,22 @@ impl From<Unacknowledged> for io::Error {
 pub(crate) struct SessionStream {
     pub(crate) read: BufReader<OwnedReadHalf>,
     pub(crate) write: OwnedWriteHalf,
+    /// The supervisor's pid, as its acknowledgement says.
+    pub(crate) pid: Option<u64>,
 }
 
-/// Connects as a session and waits for the supervisor to acknowledge it.
-pub(crate) async fn open_session(state: &StateDir) -> io::Result<SessionStream> {
-    let (read, write) = connect(state, "session").await?.into_split();
+/// Connects as a session of `project` and waits for the supervisor to
+/// acknowledge it. The preamble carries the nesting depth this process's
+/// environment gives ([`DEPTH_ENV`](asynctask_tools::DEPTH_ENV)), so that a
+/// session whose client runs inside a subagent launches one level deeper.
+pub(crate) async fn open_session(state: &StateDir, project: &Path) -> io::Result<SessionStream> {
+    let preamble = json!({
+        "asynctask": "session",
+        "protocol": RELAY_PROTOCOL,
+        "project": project.to_string_lossy(),
+        "depth": asynctask_tools::Nesting::from_env().depth,
+    });
+    let (read, write) = connect_with(state, preamble).await?.into_split();
     let mut read = BufReader::new(read);
     // Only the acknowledgement is taken: what follows it stays in `read`.
     let line = match tokio::time::timeout(ACK_TIMEOUT, first_line(&mut read, ACK_MAX_BYTES)).await {
@@ -164,27 +334,87 @@ pub(crate) async fn open_session(state: &StateDir) -> io::Result<SessionStream> 
     };
     let ack: Value = serde_json::from_slice(&line)
         .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+    if ack.get("asynctask").and_then(Value::as_str) == Some("refused")
+        && ack.get("protocol").and_then(Value::as_u64) == Some(RELAY_PROTOCOL)
+        && let Some(reason) = ack.get("reason").and_then(Value::as_str)
+    {
+        return Err(Unacknowledged::Refused(reason.to_owned()).into());
+    }
     if ack.get("asynctask").and_then(Value::as_str) != Some("session") {
         return Err(Unacknowledged::Answer(ack).into());
     }
     if ack.get("protocol").and_then(Value::as_u64) != Some(RELAY_PROTOCOL) {
         return Err(Unacknowledged::Protocol(ack.get("protocol").cloned()).into());
     }
-    Ok(SessionStream { read, write })
+    let pid = ack.get("pid").and_then(Value::as_u64);
+    Ok(SessionStream { read, write, pid })
 }
 
-/// Connects as a session, starting a supervisor when none answers (again if
-/// the one started has ended: it found an ending supervisor still holding the
-/// lock) and waiting for it, up to [`START_TIMEOUT`].
+/// A supervisor this front started: the process, and the end of what it
+/// printed on stderr (its error, should it fail to start).
+struct Started {
+    child: Child,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    /// Set once its stderr reached its end (the process closed it: it exited).
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+/// How much of a starting supervisor's stderr is kept: its end.
+const STDERR_KEPT: usize = 8 * 1024;
+
+impl Started {
+    fn new(mut child: Child) -> Self {
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (done_tx, done) = std::sync::mpsc::channel();
+        if let Some(mut pipe) = child.stderr.take() {
+            let kept = Arc::clone(&stderr);
+            let spawned = std::thread::Builder::new()
+                .name("asynctask-supervisor-stderr".to_owned())
+                .spawn(move || {
+                    use std::io::Read;
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n @ 1..) = pipe.read(&mut chunk) {
+                        let mut kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
+                        kept.extend_from_slice(&chunk[..n]);
+                        let over = kept.len().saturating_sub(STDERR_KEPT);
+                        kept.drain(..over);
+                    }
+                    let _ = done_tx.send(());
+                });
+            if let Err(err) = spawned {
+                tracing::warn!(%err, "cannot start a thread to read the supervisor's errors");
+            }
+        }
+        Started {
+            child,
+            stderr,
+            done,
+        }
+    }
+
+    /// What it printed on stderr, once its end was read (waiting a moment
+    /// for it: the process has exited).
+    fn stderr(&self) -> String {
+        let _ = self.done.recv_timeout(Duration::from_secs(1));
+        let kept = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&kept).trim().to_owned()
+    }
+}
+
+/// Connects as a session of `project`, starting a supervisor when none
+/// answers (again if the one started has ended with status 0: it found an
+/// ending supervisor still holding the lock) and waiting for it, up to
+/// [`START_TIMEOUT`].
 pub(crate) async fn connect_or_start(
     state: &StateDir,
+    project: &Path,
     start: impl Fn() -> io::Result<Child>,
 ) -> Result<SessionStream, SupervisorError> {
     let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-    let mut started: Option<Child> = None;
+    let mut started: Option<Started> = None;
     let mut delay = Duration::from_millis(10);
     let outcome = loop {
-        let why = match open_session(state).await {
+        let why = match open_session(state, project).await {
             Ok(session) => break Ok(session),
             Err(why) => why,
         };
@@ -193,13 +423,22 @@ pub(crate) async fn connect_or_start(
         if why.kind() == io::ErrorKind::InvalidData || tokio::time::Instant::now() >= deadline {
             break Err(why);
         }
-        let ended = match started.as_mut().map(Child::try_wait) {
-            None | Some(Ok(Some(_)) | Err(_)) => true,
+        let ended = match started.as_mut().map(|started| started.child.try_wait()) {
+            None | Some(Err(_)) => true,
             Some(Ok(None)) => false,
+            Some(Ok(Some(status))) if status.success() => true,
+            Some(Ok(Some(status))) => {
+                let stderr = started.as_ref().map(Started::stderr).unwrap_or_default();
+                return Err(SupervisorError::Exited {
+                    state: state.path().to_owned(),
+                    status,
+                    stderr,
+                });
+            }
         };
         if ended {
             match start() {
-                Ok(child) => started = Some(child),
+                Ok(child) => started = Some(Started::new(child)),
                 Err(source) => {
                     return Err(SupervisorError::Start {
                         state: state.path().to_owned(),
@@ -211,8 +450,8 @@ pub(crate) async fn connect_or_start(
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(200));
     };
-    if let Some(child) = started {
-        reap(child);
+    if let Some(started) = started {
+        reap(started.child);
     }
     outcome.map_err(|source| SupervisorError::Unreachable {
         state: state.path().to_owned(),

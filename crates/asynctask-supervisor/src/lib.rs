@@ -19,11 +19,14 @@
 //!   time, on `asynctask supervisor stop` (which cancels every task), or on a
 //!   termination signal (which fails the running tasks as interrupted and ends
 //!   their subagents);
+//! - a front whose supervisor goes away answers the calls it had in flight
+//!   with an error and opens the session again with another supervisor: the
+//!   client keeps its server;
 //! - [`ask`] is the one-question connection of `supervisor status` and `stop`.
 //!
-//! What it does not do: run subagents (the runtime's runner does), choose where
-//! a workspace's state lives (the caller gives the [`StateDir`]), or work off
-//! Unix (it needs Unix sockets and peer credentials).
+//! What it does not do: run subagents (the runtime's runner does), choose the
+//! project or where a workspace's state lives (the caller gives both), or work
+//! off Unix (it needs Unix sockets and peer credentials).
 //!
 //! # Example
 //!

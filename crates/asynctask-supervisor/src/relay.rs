@@ -1,13 +1,15 @@
 //! The relay: copies a client's MCP messages to the supervisor and the
-//! supervisor's to the client, confirming what it wrote.
+//! supervisor's to the client, confirming what it wrote, and keeps what the
+//! front needs to open the session again with another supervisor.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use asynctask_mcp::{
     DELIVERED_NOTIFICATION, Line, LineReader, MAX_LINE_BYTES, OVERSIZED_NOTIFICATION,
 };
-use serde_json::json;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -21,8 +23,137 @@ const FLUSH_TIMEOUT: Duration = Duration::from_millis(200);
 /// the relay stops reading the client.
 const QUEUED_LINES: usize = 16;
 
+/// How a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The client's input ended: the session is over.
+    Client,
+    /// `stop` resolved (a signal).
+    Stopped,
+    /// The supervisor closed the connection or could not be written to: the
+    /// front opens the session again with another.
+    Supervisor,
+}
+
+/// What the front knows of its client's session: the lines that open it
+/// again with another supervisor, and the requests that wait for an answer.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ClientSession {
+    inner: Arc<Mutex<Known>>,
+}
+
+#[derive(Debug, Default)]
+struct Known {
+    initialize: Option<Vec<u8>>,
+    initialized: Option<Vec<u8>>,
+    /// Requests passed to the supervisor and not answered yet: id and method.
+    in_flight: Vec<(Value, String)>,
+}
+
+/// The head of a JSON-RPC message: what the front tracks.
+struct Head {
+    id: Option<Value>,
+    method: Option<String>,
+    /// The request a `notifications/cancelled` cancels.
+    cancelled: Option<Value>,
+}
+
+fn head(line: &[u8]) -> Option<Head> {
+    let mut message: serde_json::Map<String, Value> = serde_json::from_slice(line).ok()?;
+    let method = message
+        .remove("method")
+        .and_then(|method| method.as_str().map(str::to_owned));
+    let cancelled = (method.as_deref() == Some("notifications/cancelled"))
+        .then(|| {
+            message
+                .get_mut("params")?
+                .get_mut("requestId")
+                .map(Value::take)
+        })
+        .flatten();
+    Some(Head {
+        id: message.remove("id"),
+        method,
+        cancelled,
+    })
+}
+
+impl ClientSession {
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes a line the client sent.
+    pub(crate) fn note_client_line(&self, line: &[u8]) {
+        let Some(Head {
+            id,
+            method,
+            cancelled,
+        }) = head(line)
+        else {
+            return;
+        };
+        let mut known = self.known();
+        if let Some(cancelled) = cancelled {
+            // A cancelled request gets no answer: it waits for none.
+            known.in_flight.retain(|(waiting, _)| *waiting != cancelled);
+        }
+        match (id, method) {
+            (Some(_), Some(method)) if method == "initialize" => {
+                known.initialize = Some(line.to_vec());
+            }
+            (None, Some(method)) if method == "notifications/initialized" => {
+                known.initialized = Some(line.to_vec());
+            }
+            (Some(id), Some(method)) => known.in_flight.push((id, method)),
+            _ => {}
+        }
+    }
+
+    /// Notes a line the supervisor sent: an answer ends its request.
+    fn note_supervisor_line(&self, line: &[u8]) {
+        if let Some(Head {
+            id: Some(id),
+            method: None,
+            ..
+        }) = head(line)
+        {
+            self.known().in_flight.retain(|(waiting, _)| *waiting != id);
+        }
+    }
+
+    /// The lines that open the session again, and the id whose answer the
+    /// client already had.
+    pub(crate) fn reopening(&self) -> (Vec<Vec<u8>>, Option<Value>) {
+        let known = self.known();
+        let id = known
+            .initialize
+            .as_deref()
+            .and_then(head)
+            .and_then(|head| head.id);
+        let lines = known
+            .initialize
+            .iter()
+            .chain(&known.initialized)
+            .cloned()
+            .collect();
+        (lines, id)
+    }
+
+    /// Takes the requests that wait for an answer (the supervisor that had
+    /// them is gone).
+    pub(crate) fn take_in_flight(&self) -> Vec<(Value, String)> {
+        std::mem::take(&mut self.known().in_flight)
+    }
+}
+
 /// Copies the client's messages to the supervisor, and the supervisor's lines
 /// to the client, confirming what it wrote.
+///
+/// `replay` goes to the supervisor first (the lines an opening read, or those
+/// that open the session again); the supervisor's first line, when it answers
+/// `answered` (an `initialize` the client already had an answer to), is not
+/// passed on (and counts as written).
 ///
 /// Lines are read with a bound ([`MAX_LINE_BYTES`]) both ways. A client's line
 /// past it is not passed on: the supervisor is told of it
@@ -40,18 +171,27 @@ const QUEUED_LINES: usize = 16;
 /// returns — within [`FLUSH_TIMEOUT`]. A response whose confirmation is lost all
 /// the same is released by the supervisor when the connection ends: its results
 /// go to the next session, which may see them a second time.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is one side of the relay or what it passes on"
+)]
 pub(crate) async fn relay<I, O>(
-    client_in: I,
-    mut client_out: O,
+    client_in: &mut LineReader<I>,
+    client_out: &mut O,
     supervisor: SessionStream,
+    replay: Vec<Vec<u8>>,
+    answered: Option<Value>,
+    session: &ClientSession,
     stop: impl Future<Output = ()>,
-) where
-    I: AsyncRead + Unpin,
+) -> Ended
+where
+    I: AsyncBufRead + Unpin,
     O: AsyncWrite + Unpin,
 {
     let SessionStream {
         read: from_supervisor,
         write: mut to_supervisor,
+        ..
     } = supervisor;
     // What the client sent, for the one writer to the supervisor.
     let (send, mut outbox) = mpsc::channel::<Vec<u8>>(QUEUED_LINES);
@@ -59,6 +199,12 @@ pub(crate) async fn relay<I, O>(
     // writer confirms the latest count, never queued behind the client's lines.
     let (confirm, mut confirmed) = watch::channel(0u64);
     let writer = async move {
+        for mut line in replay {
+            line.push(b'\n');
+            if to_supervisor.write_all(&line).await.is_err() {
+                return;
+            }
+        }
         let (mut lines_open, mut confirms_open) = (true, true);
         while lines_open || confirms_open {
             let line = tokio::select! {
@@ -85,10 +231,10 @@ pub(crate) async fn relay<I, O>(
         let _ = to_supervisor.shutdown().await;
     };
     let upstream = async move {
-        let mut lines = LineReader::new(BufReader::new(client_in), MAX_LINE_BYTES);
         loop {
-            let line = match lines.next().await {
+            let line = match client_in.next().await {
                 Ok(Some(Line::Whole(mut line))) => {
+                    session.note_client_line(&line);
                     line.push(b'\n');
                     line
                 }
@@ -107,6 +253,7 @@ pub(crate) async fn relay<I, O>(
         async move {
             let mut lines = LineReader::new(from_supervisor, MAX_LINE_BYTES);
             let mut written: u64 = 0;
+            let mut answered = answered;
             loop {
                 let line = tokio::select! {
                     read = lines.next() => match read {
@@ -122,6 +269,15 @@ pub(crate) async fn relay<I, O>(
                     },
                     () = closing.cancelled() => return,
                 };
+                session.note_supervisor_line(line.trim_ascii_end());
+                if let Some(id) = answered.take()
+                    && asynctask_mcp::answers(line.trim_ascii_end(), &id)
+                {
+                    // The client had its answer from the opening.
+                    written += 1;
+                    let _ = confirm.send(written);
+                    continue;
+                }
                 // Not interrupted by `closing`: a line being written is
                 // finished and confirmed.
                 let result = async {
@@ -147,12 +303,12 @@ pub(crate) async fn relay<I, O>(
     let mut stop = Box::pin(stop);
     // The relay ends when either side does; a client that went away ends the
     // session (its background tasks keep running in the supervisor).
-    let downstream_ended = tokio::select! {
-        () = &mut upstream => false,
-        () = &mut stop => false,
-        () = &mut downstream => true,
+    let (downstream_ended, ended) = tokio::select! {
+        () = &mut upstream => (false, Ended::Client),
+        () = &mut stop => (false, Ended::Stopped),
+        () = &mut downstream => (true, Ended::Supervisor),
         // The supervisor cannot be written to: nothing more can reach it.
-        () = &mut writer => return,
+        () = &mut writer => return Ended::Supervisor,
     };
     drop(upstream);
     closing.cancel();
@@ -169,6 +325,7 @@ pub(crate) async fn relay<I, O>(
             FLUSH_TIMEOUT.as_millis()
         );
     }
+    ended
 }
 
 /// The confirmation that the supervisor's first `written` lines were written
@@ -198,4 +355,36 @@ fn oversized(head: &[u8], len: usize) -> Vec<u8> {
     .into_bytes();
     line.push(b'\n');
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_session_knows_its_opening_and_the_requests_that_wait() {
+        let session = ClientSession::default();
+        for line in [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+        ] {
+            session.note_client_line(line.as_bytes());
+        }
+        session.note_supervisor_line(br#"{"jsonrpc":"2.0","id":0,"result":{}}"#);
+        session.note_supervisor_line(br#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+        let (lines, answered) = session.reopening();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(answered, Some(json!(0)));
+        assert_eq!(
+            session.take_in_flight(),
+            [(json!(1), "tools/call".to_owned())],
+            "answered and cancelled requests wait for nothing"
+        );
+        assert!(session.take_in_flight().is_empty());
+    }
 }

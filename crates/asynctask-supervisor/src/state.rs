@@ -26,10 +26,15 @@ pub struct StateDir {
 }
 
 impl StateDir {
-    /// The state directory at `path` (nothing is created yet).
+    /// The state directory at `path`, made absolute now (relative to the
+    /// working directory), so that every check and every process started
+    /// later sees the same path. Nothing is created yet.
     #[must_use]
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        StateDir { path: path.into() }
+        let path = path.into();
+        StateDir {
+            path: std::path::absolute(&path).unwrap_or(path),
+        }
     }
 
     /// The directory.
@@ -75,6 +80,40 @@ impl StateDir {
         self.path.join("supervisor.sock.closing")
     }
 
+    /// Checks that the current user owns the directory (when it exists): a
+    /// supervisor serves only its owner, and another user cannot use it.
+    ///
+    /// # Errors
+    ///
+    /// `PermissionDenied`, naming the directory and both users, for a
+    /// directory another user owns; the I/O error of reading it otherwise (a
+    /// missing directory is no error).
+    pub fn check_owner(&self) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let owner = match std::fs::metadata(&self.path) {
+            Ok(meta) => meta.uid(),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(err),
+        };
+        // Without a way to tell (no `/proc`), the supervisor's own check of
+        // every connection's credentials still applies.
+        let Some(me) = effective_uid() else {
+            return Ok(());
+        };
+        if owner != me {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to another user (uid {owner}; you are uid {me}): its \
+                     supervisor serves only its owner; run as that user, or give this \
+                     project a state directory of your own with --state-dir",
+                    self.path.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The lock file that keeps one supervisor per workspace.
     #[must_use]
     pub fn lock_file(&self) -> PathBuf {
@@ -100,17 +139,24 @@ impl StateDir {
     }
 
     /// Creates the directory (and its parents) if missing, private to its
-    /// owner: a new directory gets mode 0700, an existing one that other users
-    /// may enter is refused.
+    /// owner: a new directory gets mode 0700 and a `.gitignore` of `*` (it is
+    /// a project's state, never its source), an existing one that other users
+    /// may enter, or that another user owns, is refused.
     ///
     /// # Errors
     ///
-    /// The I/O error, or `PermissionDenied` for a directory open to others.
+    /// The I/O error, or `PermissionDenied` for a directory open to others or
+    /// owned by another user.
     pub fn create(&self) -> io::Result<()> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.path)?;
+        self.check_owner()?;
+        let ignore = self.path.join(".gitignore");
+        if !ignore.exists() {
+            std::fs::write(&ignore, "# asynctask's state: never committed\n*\n")?;
+        }
         let mode = std::fs::metadata(&self.path)?.permissions().mode();
         if mode & 0o077 != 0 {
             return Err(io::Error::new(
@@ -124,6 +170,13 @@ impl StateDir {
         }
         Ok(())
     }
+}
+
+/// The effective uid of this process (std has no `geteuid`; its directory in
+/// `/proc` is owned by it); `None` without `/proc`.
+fn effective_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|meta| meta.uid())
 }
 
 /// The longest path a Unix socket can be bound to or connected at, in bytes

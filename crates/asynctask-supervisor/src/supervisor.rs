@@ -86,6 +86,8 @@ pub struct Supervisor {
     sessions: Sessions,
     /// The uid that owns the state directory: the only one served.
     owner: u32,
+    /// The project its subagents work in, when it was told.
+    project: Option<Arc<std::path::PathBuf>>,
     _lock: SupervisorLock,
 }
 
@@ -121,8 +123,19 @@ impl Supervisor {
             options,
             sessions,
             owner,
+            project: None,
             _lock: lock,
         })
+    }
+
+    /// Names the project this supervisor's subagents work in: `status` shows
+    /// it, and a session of another project (a front that names it) is
+    /// refused with a reason, since its subagents would run in the wrong
+    /// place.
+    #[must_use]
+    pub fn with_project(mut self, project: impl Into<std::path::PathBuf>) -> Self {
+        self.project = Some(Arc::new(project.into()));
+        self
     }
 
     /// Listens and serves until stopped, idle or signalled; then shuts the
@@ -261,6 +274,7 @@ impl Supervisor {
             options: self.options,
             stop: stop.clone(),
             owner: self.owner,
+            project: self.project.clone(),
         }
     }
 

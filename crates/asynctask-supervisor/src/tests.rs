@@ -130,7 +130,7 @@ async fn a_front_finds_a_new_supervisor_when_one_closes_before_acknowledging() {
         starts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         std::process::Command::new("true").spawn()
     };
-    let session = connect_or_start(&state, start)
+    let session = connect_or_start(&state, std::path::Path::new("/p"), start)
         .await
         .expect("a session with the next supervisor");
     assert!(starts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
@@ -150,7 +150,7 @@ async fn a_front_that_reaches_no_supervisor_shows_the_end_of_its_log() {
     std::fs::write(state.log_file(), lines.join("\n") + "\n").expect("a log");
     // Nothing ever listens: each supervisor started ends at once.
     let start = || std::process::Command::new("true").spawn();
-    let Err(err) = connect_or_start(&state, start).await else {
+    let Err(err) = connect_or_start(&state, std::path::Path::new("/p"), start).await else {
         panic!("a session without a supervisor");
     };
     let text = err.to_string();
@@ -169,6 +169,36 @@ async fn a_front_that_reaches_no_supervisor_shows_the_end_of_its_log() {
     assert!(
         std::error::Error::source(&err).is_some(),
         "the last failure is its source"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_that_fails_to_start_is_shown_with_its_own_error() {
+    let (_dir, state) = temp_state();
+    let starts = std::sync::atomic::AtomicUsize::new(0);
+    // What a supervisor on a full disk does: says why on stderr and exits 2.
+    let start = || {
+        starts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::process::Command::new("sh")
+            .args(["-c", "echo 'asynctask: cannot open the store: No space left on device (os error 28)' >&2; exit 2"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+    };
+    let Err(err) = connect_or_start(&state, std::path::Path::new("/p"), start).await else {
+        panic!("a session without a supervisor");
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the supervisor started for {} exited (exit status: 2) before it served: asynctask: \
+             cannot open the store: No space left on device (os error 28)",
+            state.path().display()
+        )
+    );
+    assert_eq!(
+        starts.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "started once, not again and again"
     );
 }
 
@@ -222,14 +252,27 @@ async fn a_response_written_as_the_client_leaves_is_confirmed() {
     let session = SessionStream {
         read: BufReader::new(read),
         write,
+        pid: None,
     };
     let (from_relay, mut to_relay) = supervisor.into_split();
     let response = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n";
     to_relay.write_all(response).await.expect("written");
-    let relayed = tokio::time::timeout(
-        Duration::from_secs(10),
-        relay(stdin, stdout, session, std::future::pending()),
-    );
+    let relayed = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut stdin = asynctask_mcp::LineReader::new(BufReader::new(stdin), 1 << 20);
+        let mut stdout = stdout;
+        let client = crate::relay::ClientSession::default();
+        let pending = std::future::pending();
+        relay(
+            &mut stdin,
+            &mut stdout,
+            session,
+            Vec::new(),
+            None,
+            &client,
+            pending,
+        )
+        .await
+    });
     relayed.await.expect("the relay ends once the client left");
     assert_eq!(written.recv().await.as_deref(), Some(&response[..]));
     let mut lines = BufReader::new(from_relay).lines();
@@ -258,10 +301,13 @@ impl LineSession {
     /// A session, acknowledged and initialized.
     async fn open(state: &StateDir) -> Self {
         until("the supervisor listening", || state.socket().exists()).await;
-        let stream = tokio::time::timeout(Duration::from_secs(10), open_session(state))
-            .await
-            .expect("acknowledged within 10 s")
-            .expect("a session");
+        let stream = tokio::time::timeout(
+            Duration::from_secs(10),
+            open_session(state, std::path::Path::new("/p")),
+        )
+        .await
+        .expect("acknowledged within 10 s")
+        .expect("a session");
         let mut session = LineSession {
             stream,
             received: 0,

@@ -204,6 +204,9 @@ struct TaskDetails {
     subagent_name: String,
     goal_prompt: String,
     status: AsyncTaskStatus,
+    /// The project its subagent works in, when the serving layer has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    project: Option<String>,
     launched_at: String,
     /// For a task that waited in the queue: when it started.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -244,6 +247,9 @@ fn details(
         subagent_name: task.subagent_name().to_owned(),
         goal_prompt: task.goal_prompt().to_owned(),
         status: task.status(),
+        project: CallContext::current()
+            .and_then(|context| context.project)
+            .map(|project| project.display().to_string()),
         launched_at: iso_time(task.launched_at()),
         // Said only when the task waited: it started at its launch otherwise.
         started_at: task
@@ -370,6 +376,9 @@ fn task_display(
             task_duration(task, now)
         )),
         None => lines.push(format!("Duration: {}", task_duration(task, now))),
+    }
+    if let Some(project) = CallContext::current().and_then(|context| context.project) {
+        lines.push(format!("Project: {}", project.display()));
     }
     if let Some(output) = task
         .output()

@@ -66,6 +66,9 @@ pub struct CallContext {
     /// How deep the caller is nested; `None`: the `task` tool's own nesting
     /// applies.
     pub nesting: Option<Nesting>,
+    /// The project the serving layer's subagents work in, when it has one:
+    /// `check_async_tasks` shows it in a task's details.
+    pub project: Option<std::path::PathBuf>,
 }
 
 impl CallContext {
@@ -101,6 +104,13 @@ impl CallContext {
     #[must_use]
     pub fn with_nesting(mut self, nesting: Nesting) -> Self {
         self.nesting = Some(nesting);
+        self
+    }
+
+    /// Names the project the subagents work in.
+    #[must_use]
+    pub fn with_project(mut self, project: impl Into<std::path::PathBuf>) -> Self {
+        self.project = Some(project.into());
         self
     }
 

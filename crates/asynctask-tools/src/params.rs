@@ -47,13 +47,18 @@ pub struct TaskParams {
     /// The goal the subagent must reach, stated so it can work without asking.
     #[schemars(extend("pattern" = r"\S"))]
     pub goal_prompt: String,
-    /// Extra instructions for how the subagent should behave.
+    /// Extra instructions for how the subagent should behave. The subagent is
+    /// told them; whether it follows them is up to it.
     #[serde(default)]
     pub behaviour_prompts: Option<Vec<String>>,
     /// Names of the tools the subagent may use; all of its tools when absent.
+    /// The subagent is told this list; only a subagent configured to pass it
+    /// to its agent enforces it.
     #[serde(default)]
     pub tool_whitelist: Option<Vec<String>>,
     /// Variables the subagent must emit, each with what it should contain.
+    /// The subagent is told them; none is guaranteed: read the result's
+    /// `emitted_vars`.
     #[serde(default, deserialize_with = "objects")]
     pub output_spec: Option<Vec<OutputVarSpec>>,
     /// Named values given to the subagent as context.

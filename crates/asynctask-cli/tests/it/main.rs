@@ -1,5 +1,6 @@
 //! The `asynctask` binary as a user runs it: output, exit codes, one-line errors.
 
+mod durable;
 mod mcp;
 
 use std::path::{Path, PathBuf};
@@ -7,9 +8,22 @@ use std::process::{Command, Output};
 
 use pretty_assertions::assert_eq;
 
+/// Runs the binary. Its working directory (the project, unless `--project`
+/// says otherwise) is the directory of the `--config` given, else the
+/// system's temporary directory: nothing is made in the source tree.
 fn asynctask(args: &[&str]) -> Output {
+    let cwd = args
+        .iter()
+        .position(|arg| *arg == "--config")
+        .and_then(|at| args.get(at + 1))
+        .and_then(|config| Path::new(config).parent())
+        .filter(|dir| dir.is_dir())
+        .map_or_else(std::env::temp_dir, Path::to_owned);
+    // Only warnings and errors: what a test compares is the command's own text.
     Command::new(env!("CARGO_BIN_EXE_asynctask"))
         .args(args)
+        .current_dir(cwd)
+        .env("RUST_LOG", "warn")
         .output()
         .expect("the binary runs")
 }
@@ -88,10 +102,11 @@ fn the_schemas_help_names_every_tool_and_provider() {
 #[test]
 fn bad_input_is_one_clear_line_and_a_failure() {
     let unknown_tool = asynctask(&["schemas", "--provider", "mcp", "--tool", "nope"]);
-    assert_eq!(unknown_tool.status.code(), Some(1));
+    assert_eq!(unknown_tool.status.code(), Some(2));
     assert_eq!(
         stderr(&unknown_tool),
-        "asynctask: unknown tool 'nope'; expected one of: task, check_async_tasks, message_async_task, todo_pause\n"
+        "asynctask: unknown tool 'nope'; expected one of: task, check_async_tasks, \
+         message_async_task, wait_async_tasks, end_async_task\n"
     );
 
     let unknown_provider = asynctask(&["schemas", "--provider", "bogus"]);
@@ -118,15 +133,15 @@ fn bad_input_is_one_clear_line_and_a_failure() {
     );
 
     let missing = asynctask(&["run", "--config", "/nonexistent/asynctask.toml", "a", "b"]);
-    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(missing.status.code(), Some(2));
     assert_eq!(
         stderr(&missing),
-        "asynctask: cannot read /nonexistent/asynctask.toml: No such file or directory (os error 2)\n"
+        "asynctask: the config /nonexistent/asynctask.toml (--config) does not exist\n"
     );
 
     let (_dir, broken) = config("broken", "[subagents.x]\ncomand = [\"echo\"]\n");
     let output = asynctask(&["run", "--config", broken.to_str().unwrap(), "x", "goal"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
         format!(
@@ -146,7 +161,7 @@ fn bad_input_is_one_clear_line_and_a_failure() {
         "--state-dir",
         "/dev/null/state",
     ]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
         "asynctask: cannot use the state directory /dev/null/state: Not a directory (os error 20)\n"
@@ -157,7 +172,7 @@ fn bad_input_is_one_clear_line_and_a_failure() {
         let mut args = verb.to_vec();
         args.extend(["--config", fine.to_str().unwrap(), "--state-dir", &deep]);
         let output = asynctask(&args);
-        assert_eq!(output.status.code(), Some(1));
+        assert_eq!(output.status.code(), Some(2));
         assert_eq!(
             stderr(&output),
             format!(
@@ -192,7 +207,7 @@ fn bad_input_is_one_clear_line_and_a_failure() {
 
     let (_dir, empty) = config("empty", "[subagents.x]\ncommand = []\n");
     let output = asynctask(&["mcp", "--config", empty.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
         format!(
@@ -217,7 +232,7 @@ fn durable_at_the_top_of_the_config_is_the_commands_own_key() {
     // directory too deep for the supervisor's socket.
     let deep = format!("/tmp/{}", "d".repeat(100));
     let output = asynctask(&["mcp", "--config", durable, "--state-dir", &deep]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
         format!(
@@ -232,7 +247,7 @@ fn durable_at_the_top_of_the_config_is_the_commands_own_key() {
         "durable = \"yes\"\n[subagents.echoer]\ncommand = [\"cat\"]\n",
     );
     let output = asynctask(&["mcp", "--config", mistyped.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
         format!(
@@ -247,7 +262,7 @@ fn durable_at_the_top_of_the_config_is_the_commands_own_key() {
         "durabel = true\n[subagents.echoer]\ncommand = [\"cat\"]\n",
     );
     let output = asynctask(&["run", "--config", unknown.to_str().unwrap(), "echoer", "x"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
         format!(
@@ -262,11 +277,34 @@ fn durable_at_the_top_of_the_config_is_the_commands_own_key() {
 fn run_prints_the_completion_json_and_reports_failures() {
     let (_dir, path) = config(
         "run",
-        "[subagents.echoer]\ncommand = [\"cat\"]\n[subagents.fails]\ncommand = [\"sh\", \"-c\", \"echo oops >&2; exit 3\"]\n",
+        "[subagents.echoer]\ncommand = [\"cat\"]\n[subagents.fails]\ncommand = [\"sh\", \"-c\", \"echo oops >&2; exit 3\"]\n\
+         [subagents.vars]\ncommand = [\"sh\", \"-c\", \"echo done; printf '{\\\"answer\\\":\\\"42\\\"}' > $ASYNCTASK_VARS_FILE\"]\n\
+         [subagents.slow]\ncommand = [\"sleep\", \"30\"]\n",
     );
     let path = path.to_str().unwrap();
 
-    let ok = asynctask(&["run", "--config", path, "echoer", "hello $(whoami)"]);
+    // For a person: the final message and the variables.
+    let ok = asynctask(&["run", "--config", path, "vars", "x"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "done\n\nanswer = 42\n");
+
+    // Past --timeout: ended, exit status 124, the reason on stderr.
+    let slow = asynctask(&["run", "--config", path, "--timeout", "1", "slow", "x"]);
+    assert_eq!(slow.status.code(), Some(124), "{}", stderr(&slow));
+    assert!(
+        stderr(&slow).starts_with("asynctask: Subagent 'slow' timed out after 1 seconds"),
+        "{}",
+        stderr(&slow)
+    );
+
+    let ok = asynctask(&[
+        "run",
+        "--json",
+        "--config",
+        path,
+        "echoer",
+        "hello $(whoami)",
+    ]);
     assert!(ok.status.success(), "{}", stderr(&ok));
     let result: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(result["terminate_reason"], "GOAL");
@@ -275,7 +313,7 @@ fn run_prints_the_completion_json_and_reports_failures() {
         "the goal arrives literally on stdin"
     );
 
-    let failed = asynctask(&["run", "--config", path, "fails", "x"]);
+    let failed = asynctask(&["run", "--json", "--config", path, "fails", "x"]);
     assert_eq!(failed.status.code(), Some(1));
     let result: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
     assert_eq!(result["status"], "failed");
@@ -285,9 +323,9 @@ fn run_prints_the_completion_json_and_reports_failures() {
     );
 
     let unknown = asynctask(&["run", "--config", path, "nobody", "x"]);
-    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(unknown.status.code(), Some(2), "asynctask could not run it");
     assert!(
-        stderr(&unknown).ends_with("configured: echoer, fails\n"),
+        stderr(&unknown).ends_with("configured: echoer, fails, slow, vars\n"),
         "{}",
         stderr(&unknown)
     );
@@ -312,10 +350,13 @@ fn run_keeps_the_output_file_it_names() {
         std::path::PathBuf::from(file)
     };
 
-    // By default beside the config, and still there after the command exited.
-    let file = whole(&asynctask(&["run", "--config", path, "long", "x"]));
+    // By default in the project's state directory, and still there after
+    // the command exited.
+    let file = whole(&asynctask(&[
+        "run", "--json", "--config", path, "long", "x",
+    ]));
     assert!(
-        file.starts_with(dir.path().join(".asynctask/outputs")),
+        file.starts_with(dir.path().canonicalize().unwrap().join(".asynctask/runs")),
         "{}",
         file.display()
     );
@@ -325,6 +366,7 @@ fn run_keeps_the_output_file_it_names() {
     let elsewhere = dir.path().join("mine");
     let file = whole(&asynctask(&[
         "run",
+        "--json",
         "--config",
         path,
         "--output-dir",
@@ -352,12 +394,12 @@ fn run_leaves_no_output_file_its_result_does_not_name() {
             .collect()
     };
 
-    let ok = asynctask(&["run", "--config", path, "short", "x"]);
+    let ok = asynctask(&["run", "--json", "--config", path, "short", "x"]);
     assert!(ok.status.success(), "{}", stderr(&ok));
     let result: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(result["final_message"], "done", "no file named");
     assert_eq!(
-        files(&dir.path().join(".asynctask/outputs")),
+        files(&dir.path().join(".asynctask/runs")),
         Vec::<std::path::PathBuf>::new()
     );
 
@@ -405,4 +447,140 @@ fn the_demo_runs_with_a_users_config() {
         "{transcript}"
     );
     assert!(!transcript.contains("unexpected wake-up"), "{transcript}");
+}
+
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let (_dir, path) = config(
+        "pipe",
+        "[subagents.a]\ncommand = [\"true\"]\n[subagents.b]\ncommand = [\"true\"]\n\
+         [subagents.c]\ncommand = [\"true\"]\n[subagents.d]\ncommand = [\"sleep\", \"30\"]\n",
+    );
+    for args in [
+        &["schemas", "--provider", "mcp"][..],
+        &["demo", "--config", path.to_str().unwrap()],
+        &["man"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_asynctask"))
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("started");
+        // The reader goes away before the command writes: `| true`.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().expect("ended");
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn logs_follow_v_q_and_rust_log() {
+    let (dir, _path) = config("logs", "[subagents.a]\ncommand = [\"true\"]\n");
+    let run = |args: &[&str], rust_log: Option<&str>| -> String {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_asynctask"));
+        command
+            .args(args)
+            .args(["mcp", "--config", "subagents.toml"])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null());
+        match rust_log {
+            Some(value) => command.env("RUST_LOG", value),
+            None => command.env_remove("RUST_LOG"),
+        };
+        stderr(&command.output().expect("ran"))
+    };
+    let info = run(&[], None);
+    assert!(
+        info.contains(" INFO ") && info.contains("waiting for the client"),
+        "{info}"
+    );
+    assert!(
+        !run(&["-q"], None).contains("INFO"),
+        "-q: warnings and errors only"
+    );
+    let debug = run(&["-v"], None);
+    assert!(
+        debug.contains("DEBUG") || debug.contains("asynctask_cli"),
+        "{debug}"
+    );
+    assert!(
+        !run(&["-v"], Some("warn")).contains("INFO"),
+        "RUST_LOG wins"
+    );
+}
+
+#[test]
+fn flag_errors_name_the_flag() {
+    let output = asynctask(&["mcp", "--max-async-tasks", "0"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).starts_with(
+            "error: invalid value '0' for '--max-async-tasks <N>': must be -1 (unlimited) or an \
+             integer from 1 to 100"
+        ),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn config_path_doctor_completions_and_man() {
+    let dir = temp_dir("doctor");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join("src")).expect("mkdir");
+    std::fs::write(
+        project.join("asynctask.toml"),
+        "[subagents.ok]\ncommand = [\"sh\", \"-c\", \"true\"]\n\
+         [subagents.missing]\ncommand = [\"no-such-program-anywhere\"]\n",
+    )
+    .expect("written");
+    let in_src = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_asynctask"))
+            .args(args)
+            .current_dir(project.join("src"))
+            .env_remove("ASYNCTASK_CONFIG")
+            .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
+            .output()
+            .expect("ran")
+    };
+    let path = in_src(&["config", "path"]);
+    assert!(path.status.success(), "{}", stderr(&path));
+    let project = project.canonicalize().expect("canonical");
+    assert_eq!(
+        String::from_utf8_lossy(&path.stdout),
+        format!("{}\n", project.join("asynctask.toml").display())
+    );
+    assert_eq!(
+        stderr(&path),
+        "asynctask: found by the project's asynctask.toml\n"
+    );
+
+    let doctor = in_src(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1), "a problem was found");
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("ok:      subagent 'ok': sh is "),
+        "{report}"
+    );
+    assert!(
+        report
+            .contains("problem: subagent 'missing': no-such-program-anywhere is not an executable"),
+        "{report}"
+    );
+    assert!(report.contains("clients run `"), "{report}");
+
+    let bash = in_src(&["completions", "bash"]);
+    assert!(
+        bash.status.success() && String::from_utf8_lossy(&bash.stdout).contains("_asynctask()")
+    );
+    let man = in_src(&["man"]);
+    assert!(man.status.success() && String::from_utf8_lossy(&man.stdout).contains(".TH asynctask"));
 }

@@ -540,9 +540,9 @@ async fn a_termination_signal_ends_a_server_never_initialized() {
                 .map(std::fs::File::from)
                 .expect("a descriptor"),
         );
-        // It listens to signals once it says it serves; the client never
-        // sends `initialize`.
-        tokio::task::spawn_blocking(move || log.wait_for("MCP server on stdio"))
+        // It listens to signals once it says it waits for the client, which
+        // never sends `initialize`.
+        tokio::task::spawn_blocking(move || log.wait_for("waiting for the client"))
             .await
             .expect("no panic");
         let sent = std::process::Command::new("kill")

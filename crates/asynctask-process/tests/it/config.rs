@@ -308,3 +308,19 @@ fn working_directories_must_lie_under_the_roots() {
         "{err}"
     );
 }
+
+#[test]
+fn a_path_a_shell_would_expand_is_refused_with_the_rule() {
+    assert_eq!(
+        parse_error("[subagents.a]\ncommand = [\"pwd\"]\ncwd = \"$PWD\"\n"),
+        "invalid config <string>: subagent 'a': `cwd` is $PWD: no shell expands a variable in \
+         it; a relative path is relative to the project (\".\" is the project itself), an \
+         absolute one is taken as it is"
+    );
+    assert_eq!(
+        parse_error("roots = [\"~/src\"]\n"),
+        "invalid config <string>: a root is ~/src: no shell expands `~` in it; a relative path \
+         is relative to the project (\".\" is the project itself), an absolute one is taken as \
+         it is"
+    );
+}

@@ -93,9 +93,16 @@ async fn the_environment_is_an_allowlist() {
         .output_dir()
         .expect("the output directory")
         .join("task-0001.vars.json");
-    let seen: BTreeMap<String, String> = result
-        .final_message
-        .expect("env printed")
+    let message = result.final_message.expect("env printed");
+    // Nothing filled the output spec: the result says so on its own line.
+    let (env, note) = message
+        .rsplit_once("\n\n")
+        .expect("the environment, then a note");
+    assert_eq!(
+        note,
+        "[the output spec asked for a variable the subagent did not emit: answer]"
+    );
+    let seen: BTreeMap<String, String> = env
         .split('\0')
         .filter(|entry| !entry.is_empty())
         .map(|entry| {
@@ -150,6 +157,51 @@ async fn a_relative_cwd_is_relative_to_the_config_directory() {
     std::fs::write(&file, toml).expect("write config");
     let loaded = ProcessRunner::new(ProcessRunnerConfig::load(&file).expect("loads"));
     assert_eq!(loaded.config(), from_str.config());
+}
+
+#[tokio::test]
+async fn a_config_loaded_for_a_project_runs_its_subagents_there() {
+    let dir = temp_dir("process");
+    let (configs, project) = (dir.path().join("user-config"), dir.path().join("project"));
+    std::fs::create_dir_all(project.join("docs")).expect("mkdir");
+    std::fs::create_dir_all(&configs).expect("mkdir");
+    let file = configs.join("asynctask.toml");
+    std::fs::write(
+        &file,
+        "[subagents.here]\ncommand = [\"pwd\", \"-P\"]\n\n\
+         [subagents.docs]\ncommand = [\"pwd\", \"-P\"]\ncwd = \"docs\"\n",
+    )
+    .expect("write config");
+    let project = project.canonicalize().expect("canonical");
+    let (config, ()) = ProcessRunnerConfig::load_in::<()>(&file, &project).expect("loads");
+    assert_eq!(
+        config.roots,
+        std::slice::from_ref(&project),
+        "the project is the root"
+    );
+    let runner = ProcessRunner::new(config);
+    let here = run(&runner, request("here", "x")).await;
+    assert_eq!(here, Ok(output(project.to_str())));
+    let docs = run(&runner, request("docs", "x")).await;
+    assert_eq!(docs, Ok(output(project.join("docs").to_str())));
+
+    // A working directory outside the project needs a root that holds it.
+    std::fs::write(
+        &file,
+        "[subagents.out]\ncommand = [\"pwd\"]\ncwd = \"..\"\n",
+    )
+    .expect("write");
+    let err = ProcessRunnerConfig::load_in::<()>(&file, &project).expect_err("outside");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid config {}: subagent 'out': working directory {} is not under any of the \
+             roots ({}); add a `roots` entry that holds it",
+            file.display(),
+            dir.path().canonicalize().expect("canonical").display(),
+            project.display()
+        )
+    );
 }
 
 #[tokio::test]

@@ -673,3 +673,24 @@ async fn a_synchronous_runners_progress_reaches_its_call_and_once_detached_the_p
     runner.release.notify_one();
     eventually("the task ends", || manager.counts().running == 0).await;
 }
+
+// ---------------------------------------------------------------- project
+
+#[tokio::test]
+async fn a_peek_names_the_project_its_server_works_in() {
+    let (manager, _clock) = fixture();
+    let tool = CheckAsyncTasksTool::new(manager);
+    let context = asynctask_tools::CallContext::new().with_project("/work/project");
+    let peek = asynctask_tools::with_call_context(
+        context,
+        tool.execute(json!({"task_id": "0f3a"}), CancellationToken::new()),
+    )
+    .await;
+    insta::assert_snapshot!("peek_with_project", redacted(&peek, &[]));
+    let details: Value = serde_json::from_str(&peek.llm_content).expect("JSON");
+    assert_eq!(details["project"], "/work/project");
+    // Without a project (a host that has none), the key is absent.
+    let plain = call(&tool, json!({"task_id": "0f3a"})).await;
+    let details: Value = serde_json::from_str(&plain.llm_content).expect("JSON");
+    assert_eq!(details.get("project"), None);
+}
