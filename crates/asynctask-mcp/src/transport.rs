@@ -507,6 +507,35 @@ mod tests {
         (lines, write)
     }
 
+    /// A client that initializes again, asking for a version this server does
+    /// not speak over `initialize` (2026-07-28), gets the version agreed on,
+    /// and the session goes on speaking it: `ping` is still answered.
+    #[tokio::test]
+    async fn initializing_again_keeps_the_version_agreed_on() {
+        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        let (mut lines, mut write) = serve(&runtime).await;
+        let again = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2026-07-28",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        }});
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        write
+            .write_all(format!("{again}\n{ping}\n").as_bytes())
+            .await
+            .expect("written");
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            let line = lines.next_line().await.expect("read").expect("a line");
+            answers.push(serde_json::from_str::<Value>(&line).expect("JSON"));
+        }
+        answers.sort_by_key(|answer| answer["id"].as_i64());
+        assert_ne!(answers[0]["result"]["protocolVersion"], "2026-07-28");
+        assert_eq!(answers[1], json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
+        drop(write);
+        runtime.shutdown().await;
+    }
+
     /// rmcp polls `receive` in a `select!` and drops it whenever another
     /// branch is ready first. A line it had read and was refusing when dropped
     /// (the writer busy with a long response) is still answered, whole, and
