@@ -10,11 +10,14 @@
 //! hundreds deep, huge values, batches), a `tools/call` of a served tool from
 //! [`calls`] (arguments drawn from the tool's schema, a third of them fitting
 //! it, the rest bent), a background launch, a call naming one of the
-//! session's tasks, or a cancel. Subagents finish within seconds. The
-//! properties, checked by [`drive`] against [`oracle`]:
+//! session's tasks, a cancel, or a stall (the client reads nothing for a few
+//! seconds). One session in thirty also holds a flood: hundreds of requests
+//! in a row, past the transport's windows of unwritten answers and requests
+//! in progress. Subagents finish within seconds. The properties, checked by
+//! [`drive`] against [`oracle`]:
 //!
 //! - every request — a line with a readable id, or one that cannot be read —
-//!   gets exactly one answer with that id (no id when unreadable) within 60 s
+//!   gets exactly one answer with that id (no id when unreadable) within 70 s
 //!   of its line; notifications and responses get none;
 //! - every line the server writes is a JSON-RPC message;
 //! - a well-formed call of a served tool gets a tool result (`isError` when
@@ -34,7 +37,8 @@
 //! (`ASYNCTASK_FUZZ_REPLAY`) replays it with its transcript. In such a file
 //! `@task:N` stands for the N-th latest task the session launched (its first
 //! 8 characters): that line is sent once the lines before it are answered, as
-//! a client learns an id from an answer. Sessions that once failed live in
+//! a client learns an id from an answer; a `ping` with the id
+//! `fuzz-stall-<n>-<seconds>s` is a stall. Sessions that once failed live in
 //! `fuzz/regressions/`, replayed by every `cargo test`.
 
 mod calls;

@@ -23,15 +23,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::TASK_PLACEHOLDER;
 use super::oracle::{Expected, Key, answer_key};
+use super::session::{MAX_STALL_SECONDS, STALL_PREFIX};
 use crate::params::MAX_WAIT_SECONDS;
 use crate::transport::AckMode;
 use crate::{AsyncTaskMcpServer, DETACH_FOLLOW_UP};
 
 /// How long (in paused, virtual time) a request may wait for its answer
-/// after its line was written: the longest wait a tool allows, and slack.
-/// Sessions are far shorter than the transport's window of 256 requests in
-/// progress, so a line written is a line read.
-const ANSWER_WITHIN: Duration = Duration::from_secs(MAX_WAIT_SECONDS + 10);
+/// after its line was written: the longest wait a tool allows, and two
+/// stalls of the client's (a line written during a stall is read once the
+/// server can write again). Floods hold short waits only, so a line written
+/// past the transport's window of 256 requests in progress is read within
+/// seconds.
+const ANSWER_WITHIN: Duration = Duration::from_secs(MAX_WAIT_SECONDS + 2 * MAX_STALL_SECONDS);
 
 /// How long the server may take to end once its input ended, and the
 /// runtime to shut down.
@@ -202,6 +205,7 @@ async fn drive(lines: &[Vec<u8>], expected: &Expected) -> Report {
     let closed = Cell::new(false);
     let wrote = Notify::new();
     let answered = Notify::new();
+    let stalled: Cell<Option<Instant>> = Cell::new(None);
     let got: RefCell<HashMap<Key, usize>> = RefCell::new(HashMap::new());
     let writer = async {
         for (n, line) in lines.iter().enumerate() {
@@ -236,6 +240,9 @@ async fn drive(lines: &[Vec<u8>], expected: &Expected) -> Report {
                 break;
             }
             written[n].set(Some(Instant::now()));
+            if let Some(stall) = stall(line) {
+                stalled.set(Some(Instant::now() + stall));
+            }
             transcript.borrow_mut().push(Event::Sent(n, resolved));
             wrote.notify_one();
         }
@@ -253,6 +260,7 @@ async fn drive(lines: &[Vec<u8>], expected: &Expected) -> Report {
             written: &written,
             wrote: &wrote,
             answered: &answered,
+            stalled: &stalled,
             started,
             got: &got,
             answers: 0,
@@ -293,6 +301,16 @@ async fn drive(lines: &[Vec<u8>], expected: &Expected) -> Report {
         answers,
         succeeded,
     }
+}
+
+/// How long the client stops reading after sending `line`, when it is a
+/// stall (`fuzz-stall-<n>-<seconds>s`, at most [`MAX_STALL_SECONDS`]).
+fn stall(line: &[u8]) -> Option<Duration> {
+    let rest = line.strip_prefix(STALL_PREFIX)?;
+    let rest = &rest[rest.iter().position(|b| *b == b'-')? + 1..];
+    let digits = &rest[..rest.iter().position(|b| *b == b's')?];
+    let seconds: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(Duration::from_secs(seconds.min(MAX_STALL_SECONDS)))
 }
 
 /// Whether `line` names a task of the session's (`@task:N`).
@@ -348,6 +366,8 @@ struct Reader<'a, R> {
     wrote: &'a Notify,
     /// Tells the writer each time an answer came.
     answered: &'a Notify,
+    /// Until when the client reads nothing.
+    stalled: &'a Cell<Option<Instant>>,
     started: Instant,
     /// How many answers came, by id.
     got: &'a RefCell<HashMap<Key, usize>>,
@@ -456,6 +476,11 @@ impl<R: tokio::io::AsyncRead + Unpin> Reader<'_, R> {
     /// What comes first: a line from the server, the end of its output, the
     /// deadline, or a line written.
     async fn next(&mut self, deadline: Instant) -> Result<Next, String> {
+        if let Some(until) = self.stalled.take()
+            && until > Instant::now()
+        {
+            tokio::time::sleep_until(until).await;
+        }
         // Cancel-safe: what `read_until` read stays in `partial`.
         let read = self.lines.read_until(b'\n', &mut self.partial);
         let next = tokio::select! {

@@ -13,6 +13,30 @@ use super::lines::{self, Text, plain_request, quoted};
 /// answered, the session went on past everything before it.
 pub(super) const FINAL_PING_ID: &str = "fuzz-final-ping";
 
+/// How a stall is written: a `ping` whose id is `fuzz-stall-<n>-<seconds>s`
+/// tells the client to read nothing for that long once it sent it (in the
+/// file, so that a replay stalls the same way; the real server just answers a
+/// ping).
+pub(super) const STALL_PREFIX: &[u8] = br#"{"jsonrpc":"2.0","id":"fuzz-stall-"#;
+
+/// The longest stall, in seconds: a stall delays answers past their bound
+/// no more than this.
+pub(super) const MAX_STALL_SECONDS: u64 = 10;
+
+/// Many requests in a row: past the transport's window of unwritten answers
+/// (64) and, with waits, of requests in progress (256).
+#[derive(Debug, Clone)]
+pub(super) enum Flood {
+    /// `tools/list`: long answers.
+    List,
+    /// Lines that are not JSON: the transport's own answers.
+    Refused,
+    /// `wait_async_tasks` for a second: requests that stay in progress.
+    Wait,
+    /// `ping`.
+    Ping,
+}
+
 /// One generated session.
 #[derive(Debug, Clone)]
 pub(super) struct Session {
@@ -24,6 +48,9 @@ pub(super) struct Session {
     initialized: bool,
     /// What follows.
     body: Vec<Item>,
+    /// A flood, before the body step it names; after a stall of the
+    /// client's when `true`.
+    flood: Option<(Index, Flood, usize, bool)>,
 }
 
 /// One step of a session's body.
@@ -35,6 +62,8 @@ pub(super) enum Item {
     Call(Call, CallId),
     /// `notifications/cancelled` for one of the calls sent so far.
     Cancel(Index),
+    /// The client stops reading for this many seconds.
+    Stall(u64),
 }
 
 /// The id a tool call gets.
@@ -55,8 +84,16 @@ impl Session {
             lines.push(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_vec());
         }
         let mut calls: Vec<Text> = Vec::new();
-        for item in &self.body {
+        let flood_at = self
+            .flood
+            .as_ref()
+            .map(|(at, _, _, _)| at.index(self.body.len() + 1));
+        for (n, item) in self.body.iter().enumerate() {
+            if flood_at == Some(n) {
+                self.push_flood(&mut lines);
+            }
             match item {
+                Item::Stall(seconds) => lines.push(stall_line(&n.to_string(), *seconds)),
                 Item::Line(line) => lines.push(line.clone()),
                 Item::Call(call, id) => {
                     let id = match id {
@@ -81,8 +118,42 @@ impl Session {
                 }
             }
         }
+        if flood_at == Some(self.body.len()) {
+            self.push_flood(&mut lines);
+        }
         lines.push(plain_request(&quoted(FINAL_PING_ID), "ping", None));
         lines
+    }
+
+    fn push_flood(&self, lines: &mut Vec<Text>) {
+        if let Some((_, flood, count, stalled)) = &self.flood {
+            if *stalled {
+                lines.push(stall_line("flood", MAX_STALL_SECONDS / 2));
+            }
+            lines.extend((0..*count).map(|i| flooded(flood, i)));
+        }
+    }
+}
+
+/// A stall of `seconds`, told apart by `name`.
+fn stall_line(name: &str, seconds: u64) -> Text {
+    let mut stall = STALL_PREFIX.to_vec();
+    stall.extend_from_slice(format!(r#"{name}-{seconds}s","method":"ping"}}"#).as_bytes());
+    stall
+}
+
+/// Line `i` of a flood.
+fn flooded(flood: &Flood, i: usize) -> Text {
+    let id = quoted(&format!("flood-{i}"));
+    match flood {
+        Flood::List => plain_request(&id, "tools/list", None),
+        Flood::Refused => format!("flood {i}").into_bytes(),
+        Flood::Wait => plain_request(
+            &id,
+            "tools/call",
+            Some(br#"{"name":"wait_async_tasks","arguments":{"timeout_seconds":1}}"#),
+        ),
+        Flood::Ping => plain_request(&id, "ping", None),
     }
 }
 
@@ -106,22 +177,40 @@ pub(super) fn session(tools: &[(String, Value)], body: usize) -> BoxedStrategy<S
     let call_id = prop_oneof![6 => Just(CallId::Unique), 1 => lines::id().prop_map(CallId::Drawn)];
     let item = prop_oneof![
         5 => (call(tools), call_id).prop_map(|(call, id)| Item::Call(call, id)),
-        1 => launch().prop_map(|call| Item::Call(call, CallId::Unique)),
-        1 => follow_up(tools).prop_map(|call| Item::Call(call, CallId::Unique)),
+        2 => launch().prop_map(|call| Item::Call(call, CallId::Unique)),
+        2 => follow_up(tools).prop_map(|call| Item::Call(call, CallId::Unique)),
         4 => lines::line().prop_map(Item::Line),
         1 => any::<Index>().prop_map(Item::Cancel),
+        1 => (1..=MAX_STALL_SECONDS).prop_map(Item::Stall),
     ];
+    let flood = prop::option::weighted(
+        0.03,
+        (
+            any::<Index>(),
+            prop_oneof![
+                Just(Flood::List),
+                Just(Flood::Refused),
+                Just(Flood::Wait),
+                Just(Flood::Ping)
+            ],
+            // Past 64 unwritten answers, or past 256 requests in progress.
+            prop_oneof![70usize..130, 260usize..300],
+            any::<bool>(),
+        ),
+    );
     (
         prop::collection::vec(lines::before_initialize(), 0..3),
         initialize,
         proptest::bool::weighted(0.85),
         prop::collection::vec(item, 0..=body),
+        flood,
     )
-        .prop_map(|(before, initialize, initialized, body)| Session {
+        .prop_map(|(before, initialize, initialized, body, flood)| Session {
             before,
             initialize,
             initialized,
             body,
+            flood,
         })
         .boxed()
 }
