@@ -3,6 +3,8 @@
 //! - `cargo xtask ci` — everything CI checks, in order, stopping at the first failure;
 //! - `cargo xtask tidy` — the house rules (also run by `cargo test` as a `#[test]`);
 //! - `cargo xtask codegen [--check]` — regenerate (or check) the generated files;
+//! - `cargo xtask fuzz [--minutes N | --replay FILE]` — fuzz the MCP server for N
+//!   minutes (its bounded run is part of `cargo test`), or replay a session;
 //! - `cargo xtask hosts [ARGS]` — the MCP server inside Claude Code and Codex CLI
 //!   (not part of `ci`: it needs the node clients).
 
@@ -14,6 +16,7 @@
 
 mod ci;
 mod codegen;
+mod fuzz;
 mod hosts;
 mod tidy;
 
@@ -27,6 +30,9 @@ Tasks:
   ci                 fmt, clippy, tidy, codegen --check, docs, tests, doc tests
   tidy               check the house rules (file headers, lints, layering, ...)
   codegen [--check]  regenerate the generated files, or check they are fresh
+  fuzz [--minutes N] fuzz the MCP server with fresh seeds for N minutes (default
+                     10; a bounded run is part of the tests)
+  fuzz --replay FILE replay one session (a reproducer under target/fuzz/)
   hosts [ARGS]       the MCP server inside Claude Code and Codex CLI (tests/hosts;
                      not part of ci); ARGS go to run_hosts.py, e.g. --client codex";
 
@@ -39,6 +45,7 @@ fn main() -> ExitCode {
         ["tidy"] => tidy::check(&root).map(|()| println!("tidy: ok")),
         ["codegen"] => codegen::run(&root, codegen::Mode::Write),
         ["codegen", "--check"] => codegen::run(&root, codegen::Mode::Check),
+        ["fuzz", rest @ ..] => fuzz::run(&root, rest),
         ["hosts", rest @ ..] => hosts::run(&root, rest),
         ["-h" | "--help" | "help"] | [] => {
             println!("{USAGE}");

@@ -45,6 +45,8 @@
 //! ```
 
 mod end;
+#[cfg(test)]
+mod fuzz;
 mod gate;
 mod opening;
 mod params;

@@ -15,8 +15,8 @@ use asynctask_tools::{
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
@@ -615,6 +615,22 @@ impl ServerHandler for AsyncTaskMcpServer {
             .with_instructions(INSTRUCTIONS);
         info.server_info = Implementation::new("asynctask", env!("CARGO_PKG_VERSION"));
         info
+    }
+
+    /// Answers as rmcp's default does, but records the version agreed on as
+    /// the session's, not the one asked for: a session initialized again
+    /// asking for a version this server does not speak (2026-07-28) would
+    /// otherwise act on it, and refuse `ping`.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let result = self.negotiate_initialize(&request)?;
+        let mut agreed = request;
+        agreed.protocol_version = result.protocol_version.clone();
+        context.peer.set_peer_info(agreed);
+        Ok(result)
     }
 
     async fn list_tools(

@@ -65,6 +65,9 @@ struct Writer<W> {
     unwritten: AtomicUsize,
     /// Woken each time a message was written (or could not be).
     progress: Notify,
+    /// A write failed: the client cannot be written to, and the session is
+    /// over (the next `receive` ends it).
+    broken: AtomicBool,
 }
 
 struct Written<W> {
@@ -103,6 +106,9 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
             None => Err(io::ErrorKind::BrokenPipe.into()),
         };
         drop(state);
+        if result.is_err() {
+            self.broken.store(true, Ordering::SeqCst);
+        }
         self.unwritten.fetch_sub(1, Ordering::SeqCst);
         self.progress.notify_waiters();
         if let (Ok(()), Some(claim)) = (&result, claim) {
@@ -178,6 +184,7 @@ where
                     }),
                     unwritten: AtomicUsize::new(0),
                     progress: Notify::new(),
+                    broken: AtomicBool::new(false),
                 }),
                 gate,
                 mode,
@@ -192,12 +199,20 @@ impl<W> Side<W>
 where
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    /// Writes an answer of the transport's own (an error for a line that is
-    /// not a request it serves).
-    async fn answer(&self, message: &ServerJsonRpcMessage) -> io::Result<()> {
+    /// Answers with a message of the transport's own (an error for a line
+    /// that is not a request it serves), written on a task of its own as rmcp
+    /// writes its responses: `receive` must stay cancel-safe, and a write
+    /// dropped halfway would lose the answer, leave half a line on the wire
+    /// and a message counted as unwritten for ever.
+    fn answer(&self, message: &ServerJsonRpcMessage) -> io::Result<()> {
         let line = to_line(message)?;
         self.writer.unwritten.fetch_add(1, Ordering::SeqCst);
-        self.writer.write(line, None, self.mode, &self.gate).await
+        let (writer, gate, mode) = (Arc::clone(&self.writer), self.gate.clone(), self.mode);
+        tokio::spawn(async move {
+            // A failure is kept by the writer (`broken`): the session ends.
+            let _ = writer.write(line, None, mode, &gate).await;
+        });
+        Ok(())
     }
 
     /// Waits while too much is unwritten or too many requests are open.
@@ -217,10 +232,7 @@ where
 
     /// Where a decoded message goes: to rmcp (`Some`), or nowhere because the
     /// transport dealt with it (`None`), answering it if needed.
-    async fn route(
-        &self,
-        message: ClientJsonRpcMessage,
-    ) -> io::Result<Option<ClientJsonRpcMessage>> {
+    fn route(&self, message: ClientJsonRpcMessage) -> io::Result<Option<ClientJsonRpcMessage>> {
         match &message {
             JsonRpcMessage::Notification(notification) => {
                 match &notification.notification {
@@ -234,7 +246,7 @@ where
                         }
                         if let Some((id, len)) = oversized(custom) {
                             if let Some(refusal) = refuse_too_long_id(id, len) {
-                                self.answer(&refusal).await?;
+                                self.answer(&refusal)?;
                             }
                             return Ok(None);
                         }
@@ -270,7 +282,7 @@ where
                         ),
                         Some(request.id.clone()),
                     );
-                    self.answer(&refusal).await?;
+                    self.answer(&refusal)?;
                     return Ok(None);
                 }
             }
@@ -384,8 +396,20 @@ where
         }
     }
 
+    /// # Cancel safety
+    ///
+    /// Cancel-safe, as rmcp needs (it polls `receive` in a `select!` and drops
+    /// it whenever another branch is ready first): it awaits only room to
+    /// read and the next line, and what it answers itself is written on a
+    /// task of its own.
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
         loop {
+            if self.side.writer.broken.load(Ordering::SeqCst) {
+                // The client cannot be written to: the session is over.
+                self.calls.cancel();
+                self.side.gate.release_all();
+                return None;
+            }
             self.side.room().await;
             let line = match self.reader.next().await {
                 Ok(Some(line)) => line,
@@ -409,13 +433,13 @@ where
             };
             let routed = match decoded {
                 Decoded::Ignored => continue,
-                Decoded::Refused(refusal) => self.side.answer(&refusal).await.map(|()| None),
-                Decoded::Message(message) => self.side.route(*message).await,
+                Decoded::Refused(refusal) => self.side.answer(&refusal).map(|()| None),
+                Decoded::Message(message) => self.side.route(*message),
             };
             match routed {
                 Ok(Some(message)) => return Some(message),
                 Ok(None) => {}
-                // The client cannot be written to: the session is over.
+                // An answer that cannot be written as JSON (never happens).
                 Err(_) => {
                     self.calls.cancel();
                     self.side.gate.release_all();
@@ -481,6 +505,76 @@ mod tests {
         let answer = lines.next_line().await.expect("read").expect("a line");
         assert!(answer.contains("serverInfo"), "{answer}");
         (lines, write)
+    }
+
+    /// A client that initializes again, asking for a version this server does
+    /// not speak over `initialize` (2026-07-28), gets the version agreed on,
+    /// and the session goes on speaking it: `ping` is still answered.
+    #[tokio::test]
+    async fn initializing_again_keeps_the_version_agreed_on() {
+        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        let (mut lines, mut write) = serve(&runtime).await;
+        let again = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2026-07-28",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        }});
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        write
+            .write_all(format!("{again}\n{ping}\n").as_bytes())
+            .await
+            .expect("written");
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            let line = lines.next_line().await.expect("read").expect("a line");
+            answers.push(serde_json::from_str::<Value>(&line).expect("JSON"));
+        }
+        answers.sort_by_key(|answer| answer["id"].as_i64());
+        assert_ne!(answers[0]["result"]["protocolVersion"], "2026-07-28");
+        assert_eq!(answers[1], json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
+        drop(write);
+        runtime.shutdown().await;
+    }
+
+    /// rmcp polls `receive` in a `select!` and drops it whenever another
+    /// branch is ready first. A line it had read and was refusing when dropped
+    /// (the writer busy with a long response) is still answered, whole, and
+    /// leaves nothing counted as unwritten.
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_outlives_a_dropped_receive() {
+        use rmcp::transport::Transport as _;
+        use std::sync::atomic::Ordering;
+        use std::time::Duration;
+
+        let runtime = Arc::new(AsyncTaskRuntime::builder().build());
+        let server = AsyncTaskMcpServer::new(Arc::clone(&runtime)).expect("valid tools");
+        let (client_end, server_end) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server_end);
+        let mut transport = server.transport(read, write, AckMode::Written);
+        let (read, mut write) = tokio::io::split(client_end);
+        let mut lines = BufReader::new(read).lines();
+        write
+            .write_all(b"not json\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+            .await
+            .expect("written");
+        // A response is being written: the writer is taken.
+        let writer = Arc::clone(&transport.side.writer);
+        let busy = writer.state.lock().await;
+        let received = tokio::time::timeout(Duration::from_secs(1), transport.receive()).await;
+        drop(busy);
+        if let Ok(message) = received {
+            let message = serde_json::to_value(message.expect("the ping")).expect("JSON");
+            assert_eq!(message["method"], "ping");
+        }
+        let refusal = tokio::time::timeout(Duration::from_secs(1), lines.next_line())
+            .await
+            .expect("the refusal is written")
+            .expect("read")
+            .expect("a line");
+        let refusal: Value = serde_json::from_str(&refusal).expect("one whole message");
+        assert_eq!(refusal["error"]["code"], -32700);
+        assert_eq!(transport.side.writer.unwritten.load(Ordering::SeqCst), 0);
+        runtime.shutdown().await;
     }
 
     /// Two requests sharing an id, in one write, after a task finished: one is

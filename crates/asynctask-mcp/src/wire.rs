@@ -439,7 +439,7 @@ fn skip_value(line: &[u8], at: usize) -> usize {
 /// are not UTF-8, and `\u` escapes of lone surrogates (half of a pair, as a
 /// truncated emoji leaves), each becoming U+FFFD. `None` when there is nothing
 /// to mend.
-fn repair(line: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn repair(line: &[u8]) -> Option<Vec<u8>> {
     let text = String::from_utf8_lossy(line);
     let mut out: Vec<u8> = Vec::with_capacity(text.len());
     let bytes = text.as_bytes();
