@@ -14,6 +14,11 @@ A request that offers the asynctask `task` tool is the agent's main loop; it get
 the next step of the script, worked out from the conversation the request carries
 (so retries and side calls cannot shift it):
 
+0. when the asynctask tools are only named, as deferred tools, and a `ToolSearch`
+   tool is offered (Claude Code 2.1.331): call `ToolSearch` with
+   `select:<the names of the three tools the script calls>`, as a model does; a
+   deferred tool (`defer_loading: true`) counts as offered only once a
+   `tool_reference` to it came back, as in the real API;
 1. call `task` with `async: true` for the configured subagent;
 2. after the `task` result: wait until the subagent has written its done file
    (`--done-file`, plus a short margin so the server has reaped it), then call
@@ -60,6 +65,11 @@ DONE_FILE_LIMIT = 30.0
 MAX_CALLS = 6
 
 FINAL_TEXT = "All done: the background subagent finished and its result arrived."
+
+# Claude Code's tool that loads deferred tools' definitions, and the asynctask tools
+# the script calls (what it loads through it).
+TOOL_SEARCH = "ToolSearch"
+SCRIPT_TOOLS = ("task", "check_async_tasks", "wait_async_tasks")
 
 
 # ---------------------------------------------------------------- the script
@@ -161,6 +171,46 @@ def offered_tools(tools: Any, prefix: str = "") -> list[str]:
             names.extend(offered_tools(tool["tools"], f"{prefix}{name}." if name else prefix))
         elif name:
             names.append(prefix + name)
+    return names
+
+
+def anthropic_offered(body: dict[str, Any]) -> list[str]:
+    """The tools an Anthropic request lets the model call. As the API does, a tool
+    with `defer_loading: true` counts only once a `tool_reference` to it came back
+    in a tool result (what `ToolSearch` returns); until then the model sees only
+    its name, if the client lists it."""
+    referenced: set[str] = set()
+    for message in body.get("messages") or []:
+        for block in message.get("content") if isinstance(message.get("content"), list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                referenced.update(part.get("tool_name", "") for part in block["content"]
+                                  if isinstance(part, dict) and part.get("type") == "tool_reference")
+    tools = [tool for tool in body.get("tools") or []
+             if not (isinstance(tool, dict) and tool.get("defer_loading") and tool.get("name") not in referenced)]
+    return offered_tools(tools)
+
+
+def deferred_tools(body: dict[str, Any]) -> list[str]:
+    """The tools an Anthropic request names but does not define. Claude Code 2.1.331
+    in `-p` mode lists MCP tools by name only, in a reminder telling the model to
+    load them with `ToolSearch` (query `select:<name>[,<name>...]`) first."""
+    texts: list[str] = []
+    system = body.get("system")
+    texts.append(system if isinstance(system, str) else text_of(system))
+    for message in body.get("messages") or []:
+        if message.get("role") == "user":
+            texts.append(text_of(message.get("content")))
+    defined = set(anthropic_offered(body))
+    names: list[str] = []
+    for text in texts:
+        for block in text.split("<system-reminder>")[1:]:
+            head, _, rest = block.lstrip().partition("\n")
+            if TOOL_SEARCH not in head or "deferred tools" not in head:
+                continue
+            for line in rest.split("</system-reminder>")[0].splitlines():
+                name = line.strip()
+                if name and " " not in name and name not in defined and name not in names:
+                    names.append(name)
     return names
 
 
@@ -411,10 +461,24 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- the script, per API
 
-    def decide(self, offered: list[str], calls: list[Call], entry: dict[str, Any]) -> tuple[str, Any]:
-        """The main loop's next step, in the client's names; a side call's answer."""
+    def decide(self, offered: list[str], calls: list[Call], entry: dict[str, Any],
+               deferred: list[str] | None = None) -> tuple[str, Any]:
+        """The main loop's next step, in the client's names; a side call's answer.
+        `deferred`: the tools the request names but does not define (Claude Code's
+        deferred tools, loaded through its `ToolSearch` tool)."""
         task_tool = resolve("task", offered)
         if task_tool is None:
+            load = self.load_deferred(offered, calls, deferred or [])
+            if load is not None:
+                entry["kind"] = "main"
+                entry["action"] = {"call": TOOL_SEARCH, "tool": TOOL_SEARCH, "arguments": load}
+                return "call", {"name": TOOL_SEARCH, "arguments": load}
+            if deferred and resolve("task", deferred) is not None:
+                entry["kind"] = "main"
+                entry["error"] = (f"the asynctask tools are deferred and could not be loaded "
+                                  f"(offered: {offered}; ToolSearch calls so far: "
+                                  f"{sum(c.name == TOOL_SEARCH for c in calls)})")
+                return "text", f"ERROR: {entry['error']}"
             entry["kind"] = "side"
             return "text", "OK."
         entry["kind"] = "main"
@@ -429,8 +493,22 @@ class Handler(BaseHTTPRequestHandler):
         entry["action"] = {"text": step}
         return "text", step
 
+    @staticmethod
+    def load_deferred(offered: list[str], calls: list[Call], deferred: list[str]) -> dict[str, Any] | None:
+        """What a model does when the asynctask tools are named but not defined and a
+        `ToolSearch` tool is offered: load the ones the script calls, by name, once."""
+        if TOOL_SEARCH not in offered or any(call.name == TOOL_SEARCH for call in calls):
+            return None
+        names = [name for name in (resolve(tool, deferred) for tool in SCRIPT_TOOLS) if name is not None]
+        if not names:
+            return None
+        return {"query": "select:" + ",".join(names), "max_results": len(names)}
+
     def serve_anthropic(self, body: dict[str, Any], entry: dict[str, Any]) -> None:
-        kind, step = self.decide(offered_tools(body.get("tools")), anthropic_calls(body), entry)
+        deferred = deferred_tools(body)
+        if deferred:
+            entry["deferred"] = deferred
+        kind, step = self.decide(anthropic_offered(body), anthropic_calls(body), entry, deferred)
         if kind == "text" and entry["kind"] == "side" and "isNewTopic" in json.dumps(body.get("system", "")):
             step = json.dumps({"isNewTopic": False, "title": None})
         model = body.get("model", "fake-model")
