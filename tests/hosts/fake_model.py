@@ -3,12 +3,15 @@
 
 Pure standard library. It listens on 127.0.0.1 only (port 0: the kernel picks one)
 and prints `PORT <n>` as its first line of stdout once it accepts connections. It
-speaks two wire protocols:
+speaks three wire protocols:
 
 - the Anthropic Messages API (`POST /v1/messages`, streaming SSE or not, and
   `/v1/messages/count_tokens`), as Claude Code uses it with `ANTHROPIC_BASE_URL`;
 - the OpenAI Responses API (`POST /v1/responses`, streaming SSE), as Codex uses it
-  with a custom `model_provider` whose `wire_api = "responses"`.
+  with a custom `model_provider` whose `wire_api = "responses"`;
+- the Gemini API (`POST /v1beta/models/<model>:generateContent`,
+  `:streamGenerateContent?alt=sse` and `:countTokens`), as Gemini CLI uses it with
+  `GOOGLE_GEMINI_BASE_URL`: `functionCall` parts out, `functionResponse` parts back.
 
 A request that offers the asynctask `task` tool is the agent's main loop; it gets
 the next step of the script, worked out from the conversation the request carries
@@ -28,7 +31,8 @@ the next step of the script, worked out from the conversation the request carrie
 4. after that: a final text answer, ending the session.
 
 Any other request (a title, a quota probe, token counting, a model list) gets a
-short sensible answer. Requests through a proxy (`CONNECT host:port`, or an
+short sensible answer; one that asks for JSON by a schema (Gemini CLI's model
+router) gets the smallest value the schema accepts. Requests through a proxy (`CONNECT host:port`, or an
 absolute URL) are refused and recorded: the harness points the clients' proxy
 variables here, so an attempt to reach any other address shows up in the log.
 
@@ -97,7 +101,7 @@ def bare_tool_name(name: str) -> str | None:
     for tool in sorted(ASYNCTASK_TOOLS, key=len, reverse=True):
         if name == tool:
             return tool
-        for sep in ("__", ".", "/", ":"):
+        for sep in ("__", ".", "/", ":", "_"):
             if name.endswith(sep + tool) and (tool != "task" or "asynctask" in name):
                 return tool
     return None
@@ -167,7 +171,9 @@ def offered_tools(tools: Any, prefix: str = "") -> list[str]:
         if not isinstance(tool, dict):
             continue
         name = tool.get("name") or (tool.get("function") or {}).get("name")
-        if isinstance(tool.get("tools"), list):
+        if isinstance(tool.get("functionDeclarations"), list):  # Gemini: one entry holds them all
+            names.extend(offered_tools(tool["functionDeclarations"], prefix))
+        elif isinstance(tool.get("tools"), list):
             names.extend(offered_tools(tool["tools"], f"{prefix}{name}." if name else prefix))
         elif name:
             names.append(prefix + name)
@@ -270,10 +276,39 @@ def responses_calls(body: dict[str, Any]) -> list[Call]:
     return order
 
 
+def gemini_calls(body: dict[str, Any]) -> list[Call]:
+    """The `functionCall` parts of the model's turns, each with the
+    `functionResponse` part answering it: by `id` when both carry one, else the
+    first unanswered call of that name (the Gemini API gives calls no id)."""
+    order: list[Call] = []
+    for content in body.get("contents") or []:
+        for part in content.get("parts") or [] if isinstance(content, dict) else []:
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get("functionCall"), dict):
+                call = part["functionCall"]
+                order.append(Call(call.get("id") or f"gemini-call-{len(order)}", call.get("name", ""), call.get("args")))
+            elif isinstance(part.get("functionResponse"), dict):
+                response = part["functionResponse"]
+                open_calls = [c for c in order if c.output is None and c.name == response.get("name")]
+                by_id = [c for c in open_calls if response.get("id") and c.call_id == response["id"]]
+                if not open_calls:
+                    continue
+                call = (by_id or open_calls)[0]
+                result = response.get("response")
+                call.output = text_of(result)
+                call.is_error = isinstance(result, dict) and "error" in result and "output" not in result
+    return order
+
+
+API_CALLS = {"anthropic": lambda body: anthropic_calls(body), "responses": lambda body: responses_calls(body),
+             "gemini": lambda body: gemini_calls(body)}
+
+
 def tool_results(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """Every tool result a request carries: {"call_id", "name", "text", "is_error"}.
     The harness uses this to count what reached the model."""
-    calls = anthropic_calls(body) if api == "anthropic" else responses_calls(body)
+    calls = API_CALLS[api](body)
     return [
         {"call_id": c.call_id, "name": c.name, "tool": c.bare, "text": c.output, "is_error": c.is_error}
         for c in calls
@@ -363,21 +398,22 @@ class Handler(BaseHTTPRequestHandler):
     def send_error_json(self, status: int, kind: str, message: str) -> None:
         self.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
 
-    def send_sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+    def send_sse(self, events: list[tuple[str | None, dict[str, Any]]]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for name, data in events:
-            chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            chunk = (f"event: {name}\n" if name else "").encode() + f"data: {json.dumps(data)}\n\n".encode()
             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
     def entry(self, body: Any, error: str | None) -> dict[str, Any]:
-        keep = ("user-agent", "content-type", "anthropic-version", "anthropic-beta", "originator", "x-app")
+        keep = ("user-agent", "content-type", "anthropic-version", "anthropic-beta", "originator", "x-app",
+                "x-goog-api-client")
         return {
             "t": time.monotonic(),
             "method": self.command,
@@ -431,6 +467,9 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 self.send_error_json(400, "invalid_request_error", error or "not JSON")
                 entry["api"], entry["kind"] = "other", "bad"
+            elif ":" in path.rsplit("/", 1)[-1]:  # Gemini: /v1beta/models/<model>:<method>
+                entry["api"] = "gemini"
+                self.serve_gemini(body, entry, path.rsplit(":", 1)[1])
             elif path.endswith("/messages/count_tokens"):
                 self.send_json(200, {"input_tokens": max(1, len(json.dumps(body)) // 4)})
                 entry["api"], entry["kind"] = "anthropic", "count_tokens"
@@ -583,6 +622,59 @@ class Handler(BaseHTTPRequestHandler):
         for number, (_, data) in enumerate(events):
             data["sequence_number"] = number
         self.send_sse(events)
+
+
+    def serve_gemini(self, body: dict[str, Any], entry: dict[str, Any], method: str) -> None:
+        if method == "countTokens":
+            self.send_json(200, {"totalTokens": max(1, len(json.dumps(body)) // 4)})
+            entry["kind"] = "count_tokens"
+            return
+        if method not in ("generateContent", "streamGenerateContent"):
+            self.send_json(404, {"error": {"code": 404, "message": f"no method {method}", "status": "NOT_FOUND"}})
+            entry["kind"] = "unknown"
+            return
+        kind, step = self.decide(offered_tools(body.get("tools")), gemini_calls(body), entry)
+        if kind == "call":
+            part: dict[str, Any] = {"functionCall": {"name": step["name"], "args": step["arguments"]}}
+        elif entry["kind"] == "side" and (body.get("generationConfig") or {}).get("responseMimeType") == "application/json":
+            part = {"text": json.dumps(json_answer(body["generationConfig"]))}
+        else:
+            part = {"text": step}
+        answer = {
+            "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120},
+            "modelVersion": self.path.rsplit("/", 1)[-1].split(":")[0], "responseId": new_id("resp"),
+        }
+        if method == "generateContent":
+            self.send_json(200, answer)
+        else:
+            self.send_sse([(None, answer)])
+
+
+def json_answer(config: dict[str, Any]) -> Any:
+    """A side request in JSON mode (Gemini CLI's routing and next-speaker checks):
+    the smallest value its schema accepts, enums at their first value."""
+    return schema_value(config.get("responseJsonSchema") or config.get("responseSchema") or {})
+
+
+def schema_value(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = (kind[0] if isinstance(kind, list) and kind else kind or "object")
+    kind = str(kind).lower()
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {name: schema_value(sub) for name, sub in properties.items()}
+    if kind == "array":
+        return []
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 1)
+    if kind == "boolean":
+        return False
+    return "ok"
 
 
 def main() -> int:
