@@ -3,8 +3,8 @@
 //! - `cargo xtask ci` — everything CI checks, in order, stopping at the first failure;
 //! - `cargo xtask tidy` — the house rules (also run by `cargo test` as a `#[test]`);
 //! - `cargo xtask codegen [--check]` — regenerate (or check) the generated files;
-//! - `cargo xtask hosts [ARGS]` — the MCP server inside Claude Code and Codex CLI
-//!   (not part of `ci`: it needs the node clients).
+//! - `cargo xtask hosts [ARGS]` — the MCP server inside Claude Code, Codex CLI and
+//!   Gemini CLI (not part of `ci`: it needs the node clients).
 
 #![allow(
     clippy::print_stdout,
@@ -27,8 +27,9 @@ Tasks:
   ci                 fmt, clippy, tidy, codegen --check, docs, tests, doc tests
   tidy               check the house rules (file headers, lints, layering, ...)
   codegen [--check]  regenerate the generated files, or check they are fresh
-  hosts [ARGS]       the MCP server inside Claude Code and Codex CLI (tests/hosts;
-                     not part of ci); ARGS go to run_hosts.py, e.g. --client codex";
+  hosts [ARGS]       the MCP server inside Claude Code, Codex CLI and Gemini CLI
+                     (tests/hosts; not part of ci); ARGS go to run_hosts.py,
+                     e.g. --client codex";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
