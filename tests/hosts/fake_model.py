@@ -3,17 +3,25 @@
 
 Pure standard library. It listens on 127.0.0.1 only (port 0: the kernel picks one)
 and prints `PORT <n>` as its first line of stdout once it accepts connections. It
-speaks two wire protocols:
+speaks three wire protocols:
 
 - the Anthropic Messages API (`POST /v1/messages`, streaming SSE or not, and
   `/v1/messages/count_tokens`), as Claude Code uses it with `ANTHROPIC_BASE_URL`;
 - the OpenAI Responses API (`POST /v1/responses`, streaming SSE), as Codex uses it
-  with a custom `model_provider` whose `wire_api = "responses"`.
+  with a custom `model_provider` whose `wire_api = "responses"`;
+- the Gemini API (`POST /v1beta/models/<model>:generateContent`,
+  `:streamGenerateContent?alt=sse` and `:countTokens`), as Gemini CLI uses it with
+  `GOOGLE_GEMINI_BASE_URL`: `functionCall` parts out, `functionResponse` parts back.
 
 A request that offers the asynctask `task` tool is the agent's main loop; it gets
 the next step of the script, worked out from the conversation the request carries
 (so retries and side calls cannot shift it):
 
+0. when the asynctask tools are only named, as deferred tools, and a `ToolSearch`
+   tool is offered (Claude Code 2.1.331): call `ToolSearch` with
+   `select:<the names of the three tools the script calls>`, as a model does; a
+   deferred tool (`defer_loading: true`) counts as offered only once a
+   `tool_reference` to it came back, as in the real API;
 1. call `task` with `async: true` for the configured subagent;
 2. after the `task` result: wait until the subagent has written its done file
    (`--done-file`, plus a short margin so the server has reaped it), then call
@@ -23,7 +31,8 @@ the next step of the script, worked out from the conversation the request carrie
 4. after that: a final text answer, ending the session.
 
 Any other request (a title, a quota probe, token counting, a model list) gets a
-short sensible answer. Requests through a proxy (`CONNECT host:port`, or an
+short sensible answer; one that asks for JSON by a schema (Gemini CLI's model
+router) gets the smallest value the schema accepts. Requests through a proxy (`CONNECT host:port`, or an
 absolute URL) are refused and recorded: the harness points the clients' proxy
 variables here, so an attempt to reach any other address shows up in the log.
 
@@ -61,6 +70,11 @@ MAX_CALLS = 6
 
 FINAL_TEXT = "All done: the background subagent finished and its result arrived."
 
+# Claude Code's tool that loads deferred tools' definitions, and the asynctask tools
+# the script calls (what it loads through it).
+TOOL_SEARCH = "ToolSearch"
+SCRIPT_TOOLS = ("task", "check_async_tasks", "wait_async_tasks")
+
 
 # ---------------------------------------------------------------- the script
 
@@ -87,7 +101,7 @@ def bare_tool_name(name: str) -> str | None:
     for tool in sorted(ASYNCTASK_TOOLS, key=len, reverse=True):
         if name == tool:
             return tool
-        for sep in ("__", ".", "/", ":"):
+        for sep in ("__", ".", "/", ":", "_"):
             if name.endswith(sep + tool) and (tool != "task" or "asynctask" in name):
                 return tool
     return None
@@ -157,10 +171,52 @@ def offered_tools(tools: Any, prefix: str = "") -> list[str]:
         if not isinstance(tool, dict):
             continue
         name = tool.get("name") or (tool.get("function") or {}).get("name")
-        if isinstance(tool.get("tools"), list):
+        if isinstance(tool.get("functionDeclarations"), list):  # Gemini: one entry holds them all
+            names.extend(offered_tools(tool["functionDeclarations"], prefix))
+        elif isinstance(tool.get("tools"), list):
             names.extend(offered_tools(tool["tools"], f"{prefix}{name}." if name else prefix))
         elif name:
             names.append(prefix + name)
+    return names
+
+
+def anthropic_offered(body: dict[str, Any]) -> list[str]:
+    """The tools an Anthropic request lets the model call. As the API does, a tool
+    with `defer_loading: true` counts only once a `tool_reference` to it came back
+    in a tool result (what `ToolSearch` returns); until then the model sees only
+    its name, if the client lists it."""
+    referenced: set[str] = set()
+    for message in body.get("messages") or []:
+        for block in message.get("content") if isinstance(message.get("content"), list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                referenced.update(part.get("tool_name", "") for part in block["content"]
+                                  if isinstance(part, dict) and part.get("type") == "tool_reference")
+    tools = [tool for tool in body.get("tools") or []
+             if not (isinstance(tool, dict) and tool.get("defer_loading") and tool.get("name") not in referenced)]
+    return offered_tools(tools)
+
+
+def deferred_tools(body: dict[str, Any]) -> list[str]:
+    """The tools an Anthropic request names but does not define. Claude Code 2.1.331
+    in `-p` mode lists MCP tools by name only, in a reminder telling the model to
+    load them with `ToolSearch` (query `select:<name>[,<name>...]`) first."""
+    texts: list[str] = []
+    system = body.get("system")
+    texts.append(system if isinstance(system, str) else text_of(system))
+    for message in body.get("messages") or []:
+        if message.get("role") == "user":
+            texts.append(text_of(message.get("content")))
+    defined = set(anthropic_offered(body))
+    names: list[str] = []
+    for text in texts:
+        for block in text.split("<system-reminder>")[1:]:
+            head, _, rest = block.lstrip().partition("\n")
+            if TOOL_SEARCH not in head or "deferred tools" not in head:
+                continue
+            for line in rest.split("</system-reminder>")[0].splitlines():
+                name = line.strip()
+                if name and " " not in name and name not in defined and name not in names:
+                    names.append(name)
     return names
 
 
@@ -220,10 +276,39 @@ def responses_calls(body: dict[str, Any]) -> list[Call]:
     return order
 
 
+def gemini_calls(body: dict[str, Any]) -> list[Call]:
+    """The `functionCall` parts of the model's turns, each with the
+    `functionResponse` part answering it: by `id` when both carry one, else the
+    first unanswered call of that name (the Gemini API gives calls no id)."""
+    order: list[Call] = []
+    for content in body.get("contents") or []:
+        for part in content.get("parts") or [] if isinstance(content, dict) else []:
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get("functionCall"), dict):
+                call = part["functionCall"]
+                order.append(Call(call.get("id") or f"gemini-call-{len(order)}", call.get("name", ""), call.get("args")))
+            elif isinstance(part.get("functionResponse"), dict):
+                response = part["functionResponse"]
+                open_calls = [c for c in order if c.output is None and c.name == response.get("name")]
+                by_id = [c for c in open_calls if response.get("id") and c.call_id == response["id"]]
+                if not open_calls:
+                    continue
+                call = (by_id or open_calls)[0]
+                result = response.get("response")
+                call.output = text_of(result)
+                call.is_error = isinstance(result, dict) and "error" in result and "output" not in result
+    return order
+
+
+API_CALLS = {"anthropic": lambda body: anthropic_calls(body), "responses": lambda body: responses_calls(body),
+             "gemini": lambda body: gemini_calls(body)}
+
+
 def tool_results(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """Every tool result a request carries: {"call_id", "name", "text", "is_error"}.
     The harness uses this to count what reached the model."""
-    calls = anthropic_calls(body) if api == "anthropic" else responses_calls(body)
+    calls = API_CALLS[api](body)
     return [
         {"call_id": c.call_id, "name": c.name, "tool": c.bare, "text": c.output, "is_error": c.is_error}
         for c in calls
@@ -313,21 +398,22 @@ class Handler(BaseHTTPRequestHandler):
     def send_error_json(self, status: int, kind: str, message: str) -> None:
         self.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
 
-    def send_sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+    def send_sse(self, events: list[tuple[str | None, dict[str, Any]]]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for name, data in events:
-            chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            chunk = (f"event: {name}\n" if name else "").encode() + f"data: {json.dumps(data)}\n\n".encode()
             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
     def entry(self, body: Any, error: str | None) -> dict[str, Any]:
-        keep = ("user-agent", "content-type", "anthropic-version", "anthropic-beta", "originator", "x-app")
+        keep = ("user-agent", "content-type", "anthropic-version", "anthropic-beta", "originator", "x-app",
+                "x-goog-api-client")
         return {
             "t": time.monotonic(),
             "method": self.command,
@@ -381,6 +467,9 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 self.send_error_json(400, "invalid_request_error", error or "not JSON")
                 entry["api"], entry["kind"] = "other", "bad"
+            elif ":" in path.rsplit("/", 1)[-1]:  # Gemini: /v1beta/models/<model>:<method>
+                entry["api"] = "gemini"
+                self.serve_gemini(body, entry, path.rsplit(":", 1)[1])
             elif path.endswith("/messages/count_tokens"):
                 self.send_json(200, {"input_tokens": max(1, len(json.dumps(body)) // 4)})
                 entry["api"], entry["kind"] = "anthropic", "count_tokens"
@@ -411,10 +500,24 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- the script, per API
 
-    def decide(self, offered: list[str], calls: list[Call], entry: dict[str, Any]) -> tuple[str, Any]:
-        """The main loop's next step, in the client's names; a side call's answer."""
+    def decide(self, offered: list[str], calls: list[Call], entry: dict[str, Any],
+               deferred: list[str] | None = None) -> tuple[str, Any]:
+        """The main loop's next step, in the client's names; a side call's answer.
+        `deferred`: the tools the request names but does not define (Claude Code's
+        deferred tools, loaded through its `ToolSearch` tool)."""
         task_tool = resolve("task", offered)
         if task_tool is None:
+            load = self.load_deferred(offered, calls, deferred or [])
+            if load is not None:
+                entry["kind"] = "main"
+                entry["action"] = {"call": TOOL_SEARCH, "tool": TOOL_SEARCH, "arguments": load}
+                return "call", {"name": TOOL_SEARCH, "arguments": load}
+            if deferred and resolve("task", deferred) is not None:
+                entry["kind"] = "main"
+                entry["error"] = (f"the asynctask tools are deferred and could not be loaded "
+                                  f"(offered: {offered}; ToolSearch calls so far: "
+                                  f"{sum(c.name == TOOL_SEARCH for c in calls)})")
+                return "text", f"ERROR: {entry['error']}"
             entry["kind"] = "side"
             return "text", "OK."
         entry["kind"] = "main"
@@ -429,8 +532,22 @@ class Handler(BaseHTTPRequestHandler):
         entry["action"] = {"text": step}
         return "text", step
 
+    @staticmethod
+    def load_deferred(offered: list[str], calls: list[Call], deferred: list[str]) -> dict[str, Any] | None:
+        """What a model does when the asynctask tools are named but not defined and a
+        `ToolSearch` tool is offered: load the ones the script calls, by name, once."""
+        if TOOL_SEARCH not in offered or any(call.name == TOOL_SEARCH for call in calls):
+            return None
+        names = [name for name in (resolve(tool, deferred) for tool in SCRIPT_TOOLS) if name is not None]
+        if not names:
+            return None
+        return {"query": "select:" + ",".join(names), "max_results": len(names)}
+
     def serve_anthropic(self, body: dict[str, Any], entry: dict[str, Any]) -> None:
-        kind, step = self.decide(offered_tools(body.get("tools")), anthropic_calls(body), entry)
+        deferred = deferred_tools(body)
+        if deferred:
+            entry["deferred"] = deferred
+        kind, step = self.decide(anthropic_offered(body), anthropic_calls(body), entry, deferred)
         if kind == "text" and entry["kind"] == "side" and "isNewTopic" in json.dumps(body.get("system", "")):
             step = json.dumps({"isNewTopic": False, "title": None})
         model = body.get("model", "fake-model")
@@ -505,6 +622,59 @@ class Handler(BaseHTTPRequestHandler):
         for number, (_, data) in enumerate(events):
             data["sequence_number"] = number
         self.send_sse(events)
+
+
+    def serve_gemini(self, body: dict[str, Any], entry: dict[str, Any], method: str) -> None:
+        if method == "countTokens":
+            self.send_json(200, {"totalTokens": max(1, len(json.dumps(body)) // 4)})
+            entry["kind"] = "count_tokens"
+            return
+        if method not in ("generateContent", "streamGenerateContent"):
+            self.send_json(404, {"error": {"code": 404, "message": f"no method {method}", "status": "NOT_FOUND"}})
+            entry["kind"] = "unknown"
+            return
+        kind, step = self.decide(offered_tools(body.get("tools")), gemini_calls(body), entry)
+        if kind == "call":
+            part: dict[str, Any] = {"functionCall": {"name": step["name"], "args": step["arguments"]}}
+        elif entry["kind"] == "side" and (body.get("generationConfig") or {}).get("responseMimeType") == "application/json":
+            part = {"text": json.dumps(json_answer(body["generationConfig"]))}
+        else:
+            part = {"text": step}
+        answer = {
+            "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120},
+            "modelVersion": self.path.rsplit("/", 1)[-1].split(":")[0], "responseId": new_id("resp"),
+        }
+        if method == "generateContent":
+            self.send_json(200, answer)
+        else:
+            self.send_sse([(None, answer)])
+
+
+def json_answer(config: dict[str, Any]) -> Any:
+    """A side request in JSON mode (Gemini CLI's routing and next-speaker checks):
+    the smallest value its schema accepts, enums at their first value."""
+    return schema_value(config.get("responseJsonSchema") or config.get("responseSchema") or {})
+
+
+def schema_value(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = (kind[0] if isinstance(kind, list) and kind else kind or "object")
+    kind = str(kind).lower()
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {name: schema_value(sub) for name, sub in properties.items()}
+    if kind == "array":
+        return []
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 1)
+    if kind == "boolean":
+        return False
+    return "ok"
 
 
 def main() -> int:

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Runs `asynctask mcp` inside the real MCP clients, Claude Code and Codex CLI,
-against a scripted fake model (`fake_model.py`), and checks what reached the model.
+"""Runs `asynctask mcp` inside the real MCP clients, Claude Code, Codex CLI and
+Gemini CLI, against a scripted fake model (`fake_model.py`), and checks what
+reached the model.
 
-    python3 tests/hosts/run_hosts.py [--client claude|codex|all] [--binary PATH]
+    python3 tests/hosts/run_hosts.py [--client claude|codex|gemini ...] [--binary PATH]
 
 It builds nothing: `--binary` (default `$ASYNCTASK_BIN`, else
 `target/release/asynctask` of this repository) must exist. For each client it
@@ -11,10 +12,13 @@ It builds nothing: `--binary` (default `$ASYNCTASK_BIN`, else
    that prints a result made for this run after about a second);
 2. starts the fake model on 127.0.0.1 and registers the server with the client
    (Claude Code: `--mcp-config` with `--strict-mcp-config`; Codex: a
-   `config.toml` in a temporary `CODEX_HOME`), with a temporary `HOME`;
-3. runs one non-interactive session (`claude -p`, `codex exec`) in which the
-   fake model calls `task` with `async: true`, then `check_async_tasks`, then
-   `wait_async_tasks`, then answers;
+   `config.toml` in a temporary `CODEX_HOME`; Gemini CLI: `gemini mcp add
+   --trust`, which writes the work directory's `.gemini/settings.json`), with a
+   temporary `HOME`;
+3. runs one non-interactive session (`claude -p`, `codex exec`, `gemini -p`) in
+   which the fake model calls `task` with `async: true` (after loading the tools
+   with `ToolSearch` where Claude Code defers them), then `check_async_tasks`,
+   then `wait_async_tasks`, then answers;
 4. checks that the client called `task` and got the launch text back at once;
    that the subagent's result reached the model exactly once across the whole
    conversation, riding on a later tool result; that the session ended with the
@@ -24,22 +28,27 @@ It builds nothing: `--binary` (default `$ASYNCTASK_BIN`, else
 
 It measures the time from the client's start to the server's start, to the
 model's first request and to the first tool result reaching the model, and how
-long after the session's last answer the server exited.
+long after the session's last answer the server exited. Under `--trace-signals`
+and `--trace-wire` it runs the client under strace and reports the signals the
+client sent the server, and the MCP handshake (`initialize` or
+`server/discover`, protocol version, capabilities) and methods used.
 
 Every process is watched through the kernel's process events (the netlink
 process connector; they usually need root), which give each exit's status; without
 them the harness polls /proc and cannot tell how the server ended. When it can
 (root), the harness first moves itself into a new network namespace with only a
 loopback interface, so nothing a client tries can reach any other address; Codex's
-proxy variables point at the fake model, which refuses and records such attempts.
+and Gemini CLI's proxy variables point at the fake model, which refuses and
+records such attempts.
 
-Exit status: 0 when every client run passed (a client that is not installed is
-skipped, unless it was asked for by name), 1 when one failed, 2 on bad usage.
+Exit status: 0 when every client run passed, 1 when one failed or a client asked
+for (every client, unless `--client` names some) is not installed, 2 on bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import ctypes
 import datetime
 import errno
@@ -60,7 +69,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -69,7 +78,10 @@ sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 
 import fake_model  # noqa: E402 (the script's own directory, added above)
 
-CLIENTS = ("claude", "codex")
+CLIENTS = ("claude", "codex", "gemini")
+# What each client is called in the report, and the API its fake model speaks.
+CLIENT_NAMES = {"claude": "Claude Code", "codex": "Codex CLI", "gemini": "Gemini CLI"}
+CLIENT_APIS = {"claude": "anthropic", "codex": "responses", "gemini": "gemini"}
 SUBAGENT = "hello"
 PROMPT = "Run the hello subagent in the background with the asynctask tools, then report what it said."
 # The model name the clients send; the fake model answers to any.
@@ -77,6 +89,8 @@ CLAUDE_MODEL = "claude-sonnet-4-5"
 CODEX_MODEL = "fake-model"
 # After the client exits, how long its processes may take to end.
 EXIT_GRACE = 5.0
+# --trace-wire: the longest read or write strace records whole.
+WIRE_MESSAGE_LIMIT = 1 << 20
 
 
 # ------------------------------------------------------------ process watch
@@ -412,7 +426,7 @@ class Setup:
 
     @property
     def strace_log(self) -> Path:
-        return self.run_dir / "signals.strace"
+        return self.run_dir / "client.strace"
 
 
 def write_subagents_config(setup: Setup) -> None:
@@ -462,7 +476,17 @@ def base_env(setup: Setup) -> dict[str, str]:
     return env
 
 
-def claude_invocation(setup: Setup, model_url: str) -> tuple[list[str], dict[str, str]]:
+@dataclass
+class Invocation:
+    """How to run one client: its session's command line and environment, and the
+    commands that prepare it (run first, in the work directory, same environment)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    prepare: list[list[str]] = field(default_factory=list)
+
+
+def claude_invocation(setup: Setup, model_url: str) -> Invocation:
     command, args = server_command(setup)
     mcp_config = setup.run_dir / "mcp.json"
     servers = {"asynctask": {"type": "stdio", "command": command, "args": args}}
@@ -484,10 +508,10 @@ def claude_invocation(setup: Setup, model_url: str) -> tuple[list[str], dict[str
         "--debug-file", str(setup.claude_debug_log),
         "--allowedTools", "mcp__asynctask",
     ]
-    return argv, env
+    return Invocation(argv, env)
 
 
-def codex_invocation(setup: Setup, model_url: str) -> tuple[list[str], dict[str, str]]:
+def codex_invocation(setup: Setup, model_url: str) -> Invocation:
     command, args = server_command(setup)
     codex_home = setup.run_dir / "codex-home"
     codex_home.mkdir()
@@ -509,21 +533,50 @@ def codex_invocation(setup: Setup, model_url: str) -> tuple[list[str], dict[str,
         f"args = {json.dumps(args)}\n"
         'default_tools_approval_mode = "approve"\n'
     )
-    env = base_env(setup) | {
+    env = base_env(setup) | proxy_env(model_url) | {
         "CODEX_HOME": str(codex_home),
         "HOSTS_FAKE_API_KEY": "fake-key-for-the-host-tests",
-        # Anything Codex tries to reach beyond the fake model goes to the fake
-        # model as a proxy request, which refuses it and records the address.
-        "HTTPS_PROXY": model_url,
-        "HTTP_PROXY": model_url,
-        "ALL_PROXY": model_url,
-        "NO_PROXY": "127.0.0.1,localhost",
     }
     argv = [str(setup.exe), "exec", "--skip-git-repo-check", "--json", "-C", str(setup.work), PROMPT]
-    return argv, env
+    return Invocation(argv, env)
 
 
-INVOCATIONS = {"claude": claude_invocation, "codex": codex_invocation}
+def proxy_env(model_url: str) -> dict[str, str]:
+    """Anything the client tries to reach beyond the fake model goes to the fake
+    model as a proxy request, which refuses it and records the address."""
+    return {"HTTPS_PROXY": model_url, "HTTP_PROXY": model_url, "ALL_PROXY": model_url,
+            "NO_PROXY": "127.0.0.1,localhost"}
+
+
+def gemini_invocation(setup: Setup, model_url: str) -> Invocation:
+    """The server is added as the README says (`gemini mcp add`, which writes the
+    work directory's `.gemini/settings.json`), with `--trust`: in `-p` mode Gemini
+    CLI does not offer the model any tool that would ask for a confirmation, so an
+    untrusted server's tools never reach it. A user's settings hold the rest: the
+    Gemini API key as the way to sign in, the work directory trusted (an untrusted
+    one ignores its settings and stops `-p` with an error), no auto-update and no
+    usage statistics. `GOOGLE_GEMINI_BASE_URL` points the API at the fake model."""
+    command, args = server_command(setup)
+    gemini_dir = setup.home / ".gemini"
+    gemini_dir.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+    }
+    (gemini_dir / "settings.json").write_text(json.dumps(settings, indent=2))
+    (gemini_dir / "trustedFolders.json").write_text(json.dumps({str(setup.work): "TRUST_FOLDER"}, indent=2))
+    env = base_env(setup) | proxy_env(model_url) | {
+        "GOOGLE_GEMINI_BASE_URL": model_url,
+        "GEMINI_API_KEY": "fake-key-for-the-host-tests",
+    }
+    add = [str(setup.exe), "mcp", "add", "--trust", "asynctask", command, *args]
+    argv = [str(setup.exe), "-p", PROMPT, "--output-format", "stream-json"]
+    return Invocation(argv, env, [add])
+
+
+INVOCATIONS = {"claude": claude_invocation, "codex": codex_invocation, "gemini": gemini_invocation}
 
 
 def find_client(name: str, override: str | None) -> Path | None:
@@ -552,6 +605,7 @@ def client_version(exe: Path, env: dict[str, str]) -> str:
 class Outcome:
     client: str
     version: str = ""
+    missing: bool = False  # not installed
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     times: dict[str, float] = field(default_factory=dict)
@@ -575,8 +629,63 @@ def describe(proc: Proc) -> str:
     return f"pid {proc.pid} ({' '.join(proc.cmdline)[:160] or '?'})"
 
 
+def wait_for_exits(watch: ProcessWatch, root: int, limit: float) -> None:
+    """Waits, at most `limit` seconds, until every process under `root` has ended
+    and its end was recorded (the kernel's exit event, or a /proc scan)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        watch.scan()
+        procs = watch.descendants(root)
+        if not any(alive(p) for p in procs) and (watch.lost_events or all(p.t_exit is not None for p in procs)):
+            return
+        time.sleep(0.05)
+
+
+def run_prepared(outcome: Outcome, setup: Setup, watch: ProcessWatch, invocation: Invocation) -> bool:
+    """The commands that prepare a client's session (`gemini mcp add ...`): each
+    must exit 0 within a minute and leave no process. Returns whether all did."""
+    for number, argv in enumerate(invocation.prepare):
+        out_path = setup.run_dir / f"prepare-{number}.out"
+        what = f"`{' '.join([Path(argv[0]).name, *argv[1:5]])} ...`"
+        with out_path.open("w") as out:
+            proc = subprocess.Popen(argv, env=invocation.env, cwd=setup.work, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                rc: int | None = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                rc = None
+        wait_for_exits(watch, proc.pid, EXIT_GRACE)
+        left = kill_leftovers(watch.descendants(proc.pid))
+        if rc is None:
+            proc.wait()
+        for proc_left in left:
+            outcome.fail(f"{what} left a process running (killed): {describe(proc_left)}")
+        if rc != 0:
+            ended = "timed out" if rc is None else f"exited with status {rc}"
+            outcome.fail(f"{what} {ended}: {out_path.read_text()[-500:]!r}")
+            return False
+        outcome.notes.append(f"prepared: {what}: {out_path.read_text().strip()[-200:]}")
+    return not outcome.failures
+
+
+def strace_argv(setup: Setup, trace_signals: bool, trace_wire: bool) -> list[str]:
+    """`strace` recording, for every process under the client, the signals sent
+    (`--trace-signals`), and the reads, writes and clones from which the MCP
+    messages between the client and the server are read back (`--trace-wire`)."""
+    calls = []
+    if trace_signals:
+        calls.append("kill,tkill,tgkill,pidfd_send_signal")
+    if trace_wire:
+        calls.append("read,write,clone,clone3,fork,vfork")
+    argv = ["strace", "-f", "-tt", "-qq", "-o", str(setup.strace_log), "-e", f"trace={','.join(calls)}",
+            "-e", "signal=none"]
+    if trace_wire:
+        argv += ["-s", str(WIRE_MESSAGE_LIMIT)]
+    return argv
+
+
 def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: Path, timeout: float,
-               trace_signals: bool) -> Outcome:
+               trace_signals: bool, trace_wire: bool) -> Outcome:
     outcome = Outcome(client)
     run_dir = root / client
     for sub in ("home", "work", "tmp"):
@@ -586,11 +695,14 @@ def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: 
     outcome.version = client_version(exe, base_env(setup))
     model = FakeModelProcess(run_dir, setup.done_file)
     try:
-        argv, env = INVOCATIONS[client](setup, model.url)
-        if trace_signals:
-            argv = ["strace", "-f", "-tt", "-qq", "-o", str(setup.strace_log),
-                    "-e", "trace=kill,tkill,tgkill,pidfd_send_signal", "-e", "signal=none", *argv]
-        (run_dir / "command.json").write_text(json.dumps({"argv": argv, "env": env}, indent=2))
+        invocation = INVOCATIONS[client](setup, model.url)
+        argv, env = invocation.argv, invocation.env
+        if trace_signals or trace_wire:
+            argv = strace_argv(setup, trace_signals, trace_wire) + argv
+        (run_dir / "command.json").write_text(json.dumps(
+            {"prepare": invocation.prepare, "argv": argv, "env": env}, indent=2))
+        if not run_prepared(outcome, setup, watch, invocation):
+            return outcome
         stdout_path, stderr_path = run_dir / f"{client}.stdout", run_dir / f"{client}.stderr"
         with stdout_path.open("w") as out, stderr_path.open("w") as err:
             wall0, t0 = time.time(), time.monotonic()
@@ -608,11 +720,7 @@ def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: 
         elif rc != 0:
             outcome.fail(f"the client exited with status {rc}; see {stderr_path}")
         # The client's processes may end just after it: give them a moment.
-        deadline = time.monotonic() + EXIT_GRACE
-        while any(alive(p) for p in watch.descendants(proc.pid)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        watch.scan()
-        time.sleep(0.2)  # the last exit events
+        wait_for_exits(watch, proc.pid, EXIT_GRACE)
         procs = watch.descendants(proc.pid)
         (run_dir / "processes.json").write_text(json.dumps(
             [{"pid": p.pid, "ppid": p.ppid, "cmdline": p.cmdline, "t_start": rel(p.t_start, t0),
@@ -631,8 +739,12 @@ def run_client(client: str, exe: Path, binary: Path, watch: ProcessWatch, root: 
         model.stop()
     check_conversation(outcome, setup, model.records(), t0, wall0)
     server = check_processes(outcome, setup, watch, procs, t0, t_client_exit, model.records())
+    wire = Wire()
+    if trace_wire:
+        wire = read_wire(setup, wall0, t0, server.pid if server is not None else None)
+        check_wire(outcome, setup, wire, t0)
     if server is not None:
-        check_shutdown(outcome, setup, server, t0, wall0)
+        check_shutdown(outcome, setup, server, t0, wall0, wire)
     check_client_output(outcome, client, stdout_path)
     return outcome
 
@@ -662,7 +774,7 @@ def check_conversation(outcome: Outcome, setup: Setup, records: list[dict[str, A
                        wall0: float) -> None:
     """What the client sent the model: the tool results, and the marker in them."""
     main = [r for r in records if r.get("kind") == "main"]
-    api = "anthropic" if setup.client == "claude" else "responses"
+    api = CLIENT_APIS[setup.client]
     for record in records:
         if record.get("error"):
             outcome.fail(f"model request {record['seq']}: {record['error']}")
@@ -790,10 +902,170 @@ def check_processes(outcome: Outcome, setup: Setup, watch: ProcessWatch, procs: 
     return server
 
 
-def check_shutdown(outcome: Outcome, setup: Setup, server: Proc, t0: float, wall0: float) -> None:
+def strace_clock(wall0: float, t0: float) -> Callable[[str], float]:
+    """Turns strace's `-tt` wall-clock time of day into monotonic seconds."""
+    midnight = datetime.datetime.fromtimestamp(wall0).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+    def monotonic(hms: str) -> float:
+        hours, minutes, seconds = hms.split(":")
+        return t0 + midnight + int(hours) * 3600 + int(minutes) * 60 + float(seconds) - wall0
+
+    return monotonic
+
+
+@dataclass
+class WireMessage:
+    t: float  # monotonic seconds: when the read or write that completed it returned
+    to_server: bool
+    message: Any
+
+
+@dataclass
+class Wire:
+    """What the client and the server said to each other (`--trace-wire`)."""
+
+    messages: list[WireMessage] = field(default_factory=list)
+    stdin_closed: float | None = None  # when the server read end-of-file on its stdin
+    unreadable: int = 0  # lines that were not JSON
+
+
+STRACE_LINE = re.compile(r"^(\d+) +(\d\d:\d\d:\d\d\.\d+) (?:(\w+)\((.*)|<\.\.\. (\w+) resumed>(.*))$")
+STRACE_UNFINISHED = " <unfinished ...>"
+STRACE_IO = re.compile(r'^(\d+), "((?:[^"\\]|\\.)*)"(?:\.\.\.)?, \d+\) += (-?\d+)$')
+STRACE_CLONE = re.compile(r"^(.*)\) += (\d+)$")
+
+
+def strace_calls(path: Path) -> list[tuple[str, str, str, str]]:
+    """Each system call in an `strace -f -tt` log as (tid, time of day, name,
+    `arguments) = result`), an unfinished call joined with its resumption (and
+    timed by it)."""
+    calls: list[tuple[str, str, str, str]] = []
+    pending: dict[str, tuple[str, str]] = {}  # tid -> (name, arguments so far)
+    for line in path.read_text(errors="replace").splitlines():
+        found = STRACE_LINE.match(line)
+        if not found:
+            continue
+        tid, when = found[1], found[2]
+        if found[3]:
+            if found[4].endswith(STRACE_UNFINISHED):
+                pending[tid] = (found[3], found[4][: -len(STRACE_UNFINISHED)])
+            else:
+                calls.append((tid, when, found[3], found[4]))
+        elif tid in pending and pending[tid][0] == found[5]:
+            name, head = pending.pop(tid)
+            calls.append((tid, when, name, head + found[6]))
+    return calls
+
+
+def read_wire(setup: Setup, wall0: float, t0: float, server_pid: int | None) -> Wire:
+    """The MCP messages in the strace log: what the server read from the client and
+    wrote to it, joined in order per file descriptor, so a message split across
+    calls is whole again. The server's threads are known from the `clone` calls (a
+    thread shares its creator's process); its channel to the client is the
+    descriptors whose first data is JSON-RPC (stdin and stdout, or, when they are
+    pipes, the non-blocking copies the server makes of them)."""
+    wire = Wire()
+    if not setup.strace_log.exists() or server_pid is None:
+        return wire
+    monotonic = strace_clock(wall0, t0)
+    process_of: dict[str, str] = {}  # tid -> the pid of its process
+    streams: dict[tuple[bool, str], bytes] = {}  # (read by the server, fd) -> what is not a whole line yet
+    for tid, when, name, rest in strace_calls(setup.strace_log):
+        if name in ("clone", "clone3", "fork", "vfork"):
+            done = STRACE_CLONE.match(rest)
+            if done:
+                process_of[done[2]] = process_of.get(tid, tid) if "CLONE_THREAD" in done[1] else done[2]
+            continue
+        if name not in ("read", "write") or process_of.get(tid, tid) != str(server_pid):
+            continue
+        io = STRACE_IO.match(rest)
+        if io is None or int(io[3]) < 0:
+            continue
+        data, key = unescape(io[2])[: int(io[3])], (name == "read", io[1])
+        if key not in streams:
+            if not (data.startswith(b"{") and b'"jsonrpc"' in data.split(b"\n")[0]):
+                continue
+            streams[key] = b""
+        if key[0] and not data:
+            wire.stdin_closed = wire.stdin_closed or monotonic(when)
+            continue
+        streams[key] += data
+        *lines, streams[key] = streams[key].split(b"\n")
+        for line in lines:
+            try:
+                wire.messages.append(WireMessage(monotonic(when), key[0], json.loads(line)))
+            except ValueError:
+                wire.unreadable += 1
+    return wire
+
+
+def unescape(text: str) -> bytes:
+    """strace's quoted string (C escapes, octal for other bytes) as bytes."""
+    return codecs.escape_decode(text.encode("latin-1", "backslashreplace"))[0]
+
+
+def check_wire(outcome: Outcome, setup: Setup, wire: Wire, t0: float) -> None:
+    """The handshake (`initialize` or `server/discover`), the protocol version and
+    the client's capabilities, and which methods the client used."""
+    (setup.run_dir / "wire.json").write_text(json.dumps(
+        [{"t": round(m.t - t0, 4), "to": "server" if m.to_server else "client", "message": m.message}
+         for m in wire.messages], indent=1))
+    if wire.unreadable:
+        outcome.notes.append(f"wire: {wire.unreadable} line(s) were not JSON")
+    sent = [m.message for m in wire.messages if m.to_server and isinstance(m.message, dict)]
+    answers = {json.dumps(m.message.get("id")): m.message for m in wire.messages
+               if not m.to_server and isinstance(m.message, dict) and "id" in m.message and "method" not in m.message}
+    if not sent:
+        outcome.notes.append("wire: no message from the client was recorded")
+        return
+    first = next((m for m in sent if "method" in m and "id" in m), sent[0])
+    params = first.get("params") or {}
+    meta = params.get("_meta") or {}
+    if first.get("method") == "initialize":
+        version, info, capabilities = params.get("protocolVersion"), params.get("clientInfo"), params.get("capabilities")
+    else:
+        version = meta.get("io.modelcontextprotocol/protocolVersion")
+        info = meta.get("io.modelcontextprotocol/clientInfo")
+        capabilities = meta.get("io.modelcontextprotocol/clientCapabilities")
+    result = (answers.get(json.dumps(first.get("id"))) or {}).get("result") or {}
+    agreed = result.get("protocolVersion") or version
+    who = f"{(info or {}).get('name')} {(info or {}).get('version')}" if info else "no client info"
+    outcome.notes.append(f"wire: the client opened with `{first.get('method')}` (protocol {version}; {who}); "
+                         f"the session speaks {agreed}")
+    outcome.notes.append(f"wire: client capabilities: {json.dumps(capabilities, sort_keys=True)}; MCP Tasks: "
+                         f"{tasks_declared(capabilities)}")
+    methods: dict[str, int] = {}
+    for message in sent:
+        if "method" in message:
+            kind = message["method"] if "id" in message else f"{message['method']} (notification)"
+            methods[kind] = methods.get(kind, 0) + 1
+    outcome.notes.append("wire: the client sent " + ", ".join(f"{name} x{n}" for name, n in methods.items()))
+    per_request = sorted({key for m in sent if m is not first for key in ((m.get("params") or {}).get("_meta") or {})})
+    if per_request:
+        outcome.notes.append(f"wire: later requests carry _meta {', '.join(per_request)}")
+
+
+def tasks_declared(capabilities: Any) -> str:
+    """Whether client capabilities declare MCP Tasks: the `tasks` capability
+    (2025-11-25) or the `io.modelcontextprotocol/tasks` extension."""
+    if not isinstance(capabilities, dict):
+        return "not declared"
+    found = []
+    if "tasks" in capabilities:
+        found.append(f"capability tasks = {json.dumps(capabilities['tasks'])}")
+    extensions = capabilities.get("extensions") or {}
+    if isinstance(extensions, dict) and "io.modelcontextprotocol/tasks" in extensions:
+        found.append(f"extension io.modelcontextprotocol/tasks = {json.dumps(extensions['io.modelcontextprotocol/tasks'])}")
+    return "; ".join(found) or "not declared"
+
+
+def check_shutdown(outcome: Outcome, setup: Setup, server: Proc, t0: float, wall0: float, wire: Wire) -> None:
     """How the client stopped the server: the signals it sent (Claude Code's debug
-    log; any client under --trace-signals), and how soon the server was gone."""
+    log; any client under --trace-signals), when it closed the server's stdin
+    (under --trace-wire), and how soon the server was gone."""
     signals: list[tuple[float, str]] = []  # (monotonic time, what)
+    if wire.stdin_closed is not None:
+        signals.append((wire.stdin_closed, "the server read end-of-file on its stdin"))
     if setup.claude_debug_log.exists():
         pattern = re.compile(r'^(\S+Z) \[\w+\] MCP server "asynctask": (.*)$')
         for line in setup.claude_debug_log.read_text(errors="replace").splitlines():
@@ -802,8 +1074,8 @@ def check_shutdown(outcome: Outcome, setup: Setup, server: Proc, t0: float, wall
                 wall = datetime.datetime.fromisoformat(found[1].replace("Z", "+00:00")).timestamp()
                 signals.append((t0 + wall - wall0, f"Claude Code: {found[2]}"))
     if setup.strace_log.exists():
-        midnight = datetime.datetime.fromtimestamp(wall0).replace(hour=0, minute=0, second=0, microsecond=0)
-        pattern = re.compile(r"^(\d+) (\d\d):(\d\d):(\d\d\.\d+) (kill|tgkill|tkill|pidfd_send_signal)\((.*?)\) = (.*)$")
+        monotonic = strace_clock(wall0, t0)
+        pattern = re.compile(r"^(\d+) +(\d\d):(\d\d):(\d\d\.\d+) (kill|tgkill|tkill|pidfd_send_signal)\((.*?)\) += (.*)$")
         for line in setup.strace_log.read_text(errors="replace").splitlines():
             found = pattern.match(line)
             if not found:
@@ -812,8 +1084,8 @@ def check_shutdown(outcome: Outcome, setup: Setup, server: Proc, t0: float, wall
             target = args[0] if found[5] == "kill" else args[1] if found[5] == "tgkill" else args[0]
             if target.lstrip("-") != str(server.pid) or args[-1] in ("0", "SIG_0"):
                 continue
-            wall = midnight.timestamp() + int(found[2]) * 3600 + int(found[3]) * 60 + float(found[4])
-            signals.append((t0 + wall - wall0, f"pid {found[1]}: {found[5]}({found[6]}) = {found[7]}"))
+            when = monotonic(f"{found[2]}:{found[3]}:{found[4]}")
+            signals.append((when, f"pid {found[1]}: {found[5]}({found[6]}) = {found[7]}"))
     signals.sort()
     for when, what in signals:
         outcome.notes.append(f"shutdown at {(when - t0) * 1000:.0f} ms: {what}")
@@ -828,21 +1100,28 @@ def check_client_output(outcome: Outcome, client: str, stdout_path: Path) -> Non
     text = stdout_path.read_text() if stdout_path.exists() else ""
     if fake_model.FINAL_TEXT not in text:
         outcome.fail(f"the client did not print the final answer (see {stdout_path})")
-    if client == "claude":
-        for line in text.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("type") == "result" and (event.get("is_error") or event.get("subtype") != "success"):
-                outcome.fail(f"Claude Code's result is an error: {line[:300]}")
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or event.get("type") != "result":
+            continue
+        if client == "claude" and (event.get("is_error") or event.get("subtype") != "success"):
+            outcome.fail(f"Claude Code's result is an error: {line[:300]}")
+        if client == "gemini" and event.get("status") != "success":
+            outcome.fail(f"Gemini CLI's result is an error: {line[:300]}")
 
 
 # ---------------------------------------------------------------------- main
 
 
+def outcome_word(outcome: Outcome) -> str:
+    return "missing" if outcome.missing else "pass" if not outcome.failures else "fail"
+
+
 def report(outcome: Outcome) -> None:
-    status = "PASS" if not outcome.failures else "FAIL"
+    status = "MISSING" if outcome.missing else "PASS" if not outcome.failures else "FAIL"
     print(f"\n== {outcome.client} ({outcome.version}): {status}")
     order = ["server started", "first model request", "first tool result at the model", "`task` call round trip",
              "subagent done", "result at the model", "final answer sent", "server exited", "last answer -> server exit",
@@ -859,16 +1138,21 @@ def report(outcome: Outcome) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--client", choices=[*CLIENTS, "all"], default="all")
+    parser.add_argument("--client", choices=[*CLIENTS, "all"], action="append",
+                        help="run this client only (repeatable; default: all three, each of which must be installed)")
     parser.add_argument("--binary", default=os.environ.get("ASYNCTASK_BIN") or str(REPO / "target/release/asynctask"),
                         help="the asynctask binary (default: $ASYNCTASK_BIN, else target/release/asynctask)")
     parser.add_argument("--claude", help="the claude executable (default: $CLAUDE_BIN, else claude on PATH)")
     parser.add_argument("--codex", help="the codex executable (default: $CODEX_BIN, else codex on PATH)")
+    parser.add_argument("--gemini", help="the gemini executable (default: $GEMINI_BIN, else gemini on PATH)")
     parser.add_argument("--timeout", type=float, default=120, help="seconds one client run may take")
     parser.add_argument("--keep", action="store_true", help="keep the run directory even when every run passed")
     parser.add_argument("--no-isolate", action="store_true", help="do not move into a loopback-only network namespace")
     parser.add_argument("--trace-signals", action="store_true",
                         help="run each client under strace to record the signals it sends the server (slower)")
+    parser.add_argument("--trace-wire", action="store_true",
+                        help="run each client under strace to record the MCP messages it exchanges with the server "
+                             "(the handshake, protocol version and capabilities are reported; slower)")
     args = parser.parse_args()
 
     binary = Path(args.binary).resolve()
@@ -876,24 +1160,17 @@ def main() -> int:
         print(f"run_hosts: no asynctask binary at {binary}: build it with "
               "`cargo build --release -p asynctask-cli`, or pass --binary", file=sys.stderr)
         return 2
-    if args.trace_signals and shutil.which("strace") is None:
-        print("run_hosts: --trace-signals needs strace on PATH", file=sys.stderr)
+    if (args.trace_signals or args.trace_wire) and shutil.which("strace") is None:
+        print("run_hosts: --trace-signals and --trace-wire need strace on PATH", file=sys.stderr)
         return 2
-    wanted = CLIENTS if args.client == "all" else (args.client,)
-    clients: list[tuple[str, Path]] = []
+    asked = args.client or ["all"]
+    wanted = [name for name in CLIENTS if "all" in asked or name in asked]
+    # Every client asked for must be there: a missing one fails the run (narrow the
+    # run with --client to leave one out).
+    clients: list[tuple[str, Path | None]] = []
     for name in wanted:
         exe = find_client(name, getattr(args, name))
-        if exe is None or not exe.exists():
-            if args.client == name:
-                print(f"run_hosts: {name} is not installed (pass --{name} PATH or set {name.upper()}_BIN)",
-                      file=sys.stderr)
-                return 2
-            print(f"run_hosts: skipping {name}: not installed (pass --{name} PATH or set {name.upper()}_BIN)")
-            continue
-        clients.append((name, exe))
-    if not clients:
-        print("run_hosts: no client to run")
-        return 0
+        clients.append((name, exe if exe is not None and exe.exists() else None))
 
     watch = ProcessWatch()  # before the namespace: the process events live in the first one
     network = "not isolated (--no-isolate)" if args.no_isolate else isolate_network()
@@ -904,8 +1181,16 @@ def main() -> int:
     outcomes: list[Outcome] = []
     try:
         for name, exe in clients:
+            if exe is None:
+                outcome = Outcome(name, "not installed", missing=True)
+                outcome.fail(f"{CLIENT_NAMES[name]} is not installed: pass --{name} PATH or set "
+                             f"{name.upper()}_BIN (or leave it out with --client)")
+                outcomes.append(outcome)
+                report(outcome)
+                continue
             try:
-                outcome = run_client(name, exe, binary, watch, root, args.timeout, args.trace_signals)
+                outcome = run_client(name, exe, binary, watch, root, args.timeout, args.trace_signals,
+                                     args.trace_wire)
             except Exception as err:  # noqa: BLE001 (reported as this client's failure)
                 outcome = Outcome(name)
                 outcome.fail(f"the harness failed: {err!r}")
@@ -924,7 +1209,7 @@ def main() -> int:
     else:
         print(f"\nrun_hosts: files kept in {root}")
     print(f"\nrun_hosts: {'PASS' if passed else 'FAIL'} "
-          f"({', '.join(f'{o.client}: ' + ('pass' if not o.failures else 'fail') for o in outcomes)})")
+          f"({', '.join(f'{o.client}: ' + outcome_word(o) for o in outcomes)})")
     return 0 if passed else 1
 
 

@@ -1,10 +1,10 @@
-//! `cargo xtask hosts`: the MCP server inside the real clients, Claude Code and
-//! Codex CLI, against a scripted fake model (`tests/hosts`).
+//! `cargo xtask hosts`: the MCP server inside the real clients, Claude Code,
+//! Codex CLI and Gemini CLI, against a scripted fake model (`tests/hosts`).
 //!
 //! Not a CI step: CI machines have no node clients. It builds the release binary
 //! and runs `tests/hosts/run_hosts.py` with it, passing on any other arguments
-//! (`--client codex`, `--keep`, ...); the script skips a client that is not
-//! installed and says so.
+//! (`--client codex`, `--keep`, ...); a client that is not installed fails the
+//! run unless `--client` leaves it out.
 
 use std::path::Path;
 

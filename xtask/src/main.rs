@@ -5,8 +5,8 @@
 //! - `cargo xtask codegen [--check]` — regenerate (or check) the generated files;
 //! - `cargo xtask fuzz [--minutes N | --replay FILE]` — fuzz the MCP server for N
 //!   minutes (its bounded run is part of `cargo test`), or replay a session;
-//! - `cargo xtask hosts [ARGS]` — the MCP server inside Claude Code and Codex CLI
-//!   (not part of `ci`: it needs the node clients).
+//! - `cargo xtask hosts [ARGS]` — the MCP server inside Claude Code, Codex CLI and
+//!   Gemini CLI (not part of `ci`: it needs the node clients).
 
 #![allow(
     clippy::print_stdout,
@@ -33,8 +33,9 @@ Tasks:
   fuzz [--minutes N] fuzz the MCP server with fresh seeds for N minutes (default
                      10; a bounded run is part of the tests)
   fuzz --replay FILE replay one session (a reproducer under target/fuzz/)
-  hosts [ARGS]       the MCP server inside Claude Code and Codex CLI (tests/hosts;
-                     not part of ci); ARGS go to run_hosts.py, e.g. --client codex";
+  hosts [ARGS]       the MCP server inside Claude Code, Codex CLI and Gemini CLI
+                     (tests/hosts; not part of ci); ARGS go to run_hosts.py,
+                     e.g. --client codex";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
