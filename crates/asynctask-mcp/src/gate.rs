@@ -9,6 +9,7 @@ use asynctask_manager::TaskSnapshot;
 use asynctask_runtime::{Claim, ClaimLedger, ClaimOwner};
 
 use crate::session::Session;
+use crate::tasks::TaskHandles;
 use rmcp::model::RequestId;
 use tokio::sync::futures::Notified;
 use tokio_util::sync::CancellationToken;
@@ -87,6 +88,9 @@ pub(crate) struct ReminderGate {
     /// does not know was cancelled or answered. Without one, no request is
     /// ever opened.
     tracked: Arc<AtomicBool>,
+    /// The tasks a client follows as MCP Tasks: their results go to its
+    /// `tasks/get` polls, never into a reminder, while it follows them.
+    handles: TaskHandles,
 }
 
 impl ReminderGate {
@@ -96,7 +100,14 @@ impl ReminderGate {
             calls: Arc::default(),
             session: None,
             tracked: Arc::new(AtomicBool::new(false)),
+            handles: TaskHandles::default(),
         }
+    }
+
+    /// The tasks this gate's client follows as MCP Tasks (shared with the
+    /// server that answers its polls).
+    pub(crate) fn handles(&self) -> &TaskHandles {
+        &self.handles
     }
 
     /// An acking transport serves this gate's calls from now on: it opens
@@ -121,25 +132,45 @@ impl ReminderGate {
 
     /// Claims for a response what this gate's session may take.
     fn claim(&self) -> Option<Claim> {
-        match &self.session {
-            None => self
-                .ledger
-                .claim_within(ClaimOwner::Request, REMINDER_BUDGET_CHARS, |_| true),
-            Some(session) => {
-                self.ledger
-                    .claim_within(ClaimOwner::Request, REMINDER_BUDGET_CHARS, |task| {
-                        session.may_claim(task)
-                    })
-            }
-        }
+        self.ledger
+            .claim_within(ClaimOwner::Request, REMINDER_BUDGET_CHARS, |task| {
+                self.may_claim(task)
+            })
     }
 
-    /// Whether this gate's session may take `task`'s result (every result,
-    /// when the gate serves no session of several).
+    /// Whether a reminder of this gate's session may take `task`'s result:
+    /// one its session may take (every result, when the gate serves no
+    /// session of several) that no `tasks/get` of its client follows.
     pub(crate) fn may_claim(&self, task: &TaskSnapshot) -> bool {
         self.session
             .as_ref()
             .is_none_or(|session| session.may_claim(task))
+            && !self.handles.holds(task.id())
+    }
+
+    /// Claims task `task_id`'s result for request `id` (a `tasks/get` or
+    /// `tasks/cancel` of the client that follows it), for the transport to
+    /// end with the response as it ends a `tools/call`'s. `false` when the
+    /// result is not pending, another claim carries it, or the request is
+    /// not open (cancelled already). Without an acking transport the claim
+    /// is acknowledged at once, as [`answer`](Self::answer) does.
+    pub(crate) fn answer_task(&self, id: &RequestId, task_id: &str) -> bool {
+        let claim_it = || {
+            self.ledger
+                .claim_matching(ClaimOwner::TaskPoll, |task| task.id() == task_id)
+        };
+        if !self.tracked.load(Ordering::SeqCst) {
+            return claim_it().map(Claim::acknowledge).is_some();
+        }
+        let mut calls = self.lock();
+        if !matches!(calls.open.get(id), Some(Open::Running)) {
+            return false;
+        }
+        let Some(claim) = claim_it() else {
+            return false;
+        };
+        calls.open.insert(id.clone(), Open::Answered(claim));
+        true
     }
 
     /// Whether a result this gate's session may take is pending and unclaimed.

@@ -52,6 +52,7 @@ mod opening;
 mod params;
 mod server;
 mod session;
+mod tasks;
 mod transport;
 mod wait;
 mod wire;
@@ -62,9 +63,12 @@ pub use crate::params::{
 };
 pub use crate::server::{
     AsyncTaskMcpServer, DETACH_FOLLOW_UP, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, McpError,
-    McpServerOptions, TerminationSignals, log_task_ends, serve_io, serve_stdio,
+    McpServerOptions, TOOLS_TTL, TerminationSignals, log_task_ends, serve_io, serve_stdio,
 };
 pub use crate::session::{Session, Sessions};
+pub use crate::tasks::{
+    TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
+};
 pub use crate::transport::{DELIVERED_NOTIFICATION, OVERSIZED_NOTIFICATION};
 pub use crate::wait::REMINDER_KEY;
 pub use crate::wire::{Line, LineReader, MAX_LINE_BYTES, scan_request_id};

@@ -10,13 +10,15 @@ use asynctask_manager::{AsyncTaskManager, Subscription, TaskEvent, TaskProgress}
 use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{
-    CallContext, LaunchBudget, Nesting, SubagentRunner, SyncDetach, TodoPauseTool, Tool,
-    ToolResult, id_prefix, truncate_chars, with_call_context,
+    CallContext, LaunchBudget, Nesting, SubagentRunner, SyncDetach, TASK_DESCRIPTION_LEAD,
+    TaskTool, TodoPauseTool, Tool, ToolResult, id_prefix, truncate_chars, with_call_context,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    ContentBlock, CreateTaskResult, DiscoverResult, GetTaskParams, GetTaskResult, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    TASKS_EXTENSION_ID, TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
@@ -27,6 +29,10 @@ use tokio_util::sync::CancellationToken;
 use crate::end::EndAsyncTaskTool;
 use crate::gate::{REQUEST, ReminderGate};
 use crate::session::Session;
+use crate::tasks::{
+    Poll, TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
+    declares_tasks, progress, unknown_task,
+};
 use crate::transport::{AckMode, ServerTransport};
 use crate::wait::{REMINDER_KEY, WaitAsyncTasksTool};
 
@@ -35,6 +41,15 @@ pub const INSTRUCTIONS: &str = "Results of background tasks (a task launched wit
     or a synchronous task that ran long) arrive in the results of this server's tools, as a \
     System Note after the tool's own output. When you have nothing else to do, call \
     wait_async_tasks instead of polling.";
+
+/// How long a `tools/list` result stays fresh (its `ttlMs` on the 2026-07-28
+/// protocol): an hour. A server's tools do not change while it serves a
+/// session (a durable supervisor reads a changed config for new sessions).
+///
+/// ```
+/// assert_eq!(asynctask_mcp::TOOLS_TTL.as_secs(), 3_600);
+/// ```
+pub const TOOLS_TTL: Duration = Duration::from_secs(60 * 60);
 
 /// The shortest progress interval: a shorter one (zero included) is raised to it.
 pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
@@ -610,11 +625,36 @@ async fn with_progress<F: Future>(
 }
 
 impl ServerHandler for AsyncTaskMcpServer {
+    /// Tools, and the tasks extension: rmcp routes `tasks/*` to a server
+    /// that declares it. The extension is advertised on the 2026-07-28
+    /// handshake only ([`discover`](Self::discover)); `initialize` leaves it
+    /// out.
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions(INSTRUCTIONS);
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build();
+        let mut info = ServerConfig::new(capabilities).with_instructions(INSTRUCTIONS);
         info.server_info = Implementation::new("asynctask", env!("CARGO_PKG_VERSION"));
         info
+    }
+
+    /// The 2026-07-28 handshake: the server's capabilities (the tasks
+    /// extension among them) and the instructions that fit the client — a
+    /// client that declares the extension is not told results arrive as
+    /// System Notes.
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let mut info = self.get_info();
+        if declares_tasks(&context.meta) {
+            info = info.with_instructions(TASKS_INSTRUCTIONS);
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
     }
 
     /// Answers as rmcp's default does, but records the version agreed on as
@@ -626,21 +666,49 @@ impl ServerHandler for AsyncTaskMcpServer {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        let result = self.negotiate_initialize(&request)?;
+        let mut result = self.negotiate_initialize(&request)?;
+        // MCP Tasks come with the 2026-07-28 protocol, which `initialize`
+        // does not speak.
+        if let Some(extensions) = &mut result.capabilities.extensions {
+            extensions.remove(TASKS_EXTENSION_ID);
+            if extensions.is_empty() {
+                result.capabilities.extensions = None;
+            }
+        }
         let mut agreed = request;
         agreed.protocol_version = result.protocol_version.clone();
         context.peer.set_peer_info(agreed);
         Ok(result)
     }
 
+    /// The tools. To a request that declares the tasks extension, the
+    /// `task` tool's description says the client runs each call in the
+    /// background, and `wait_async_tasks` is left out: the client brings
+    /// each result itself, and a wait would only hold the model's turn. On
+    /// the 2026-07-28 protocol the list says how long it stays fresh
+    /// ([`TOOLS_TTL`]) and that it is the user's own (it names their
+    /// subagents).
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.definitions.clone()))
+        let mut result =
+            ListToolsResult::with_all_items(self.list_for(declares_tasks(&context.meta)));
+        let modern = context
+            .protocol_version()
+            .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        if modern {
+            result.ttl_ms = Some(u64::try_from(TOOLS_TTL.as_millis()).unwrap_or(u64::MAX));
+            result.cache_scope = Some(CacheScope::Private);
+        }
+        Ok(result)
     }
 
+    /// Runs the tool. A `task` call whose request declares the tasks
+    /// extension is launched in the background (`async: true` or not: the
+    /// client backgrounds it) and answered with an MCP Task whose id is the
+    /// asynctask task's; a refused launch is answered as a plain call.
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -652,12 +720,111 @@ impl ServerHandler for AsyncTaskMcpServer {
                 None,
             ));
         };
-        let arguments = request.arguments.map_or(Value::Null, Value::Object);
-        let scope = ProgressScope::of(&request.name, &arguments, self.session.as_deref());
+        let as_task = request.name == TaskTool::NAME && declares_tasks(&context.meta);
+        let mut arguments = request.arguments.map_or(Value::Null, Value::Object);
+        if as_task && let Value::Object(object) = &mut arguments {
+            object.insert("async".to_owned(), Value::Bool(true));
+        }
         // `cancel` fires when rmcp cancels `ct` (on `notifications/cancelled` for
         // this request) or when the client goes away (`calls`, cancelled by the
         // transport at end of input: rmcp itself would wait 5 s first).
         let cancel = self.calls.child_token();
+        let result = self
+            .run_tool(tool, &request.name, arguments, &context, &cancel)
+            .await;
+        if as_task
+            && result.error.is_none()
+            && let Some(id) = result.metadata.get("agentId").and_then(Value::as_str)
+        {
+            return Ok(CallToolResponse::Task(self.create_task(id)));
+        }
+        // Claimed for this request; acknowledged by the transport once written.
+        let reminder = if is_reminder(&result) {
+            None
+        } else {
+            self.gate.answer(&context.id, &cancel)
+        };
+        Ok(finish(result, reminder).into())
+    }
+
+    /// `tasks/get`: the task's state; once it ended, the whole result the
+    /// synchronous call would have returned. The first poll that finds the
+    /// result claims it through the ledger (acknowledged once its response
+    /// is written), so it never rides in a System Note as well.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.prune_tasks();
+        let claim = |task_id: &str| self.gate.answer_task(&context.id, task_id);
+        let poll = Poll {
+            manager: self.runtime.manager(),
+            handles: self.gate.handles(),
+            claim: &claim,
+        };
+        poll.detailed(&request.task_id)
+            .map(GetTaskResult::new)
+            .ok_or_else(|| unknown_task(&request.task_id))
+    }
+
+    /// `tasks/update`: no task of this server ever asks for input, so there
+    /// is nothing to answer; a followed task's update is acknowledged (the
+    /// extension ignores responses to requests that are not outstanding).
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.prune_tasks();
+        if self.gate.handles().holds(&request.task_id) {
+            Ok(())
+        } else {
+            Err(unknown_task(&request.task_id))
+        }
+    }
+
+    /// `tasks/cancel`: cancels the subagent (its process group and all), and
+    /// acknowledges; again, or once the task ended, it changes nothing and
+    /// acknowledges all the same. The cancellation it made is delivered by
+    /// its own response: the client that asked for it knows.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.prune_tasks();
+        let id = &request.task_id;
+        if !self.gate.handles().holds(id) {
+            return Err(unknown_task(id));
+        }
+        if self.runtime.manager().cancel_task(id) {
+            let claim = |task_id: &str| self.gate.answer_task(&context.id, task_id);
+            let poll = Poll {
+                manager: self.runtime.manager(),
+                handles: self.gate.handles(),
+                claim: &claim,
+            };
+            // Takes the cancellation for this response, and keeps what later
+            // polls answer.
+            let _ = poll.detailed(id);
+        }
+        Ok(())
+    }
+}
+
+impl AsyncTaskMcpServer {
+    /// Runs `tool` for one `tools/call`, with progress when the request asked
+    /// for it, and its call context (session, budgets, project).
+    async fn run_tool(
+        &self,
+        tool: &Arc<dyn Tool>,
+        name: &str,
+        arguments: Value,
+        context: &RequestContext<RoleServer>,
+        cancel: &CancellationToken,
+    ) -> ToolResult {
+        let scope = ProgressScope::of(name, &arguments, self.session.as_deref());
         let call_progress = TaskProgress::new();
         let mut call = CallContext::new().with_progress(call_progress.clone());
         if let Some(session) = &self.session {
@@ -697,21 +864,63 @@ impl ServerHandler for AsyncTaskMcpServer {
                 }
             }
         };
-        let result = match context.meta.get_progress_token() {
+        match context.meta.get_progress_token() {
             Some(token) => {
                 let manager = self.runtime.manager();
                 let message = |elapsed| progress_message(&call_progress, manager, &scope, elapsed);
                 with_progress(work, &context.peer, token, self.progress_interval, message).await
             }
             None => work.await,
-        };
-        // Claimed for this request; acknowledged by the transport once written.
-        let reminder = if is_reminder(&result) {
-            None
-        } else {
-            self.gate.answer(&context.id, &cancel)
-        };
-        Ok(finish(result, reminder).into())
+        }
+    }
+
+    /// Follows task `id` as an MCP Task from now, and the answer that says
+    /// so: working, with its place in the queue or how long it has run.
+    fn create_task(&self, id: &str) -> CreateTaskResult {
+        let manager = self.runtime.manager();
+        let now = manager.clock().now_ms();
+        self.gate.handles().follow(id, now);
+        let created = asynctask_tools::iso_time(now);
+        let mut task = rmcp::model::Task::new(id, TaskStatus::Working, created.clone(), created)
+            .with_ttl_ms(u64::try_from(TASK_TTL.as_millis()).unwrap_or(u64::MAX))
+            .with_poll_interval_ms(
+                u64::try_from(TASK_POLL_INTERVAL.as_millis()).unwrap_or(u64::MAX),
+            );
+        if let Some(snapshot) = manager.task(id).filter(|task| !task.status().is_terminal()) {
+            task = task.with_status_message(progress(manager, &snapshot, now));
+        }
+        CreateTaskResult::new(task)
+    }
+
+    /// Forgets the followed tasks past their TTL; the reminders may take
+    /// what no poll took, so their waiters look again.
+    fn prune_tasks(&self) {
+        let manager = self.runtime.manager();
+        if self.gate.handles().prune(manager, manager.clock().now_ms()) {
+            self.runtime.claims().notify_changed();
+        }
+    }
+
+    /// The tool list for a request that declares the tasks extension or not.
+    fn list_for(&self, tasks: bool) -> Vec<rmcp::model::Tool> {
+        if !tasks {
+            return self.definitions.clone();
+        }
+        self.definitions
+            .iter()
+            .filter(|tool| tool.name != WaitAsyncTasksTool::NAME)
+            .map(|tool| {
+                let mut tool = tool.clone();
+                if tool.name == TaskTool::NAME
+                    && let Some(description) = &tool.description
+                {
+                    let description =
+                        description.replacen(TASK_DESCRIPTION_LEAD, TASKS_TASK_DESCRIPTION_LEAD, 1);
+                    tool.description = Some(description.into());
+                }
+                tool
+            })
+            .collect()
     }
 }
 

@@ -21,6 +21,7 @@ use crate::reminder::{Reminder, Unended, render_within};
 /// use asynctask_runtime::ClaimOwner;
 ///
 /// assert_eq!(ClaimOwner::Request.to_string(), "request");
+/// assert_eq!(ClaimOwner::TaskPoll.to_string(), "task poll");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -34,6 +35,9 @@ pub enum ClaimOwner {
     /// A request whose response will carry the result (an MCP `tools/call`,
     /// say).
     Request,
+    /// A poll of one task by the client that follows it (an MCP `tasks/get`
+    /// or `tasks/cancel`): the response carries that task's result alone.
+    TaskPoll,
 }
 
 impl fmt::Display for ClaimOwner {
@@ -42,6 +46,7 @@ impl fmt::Display for ClaimOwner {
             ClaimOwner::AutoTrigger => "auto-trigger",
             ClaimOwner::NextTurn => "next turn",
             ClaimOwner::Request => "request",
+            ClaimOwner::TaskPoll => "task poll",
         })
     }
 }

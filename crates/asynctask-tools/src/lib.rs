@@ -75,7 +75,7 @@ pub use crate::params::{
     OutputVarSpec, TaskParams, TaskTimeouts, TimeoutSeconds, TodoPauseParams, ToolParams,
     at_most_chars, is_blank, non_blank,
 };
-pub use crate::render::completion_notification;
+pub use crate::render::{TASK_DESCRIPTION_LEAD, completion_notification};
 pub use crate::result::{ToolError, ToolErrorType, ToolResult};
 pub use crate::slash::{complete_task_ids, end_task, run_slash_command};
 pub use crate::task::{

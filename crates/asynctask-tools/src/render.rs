@@ -92,16 +92,25 @@ pub fn completion_notification(task: &(impl TaskView + ?Sized)) -> String {
     }
 }
 
+/// The first paragraph of the `task` tool's description: how a call runs and
+/// how its result comes back. A serving layer whose client runs calls its own
+/// way (an MCP client that backgrounds them as MCP Tasks) replaces exactly
+/// this paragraph; the catalog after it stays.
+///
+/// ```
+/// use asynctask_tools::TASK_DESCRIPTION_LEAD;
+/// assert!(TASK_DESCRIPTION_LEAD.starts_with("Run a subagent that works on its own"));
+/// ```
+pub const TASK_DESCRIPTION_LEAD: &str = "Run a subagent that works on its own toward a goal. By \
+    default the call waits for the subagent and returns its result as JSON (agent_id, \
+    terminate_reason, emitted_vars, final_message). With async: true the call returns at once \
+    with the task ID while the subagent runs in the background; its result is delivered to you \
+    when it finishes. Use check_async_tasks to monitor background tasks.";
+
 /// The `task` tool's description; with a catalog, followed by the subagents it
 /// offers (name, what it is for, and whether it reads messages while it runs).
 pub(crate) fn task_description(catalog: Option<&[SubagentInfo]>) -> String {
-    let mut text = String::from(
-        "Run a subagent that works on its own toward a goal. By default the call waits for \
-         the subagent and returns its result as JSON (agent_id, terminate_reason, \
-         emitted_vars, final_message). With async: true the call returns at once with the \
-         task ID while the subagent runs in the background; its result is delivered to you \
-         when it finishes. Use check_async_tasks to monitor background tasks.",
-    );
+    let mut text = String::from(TASK_DESCRIPTION_LEAD);
     match catalog {
         None => {}
         Some([]) => text.push_str("\n\nNo subagents are configured."),

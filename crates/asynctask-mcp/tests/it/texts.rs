@@ -58,6 +58,11 @@ async fn run_with(
 fn instructions_and_the_detach_follow_up() {
     insta::assert_snapshot!("instructions", INSTRUCTIONS);
     insta::assert_snapshot!("detach_follow_up", DETACH_FOLLOW_UP);
+    insta::assert_snapshot!("tasks_instructions", asynctask_mcp::TASKS_INSTRUCTIONS);
+    insta::assert_snapshot!(
+        "tasks_task_description_lead",
+        asynctask_mcp::TASKS_TASK_DESCRIPTION_LEAD
+    );
 }
 
 #[tokio::test(start_paused = true)]

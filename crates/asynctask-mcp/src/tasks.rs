@@ -1,0 +1,481 @@
+//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension): the asynctask
+//! tasks a client follows with `tasks/get`, what each poll answers, and the
+//! texts a client that follows them reads instead of the System Note ones.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use asynctask_manager::{AsyncTaskManager, TaskSnapshot};
+use asynctask_model::AsyncTaskStatus;
+use asynctask_tools::{completion_notification, format_duration, iso_time, truncate_chars};
+use rmcp::model::{
+    CallToolResult, ContentBlock, DetailedTask, ErrorData, JsonObject, RequestMetaObject, Task,
+    TaskPayload, TaskStatus,
+};
+
+/// How long a task a client follows as an MCP Task is kept after it was
+/// created (its `ttlMs`): one day. A subagent runs minutes — at most its
+/// timeout (30 minutes by default), after waiting its turn in the queue — and
+/// a client polls until it ends, so a day is far past any task's end; what a
+/// task keeps once answered is one bounded result. Past it, and once its task
+/// has ended, the task is forgotten: a poll then gets `-32602`, and a result
+/// no poll took rides on the next tool result as a System Note instead.
+///
+/// ```
+/// assert_eq!(asynctask_mcp::TASK_TTL.as_secs(), 86_400);
+/// ```
+pub const TASK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How often a client should poll a task (its `pollIntervalMs`): 5 s. A
+/// subagent runs minutes, so a result seen up to 5 s late costs a few percent
+/// of its run at most, while a client following ten tasks at once makes two
+/// polls a second, not ten (Claude Code polls every 2 s when a server names
+/// no interval).
+///
+/// ```
+/// assert_eq!(asynctask_mcp::TASK_POLL_INTERVAL.as_millis(), 5_000);
+/// ```
+pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The server's `instructions` for a client that declared the tasks
+/// extension: it runs each `task` call as a background task of its own and
+/// brings the result itself, so no System Note is promised.
+pub const TASKS_INSTRUCTIONS: &str = "Each call of this server's task tool runs as a background \
+    task of your client: the call returns at once, the subagent works on, and its result is \
+    brought to you when it finishes. Carry on with other work meanwhile; use check_async_tasks \
+    to see how a task is doing, and end_async_task to stop one.";
+
+/// The first paragraph of the `task` tool's description for a client that
+/// declared the tasks extension, in place of
+/// [`TASK_DESCRIPTION_LEAD`](asynctask_tools::TASK_DESCRIPTION_LEAD).
+pub const TASKS_TASK_DESCRIPTION_LEAD: &str = "Run a subagent that works on its own toward a \
+    goal. The call returns at once and the subagent runs in the background (async makes no \
+    difference here); when it finishes, its result is brought to you as JSON (agent_id, \
+    terminate_reason, emitted_vars, final_message). Use check_async_tasks to monitor it.";
+
+/// What a poll of a task whose result was delivered another way (on a tool
+/// result, as a System Note, before the task was followed) answers: the
+/// result is never given twice.
+pub(crate) fn delivered_elsewhere(id: &str) -> String {
+    format!(
+        "The result of task {id} was already delivered, in a System Note on an earlier tool \
+         result."
+    )
+}
+
+/// Whether a request declares the tasks extension in its own `_meta` (its
+/// per-request client capabilities): only then may it be answered with a
+/// task, whatever the client declared before.
+pub(crate) fn declares_tasks(meta: &RequestMetaObject) -> bool {
+    meta.client_capabilities()
+        .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+/// What a poll of an ended task answers, kept once given so later polls
+/// answer the same (the registry may prune the task meanwhile).
+#[derive(Debug, Clone)]
+enum Answer {
+    /// The `CallToolResult` the synchronous call would have returned.
+    Completed(Arc<JsonObject>),
+    /// The task was cancelled.
+    Cancelled,
+}
+
+#[derive(Debug)]
+struct Handle {
+    /// When the task was created as an MCP Task (Unix ms, the manager's clock).
+    created_at: u64,
+    /// What its polls answer once it ended and a poll took its result.
+    answer: Option<Answer>,
+}
+
+/// The asynctask tasks one client follows as MCP Tasks, by id (an MCP task's
+/// id is its asynctask task's). A cheap handle: the server that answers the
+/// polls and the gate that keeps the followed results out of reminders share
+/// one set.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskHandles {
+    inner: Arc<Mutex<HashMap<String, Handle>>>,
+}
+
+impl TaskHandles {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Handle>> {
+        // A map of plain values, consistent after every statement.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The client follows task `id` from now (`now`, Unix ms).
+    pub(crate) fn follow(&self, id: &str, now: u64) {
+        self.lock().insert(
+            id.to_owned(),
+            Handle {
+                created_at: now,
+                answer: None,
+            },
+        );
+    }
+
+    /// Whether the client follows task `id`.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
+    /// Forgets the tasks created more than [`TASK_TTL`] before `now` whose
+    /// task has ended (or is gone); `true` when one was forgotten (a result
+    /// no poll took may now ride on a tool result).
+    pub(crate) fn prune(&self, manager: &AsyncTaskManager, now: u64) -> bool {
+        let ttl = duration_ms(TASK_TTL);
+        let expired: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, handle)| now.saturating_sub(handle.created_at) >= ttl)
+            .map(|(id, _)| id.clone())
+            .collect();
+        // Read outside the lock: the manager's lock comes before this one.
+        let ended: Vec<String> = expired
+            .into_iter()
+            .filter(|id| {
+                manager
+                    .task(id)
+                    .is_none_or(|task| task.status().is_terminal())
+            })
+            .collect();
+        let mut handles = self.lock();
+        for id in &ended {
+            handles.remove(id);
+        }
+        !ended.is_empty()
+    }
+
+    fn created_at(&self, id: &str) -> Option<u64> {
+        self.lock().get(id).map(|handle| handle.created_at)
+    }
+
+    fn answer(&self, id: &str) -> Option<Answer> {
+        self.lock().get(id).and_then(|handle| handle.answer.clone())
+    }
+
+    fn keep_answer(&self, id: &str, answer: Answer) {
+        if let Some(handle) = self.lock().get_mut(id) {
+            handle.answer = Some(answer);
+        }
+    }
+}
+
+/// The error for a task id no followed task has (never created here, or
+/// forgotten after its [`TASK_TTL`]).
+pub(crate) fn unknown_task(id: &str) -> ErrorData {
+    let id = truncate_chars(id, 100);
+    ErrorData::invalid_params(
+        format!(
+            "Failed to retrieve task: Task not found: no task with id '{id}' (never created by \
+             this server, or forgotten once its ttlMs passed)"
+        ),
+        None,
+    )
+}
+
+/// Answers polls of followed tasks, claiming a result through the gate the
+/// first time a poll finds it.
+pub(crate) struct Poll<'a> {
+    pub(crate) manager: &'a AsyncTaskManager,
+    pub(crate) handles: &'a TaskHandles,
+    /// Claims task `id`'s result for the poll's response; `true` when it did.
+    pub(crate) claim: &'a dyn Fn(&str) -> bool,
+}
+
+impl Poll<'_> {
+    /// The task as a poll sees it now; `None` when the client does not
+    /// follow task `id`.
+    pub(crate) fn detailed(&self, id: &str) -> Option<DetailedTask> {
+        let created_at = self.handles.created_at(id)?;
+        let now = self.manager.clock().now_ms();
+        let task = self.manager.task(id);
+        let base = |status, updated: u64| {
+            Task::new(id, status, iso_time(created_at), iso_time(updated))
+                .with_ttl_ms(duration_ms(TASK_TTL))
+                .with_poll_interval_ms(duration_ms(TASK_POLL_INTERVAL))
+        };
+        if let Some(task) = task.as_ref().filter(|task| !task.status().is_terminal()) {
+            let updated = task.started_at().unwrap_or(task.launched_at());
+            let message = progress(self.manager, task, now);
+            let working = base(TaskStatus::Working, updated).with_status_message(message);
+            return Some(DetailedTask::new(working, TaskPayload::Working));
+        }
+        let updated = task
+            .as_ref()
+            .and_then(TaskSnapshot::completed_at)
+            .unwrap_or(now);
+        // A result no claim carries goes to this poll, through the ledger.
+        if let Some(task) = &task
+            && task.notified_at().is_none()
+            && (self.claim)(id)
+        {
+            let answer = answer_of(task);
+            self.handles.keep_answer(id, answer.clone());
+            return Some(detailed_answer(
+                base(TaskStatus::Completed, updated),
+                id,
+                answer,
+            ));
+        }
+        if let Some(answer) = self.handles.answer(id) {
+            return Some(detailed_answer(
+                base(TaskStatus::Completed, updated),
+                id,
+                answer,
+            ));
+        }
+        match task {
+            // Carried by a response on its way (a poll whose write failed
+            // released it, or another delivery took it first): the next poll
+            // sees where it went.
+            Some(task) if task.notified_at().is_none() => {
+                let working = base(TaskStatus::Working, updated).with_status_message(
+                    "finished; its result is being delivered in another response",
+                );
+                Some(DetailedTask::new(working, TaskPayload::Working))
+            }
+            Some(task) if task.status() == AsyncTaskStatus::Cancelled => Some(detailed_answer(
+                base(TaskStatus::Cancelled, updated),
+                id,
+                Answer::Cancelled,
+            )),
+            _ => {
+                let text = delivered_elsewhere(id);
+                let result = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
+                let done = base(TaskStatus::Completed, updated).with_status_message(text);
+                Some(DetailedTask::new(
+                    done,
+                    TaskPayload::Completed {
+                        result: to_object(&result),
+                    },
+                ))
+            }
+        }
+    }
+}
+
+/// What the first poll of an ended task answers.
+fn answer_of(task: &TaskSnapshot) -> Answer {
+    match task.status() {
+        AsyncTaskStatus::Cancelled => Answer::Cancelled,
+        status => {
+            // The result the synchronous call would have returned: the
+            // completion notification, an error unless the subagent finished.
+            let content = vec![ContentBlock::text(completion_notification(task))];
+            let result = if status == AsyncTaskStatus::Completed {
+                CallToolResult::success(content)
+            } else {
+                CallToolResult::error(content)
+            };
+            Answer::Completed(Arc::new(to_object(&result)))
+        }
+    }
+}
+
+fn detailed_answer(base: Task, id: &str, answer: Answer) -> DetailedTask {
+    match answer {
+        Answer::Completed(result) => {
+            let failed = result.get("isError") == Some(&serde_json::Value::Bool(true));
+            let message = if failed {
+                format!("task {id} ended without reaching its goal")
+            } else {
+                format!("task {id} finished")
+            };
+            DetailedTask::new(
+                base.with_status_message(message),
+                TaskPayload::Completed {
+                    result: JsonObject::clone(&result),
+                },
+            )
+        }
+        Answer::Cancelled => DetailedTask::new(
+            base.with_status_message(format!("task {id} was cancelled")),
+            TaskPayload::Cancelled,
+        ),
+    }
+}
+
+/// How many characters of an output line a status message quotes.
+const STATUS_LINE_CHARS: usize = 200;
+
+/// A working task's status message: its place in the queue, or how long it
+/// has run and the last line it printed.
+pub(crate) fn progress(manager: &AsyncTaskManager, task: &TaskSnapshot, now: u64) -> String {
+    if task.status() == AsyncTaskStatus::Queued {
+        let position = manager.queue_position(task.id()).unwrap_or(1);
+        let waited = format_duration(task.launched_at(), now);
+        return format!(
+            "queued, position {position}: it starts when a running task ends (waiting {waited})"
+        );
+    }
+    let ran = format_duration(task.started_at().unwrap_or(task.launched_at()), now);
+    let line = manager.progress(task.id()).and_then(|progress| {
+        let snapshot = progress.snapshot();
+        let line = snapshot.last_line()?.trim_end().to_owned();
+        (!line.trim().is_empty()).then_some(line)
+    });
+    match line {
+        Some(line) => format!(
+            "running for {ran}; last output: {}",
+            truncate_chars(&line, STATUS_LINE_CHARS)
+        ),
+        None => format!("running for {ran}; no output yet"),
+    }
+}
+
+fn to_object(result: &CallToolResult) -> JsonObject {
+    match serde_json::to_value(result) {
+        Ok(serde_json::Value::Object(object)) => object,
+        // A CallToolResult is an object of plain data.
+        _ => JsonObject::new(),
+    }
+}
+
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_manager::RegisterTaskInput;
+    use asynctask_model::{
+        Clock as _, ManualClock, MaxAsyncTasks, MaxQueuedTasks, OutputObject, TerminateReason,
+    };
+    use asynctask_runtime::ClaimLedger;
+    use pretty_assertions::assert_eq;
+
+    const HOUR: u64 = 60 * 60 * 1000;
+
+    fn manager(clock: &ManualClock) -> AsyncTaskManager {
+        AsyncTaskManager::with_clock(
+            MaxAsyncTasks::new(1).expect("valid"),
+            Arc::new(clock.clone()),
+        )
+    }
+
+    /// A task is forgotten once its TTL passed and it ended, never before
+    /// either; a result no poll took is then the reminders' to carry.
+    #[test]
+    fn followed_tasks_are_pruned_after_their_ttl_once_ended() {
+        let clock = ManualClock::new(1_000);
+        let manager = manager(&clock);
+        manager
+            .register_task(RegisterTaskInput::new("aaaa0000-1", "s", "g"))
+            .expect("registered");
+        let handles = TaskHandles::default();
+        handles.follow("aaaa0000-1", clock.now_ms());
+        handles.follow("gone0000-1", clock.now_ms());
+        clock.advance(duration_ms(TASK_TTL) - 1);
+        assert!(!handles.prune(&manager, clock.now_ms()), "not yet");
+        clock.advance(1);
+        assert!(handles.prune(&manager, clock.now_ms()), "the unknown one");
+        assert!(!handles.holds("gone0000-1"));
+        assert!(
+            handles.holds("aaaa0000-1"),
+            "still running: kept past its TTL"
+        );
+        manager.complete_task("aaaa0000-1", OutputObject::new(TerminateReason::Goal));
+        let ledger = ClaimLedger::new(manager.clone());
+        assert!(
+            ledger
+                .claim_matching(asynctask_runtime::ClaimOwner::Request, |task| !handles
+                    .holds(task.id()))
+                .is_none(),
+            "followed: no reminder takes it"
+        );
+        clock.advance(24 * HOUR);
+        assert!(handles.prune(&manager, clock.now_ms()));
+        assert!(!handles.holds("aaaa0000-1"));
+        let claim = ledger
+            .claim_matching(asynctask_runtime::ClaimOwner::Request, |task| {
+                !handles.holds(task.id())
+            })
+            .expect("forgotten: a reminder carries it, never lost");
+        assert_eq!(claim.task_ids(), ["aaaa0000-1"]);
+    }
+
+    /// A poll claims the result once, keeps the answer, and answers the same
+    /// again without claiming; a result delivered before the task was
+    /// followed is never given again.
+    #[test]
+    fn a_poll_claims_once_and_answers_the_same_again() {
+        let clock = ManualClock::new(1_000);
+        let manager = manager(&clock);
+        for id in ["aaaa0000-1", "bbbb0000-2"] {
+            manager
+                .register_task(RegisterTaskInput::new(id, "s", "g"))
+                .expect("registered");
+            manager.complete_task(
+                id,
+                OutputObject::new(TerminateReason::Goal).with_final_message("done"),
+            );
+        }
+        let ledger = ClaimLedger::new(manager.clone());
+        // Delivered on a tool result before anyone followed it.
+        ledger
+            .claim_matching(asynctask_runtime::ClaimOwner::Request, |task| {
+                task.id() == "bbbb0000-2"
+            })
+            .expect("pending")
+            .acknowledge();
+        let handles = TaskHandles::default();
+        handles.follow("aaaa0000-1", clock.now_ms());
+        handles.follow("bbbb0000-2", clock.now_ms());
+        let claimed = std::cell::Cell::new(0);
+        let claim = |id: &str| {
+            let claim = ledger.claim_matching(asynctask_runtime::ClaimOwner::TaskPoll, |task| {
+                task.id() == id
+            });
+            claimed.set(claimed.get() + usize::from(claim.is_some()));
+            claim.map(asynctask_runtime::Claim::acknowledge).is_some()
+        };
+        let poll = Poll {
+            manager: &manager,
+            handles: &handles,
+            claim: &claim,
+        };
+        let first = poll.detailed("aaaa0000-1").expect("followed");
+        assert_eq!(first.status(), TaskStatus::Completed);
+        assert_eq!(poll.detailed("aaaa0000-1"), Some(first));
+        assert_eq!(claimed.get(), 1, "claimed once");
+        assert!(manager.pending_notifications().is_empty());
+        let elsewhere = serde_json::to_value(poll.detailed("bbbb0000-2").expect("followed"))
+            .expect("serializable");
+        insta::assert_json_snapshot!("delivered_elsewhere", elsewhere);
+        assert_eq!(poll.detailed("nobody"), None);
+    }
+
+    #[test]
+    fn status_messages_and_errors() {
+        let clock = ManualClock::new(1_000);
+        let manager = manager(&clock);
+        manager.set_max_queued_tasks(MaxQueuedTasks::new(5).expect("valid"));
+        let progress = asynctask_manager::TaskProgress::new();
+        manager
+            .register_task(
+                RegisterTaskInput::new("aaaa0000-1", "s", "g").with_progress(progress.clone()),
+            )
+            .expect("registered");
+        manager
+            .register_task(RegisterTaskInput::new("bbbb0000-2", "s", "g"))
+            .expect("queued");
+        clock.advance(150_000);
+        let task = |id: &str| manager.task(id).expect("held");
+        let silent = progress_text(&manager, &task("aaaa0000-1"), clock.now_ms());
+        progress.record_output(format!("compiling {}\n", "x".repeat(300)).as_bytes());
+        let speaking = progress_text(&manager, &task("aaaa0000-1"), clock.now_ms());
+        let queued = progress_text(&manager, &task("bbbb0000-2"), clock.now_ms());
+        insta::assert_snapshot!("status_running_silent", silent);
+        insta::assert_snapshot!("status_running", speaking);
+        insta::assert_snapshot!("status_queued", queued);
+        insta::assert_snapshot!("unknown_task", unknown_task("no-such-task").message);
+    }
+
+    fn progress_text(manager: &AsyncTaskManager, task: &TaskSnapshot, now: u64) -> String {
+        progress(manager, task, now)
+    }
+}

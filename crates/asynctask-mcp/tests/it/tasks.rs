@@ -1,0 +1,555 @@
+//! MCP Tasks over the wire: the 2026-07-28 handshake, `tools/call` answered
+//! with a task, `tasks/get`, `tasks/update` and `tasks/cancel`, their errors,
+//! and each result delivered exactly once across polls and System Notes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use asynctask_mcp::{McpServerOptions, TASK_POLL_INTERVAL, TASK_TTL, serve_io};
+use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
+use pretty_assertions::assert_eq;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
+
+/// Sleeps the seconds its goal names, prints `step N` lines as it goes, and
+/// finishes with `slept N`; `fail` fails at once, `print` finishes at once.
+struct Sleeper;
+
+#[async_trait::async_trait]
+impl SubagentRunner for Sleeper {
+    async fn run(
+        &self,
+        request: SubagentRequest,
+        cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        match request.goal_prompt.as_str() {
+            "fail" => return Err(SubagentError::new("the tests did not build")),
+            "print" => {
+                return Ok(OutputObject::new(TerminateReason::Goal)
+                    .with_final_message(format!("printed {}", request.task_id)));
+            }
+            _ => {}
+        }
+        let seconds: u64 = request.goal_prompt.parse().unwrap_or(1);
+        for step in 0..seconds {
+            request
+                .progress
+                .record_output(format!("step {step}\n").as_bytes());
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = cancel.cancelled() => return Err(SubagentError::new("cancelled")),
+            }
+        }
+        Ok(OutputObject::new(TerminateReason::Goal)
+            .with_final_message(format!("slept {seconds} in {}", request.task_id)))
+    }
+}
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// A request's `_meta` on the 2026-07-28 protocol, declaring the tasks
+/// extension or not.
+fn meta(tasks: bool) -> Value {
+    let capabilities = if tasks {
+        json!({"extensions": {TASKS: {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+/// A client of `asynctask mcp` (served as `serve_io` serves it) over an
+/// in-memory pipe, on the 2026-07-28 protocol.
+struct Client {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    next_id: u64,
+    served: tokio::task::JoinHandle<()>,
+}
+
+impl Client {
+    fn start(options: McpServerOptions) -> Client {
+        let (client_end, server_end) = tokio::io::duplex(1 << 20);
+        let (read, write) = tokio::io::split(server_end);
+        let served = tokio::spawn(async move {
+            serve_io(Arc::new(Sleeper), options, None, read, write)
+                .await
+                .expect("served");
+        });
+        let (read, write) = tokio::io::split(client_end);
+        Client {
+            lines: tokio::io::BufReader::new(read).lines(),
+            write,
+            next_id: 1,
+            served,
+        }
+    }
+
+    async fn request(&mut self, method: &str, mut params: Value, tasks: bool) -> Value {
+        params["_meta"] = meta(tasks);
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.write
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("written");
+        loop {
+            let line = self
+                .lines
+                .next_line()
+                .await
+                .expect("readable")
+                .expect("a response");
+            let message: Value = serde_json::from_str(&line).expect("JSON");
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    async fn call(&mut self, name: &str, arguments: Value, tasks: bool) -> Value {
+        self.request(
+            "tools/call",
+            json!({"name": name, "arguments": arguments}),
+            tasks,
+        )
+        .await
+    }
+
+    async fn get(&mut self, task_id: &str) -> Value {
+        self.request("tasks/get", json!({"taskId": task_id}), true)
+            .await
+    }
+
+    /// Closes the client's end (both halves: the server reads its end of
+    /// input only then) and waits for the server to end.
+    async fn end(self) {
+        drop((self.write, self.lines));
+        self.served.await.expect("the server ended");
+    }
+}
+
+fn launch(goal: &str) -> Value {
+    json!({"subagent_name": "sleeper", "goal_prompt": goal})
+}
+
+fn texts(response: &Value) -> Vec<String> {
+    response["result"]["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .map(|block| block["text"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The task a `tools/call` answered with, checked for its shape; its id.
+fn task_id(created: &Value) -> String {
+    let result = &created["result"];
+    assert_eq!(result["resultType"], "task", "{created}");
+    assert_eq!(result["status"], "working", "{created}");
+    assert_eq!(result["ttlMs"], json!(TASK_TTL.as_millis()));
+    assert_eq!(
+        result["pollIntervalMs"],
+        json!(TASK_POLL_INTERVAL.as_millis())
+    );
+    result["taskId"].as_str().expect("a task id").to_owned()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_handshake_advertises_the_extension_and_fits_the_client() {
+    let mut client = Client::start(McpServerOptions::default());
+    let declared = client.request("server/discover", json!({}), true).await;
+    assert_eq!(
+        declared["result"]["capabilities"]["extensions"][TASKS],
+        json!({}),
+        "{declared}"
+    );
+    let instructions = declared["result"]["instructions"].as_str().expect("text");
+    assert_eq!(instructions, asynctask_mcp::TASKS_INSTRUCTIONS);
+    assert!(!instructions.contains("System Note"));
+    let plain = client.request("server/discover", json!({}), false).await;
+    assert_eq!(
+        plain["result"]["instructions"],
+        json!(asynctask_mcp::INSTRUCTIONS)
+    );
+
+    let listed = client.request("tools/list", json!({}), true).await;
+    assert_eq!(listed["result"]["ttlMs"], json!(3_600_000), "{listed}");
+    assert_eq!(listed["result"]["cacheScope"], "private");
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "task",
+            "check_async_tasks",
+            "message_async_task",
+            "end_async_task"
+        ]
+    );
+    let task = &listed["result"]["tools"][0]["description"];
+    assert!(
+        task.as_str()
+            .expect("a description")
+            .starts_with(asynctask_mcp::TASKS_TASK_DESCRIPTION_LEAD),
+        "{task}"
+    );
+    let plain = client.request("tools/list", json!({}), false).await;
+    assert_eq!(plain["result"]["tools"].as_array().map(Vec::len), Some(5));
+    client.end().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn initialize_does_not_advertise_the_extension() {
+    let mut client = Client::start(McpServerOptions::default());
+    let id = 1;
+    let init = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"extensions": {TASKS: {}}},
+        "clientInfo": {"name": "legacy", "version": "0"},
+    }});
+    client
+        .write
+        .write_all(format!("{init}\n").as_bytes())
+        .await
+        .expect("written");
+    let line = client.lines.next_line().await.expect("read").expect("line");
+    let answer: Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(
+        answer["result"]["capabilities"].get("extensions"),
+        None,
+        "{answer}"
+    );
+    client.end().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_call_becomes_a_task_that_tasks_get_follows_to_its_result() {
+    let mut client = Client::start(McpServerOptions::default());
+    let created = client.call("task", launch("3"), true).await;
+    let id = task_id(&created);
+    assert_eq!(
+        created["result"]["createdAt"],
+        created["result"]["lastUpdatedAt"]
+    );
+    assert_eq!(
+        created["result"]["statusMessage"],
+        "running for 0s; no output yet"
+    );
+
+    let first = client.get(&id).await;
+    assert_eq!(first["result"]["resultType"], "complete", "{first}");
+    assert_eq!(first["result"]["status"], "working");
+    assert_eq!(first["result"]["taskId"], id.as_str());
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let working = client.get(&id).await;
+    // The manager's clock is the system's, not tokio's paused one: the time
+    // it ran is not the test's to fix.
+    let message = working["result"]["statusMessage"].as_str().expect("text");
+    assert!(
+        message.starts_with("running for ") && message.ends_with("s; last output: step 1"),
+        "{message}"
+    );
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let done = client.get(&id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(done["result"]["result"]["isError"], false);
+    let expected = format!(
+        "{{\n  \"agent_id\": \"{id}\",\n  \"terminate_reason\": \"GOAL\",\n  \"emitted_vars\": {{}},\n  \"final_message\": \"slept 3 in {id}\"\n}}"
+    );
+    assert_eq!(texts(&done["result"]), [expected]);
+    // Delivered: no System Note carries it, and a poll again answers the same.
+    let checked = client.call("check_async_tasks", json!({}), true).await;
+    assert_eq!(texts(&checked).len(), 1, "{checked}");
+    assert_eq!(client.get(&id).await["result"], done["result"]);
+    client.end().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_subagent_completes_the_task_with_an_error_result() {
+    let mut client = Client::start(McpServerOptions::default());
+    let id = task_id(&client.call("task", launch("fail"), true).await);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let done = client.get(&id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(done["result"]["result"]["isError"], true);
+    assert!(texts(&done["result"])[0].contains("\"error\": \"the tests did not build\""));
+    client.end().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn tasks_cancel_cancels_once_and_acknowledges_every_time() {
+    let mut client = Client::start(McpServerOptions::default());
+    let id = task_id(&client.call("task", launch("60"), true).await);
+    let ack = json!({"resultType": "complete"});
+    for _ in 0..2 {
+        let cancelled = client
+            .request("tasks/cancel", json!({"taskId": id}), true)
+            .await;
+        assert_eq!(cancelled["result"], ack, "{cancelled}");
+    }
+    let polled = client.get(&id).await;
+    assert_eq!(polled["result"]["status"], "cancelled", "{polled}");
+    assert_eq!(polled["result"].get("result"), None);
+    // The cancellation went with the cancel's answer: no System Note repeats it.
+    let checked = client.call("check_async_tasks", json!({}), true).await;
+    assert_eq!(texts(&checked).len(), 1, "{checked}");
+    let cancelled = client
+        .request("tasks/cancel", json!({"taskId": id}), true)
+        .await;
+    assert_eq!(cancelled["result"], ack, "after the end too");
+    client.end().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_ids_and_undeclared_clients_get_the_extensions_errors() {
+    let mut client = Client::start(McpServerOptions::default());
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": "nope"})),
+        ("tasks/cancel", json!({"taskId": "nope"})),
+        (
+            "tasks/update",
+            json!({"taskId": "nope", "inputResponses": {}}),
+        ),
+    ] {
+        let refused = client.request(method, params.clone(), true).await;
+        assert_eq!(refused["error"]["code"], -32602, "{method}: {refused}");
+        let message = refused["error"]["message"].as_str().expect("a message");
+        assert!(
+            message.starts_with("Failed to retrieve task: Task not found: no task with id 'nope'"),
+            "{message}"
+        );
+        let undeclared = client.request(method, params, false).await;
+        assert_eq!(
+            undeclared["error"]["code"], -32021,
+            "{method}: {undeclared}"
+        );
+        assert_eq!(
+            undeclared["error"]["data"]["requiredCapabilities"]["extensions"][TASKS],
+            json!({})
+        );
+    }
+    let id = task_id(&client.call("task", launch("60"), true).await);
+    let update = client
+        .request(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {"x": {"action": "accept"}}}),
+            true,
+        )
+        .await;
+    assert_eq!(
+        update["result"],
+        json!({"resultType": "complete"}),
+        "{update}"
+    );
+    // Not declared: a plain answer, never a task; the result rides on a tool
+    // result as a System Note.
+    let plain = client
+        .call(
+            "task",
+            json!({"subagent_name": "sleeper", "goal_prompt": "print", "async": true}),
+            false,
+        )
+        .await;
+    assert_eq!(plain["result"].get("resultType"), Some(&json!("complete")));
+    assert!(
+        texts(&plain)[0].starts_with("Async task launched"),
+        "{plain}"
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    assert!(texts(&checked)[1].contains("System Note"), "{checked}");
+    // A refused launch is answered as a plain call, even to a declaring client.
+    let refused = client
+        .call(
+            "task",
+            json!({"subagent_name": "", "goal_prompt": "x"}),
+            true,
+        )
+        .await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    client.end().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_task_says_its_place() {
+    let options =
+        McpServerOptions::default().with_max_async_tasks(MaxAsyncTasks::new(1).expect("valid"));
+    let mut client = Client::start(options);
+    let _running = task_id(&client.call("task", launch("60"), true).await);
+    let queued = client.call("task", launch("1"), true).await;
+    let id = task_id(&queued);
+    assert_eq!(
+        queued["result"]["statusMessage"],
+        "queued, position 1: it starts when a running task ends (waiting 0s)"
+    );
+    let polled = client.get(&id).await;
+    assert_eq!(polled["result"]["status"], "working");
+    client.end().await;
+}
+
+/// One step of a session: launch as a task or as a plain background task,
+/// poll a task, call another tool, or let time pass (tasks finish).
+#[derive(Debug, Clone)]
+enum Step {
+    LaunchTask(u8),
+    LaunchPlain(u8),
+    Poll(usize),
+    Check,
+    Wait,
+    Pass(u16),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0u8..3).prop_map(Step::LaunchTask),
+        (0u8..3).prop_map(Step::LaunchPlain),
+        (0usize..8).prop_map(Step::Poll),
+        Just(Step::Check),
+        Just(Step::Wait),
+        (0u16..2_500).prop_map(Step::Pass),
+    ]
+}
+
+/// How many times each `final_message` appears, as a first delivery: in
+/// tool results (System Notes and waits) and in `tasks/get` results (a poll
+/// answering again for the same task is one delivery).
+#[derive(Debug, Default)]
+struct Seen {
+    in_notes: std::collections::BTreeMap<String, usize>,
+    by_poll: std::collections::BTreeSet<String>,
+}
+
+fn messages(text: &str) -> Vec<String> {
+    text.match_indices("\"final_message\": \"")
+        .map(|(at, key)| {
+            let rest = &text[at + key.len()..];
+            rest[..rest.find('"').unwrap_or(rest.len())].to_owned()
+        })
+        .collect()
+}
+
+async fn session(steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let options = McpServerOptions::default()
+        .with_max_async_tasks(MaxAsyncTasks::UNLIMITED)
+        .with_max_launches_per_session(None);
+    let mut client = Client::start(options);
+    // A session starts with a request past the discovery.
+    client.request("tools/list", json!({}), true).await;
+    let mut tasks: Vec<String> = Vec::new();
+    let mut launched = 0usize;
+    let mut seen = Seen::default();
+    let note = |seen: &mut Seen, response: &Value| {
+        for text in texts(response) {
+            for message in messages(&text) {
+                *seen.in_notes.entry(message).or_default() += 1;
+            }
+        }
+    };
+    let poll = |seen: &mut Seen, response: &Value| {
+        for text in texts(&response["result"]) {
+            for message in messages(&text) {
+                seen.by_poll.insert(message);
+            }
+        }
+    };
+    for step in steps {
+        match step {
+            Step::LaunchTask(seconds) | Step::LaunchPlain(seconds) => {
+                let as_task = matches!(step, Step::LaunchTask(_));
+                let goal = if seconds == 0 {
+                    "print".to_owned()
+                } else {
+                    seconds.to_string()
+                };
+                let mut arguments = launch(&goal);
+                arguments["async"] = json!(true);
+                let response = client.call("task", arguments, as_task).await;
+                launched += 1;
+                if as_task {
+                    tasks.push(task_id(&response));
+                } else {
+                    note(&mut seen, &response);
+                }
+            }
+            Step::Poll(which) => {
+                if let Some(id) = tasks.get(which % tasks.len().max(1)).cloned() {
+                    let response = client.get(&id).await;
+                    poll(&mut seen, &response);
+                }
+            }
+            Step::Check => {
+                let response = client.call("check_async_tasks", json!({}), false).await;
+                note(&mut seen, &response);
+            }
+            Step::Wait => {
+                let arguments = json!({"timeout_seconds": 1});
+                let response = client.call("wait_async_tasks", arguments, false).await;
+                note(&mut seen, &response);
+            }
+            Step::Pass(millis) => tokio::time::sleep(Duration::from_millis(millis.into())).await,
+        }
+    }
+    // Everything ends, every task is polled and the rest is collected.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for id in tasks.clone() {
+        let response = client.get(&id).await;
+        prop_assert_eq!(&response["result"]["status"], "completed", "{}", response);
+        poll(&mut seen, &response);
+    }
+    for _ in 0..launched {
+        let response = client.call("check_async_tasks", json!({}), false).await;
+        note(&mut seen, &response);
+    }
+    let mut delivered: std::collections::BTreeMap<String, usize> = seen.in_notes.clone();
+    for message in &seen.by_poll {
+        *delivered.entry(message.clone()).or_default() += 1;
+    }
+    prop_assert_eq!(delivered.len(), launched, "{:?}", seen);
+    for (message, times) in &delivered {
+        prop_assert_eq!(
+            *times,
+            1,
+            "{} delivered {} times: {:?}",
+            message,
+            times,
+            seen
+        );
+    }
+    client.end().await;
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Polls, other tool calls and completions in any order: every result
+    /// reaches the model exactly once, by a poll or in a System Note.
+    #[test]
+    fn every_result_is_delivered_once_across_polls_and_notes(
+        steps in proptest::collection::vec(step(), 1..24)
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        runtime.block_on(session(steps))?;
+    }
+}
