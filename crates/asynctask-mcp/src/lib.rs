@@ -19,7 +19,10 @@
 //! the pending `System Note` reminder is its last text block. Each result is
 //! claimed by one call and marked delivered only once the response carrying it
 //! was written (behind a relay: once the relay confirms it); a call cancelled
-//! before that releases it for the next call.
+//! before that releases it for the next call. A client that declares the MCP
+//! Tasks extension on a `task` call gets a task instead, and its `tasks/get`
+//! polls take that task's result through the same claims ([`TASK_TTL`],
+//! [`TASK_POLL_INTERVAL`]).
 //!
 //! What it does not do: run subagents (a
 //! [`SubagentRunner`](asynctask_tools::SubagentRunner) does), serve
