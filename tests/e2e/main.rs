@@ -107,6 +107,7 @@ async fn a_whole_session() {
             "task",
             "check_async_tasks",
             "message_async_task",
+            "answer_async_task",
             "todo_pause"
         ]
     );

@@ -33,6 +33,7 @@ MODE = "legacy"
 
 # The subagents of tests/python/subagents.toml, sorted by name.
 SUBAGENTS = [
+    "asker",
     "badvars",
     "big",
     "chatty",

@@ -32,8 +32,8 @@ use std::time::Duration;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
 use asynctask_tools::{
-    CheckAsyncTasksTool, MessageAsyncTaskTool, Provider, SubagentError, SubagentRequest,
-    SubagentRunner, TaskTool, TodoPauseTool, Tool, ToolResult,
+    AnswerAsyncTaskTool, CheckAsyncTasksTool, MessageAsyncTaskTool, Provider, SubagentError,
+    SubagentRequest, SubagentRunner, TaskTool, TodoPauseTool, Tool, ToolResult,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -269,7 +269,8 @@ pub fn all_tools() -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(TaskTool::new(manager.clone(), Arc::new(SpecOnly))),
         Arc::new(CheckAsyncTasksTool::new(manager.clone())),
-        Arc::new(MessageAsyncTaskTool::new(manager)),
+        Arc::new(MessageAsyncTaskTool::new(manager.clone())),
+        Arc::new(AnswerAsyncTaskTool::new(manager)),
         Arc::new(TodoPauseTool::new()),
     ]
 }
@@ -311,10 +312,10 @@ pub fn mcp_tools() -> Vec<Arc<dyn Tool>> {
 /// use asynctask_tools::Provider;
 ///
 /// let all = asynctask_cli::schemas(Provider::Anthropic, None).unwrap();
-/// assert_eq!(all.as_array().unwrap().len(), 4);
+/// assert_eq!(all.as_array().unwrap().len(), 5);
 /// let served = asynctask_cli::schemas(Provider::Mcp, None).unwrap();
 /// let names: Vec<_> = served.as_array().unwrap().iter().map(|tool| tool["name"].as_str().unwrap()).collect();
-/// assert_eq!(names, ["task", "check_async_tasks", "message_async_task", "wait_async_tasks", "end_async_task"]);
+/// assert_eq!(names, ["task", "check_async_tasks", "message_async_task", "answer_async_task", "wait_async_tasks", "end_async_task"]);
 /// let one = asynctask_cli::schemas(Provider::Mcp, Some("check_async_tasks")).unwrap();
 /// assert_eq!(one["annotations"]["readOnlyHint"], true);
 /// assert!(asynctask_cli::schemas(Provider::Mcp, Some("nope")).is_err());

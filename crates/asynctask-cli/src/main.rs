@@ -63,8 +63,8 @@ struct WhereArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// The project: subagents work there (a relative `cwd` is relative to
-    /// it) and durable state lives in its .asynctask/. Default: the working
-    /// directory.
+    /// it) and durable state lives in its .asynctask/. Default: the client's
+    /// first MCP root when it offers roots, else the working directory.
     #[arg(long, value_name = "DIR")]
     project: Option<PathBuf>,
 }
@@ -114,7 +114,7 @@ enum Command {
         goal: String,
     },
     /// Serve the tools to an MCP client over stdio (task, check_async_tasks,
-    /// message_async_task, wait_async_tasks, end_async_task).
+    /// message_async_task, answer_async_task, wait_async_tasks, end_async_task).
     #[command(long_about = MCP_ABOUT)]
     Mcp {
         #[command(flatten)]
@@ -160,8 +160,8 @@ const MCP_ABOUT: &str = "\
 Serve the tools to an MCP client over stdio: task, check_async_tasks, message_async_task, \
 wait_async_tasks and end_async_task.
 
-The project is --project, else the client's first MCP root (when the client offers roots: \
-Claude Code does), else the working directory the client started the server in. Subagents \
+The project is --project, else the client's first MCP root (when a client that opens with \
+`initialize` declares roots), else the working directory the client started the server in. Subagents \
 run there: a relative `cwd` in the config is relative to it, and by default they may work \
 anywhere under it (`roots`).
 
@@ -242,8 +242,9 @@ impl StateArgs {
 struct ServeArgs {
     #[command(flatten)]
     place: WhereArgs,
-    /// Where the supervisor (or, without --durable, the server) keeps its
-    /// state (default: `.asynctask/` in the project).
+    /// Where state lives: with --durable, the supervisor's (default:
+    /// `.asynctask/` in the project); without it, whole outputs go to
+    /// DIR/outputs (default: a temporary directory removed at exit).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// Turn a synchronous task call still running after this many seconds
@@ -261,7 +262,7 @@ struct ServeArgs {
     max_async_tasks: Option<MaxAsyncTasks>,
     /// How many background launches past the running limit wait in a queue,
     /// 0..=1000 (default 20; 0 refuses them).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = max_queued_tasks)]
     max_queued_tasks: Option<MaxQueuedTasks>,
     /// How many subagents one session may launch in all: -1 (no cap) or
     /// 1..=1000000 (default 200).
@@ -330,6 +331,14 @@ fn max_async_tasks(value: &str) -> Result<MaxAsyncTasks, String> {
         .ok()
         .and_then(|n| MaxAsyncTasks::new(n).ok())
         .ok_or_else(|| "must be -1 (unlimited) or an integer from 1 to 100".to_owned())
+}
+
+fn max_queued_tasks(value: &str) -> Result<MaxQueuedTasks, String> {
+    value
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| MaxQueuedTasks::new(n).ok())
+        .ok_or_else(|| "must be an integer from 0 to 1000".to_owned())
 }
 
 /// Why an `--idle-exit` value is refused.
@@ -743,7 +752,7 @@ mod tests {
     fn the_tool_help_names_every_tool() {
         assert_eq!(
             tool_help(),
-            "Print only this tool (task, check_async_tasks, message_async_task, todo_pause)"
+            "Print only this tool (task, check_async_tasks, message_async_task, answer_async_task, todo_pause)"
         );
     }
 }

@@ -4,6 +4,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::journal::JournalError;
 use crate::live::{InboxSender, TaskProgress};
+use crate::questions::QuestionDesk;
 
 /// What a host supplies to register a task.
 ///
@@ -46,6 +47,9 @@ pub struct RegisterTaskInput {
     /// a restart. Opaque to the registry (the `task` tool keeps its
     /// parameters, as JSON); see [`with_launch`](Self::with_launch).
     pub launch: Option<String>,
+    /// The manager's end of the questions its runner may ask (see
+    /// [`Questions`](crate::Questions)), when it may ask any.
+    pub questions: Option<QuestionDesk>,
 }
 
 impl RegisterTaskInput {
@@ -65,6 +69,7 @@ impl RegisterTaskInput {
             inbox: None,
             origin: None,
             launch: None,
+            questions: None,
         }
     }
 
@@ -86,6 +91,14 @@ impl RegisterTaskInput {
     #[must_use]
     pub fn with_inbox(mut self, inbox: InboxSender) -> Self {
         self.inbox = Some(inbox);
+        self
+    }
+
+    /// Lets the task's runner ask questions (the desk; the runner holds the
+    /// [`Questions`](crate::Questions) end).
+    #[must_use]
+    pub fn with_questions(mut self, desk: QuestionDesk) -> Self {
+        self.questions = Some(desk);
         self
     }
 

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use asynctask_model::AsyncTaskStatus;
 
+use crate::questions::PendingQuestion;
 use crate::snapshot::{TaskHead, TaskSnapshot};
 
-/// A task started from the queue, or reached a terminal state. Carries the
-/// task as it was right after the transition. More kinds may come: match with
+/// A task started from the queue, its subagent asked a question, or it reached
+/// a terminal state. Carries the task as it was right after the transition. More kinds may come: match with
 /// a wildcard arm.
 ///
 /// # Examples
@@ -37,6 +38,15 @@ pub enum TaskEvent {
     Failed(TaskSnapshot),
     /// The task was cancelled.
     Cancelled(TaskSnapshot),
+    /// The running task's subagent asked a question and waits for the answer
+    /// ([`AsyncTaskManager::answer_question`](crate::AsyncTaskManager::answer_question)).
+    /// The task stays running.
+    Asked {
+        /// The task, running.
+        task: TaskSnapshot,
+        /// What it asks.
+        question: PendingQuestion,
+    },
 }
 
 impl TaskEvent {
@@ -59,7 +69,8 @@ impl TaskEvent {
             TaskEvent::Started(task)
             | TaskEvent::Completed(task)
             | TaskEvent::Failed(task)
-            | TaskEvent::Cancelled(task) => task,
+            | TaskEvent::Cancelled(task)
+            | TaskEvent::Asked { task, .. } => task,
         }
     }
 

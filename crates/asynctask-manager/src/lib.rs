@@ -48,6 +48,7 @@ mod index;
 mod journal;
 mod live;
 mod manager;
+mod questions;
 mod record;
 mod registry;
 mod snapshot;
@@ -65,6 +66,9 @@ pub use crate::manager::AsyncTaskManager;
 pub use crate::manager::journaled::WeakAsyncTaskManager;
 pub use crate::manager::reservation::Reservation;
 pub use crate::manager::subscriptions::Subscription;
+pub use crate::questions::{
+    Answer, AnswerError, Asking, PendingQuestion, Question, QuestionDesk, Questions,
+};
 pub use crate::snapshot::{TaskSnapshot, TaskView};
 pub use asynctask_model::{AsyncTaskInfo, MaxAsyncTasks};
 pub use tokio_util::sync::CancellationToken;

@@ -4,6 +4,7 @@
 //! (`subscriptions`) are in child modules, which use this one and are used by
 //! none of it.
 
+pub(crate) mod asking;
 pub(crate) mod journaled;
 pub(crate) mod reservation;
 pub(crate) mod subscriptions;
@@ -404,6 +405,7 @@ impl AsyncTaskManager {
         }
         match &registered {
             Ok(task) => {
+                self.hook_questions(task.id());
                 tracing::debug!(task_id = %task.id(), subagent = %task.subagent_name(), reserved, "async task registered");
             }
             Err(RegisterError::Journal(error)) => {

@@ -22,6 +22,7 @@ use crate::backlog::Backlog;
 use crate::index::IdIndex;
 use crate::journal::{Journal, JournalEntry, JournalError};
 use crate::live::{InboxSender, TaskProgress};
+use crate::questions::{PendingQuestion, QuestionDesk};
 use crate::record::{End, Record, Seq, Slots, TaskList};
 use crate::snapshot::{SlotId, TaskHead, TaskSnapshot};
 use crate::{LimitReached, PrefixMatch, QueueFull, RegisterError, RegisterTaskInput, TaskCounts};
@@ -32,6 +33,16 @@ use crate::{LimitReached, PrefixMatch, QueueFull, RegisterError, RegisterTaskInp
 struct Live {
     progress: Option<TaskProgress>,
     inbox: Option<InboxSender>,
+    questions: Option<QuestionDesk>,
+}
+
+impl Live {
+    /// The run ended: its questions are withdrawn.
+    fn end(self) {
+        if let Some(desk) = &self.questions {
+            desk.close();
+        }
+    }
 }
 
 /// What a successful terminal transition hands back to the manager.
@@ -341,12 +352,13 @@ impl Registry {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        if input.progress.is_some() || input.inbox.is_some() {
+        if input.progress.is_some() || input.inbox.is_some() || input.questions.is_some() {
             self.live.insert(
                 seq,
                 Live {
                     progress: input.progress,
                     inbox: input.inbox,
+                    questions: input.questions,
                 },
             );
         }
@@ -417,8 +429,10 @@ impl Registry {
         self.finished_by_status[status_slot(record.status())] += 1;
         // The inbox's sender and the progress handle go with the run: a message
         // sent from now on finds the task terminal.
-        if !self.live.is_empty() {
-            self.live.remove(&seq);
+        if !self.live.is_empty()
+            && let Some(live) = self.live.remove(&seq)
+        {
+            live.end();
         }
         self.pending.insert(seq, slot);
         self.release_admission();
@@ -619,12 +633,94 @@ impl Registry {
             return false;
         }
         let seq = record.seq;
-        if progress.is_none() && inbox.is_none() {
-            self.live.remove(&seq);
-        } else {
-            self.live.insert(seq, Live { progress, inbox });
+        let questions = self.live.remove(&seq).and_then(|live| live.questions);
+        if progress.is_some() || inbox.is_some() || questions.is_some() {
+            self.live.insert(
+                seq,
+                Live {
+                    progress,
+                    inbox,
+                    questions,
+                },
+            );
         }
         true
+    }
+
+    /// Gives task `id`, queued or running, the desk its run's questions reach
+    /// (replacing one it had; that one's questions are withdrawn). `false`
+    /// when the task is unknown or has ended.
+    pub(crate) fn attach_questions(&mut self, id: &str, desk: QuestionDesk) -> bool {
+        let Some(record) = self.slot_of(id).and_then(|slot| self.slots.get(slot)) else {
+            return false;
+        };
+        if !(record.is_running() || record.is_queued()) {
+            return false;
+        }
+        let live = self.live.entry(record.seq).or_insert(Live {
+            progress: None,
+            inbox: None,
+            questions: None,
+        });
+        if let Some(old) = live.questions.replace(desk) {
+            old.close();
+        }
+        true
+    }
+
+    /// The desk of running task `id`'s questions, if it has one.
+    pub(crate) fn question_desk(&self, id: &str) -> Option<&QuestionDesk> {
+        let seq = self.slots.get(self.slot_of(id)?)?.seq;
+        self.live.get(&seq)?.questions.as_ref()
+    }
+
+    /// Every waiting question, running tasks in start order, each task's
+    /// oldest first.
+    pub(crate) fn pending_questions(&self) -> Vec<PendingQuestion> {
+        let mut all = Vec::new();
+        self.each_desk(|id, desk| all.extend(desk.pending(id)));
+        all
+    }
+
+    /// Whether a waiting question was neither shown nor claimed.
+    pub(crate) fn has_unshown_questions(&self) -> bool {
+        let mut any = false;
+        self.each_desk(|_, desk| any |= desk.has_unshown());
+        any
+    }
+
+    /// Calls `visit` with the id and desk of each running task that has one.
+    fn each_desk(&self, mut visit: impl FnMut(&str, &QuestionDesk)) {
+        if self.live.is_empty() {
+            return;
+        }
+        for slot in self.running.iter(&self.slots) {
+            let Some(record) = self.slots.get(slot) else {
+                continue;
+            };
+            if let Some(desk) = self
+                .live
+                .get(&record.seq)
+                .and_then(|l| l.questions.as_ref())
+            {
+                visit(record.head.id(), desk);
+            }
+        }
+    }
+
+    /// Takes the waiting questions no claim showed nor holds (marking them
+    /// claimed), of the tasks `take` accepts.
+    pub(crate) fn claim_questions(
+        &self,
+        mut take: impl FnMut(&str) -> bool,
+    ) -> Vec<PendingQuestion> {
+        let mut all = Vec::new();
+        self.each_desk(|id, desk| {
+            if desk.has_unshown() && take(id) {
+                all.extend(desk.claim_unshown(id));
+            }
+        });
+        all
     }
 
     /// Removes the oldest-finished notified tasks until at most the history limit

@@ -173,13 +173,20 @@ impl ReminderGate {
         true
     }
 
-    /// Whether a result this gate's session may take is pending and unclaimed.
+    /// Whether a result this gate's session may take is pending and unclaimed,
+    /// or a question of its tasks waits to be shown.
     pub(crate) fn anything_to_claim(&self) -> bool {
         let manager = self.ledger.manager();
         manager
             .pending_notifications()
             .iter()
             .any(|task| !self.ledger.is_claimed(task.id()) && self.may_claim(task))
+            || (manager.has_unshown_questions()
+                && manager.pending_questions().iter().any(|question| {
+                    manager
+                        .task(&question.task_id)
+                        .is_some_and(|task| self.may_claim(&task))
+                }))
     }
 
     /// Resolves the next time a claim ends or a task finishes (see

@@ -88,7 +88,13 @@ impl WaitAsyncTasksTool {
         let mut elsewhere = None;
         for id in named {
             match self.manager.task(id) {
-                Some(task) if !task.status().is_terminal() => running += 1,
+                Some(task) if !task.status().is_terminal() => {
+                    // A question it asks is news too.
+                    if self.manager.waits_for_answer(id) && self.gate.anything_to_claim() {
+                        return Watch::Pending;
+                    }
+                    running += 1;
+                }
                 Some(task) if task.notified_at().is_some() => {
                     delivered = delivered.or_else(|| Some(id.clone()));
                 }
@@ -119,8 +125,9 @@ impl TypedTool for WaitAsyncTasksTool {
             Self::NAME,
             "Wait Async Tasks",
             "Wait for background async tasks instead of polling. Blocks until one of the tasks \
-             named by task_id_prefixes (or any task, when none are named) has finished, or until \
-             timeout_seconds pass, and returns the results of the finished tasks. Cancelling the \
+             named by task_id_prefixes (or any task, when none are named) has finished or asks a \
+             question, or until timeout_seconds pass, and returns the results of the finished \
+             tasks (and the questions). Cancelling the \
              wait never cancels a task.",
             WaitAsyncTasksParams::schema(),
         )
@@ -148,9 +155,14 @@ impl TypedTool for WaitAsyncTasksTool {
                 Watch::Pending => match self.gate.answer_current(&cancel) {
                     Some((text, task_ids)) => {
                         let count = task_ids.len();
+                        let display = if count == 0 {
+                            "An async task asks a question".to_owned()
+                        } else {
+                            format!("{count} async task(s) finished")
+                        };
                         return ToolResult::success(
                             text,
-                            format!("{count} async task(s) finished"),
+                            display,
                             json!({ "taskIds": task_ids, REMINDER_KEY: true }),
                         );
                     }

@@ -38,6 +38,8 @@
 //! [`SubagentRunner`]: asynctask_tools::SubagentRunner
 
 #[cfg(unix)]
+mod asks;
+#[cfg(unix)]
 mod capture;
 mod config;
 #[cfg(unix)]

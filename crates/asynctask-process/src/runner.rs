@@ -17,6 +17,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+use crate::asks;
 use crate::capture::ByteTail;
 use crate::config::{ProcessRunnerConfig, StdinMode, SubagentCommand};
 use crate::env::set_env;
@@ -611,15 +612,33 @@ impl ProcessRunner {
         let output = self.output_file(name, &request.task_id)?;
         request.progress.set_output_file(&output.path);
         let program = spec.command.program();
-        let mut child = self
-            .command(spec, &request, &output.vars)
-            .spawn()
-            .map_err(|err| {
-                SubagentError::new(format!(
-                    "subagent '{name}': cannot start '{program}': {err}"
-                ))
-                .with_source(err)
-            })?;
+        // A `jsonl` subagent may ask questions: through a FIFO beside its
+        // output, answered on its stdin.
+        let asks = (spec.stdin == StdinMode::Jsonl && request.questions.can_ask())
+            .then(|| output.path.with_extension("questions"))
+            .and_then(|fifo| match asks::make_fifo(&fifo) {
+                Ok(()) => Some(fifo),
+                Err(err) => {
+                    tracing::warn!(subagent = name, fifo = %fifo.display(), %err, "cannot make the questions FIFO; the subagent cannot ask");
+                    None
+                }
+            });
+        let mut command = self.command(spec, &request, &output.vars);
+        if let Some(fifo) = &asks {
+            command.env(asks::QUESTIONS_ENV, fifo);
+        }
+        let spawned = command.spawn();
+        if spawned.is_err()
+            && let Some(fifo) = &asks
+        {
+            remove_if_there(fifo);
+        }
+        let mut child = spawned.map_err(|err| {
+            SubagentError::new(format!(
+                "subagent '{name}': cannot start '{program}': {err}"
+            ))
+            .with_source(err)
+        })?;
         let mut group =
             ProcessGroup::register(&child, self.reaper.is_some(), Arc::clone(&self.shared.live))
                 .ok_or_else(|| {
@@ -630,11 +649,21 @@ impl ProcessRunner {
         // Each stream has a task of its own, so a chatty child never blocks on a
         // full pipe while we wait for something else. Their captures are shared
         // so that what was read survives a reader that has to be aborted.
+        let (answers, answered) = tokio::sync::mpsc::unbounded_channel();
+        let _asks = asks.as_ref().map(|fifo| {
+            Reader::spawn(asks::read_questions(
+                fifo.clone(),
+                request.questions.clone(),
+                answers,
+            ))
+        });
+        let _fifo = asks.map(RemoveOnDrop);
         let feeder = StdinFeeder::start(
             spec.stdin,
             child.stdin.take(),
             request.goal_prompt.clone(),
             request.inbox.clone(),
+            answered,
         );
         let stdout = Arc::new(Mutex::new(StdoutSink::new(output.file, self.inline_budget)));
         let mut stdout_reader = Reader::spawn(drain(
@@ -830,4 +859,13 @@ struct OutputFile {
     path: PathBuf,
     file: std::fs::File,
     vars: PathBuf,
+}
+
+/// Removes a file (the questions FIFO) when the run ends, however it ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        remove_if_there(&self.0);
+    }
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use asynctask_manager::Inbox;
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
+use tokio::sync::mpsc;
 
 use crate::config::StdinMode;
 use crate::streams::{Reader, take};
@@ -24,17 +25,24 @@ pub(crate) struct StdinFeeder {
 impl StdinFeeder {
     /// Starts feeding `stdin`. A subagent that takes no messages has its
     /// inbox closed at once, so senders are told.
+    /// With `jsonl`, the answers to the subagent's questions (whole lines)
+    /// are written between messages as they come.
     pub(crate) fn start(
         mode: StdinMode,
         stdin: Option<ChildStdin>,
         goal: String,
         inbox: Inbox,
+        answers: mpsc::UnboundedReceiver<String>,
     ) -> Self {
         let unwritten = Arc::new(Mutex::new(Vec::new()));
         let writer = match mode {
-            StdinMode::Jsonl => {
-                Reader::spawn(forward(stdin, goal, inbox.clone(), Arc::clone(&unwritten)))
-            }
+            StdinMode::Jsonl => Reader::spawn(forward(
+                stdin,
+                goal,
+                inbox.clone(),
+                answers,
+                Arc::clone(&unwritten),
+            )),
             // `StdinMode` may grow; every other mode takes no messages.
             _ => {
                 inbox.close();
@@ -89,6 +97,7 @@ async fn forward(
     stdin: Option<ChildStdin>,
     goal: String,
     inbox: Inbox,
+    mut answers: mpsc::UnboundedReceiver<String>,
     unwritten: Arc<Mutex<Vec<String>>>,
 ) {
     let Some(mut stdin) = stdin else {
@@ -109,27 +118,36 @@ async fn forward(
             // Written: it is the only one pending.
             pending(&|messages| messages.clear());
         }
-        match inbox.recv().await {
-            Some(message) => {
-                pending(&|messages| messages.push(message.clone()));
-                line = StdinLine::Message(message);
-            }
-            None => return,
-        }
+        line = tokio::select! {
+            message = inbox.recv() => match message {
+                Some(message) => {
+                    pending(&|messages| messages.push(message.clone()));
+                    StdinLine::Message(message)
+                }
+                None => return,
+            },
+            Some(answer) = answers.recv() => StdinLine::Answer(answer),
+        };
     }
 }
 
-/// One line of the `jsonl` stdin: `{"type":"goal"|"message","text":…}`.
+/// One line of the `jsonl` stdin: `{"type":"goal"|"message","text":…}`, or
+/// an answer line made whole already.
 #[derive(serde::Serialize)]
 #[serde(tag = "type", content = "text", rename_all = "lowercase")]
 enum StdinLine {
     Goal(String),
     Message(String),
+    #[serde(skip)]
+    Answer(String),
 }
 
 impl StdinLine {
     /// The line, with its `\n`.
     fn to_json(&self) -> String {
+        if let StdinLine::Answer(line) = self {
+            return line.clone();
+        }
         // A string-only enum always serializes.
         let mut line = serde_json::to_string(self).unwrap_or_default();
         line.push('\n');

@@ -11,6 +11,8 @@ use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
 use crate::reminder::{Reminder, Unended, render_within};
+use asynctask_manager::PendingQuestion;
+use asynctask_tools::question_notice;
 
 /// Who carries a claimed result to the model; said in logs and by
 /// [`Claim::owner`].
@@ -254,6 +256,9 @@ impl ClaimLedger {
     /// The one way a claim is made: one look at the registry, `pick` (the
     /// caller's, without a lock), then under the lock the unclaimed ones that
     /// `accept` (ours) takes, as many as fit in `max_chars`, rendered once.
+    /// With `asked`, the waiting questions no delivery showed nor holds, of
+    /// the running tasks `pick` accepts, ride along (a claim may carry only
+    /// those).
     fn claim_where(
         &self,
         owner: ClaimOwner,
@@ -261,6 +266,9 @@ impl ClaimLedger {
         pick: impl Fn(&TaskSnapshot) -> bool,
         accept: impl Fn(&[TaskSnapshot]) -> bool,
     ) -> Option<Claim> {
+        // Questions ride on reminders the model reads, never on a task poll's
+        // result or a wake-up.
+        let asked = matches!(owner, ClaimOwner::Request | ClaimOwner::NextTurn);
         loop {
             let looked_at = self.lock().delivered;
             // One read of the registry: a task that finishes meanwhile is
@@ -269,31 +277,100 @@ impl ClaimLedger {
             let (pending, counts) = self.manager().pending_and_counts();
             let mut picked: Vec<TaskSnapshot> =
                 pending.into_iter().filter(|task| pick(task)).collect();
-            if picked.is_empty() {
+            let asking = if asked {
+                self.asking(&pick)
+            } else {
+                Vec::new()
+            };
+            if picked.is_empty() && asking.is_empty() {
                 return None;
             }
+            // Questions are held by their desks, not by the ledger's lock:
+            // taken first, so the ledger's lock never waits for the manager's.
+            let questions = if asking.is_empty() {
+                Vec::new()
+            } else {
+                self.manager()
+                    .claim_questions(|id| asking.iter().any(|task| task.id() == id))
+            };
             let mut state = self.lock();
             if state.delivered != looked_at {
                 // Some results were marked notified since the look: one this
                 // look saw pending may be delivered now. Look again (each turn
                 // of this loop follows another delivery's progress).
+                drop(state);
+                self.end_questions(&questions, false);
                 continue;
             }
             picked.retain(|task| !state.is_claimed(task.id()));
-            if picked.is_empty() || !accept(&picked) {
-                return None;
+            if !picked.is_empty() && !accept(&picked) {
+                picked.clear();
             }
-            let reminder = render_within(&picked, Unended::from(&counts), max_chars)?;
+            let notices: Vec<String> = questions
+                .iter()
+                .map(|question| {
+                    let name = asking
+                        .iter()
+                        .find(|task| task.id() == question.task_id)
+                        .map_or("", |task| task.subagent_name());
+                    question_notice(name, question)
+                })
+                .collect();
+            let reminder = if picked.is_empty() && questions.is_empty() {
+                None
+            } else {
+                render_within(
+                    &picked,
+                    Unended::from(&counts),
+                    max_chars,
+                    &notices.join("\n\n"),
+                )
+            };
+            let Some(reminder) = reminder else {
+                drop(state);
+                self.end_questions(&questions, false);
+                return None;
+            };
             for id in &reminder.task_ids {
                 state.claim(id);
             }
             drop(state);
-            tracing::debug!(%owner, task_ids = ?reminder.task_ids, "results claimed");
+            tracing::debug!(%owner, task_ids = ?reminder.task_ids, questions = questions.len(), "results claimed");
             return Some(Claim {
                 ledger: self.clone(),
                 owner,
                 reminder,
+                questions,
             });
+        }
+    }
+
+    /// The running tasks `pick` accepts whose subagents wait on a question
+    /// no delivery showed nor holds.
+    fn asking(&self, pick: &impl Fn(&TaskSnapshot) -> bool) -> Vec<TaskSnapshot> {
+        let manager = self.manager();
+        if !manager.has_unshown_questions() {
+            return Vec::new();
+        }
+        let mut ids: Vec<String> = manager
+            .pending_questions()
+            .into_iter()
+            .map(|question| question.task_id)
+            .collect();
+        ids.dedup();
+        ids.iter()
+            .filter_map(|id| manager.task(id))
+            .filter(|task| pick(task))
+            .collect()
+    }
+
+    /// Ends the holds on `questions`: shown, or free for the next claim.
+    fn end_questions(&self, questions: &[PendingQuestion], shown: bool) {
+        for question in questions {
+            self.manager().end_question_claim(question, shown);
+        }
+        if !shown && !questions.is_empty() {
+            self.inner.changed.notify_waiters();
         }
     }
 
@@ -393,6 +470,8 @@ pub struct Claim {
     ledger: ClaimLedger,
     owner: ClaimOwner,
     reminder: Reminder,
+    /// The questions its reminder puts to the model.
+    questions: Vec<PendingQuestion>,
 }
 
 impl Claim {
@@ -415,6 +494,14 @@ impl Claim {
         &self.reminder.task_ids
     }
 
+    /// The questions of running subagents its reminder puts to the model:
+    /// once acknowledged, no other claim carries them (they stay answerable,
+    /// and `check_async_tasks` still shows them).
+    #[must_use]
+    pub fn questions(&self) -> &[PendingQuestion] {
+        &self.questions
+    }
+
     /// The delivery succeeded: the tasks are marked notified, and the claim
     /// ends. Returns their ids.
     ///
@@ -422,6 +509,8 @@ impl Claim {
     /// registry's journal fail to record the marks, they are kept in memory
     /// and written with the journal's next successful write.)
     pub fn acknowledge(mut self) -> Vec<String> {
+        let questions = std::mem::take(&mut self.questions);
+        self.ledger.end_questions(&questions, true);
         let ids = std::mem::take(&mut self.reminder.task_ids);
         if !ids.is_empty() {
             self.ledger.mark_and_unclaim(&ids);
@@ -435,6 +524,9 @@ impl Claim {
     /// rest, or ends when nothing is left (`None`). Ids it does not carry are
     /// ignored.
     pub fn acknowledge_some(mut self, task_ids: &[String]) -> Option<Claim> {
+        // The text that carried the results carried the questions too.
+        let questions = std::mem::take(&mut self.questions);
+        self.ledger.end_questions(&questions, true);
         let (delivered, rest): (Vec<String>, Vec<String>) =
             std::mem::take(&mut self.reminder.task_ids)
                 .into_iter()
@@ -454,6 +546,8 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
+        let questions = std::mem::take(&mut self.questions);
+        self.ledger.end_questions(&questions, false);
         if !self.reminder.task_ids.is_empty() {
             tracing::debug!(owner = %self.owner, task_ids = ?self.reminder.task_ids, "claim released");
             self.ledger.unclaim(&self.reminder.task_ids);

@@ -137,23 +137,25 @@ impl From<&TaskCounts> for Unended {
 /// The reminder for `pending` (in order) and the `unended` tasks; `None`
 /// when there is nothing to say.
 pub(crate) fn render(pending: &[TaskSnapshot], unended: Unended) -> Option<Reminder> {
-    render_within(pending, unended, usize::MAX)
+    render_within(pending, unended, usize::MAX, "")
 }
 
 /// The reminder for as many of `pending`, from the first, as fit in about
 /// `max_chars` characters — at least one (a single result larger than the
 /// budget still goes, whole) — saying how many more wait and how many tasks
-/// still run. Each completion notification is rendered once. `None` when
-/// there is nothing to say.
+/// still run, with `asked` (the notices of questions waiting for answers,
+/// if any) before that. Each completion notification is rendered once. `None`
+/// when there is nothing to say.
 pub(crate) fn render_within(
     pending: &[TaskSnapshot],
     unended: Unended,
     max_chars: usize,
+    asked: &str,
 ) -> Option<Reminder> {
     // What the frame costs around the notifications, at most: every count at
     // its largest, the "more" line included.
-    let frame_cost =
-        frame(pending.len(), "", pending.len(), unended).map_or(0, |text| text.chars().count());
+    let frame_cost = frame(pending.len(), "", pending.len(), unended, asked)
+        .map_or(0, |text| text.chars().count());
     let mut notes = String::new();
     let mut used = frame_cost;
     let mut carried = 0;
@@ -169,7 +171,7 @@ pub(crate) fn render_within(
         notes.push_str(&note);
         carried += 1;
     }
-    let text = frame(carried, &notes, pending.len() - carried, unended)?;
+    let text = frame(carried, &notes, pending.len() - carried, unended, asked)?;
     Some(Reminder {
         text,
         task_ids: pending[..carried]
@@ -183,12 +185,19 @@ pub(crate) fn render_within(
 /// then these parts joined by blank lines, then `\n---` — `N async task(s)
 /// completed:` and `notes` (the completion notifications of `finished` tasks,
 /// joined by blank lines) when `finished > 0`; the line saying that `more`
-/// finished tasks' results follow later, when `more > 0`; `M async task(s)
-/// still running.` when tasks run (`M async task(s) still running, Q
+/// finished tasks' results follow later, when `more > 0`; `asked` (questions
+/// of running subagents, when not empty); `M async task(s) still running.`
+/// when tasks run (`M async task(s) still running, Q
 /// queued.` when some wait in the queue too, `Q async task(s) queued.` when
 /// only queued ones wait). `None` when there is no part.
-fn frame(finished: usize, notes: &str, more: usize, unended: Unended) -> Option<String> {
-    let mut parts: Vec<Cow<'_, str>> = Vec::with_capacity(4);
+fn frame(
+    finished: usize,
+    notes: &str,
+    more: usize,
+    unended: Unended,
+    asked: &str,
+) -> Option<String> {
+    let mut parts: Vec<Cow<'_, str>> = Vec::with_capacity(5);
     if finished > 0 {
         parts.push(format!("{finished} async task(s) completed:").into());
         parts.push(notes.into());
@@ -200,6 +209,9 @@ fn frame(finished: usize, notes: &str, more: usize, unended: Unended) -> Option<
             )
             .into(),
         );
+    }
+    if !asked.is_empty() {
+        parts.push(asked.into());
     }
     match (unended.running, unended.queued) {
         (0, 0) => {}

@@ -13,8 +13,8 @@ use asynctask_model::{
     Todo,
 };
 use asynctask_tools::{
-    CheckAsyncTasksTool, LaunchBudget, MessageAsyncTaskTool, Nesting, PauseSignal, SubagentRunner,
-    SyncDetach, TaskTimeouts, TaskTool, TodoPauseTool, Tool,
+    AnswerAsyncTaskTool, CheckAsyncTasksTool, LaunchBudget, MessageAsyncTaskTool, Nesting,
+    PauseSignal, SubagentRunner, SyncDetach, TaskTimeouts, TaskTool, TodoPauseTool, Tool,
 };
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
@@ -79,6 +79,7 @@ pub struct AsyncTaskRuntime {
     delivery: Arc<Delivery>,
     task_tool: Option<Arc<TaskTool>>,
     message_tool: Option<Arc<MessageAsyncTaskTool>>,
+    answer_tool: Option<Arc<AnswerAsyncTaskTool>>,
     check_tool: Arc<CheckAsyncTasksTool>,
     pause_tool: Arc<TodoPauseTool>,
     tracker: TaskTracker,
@@ -309,6 +310,9 @@ impl AsyncTaskRuntimeBuilder {
         let message_tool = task_tool
             .as_ref()
             .map(|_| Arc::new(MessageAsyncTaskTool::new(manager.clone())));
+        let answer_tool = task_tool
+            .as_ref()
+            .map(|_| Arc::new(AnswerAsyncTaskTool::new(manager.clone())));
         // Queued tasks (restored ones) start once the tool runs what starts;
         // without a runner nothing could run them.
         if let Some(tool) = &task_tool {
@@ -323,6 +327,7 @@ impl AsyncTaskRuntimeBuilder {
         Ok(AsyncTaskRuntime {
             check_tool: Arc::new(CheckAsyncTasksTool::new(manager.clone())),
             message_tool,
+            answer_tool,
             pause_tool: Arc::new(TodoPauseTool::with_signal(PauseSignal::new())),
             manager,
             reminders,
@@ -490,17 +495,21 @@ impl AsyncTaskRuntime {
     }
 
     /// The tools to give the model: `task` (when a runner is set),
-    /// `check_async_tasks`, `message_async_task` (when a runner is set: it
-    /// steers the tasks `task` launches), `todo_pause`.
+    /// `check_async_tasks`, `message_async_task` and `answer_async_task`
+    /// (when a runner is set: they steer and answer the tasks `task`
+    /// launches), `todo_pause`.
     #[must_use]
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(4);
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(5);
         if let Some(task) = &self.task_tool {
             tools.push(Arc::clone(task) as Arc<dyn Tool>);
         }
         tools.push(Arc::clone(&self.check_tool) as Arc<dyn Tool>);
         if let Some(message) = &self.message_tool {
             tools.push(Arc::clone(message) as Arc<dyn Tool>);
+        }
+        if let Some(answer) = &self.answer_tool {
+            tools.push(Arc::clone(answer) as Arc<dyn Tool>);
         }
         tools.push(Arc::clone(&self.pause_tool) as Arc<dyn Tool>);
         tools

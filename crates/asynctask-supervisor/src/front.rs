@@ -141,6 +141,10 @@ where
         );
         answer_lost_calls(&session, &mut to_client, SUPERVISOR_GONE).await;
         (replay, answered) = session.reopening();
+        // What opens the session (`initialize` and `initialized`, or nothing
+        // after a `server/discover` opening): requests after it that failed
+        // to reach a supervisor were answered so, and must never run later.
+        let opening = replay.len();
         stream = loop {
             match connect_or_start(state, project, &start).await {
                 Ok(stream) => break stream,
@@ -158,7 +162,7 @@ where
                     }
                     let text = format!("{UNREACHABLE}: {why}");
                     answer_lost_calls(&session, &mut to_client, &text).await;
-                    replay.truncate(2);
+                    replay.truncate(opening);
                 }
             }
         };

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use asynctask_manager::TaskSnapshot;
-use asynctask_manager::{AsyncTaskManager, ProgressSnapshot};
+use asynctask_manager::{AsyncTaskManager, ProgressSnapshot, Question};
 use asynctask_model::{AsyncTaskStatus, OutputObject};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -111,6 +111,13 @@ impl CheckAsyncTasksTool {
                 .map(|(at, task)| (task.id().to_owned(), at + 1))
                 .collect()
         };
+        // The tasks whose subagents wait for an answer.
+        let asking: std::collections::BTreeSet<String> = self
+            .manager
+            .pending_questions()
+            .into_iter()
+            .map(|question| question.task_id)
+            .collect();
         let mut lines = vec!["Async Tasks Summary:".to_owned()];
         // Said only when a queue is in use: without one the list keeps the
         // shape models were prompted with.
@@ -133,6 +140,9 @@ impl CheckAsyncTasksTool {
             let origin = origin_note(&self.manager, task.id(), caller.as_deref());
             let when = match positions.get(task.id()) {
                 Some(position) => format!("position {position} in the queue, waiting {duration}"),
+                None if asking.contains(task.id()) => {
+                    format!("{duration}, waiting for an answer to its question")
+                }
                 None => duration,
             };
             lines.push(with_icon(
@@ -179,13 +189,20 @@ impl CheckAsyncTasksTool {
             .map(|progress| progress.snapshot())
             .filter(|snapshot| !snapshot.is_empty());
         let queue_position = self.manager.queue_position(task.id());
-        let details = bounded_details(
+        let mut details = bounded_details(
             &task,
             progress.as_ref(),
             queue_position,
             now,
             PEEK_BUDGET_CHARS,
         );
+        // What its subagent waits to have answered (answer_async_task).
+        details.question = self
+            .manager
+            .pending_questions()
+            .into_iter()
+            .find(|question| question.task_id == task.id())
+            .map(|question| question.question);
         let llm_content = to_pretty(&details);
         let metadata = serde_json::to_value(&details).unwrap_or(Value::Null);
         ToolResult::success(
@@ -230,6 +247,9 @@ struct TaskDetails {
     /// While it runs: the last lines of its output, oldest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     recent_output: Vec<String>,
+    /// While its subagent waits for an answer: the question.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    question: Option<Question>,
 }
 
 fn details(
@@ -268,6 +288,7 @@ fn details(
             .map(|progress| progress.output_bytes)
             .filter(|bytes| *bytes > 0),
         recent_output,
+        question: None,
     }
 }
 

@@ -38,6 +38,7 @@
 //! # });
 //! ```
 
+mod answer;
 mod catalog;
 mod check_async_tasks;
 mod command;
@@ -56,6 +57,7 @@ mod task;
 mod todo_pause;
 mod tool;
 
+pub use crate::answer::AnswerAsyncTaskTool;
 pub use crate::catalog::SubagentInfo;
 pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, PEEK_OUTPUT_LINES};
 pub use crate::command::{CommandOutput, CommandOutputKind};
@@ -71,11 +73,11 @@ pub use crate::launch::{
 pub use crate::lookup::{LookupError, find_task};
 pub use crate::message::{MessageAsyncTaskTool, message_task};
 pub use crate::params::{
-    CheckAsyncTasksParams, ContextVar, InvalidParams, MAX_MESSAGE_CHARS, MessageAsyncTaskParams,
-    OutputVarSpec, TaskParams, TaskTimeouts, TimeoutSeconds, TodoPauseParams, ToolParams,
-    at_most_chars, is_blank, non_blank,
+    AnswerAsyncTaskParams, CheckAsyncTasksParams, ContextVar, InvalidParams, MAX_MESSAGE_CHARS,
+    MessageAsyncTaskParams, OutputVarSpec, TaskParams, TaskTimeouts, TimeoutSeconds,
+    TodoPauseParams, ToolParams, at_most_chars, is_blank, non_blank,
 };
-pub use crate::render::{TASK_DESCRIPTION_LEAD, completion_notification};
+pub use crate::render::{TASK_DESCRIPTION_LEAD, completion_notification, question_notice};
 pub use crate::result::{ToolError, ToolErrorType, ToolResult};
 pub use crate::slash::{complete_task_ids, end_task, run_slash_command};
 pub use crate::task::{

@@ -98,6 +98,42 @@ impl ToolParams for MessageAsyncTaskParams {
     }
 }
 
+/// Parameters of `answer_async_task`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerAsyncTaskParams {
+    /// The ID of the task whose subagent asks, or a unique prefix of it.
+    #[schemars(extend("pattern" = r"\S"))]
+    pub task_id: String,
+    /// The answer to its question (one of its choices, when it gave some).
+    /// Leave it out with decline: true.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = MAX_MESSAGE_CHARS))]
+    pub answer: Option<String>,
+    /// true: tell the subagent you will not answer (it goes on without one).
+    #[serde(default)]
+    pub decline: Option<bool>,
+}
+
+impl ToolParams for AnswerAsyncTaskParams {
+    fn validate(&self) -> Result<(), InvalidParams> {
+        non_blank("task_id", &self.task_id)?;
+        match (&self.answer, self.decline.unwrap_or(false)) {
+            (Some(_), true) => Err(InvalidParams(
+                "give either answer or decline: true, not both".to_owned(),
+            )),
+            (Some(answer), false) => {
+                at_most_chars("answer", answer, MAX_MESSAGE_CHARS)?;
+                non_blank("answer", answer)
+            }
+            (None, true) => Ok(()),
+            (None, false) => Err(InvalidParams(
+                "answer: required (or decline: true to decline)".to_owned(),
+            )),
+        }
+    }
+}
+
 /// One variable the subagent must emit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use asynctask_manager::{
-    AsyncTaskManager, LimitReached, QueueFull, TaskProgress, TaskSnapshot, TaskView,
+    AsyncTaskManager, LimitReached, PendingQuestion, QueueFull, TaskProgress, TaskSnapshot,
+    TaskView,
 };
 use asynctask_model::{AsyncTaskStatus, TerminateReason};
 use serde::Serialize;
@@ -42,6 +43,47 @@ struct FailedPayload<'a> {
 struct CancelledPayload<'a> {
     agent_id: &'a str,
     status: &'static str,
+}
+
+/// How a running subagent's question is put to the model: who asks, the
+/// question, its choices, and how to answer.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_manager::{PendingQuestion, Question};
+/// use asynctask_tools::question_notice;
+///
+/// let question = PendingQuestion {
+///     task_id: "0f3a9c21-5b7e".into(),
+///     number: 1,
+///     question: Question::new("Delete the 3 stale branches?").with_choices(["yes", "no"]),
+/// };
+/// assert_eq!(
+///     question_notice("deployer", &question),
+///     "Async task `0f3a9c21` (deployer) asks, and waits for your answer:\n\
+///      Delete the 3 stale branches?\n\
+///      Choices: yes | no\n\
+///      Answer with answer_async_task (task_id: \"0f3a9c21\", answer: ...), or decline with \
+///      decline: true if you cannot answer.",
+/// );
+/// ```
+#[must_use]
+pub fn question_notice(subagent_name: &str, question: &PendingQuestion) -> String {
+    let id = id_prefix(&question.task_id);
+    let mut text = format!(
+        "Async task `{id}` ({subagent_name}) asks, and waits for your answer:\n{}",
+        question.question.text
+    );
+    if !question.question.choices.is_empty() {
+        text.push_str("\nChoices: ");
+        text.push_str(&question.question.choices.join(" | "));
+    }
+    text.push_str(&format!(
+        "\nAnswer with answer_async_task (task_id: \"{id}\", answer: ...), or decline with \
+         decline: true if you cannot answer."
+    ));
+    text
 }
 
 /// How a finished task is reported to the model — in reminders, and as the
@@ -283,6 +325,52 @@ pub(crate) const MESSAGE_TOOL_DESCRIPTION: &str = "Send a message to a running b
      comes except the task's result, which is reported when it finishes as usual. The task's \
      state does not change. Only subagents that read messages accept them (the task tool's \
      description says which).";
+
+pub(crate) const ANSWER_TOOL_DESCRIPTION: &str = "Answer the question a running background \
+task's subagent asked (its question appears in a System Note and in check_async_tasks). The \
+subagent waits for the answer and goes on with it; each question takes one answer. Give \
+answer (one of its choices, when it gave some), or decline: true when you cannot answer \
+(the subagent is told you declined). If you need the user's input, ask the user first.";
+
+/// An answer (or a decline) reached a subagent that waited for it.
+pub(crate) fn answer_sent(task: &impl TaskView, declined: bool) -> String {
+    if declined {
+        format!(
+            "Async task {} (subagent '{}') was told you declined to answer; it goes on \
+             without an answer.",
+            task.id(),
+            task.subagent_name()
+        )
+    } else {
+        format!(
+            "Answer sent to async task {} (subagent '{}'); it goes on with it. Its result \
+             will be reported when it finishes.",
+            task.id(),
+            task.subagent_name()
+        )
+    }
+}
+
+/// An answer to a task that waits for none.
+pub(crate) fn answer_not_asked(task: &impl TaskView) -> String {
+    if task.status().is_terminal() {
+        format!(
+            "Async task {} (subagent '{}') has already finished ({}): it waits for no \
+             answer. Its result is reported separately.",
+            task.id(),
+            task.subagent_name(),
+            task.status()
+        )
+    } else {
+        format!(
+            "Async task {} (subagent '{}') is not waiting for an answer: it asked nothing, or \
+             its question was answered, timed out or withdrawn. To steer it, use \
+             message_async_task.",
+            task.id(),
+            task.subagent_name()
+        )
+    }
+}
 
 /// A message was queued for a running task.
 pub(crate) fn message_queued(task: &impl TaskView) -> String {

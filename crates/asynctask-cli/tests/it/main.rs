@@ -69,6 +69,7 @@ fn schemas_print_every_tool_or_one() {
             "task",
             "check_async_tasks",
             "message_async_task",
+            "answer_async_task",
             "todo_pause"
         ]
     );
@@ -89,7 +90,7 @@ fn the_schemas_help_names_every_tool_and_provider() {
         .join(" ");
     assert!(
         text.contains(
-            "Print only this tool (task, check_async_tasks, message_async_task, todo_pause)"
+            "Print only this tool (task, check_async_tasks, message_async_task, answer_async_task, todo_pause)"
         ),
         "{text}"
     );
@@ -106,7 +107,7 @@ fn bad_input_is_one_clear_line_and_a_failure() {
     assert_eq!(
         stderr(&unknown_tool),
         "asynctask: unknown tool 'nope'; expected one of: task, check_async_tasks, \
-         message_async_task, wait_async_tasks, end_async_task\n"
+         message_async_task, answer_async_task, wait_async_tasks, end_async_task\n"
     );
 
     let unknown_provider = asynctask(&["schemas", "--provider", "bogus"]);

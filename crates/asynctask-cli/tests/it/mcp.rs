@@ -225,6 +225,10 @@ async fn tools_are_listed_with_annotations_and_closed_schemas() {
                 hints(false, false, false, false, "Message Async Task")
             ),
             (
+                "answer_async_task".to_owned(),
+                hints(false, false, false, false, "Answer Async Task")
+            ),
+            (
                 "wait_async_tasks".to_owned(),
                 hints(true, false, false, false, "Wait Async Tasks")
             ),

@@ -10,7 +10,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
-use asynctask_manager::AsyncTaskManager;
+use asynctask_manager::{AsyncTaskManager, Question};
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach};
@@ -91,11 +91,23 @@ impl SubagentRunner for Quick {
         let done = tokio::time::sleep(Duration::from_secs(seed % 5));
         tokio::pin!(done);
         let mut heard = 0usize;
+        // Every other subagent asks, and waits for an answer while it works.
+        let mut asking = seed.is_multiple_of(2).then(|| {
+            request
+                .questions
+                .ask(Question::new("Go on?").with_choices(["yes", "no"]))
+        });
         loop {
             tokio::select! {
                 () = &mut done => break,
                 () = cancel.cancelled() => return Err(SubagentError::new("cancelled")),
                 Some(_) = request.inbox.recv() => heard += 1,
+                _ = async {
+                    match &mut asking {
+                        Some(asking) => asking.await,
+                        None => std::future::pending().await,
+                    }
+                }, if asking.is_some() => asking = None,
             }
         }
         match seed % 4 {

@@ -323,7 +323,7 @@ fn params() -> BoxedStrategy<Text> {
         4 => json(),
         1 => initialize_params(),
         2 => envelope(vec![
-            ("name", 90, prop_oneof![select(&["check_async_tasks", "task", "wait_async_tasks", "end_async_task", "message_async_task", "todo_pause"][..]).prop_map(quoted), string()].boxed()),
+            ("name", 90, prop_oneof![select(&["check_async_tasks", "task", "wait_async_tasks", "end_async_task", "message_async_task", "answer_async_task", "todo_pause"][..]).prop_map(quoted), string()].boxed()),
             ("arguments", 80, json()),
             ("_meta", 20, envelope(vec![("progressToken", 80, id())])),
         ]),

@@ -217,6 +217,7 @@ async fn every_tool_answers_to_the_name_its_spec_lists() {
             "task",
             "check_async_tasks",
             "message_async_task",
+            "answer_async_task",
             "wait_async_tasks",
             "end_async_task"
         ]

@@ -199,6 +199,7 @@ async fn the_handshake_advertises_the_extension_and_fits_the_client() {
             "task",
             "check_async_tasks",
             "message_async_task",
+            "answer_async_task",
             "end_async_task"
         ]
     );
@@ -210,7 +211,7 @@ async fn the_handshake_advertises_the_extension_and_fits_the_client() {
         "{task}"
     );
     let plain = client.request("tools/list", json!({}), false).await;
-    assert_eq!(plain["result"]["tools"].as_array().map(Vec::len), Some(5));
+    assert_eq!(plain["result"]["tools"].as_array().map(Vec::len), Some(6));
     client.end().await;
 }
 

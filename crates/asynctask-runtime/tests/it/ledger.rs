@@ -158,3 +158,74 @@ fn a_claim_counts_every_task_as_pending_or_running_while_tasks_finish() {
         finisher.join().expect("finisher");
     }
 }
+
+#[test]
+fn a_question_rides_on_one_acknowledged_claim_and_comes_back_when_one_is_released() {
+    use asynctask_manager::{Answer, Question, Questions};
+    let manager = AsyncTaskManager::new(MaxAsyncTasks::UNLIMITED);
+    let (desk, questions) = Questions::channel();
+    manager
+        .register_task(RegisterTaskInput::new("0f3a9c21-q", "deployer", "g").with_questions(desk))
+        .expect("unlimited");
+    let ledger = ClaimLedger::new(manager.clone());
+    assert!(ledger.claim(ClaimOwner::Request).is_none(), "nothing yet");
+    let asking =
+        questions.ask(Question::new("Deploy to production too?").with_choices(["yes", "no"]));
+
+    let first = ledger.claim(ClaimOwner::Request).expect("the question");
+    assert_eq!(first.questions().len(), 1);
+    assert!(first.task_ids().is_empty());
+    insta::assert_snapshot!("question_reminder", first.reminder().text);
+    assert!(
+        ledger.claim(ClaimOwner::Request).is_none(),
+        "held by the first"
+    );
+    drop(first); // its response was never written
+    let second = ledger.claim(ClaimOwner::Request).expect("released");
+    // The auto-trigger never wakes the agent for a question alone.
+    second.acknowledge();
+    assert!(ledger.claim(ClaimOwner::Request).is_none(), "shown once");
+    assert_eq!(
+        manager.pending_questions().len(),
+        1,
+        "still waiting, still answerable"
+    );
+
+    manager
+        .answer_question("0f3a9c21-q", Answer::Answered("no".into()))
+        .expect("asked");
+    let answered = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+        .block_on(asking);
+    assert_eq!(answered, Answer::Answered("no".into()));
+    assert!(manager.pending_questions().is_empty());
+}
+
+#[test]
+fn a_question_whose_task_ends_is_withdrawn_and_rides_no_more() {
+    use asynctask_manager::{Answer, AnswerError, Question, Questions};
+    let manager = AsyncTaskManager::new(MaxAsyncTasks::UNLIMITED);
+    let (desk, questions) = Questions::channel();
+    manager
+        .register_task(RegisterTaskInput::new("a", "deployer", "g").with_questions(desk))
+        .expect("unlimited");
+    let ledger = ClaimLedger::new(manager.clone());
+    let asking = questions.ask(Question::new("?"));
+    let claim = ledger.claim(ClaimOwner::Request).expect("the question");
+    manager.cancel_task("a");
+    drop(claim);
+    let next = ledger
+        .claim(ClaimOwner::Request)
+        .expect("the cancelled result");
+    assert!(next.questions().is_empty(), "withdrawn with its task");
+    assert_eq!(
+        manager.answer_question("a", Answer::Declined),
+        Err(AnswerError::NotAsked)
+    );
+    let answer = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+        .block_on(asking);
+    assert_eq!(answer, Answer::Withdrawn);
+}

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::{
-    AsyncTaskManager, Inbox, InboxSender, RegisterError, RegisterTaskInput, Subscription,
-    TaskProgress,
+    AsyncTaskManager, Inbox, InboxSender, Questions, RegisterError, RegisterTaskInput,
+    Subscription, TaskProgress,
 };
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus};
 use serde_json::{Value, json};
@@ -519,7 +519,8 @@ impl TaskTool {
         .with_run_async(run_async)
         .with_depth(depth)
         .with_progress(progress)
-        .with_inbox(inbox);
+        .with_inbox(inbox)
+        .with_questions(Questions::channel().1);
         (request, sender)
     }
 
@@ -540,6 +541,7 @@ impl TaskTool {
         let name = request.subagent_name.clone();
         let goal = request.goal_prompt.clone();
         let progress = request.progress.clone();
+        let questions = request.questions.clone();
         let timeout = request.timeout;
         let started = Instant::now();
         // Saturating: a timeout beyond the clock's range never fires.
@@ -580,6 +582,7 @@ impl TaskTool {
                         goal: goal.clone(),
                         progress: progress.clone(),
                         inbox: inbox.clone(),
+                        questions: questions.clone(),
                         started,
                         deadline,
                     };
@@ -676,13 +679,14 @@ impl TaskTool {
             goal,
             progress,
             inbox,
+            questions,
             started,
             deadline,
         } = detach;
         let input = RegisterTaskInput::new(id.clone(), name.clone(), goal)
             .with_cancellation(run.token().clone())
             .with_progress(progress.clone());
-        let input = with_call_origin(with_inbox(input, inbox));
+        let input = with_questions(with_call_origin(with_inbox(input, inbox)), &questions);
         // Through a reservation: the run is going already, so it takes a
         // running slot or none (never a place in the queue).
         let registered = self
@@ -733,7 +737,10 @@ impl TaskTool {
             .with_cancellation(token.clone())
             .with_progress(request.progress.clone())
             .with_launch(launch);
-        let input = with_call_origin(with_inbox(input, inbox));
+        let input = with_questions(
+            with_call_origin(with_inbox(input, inbox)),
+            &request.questions,
+        );
         // Kept before the registration: a queued task may start before the
         // registration even returns (another task ends meanwhile), and its
         // start takes the request from here.
@@ -811,6 +818,14 @@ fn with_call_origin(input: RegisterTaskInput) -> RegisterTaskInput {
     }
 }
 
+/// Registers the desk of the run's questions, when it has one.
+fn with_questions(input: RegisterTaskInput, questions: &Questions) -> RegisterTaskInput {
+    match questions.desk() {
+        Some(desk) => input.with_questions(desk),
+        None => input,
+    }
+}
+
 /// Registers the inbox's sender, when the subagent has one.
 fn with_inbox(input: RegisterTaskInput, inbox: Option<InboxSender>) -> RegisterTaskInput {
     match inbox {
@@ -826,6 +841,7 @@ struct Detach {
     goal: String,
     progress: TaskProgress,
     inbox: Option<InboxSender>,
+    questions: Questions,
     started: Instant,
     deadline: Instant,
 }

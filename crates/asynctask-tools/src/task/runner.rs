@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use asynctask_manager::{Inbox, TaskProgress};
+use asynctask_manager::{Inbox, Questions, TaskProgress};
 use asynctask_model::OutputObject;
 use tokio_util::sync::CancellationToken;
 
@@ -137,6 +137,12 @@ pub struct SubagentRequest {
     /// if it takes none (then senders are told so).
     #[serde(skip)]
     pub inbox: Inbox,
+    /// Where the subagent asks a question and waits for its answer (see
+    /// [`Questions`]): the `task` tool registers the other end with the task,
+    /// so the model, the user or the host answers. A request built with
+    /// [`new`](Self::new) has none: every question is withdrawn at once.
+    #[serde(skip)]
+    pub questions: Questions,
 }
 
 /// The depth of a request that does not say (launched by the host itself).
@@ -188,6 +194,7 @@ impl SubagentRequest {
             depth: 1,
             progress: TaskProgress::new(),
             inbox: Inbox::closed(),
+            questions: Questions::none(),
         }
     }
 
@@ -251,6 +258,13 @@ impl SubagentRequest {
     #[must_use]
     pub fn with_inbox(mut self, inbox: Inbox) -> Self {
         self.inbox = inbox;
+        self
+    }
+
+    /// Replaces the questions handle.
+    #[must_use]
+    pub fn with_questions(mut self, questions: Questions) -> Self {
+        self.questions = questions;
         self
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use asynctask_manager::{
-    AsyncTaskManager, Inbox, Subscription, TaskEvent, TaskProgress, TaskSnapshot,
+    AsyncTaskManager, Inbox, Questions, Subscription, TaskEvent, TaskProgress, TaskSnapshot,
 };
 use tokio::runtime::Handle;
 use tokio::time::Instant;
@@ -140,6 +140,9 @@ impl Starter {
         };
         self.manager
             .attach(task.id(), Some(request.progress.clone()), sender);
+        let (desk, questions) = Questions::channel();
+        request.questions = questions;
+        self.manager.attach_questions(task.id(), desk);
         Ok(request)
     }
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_model::OutputObject;
 use asynctask_tools::{
-    CheckAsyncTasksTool, MessageAsyncTaskTool, Provider, SubagentError, SubagentRequest,
-    SubagentRunner, TaskTool, TodoPauseTool, Tool, ToolSpec,
+    AnswerAsyncTaskTool, CheckAsyncTasksTool, MessageAsyncTaskTool, Provider, SubagentError,
+    SubagentRequest, SubagentRunner, TaskTool, TodoPauseTool, Tool, ToolSpec,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -46,7 +46,8 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
         TaskTool::new(manager.clone(), Arc::new(NoRunner)).spec(),
         CheckAsyncTasksTool::new(manager.clone()).spec(),
-        MessageAsyncTaskTool::new(manager).spec(),
+        MessageAsyncTaskTool::new(manager.clone()).spec(),
+        AnswerAsyncTaskTool::new(manager).spec(),
         TodoPauseTool::new().spec(),
     ]
 }
@@ -117,10 +118,10 @@ fn tools_md(specs: &[ToolSpec], mcp_only: &[ToolSpec]) -> String {
          under [`schemas/`](schemas/) are that schema lowered for each provider, as \
          [providers.md](providers.md) describes. A parameter marked not required may also \
          be given as `null`, which means the same as leaving it out.\n\n\
-         `asynctask mcp` serves `task`, `check_async_tasks` and `message_async_task`, not \
-         `todo_pause` (no continuation loop runs behind an MCP server), and two tools of its \
-         own, `wait_async_tasks` and `end_async_task` (last below, MCP only); \
-         `asynctask schemas --provider mcp` prints exactly those five.\n",
+         `asynctask mcp` serves `task`, `check_async_tasks`, `message_async_task` and \
+         `answer_async_task`, not `todo_pause` (no continuation loop runs behind an MCP \
+         server), and two tools of its own, `wait_async_tasks` and `end_async_task` (last \
+         below, MCP only); `asynctask schemas --provider mcp` prints exactly those six.\n",
     );
     let tools = specs
         .iter()

@@ -1,5 +1,6 @@
 //! Integration tests of `asynctask-tools` through its public API, as a host uses it.
 
+mod answer;
 mod check_async_tasks;
 mod codegen;
 mod message;

@@ -188,6 +188,7 @@ fn every_provider_has_an_adapter() {
             "task",
             "check_async_tasks",
             "message_async_task",
+            "answer_async_task",
             "todo_pause"
         ]
     );

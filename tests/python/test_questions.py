@@ -1,0 +1,96 @@
+"""Questions from the background, through a real client without elicitation: a
+`stdin = "jsonl"` subagent asks through `$ASYNCTASK_QUESTIONS`; the question rides
+once in a System Note (and shows in `check_async_tasks`); `answer_async_task`
+answers it, exactly once; the subagent reads the answer on its stdin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import Transcript, connect, launched_id, texts
+
+pytestmark = pytest.mark.anyio
+
+NOTICE = "asks, and waits for your answer:\nDeploy to production too?\nChoices: yes | no"
+
+
+async def wait_for_question(transcript: Transcript) -> str:
+    """Waits (wait_async_tasks) until a System Note carries the question."""
+    for _ in range(20):
+        waited = await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
+        assert not waited.is_error, texts(waited)
+        if any(NOTICE in block for block in texts(waited)):
+            return texts(waited)[-1]
+    raise AssertionError(f"no question arrived\n{transcript.dump()}")
+
+
+async def test_a_question_rides_once_and_its_answer_reaches_the_subagent(mode: str, tmp_path: Path) -> None:
+    async with connect(mode, tmp_path) as client:
+        transcript = Transcript(client)
+        launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
+        task_id = launched_id(launched)
+        note = await wait_for_question(transcript)
+        assert f"Async task `{task_id[:8]}` (asker) {NOTICE}" in note, note
+        assert f'Answer with answer_async_task (task_id: "{task_id[:8]}"' in note, note
+
+        # Shown once: the next response carries it no more, but the peek does.
+        peek = await transcript.call("check_async_tasks", {"task_id": task_id})
+        details = json.loads(texts(peek)[0])
+        assert details["status"] == "running", details
+        assert details["question"] == {"text": "Deploy to production too?", "choices": ["yes", "no"]}, details
+        assert not any(NOTICE in block for block in texts(peek)), texts(peek)
+        listing = await transcript.call("check_async_tasks", {})
+        assert "waiting for an answer to its question" in texts(listing)[0], texts(listing)
+
+        answered = await transcript.call("answer_async_task", {"task_id": task_id[:8], "answer": "no"})
+        assert not answered.is_error, texts(answered)
+        assert texts(answered)[0].startswith(f"Answer sent to async task {task_id}"), texts(answered)
+        again = await transcript.call("answer_async_task", {"task_id": task_id, "answer": "yes"})
+        assert again.is_error, texts(again)
+        assert "is not waiting for an answer" in texts(again)[0] or "has already finished" in texts(again)[0]
+
+        for _ in range(20):
+            if any('"agent_id": "' + task_id in block for block in transcript.reminders()):
+                break
+            await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
+        result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
+        assert 'answer: {\\"type\\":\\"answer\\",\\"id\\":\\"q1\\",\\"status\\":\\"answered\\",\\"text\\":\\"no\\"}' in result, result
+        assert sum(NOTICE in block for block in transcript.reminders()) == 1, transcript.dump()
+
+
+async def test_a_declined_question_is_an_answer_and_a_bad_answer_is_refused(mode: str, tmp_path: Path) -> None:
+    async with connect(mode, tmp_path) as client:
+        transcript = Transcript(client)
+        launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
+        task_id = launched_id(launched)
+        await wait_for_question(transcript)
+        for bad in ({"task_id": task_id}, {"task_id": task_id, "answer": " "}, {"task_id": task_id, "answer": "x", "decline": True}):
+            refused = await transcript.call("answer_async_task", bad)
+            assert refused.is_error, texts(refused)
+            assert texts(refused)[0].startswith("Invalid parameters for answer_async_task: "), texts(refused)
+        declined = await transcript.call("answer_async_task", {"task_id": task_id, "decline": True})
+        assert texts(declined)[0].startswith(f"Async task {task_id} (subagent 'asker') was told you declined"), texts(declined)
+        for _ in range(20):
+            if any('"agent_id": "' + task_id in block for block in transcript.reminders()):
+                break
+            await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
+        result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
+        assert '\\"status\\":\\"declined\\"' in result, result
+
+
+async def test_a_question_whose_task_ends_is_withdrawn(mode: str, tmp_path: Path) -> None:
+    async with connect(mode, tmp_path) as client:
+        transcript = Transcript(client)
+        launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
+        task_id = launched_id(launched)
+        await wait_for_question(transcript)
+        ended = await transcript.call("end_async_task", {"task_id": task_id})
+        assert not ended.is_error, texts(ended)
+        late = await transcript.call("answer_async_task", {"task_id": task_id, "answer": "yes"})
+        assert late.is_error
+        assert "has already finished (cancelled)" in texts(late)[0], texts(late)
+        peek = await transcript.call("check_async_tasks", {"task_id": task_id})
+        assert "question" not in json.loads(texts(peek)[0])
