@@ -29,7 +29,7 @@ CONFIG = HERE / "subagents.toml"
 
 REMINDER_HEADER = "---\nSystem Note: Async Task Status"
 LAUNCH_PREFIX = "Async task launched: subagent 'quick'"
-TOOLS = {"task", "check_async_tasks", "message_async_task", "wait_async_tasks", "end_async_task"}
+TOOLS = {"task", "check_async_tasks", "message_async_task", "answer_async_task", "wait_async_tasks", "end_async_task"}
 
 # Time limits, all on the real clock. The `quick` subagent answers after 0.3 s; a test
 # normally takes about a second (the progress test 6 s: the server reports every 5 s).
@@ -51,6 +51,7 @@ async def connect(
     tmp_path: Path,
     *extra_args: str,
     list_roots_callback: Any = None,
+    elicitation_callback: Any = None,
     cwd: Path | None = None,
     config: Path = CONFIG,
     env: dict[str, str] | None = None,
@@ -80,6 +81,7 @@ async def connect(
                     mode=mode,
                     read_timeout_seconds=CALL_TIMEOUT,
                     list_roots_callback=list_roots_callback,
+                    elicitation_callback=elicitation_callback,
                 ) as client:
                     print(f"mode={mode}: negotiated protocol {client.protocol_version}")
                     yield client

@@ -75,7 +75,7 @@ async def test_protocol_era(mode: str, tmp_path: Path) -> None:
 
 
 async def test_list_tools(mode: str, tmp_path: Path) -> None:
-    """The four tools, with closed object schemas and their annotations."""
+    """The served tools, with closed object schemas and their annotations."""
     async with connect(mode, tmp_path) as client:
         listed = await client.list_tools()
         tools = {tool.name: tool for tool in listed.tools}

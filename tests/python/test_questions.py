@@ -94,3 +94,50 @@ async def test_a_question_whose_task_ends_is_withdrawn(mode: str, tmp_path: Path
         assert "has already finished (cancelled)" in texts(late)[0], texts(late)
         peek = await transcript.call("check_async_tasks", {"task_id": task_id})
         assert "question" not in json.loads(texts(peek)[0])
+
+
+async def test_a_client_with_elicitation_answers_in_a_form(tmp_path: Path) -> None:
+    """A client that declares elicitation (initialize handshake) is asked in a
+    form with the choices; its choice reaches the subagent, and no System Note
+    carries the question."""
+    from mcp_types import ElicitRequestParams, ElicitResult
+
+    asked: list[ElicitRequestParams] = []
+
+    async def answer(_context: object, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params)
+        return ElicitResult(action="accept", content={"answer": "yes"})
+
+    async with connect("legacy", tmp_path, elicitation_callback=answer) as client:
+        transcript = Transcript(client)
+        launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
+        task_id = launched_id(launched)
+        for _ in range(20):
+            if any('"agent_id": "' + task_id in block for block in transcript.reminders()):
+                break
+            await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
+        result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
+        assert '\\"status\\":\\"answered\\",\\"text\\":\\"yes\\"' in result, result
+        assert len(asked) == 1, asked
+        form = asked[0].model_dump(by_alias=True, exclude_none=True)
+        assert form["message"] == f"Background task {task_id[:8]} (asker) asks:\nDeploy to production too?", form
+        assert form["requestedSchema"]["properties"]["answer"]["enum"] == ["yes", "no"], form
+        assert not any(NOTICE in block for block in transcript.reminders()), transcript.dump()
+
+
+async def test_a_declined_form_is_a_declined_answer(tmp_path: Path) -> None:
+    from mcp_types import ElicitRequestParams, ElicitResult
+
+    async def decline(_context: object, _params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="decline")
+
+    async with connect("legacy", tmp_path, elicitation_callback=decline) as client:
+        transcript = Transcript(client)
+        launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
+        task_id = launched_id(launched)
+        for _ in range(20):
+            if any('"agent_id": "' + task_id in block for block in transcript.reminders()):
+                break
+            await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
+        result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
+        assert '\\"status\\":\\"declined\\"' in result, result

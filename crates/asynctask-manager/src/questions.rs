@@ -422,6 +422,21 @@ impl QuestionDesk {
         }
     }
 
+    /// Answers waiting question `number`.
+    pub(crate) fn answer_number(&self, number: u64, answer: Answer) -> Result<(), AnswerError> {
+        let mut state = self.shared.lock();
+        let at = state
+            .waiting
+            .iter()
+            .position(|waiting| waiting.number == number)
+            .ok_or(AnswerError::NotAsked)?;
+        let waiting = state.waiting.remove(at);
+        waiting
+            .answer
+            .send(answer)
+            .map_err(|_| AnswerError::NotAsked)
+    }
+
     /// Takes the waiting questions not yet shown nor claimed, marking them
     /// claimed.
     pub(crate) fn claim_unshown(&self, task_id: &str) -> Vec<PendingQuestion> {

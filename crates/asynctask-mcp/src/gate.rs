@@ -189,6 +189,11 @@ impl ReminderGate {
                 }))
     }
 
+    /// Wakes whoever waits for a change (a question let go, say).
+    pub(crate) fn notify_changed(&self) {
+        self.ledger.notify_changed();
+    }
+
     /// Resolves the next time a claim ends or a task finishes (see
     /// [`ClaimLedger::changed`]).
     pub(crate) fn changed(&self) -> Notified<'_> {

@@ -47,6 +47,7 @@
 //! # });
 //! ```
 
+mod elicit;
 mod end;
 #[cfg(test)]
 mod fuzz;

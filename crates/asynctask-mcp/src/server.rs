@@ -453,10 +453,13 @@ impl AsyncTaskMcpServer {
         // Whatever way this ends, the calls end with it.
         let _end_calls = calls.clone().drop_guard();
         let transport = self.transport(reader, writer, AckMode::Confirmed);
+        let (manager, gate) = (self.runtime.manager().clone(), self.gate.clone());
         let service = self
             .serve(transport)
             .await
             .map_err(|err| McpError::Session(Box::new(err)))?;
+        // Questions go to the user as forms when the client takes them.
+        let _asking = crate::elicit::start(&manager, &gate, service.peer().clone());
         // A session that ends abnormally (its task panicked) ends the same way.
         let _ = service.waiting().await;
         Ok(())
@@ -1168,6 +1171,7 @@ where
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     let calls = server.calls.clone();
+    let (manager, gate) = (server.runtime.manager().clone(), server.gate.clone());
     let transport = server.transport(reader, writer, AckMode::Written);
     // A signal also ends a session the client has not initialized yet.
     let service = tokio::select! {
@@ -1179,6 +1183,8 @@ where
             return Ok(Ended::Signal);
         }
     };
+    // Questions go to the user as forms when the client takes them.
+    let _asking = crate::elicit::start(&manager, &gate, service.peer().clone());
     let stop = service.cancellation_token();
     let waiting = service.waiting();
     tokio::pin!(waiting);

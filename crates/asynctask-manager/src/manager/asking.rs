@@ -60,6 +60,27 @@ impl AsyncTaskManager {
         }
     }
 
+    /// Answers exactly `question` (one [`pending_questions`](Self::pending_questions)
+    /// listed), not the oldest of its task: for whoever put that one question
+    /// to somebody.
+    ///
+    /// # Errors
+    ///
+    /// As [`answer_question`](Self::answer_question): [`AnswerError::NotAsked`]
+    /// once it was answered, timed out or withdrawn.
+    pub fn answer_pending(
+        &self,
+        question: &PendingQuestion,
+        answer: Answer,
+    ) -> Result<(), AnswerError> {
+        let state = self.lock();
+        match state.registry.question_desk(&question.task_id) {
+            Some(desk) => desk.answer_number(question.number, answer),
+            None if state.registry.task(&question.task_id).is_some() => Err(AnswerError::NotAsked),
+            None => Err(AnswerError::NotFound),
+        }
+    }
+
     /// Gives task `id`, queued or running, the desk its run's questions reach
     /// (a queued task gets it when it starts, from whoever starts its
     /// subagent). `false` when the task is unknown or has ended.
