@@ -7,6 +7,7 @@ mod params;
 mod schemas;
 mod slash;
 mod task;
+mod usage;
 
 use std::collections::BTreeSet;
 
