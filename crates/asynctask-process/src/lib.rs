@@ -57,6 +57,8 @@ mod streams;
 #[cfg(unix)]
 mod sys;
 mod toplevel;
+#[cfg(unix)]
+mod usage;
 mod values;
 #[cfg(unix)]
 mod vars;
