@@ -147,7 +147,10 @@ impl SubagentRunner for Reporting {
 
 #[tokio::test(start_paused = true)]
 async fn a_synchronous_result_carries_the_usage_in_its_text_and_metadata() {
-    let manager = AsyncTaskManager::default();
+    // A clock of its own, which the run does not move: the elapsed time is
+    // known.
+    let clock = ManualClock::new(T0);
+    let manager = AsyncTaskManager::with_clock(MaxAsyncTasks::default(), Arc::new(clock));
     let tool = TaskTool::new(manager, Arc::new(Reporting));
     let result = call(
         &tool,
