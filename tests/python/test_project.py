@@ -182,7 +182,8 @@ async def test_a_supervisor_serves_new_tasks_with_the_config_as_it_is_now(tmp_pa
 async def test_the_guides_agent_adapter_passes_the_models_parameters_on(tmp_path: Path) -> None:
     """docs/examples/agent_subagent.py with a stand-in `claude` that records what it
     was given: the behaviour prompts and the tool whitelist reach its flags, the output
-    spec its prompt, and its `ASYNCTASK_VARS` line the task's variables."""
+    spec its prompt, its `ASYNCTASK_VARS` line the task's variables, and the usage of
+    its JSON result the task's usage."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "claude"
@@ -191,8 +192,9 @@ async def test_the_guides_agent_adapter_passes_the_models_parameters_on(tmp_path
         "import json, os, sys\n"
         "prompt = sys.stdin.read()\n"
         "json.dump({'args': sys.argv[1:], 'prompt': prompt}, open(os.environ['ASYNCTASK_TEST_DIR'] + '/claude.json', 'w'))\n"
-        "print('the answer is 42')\n"
-        "print('ASYNCTASK_VARS {\"answer\": \"42\"}')\n"
+        "print(json.dumps({'type': 'result', 'result': 'the answer is 42\\nASYNCTASK_VARS {\"answer\": \"42\"}',\n"
+        "    'usage': {'input_tokens': 3, 'cache_creation_input_tokens': 500, 'cache_read_input_tokens': 9000, 'output_tokens': 120},\n"
+        "    'total_cost_usd': 0.0421, 'modelUsage': {'claude-sonnet-4-5': {}}}))\n"
     )
     fake.chmod(0o755)
     adapter = Path(__file__).resolve().parents[2] / "docs" / "examples" / "agent_subagent.py"
@@ -216,9 +218,12 @@ async def test_the_guides_agent_adapter_passes_the_models_parameters_on(tmp_path
     body = json.loads(texts(result)[0])
     assert body["emitted_vars"] == {"answer": "42"}, body
     assert body["final_message"] == "the answer is 42", body
+    assert body["usage"] == {
+        "input_tokens": 9503, "output_tokens": 120, "cost_usd": 0.0421, "model": "claude-sonnet-4-5"
+    }, body
     seen = json.loads((tmp_path / "claude.json").read_text())
     assert seen["args"] == [
-        "-p", "--output-format", "text", "--append-system-prompt", "be brief", "--tools", "Read,Grep"
+        "-p", "--output-format", "json", "--append-system-prompt", "be brief", "--tools", "Read,Grep"
     ], seen
     assert seen["prompt"].startswith("find the answer\n\nWhen you are done"), seen
     assert '"answer": the number' in seen["prompt"], seen

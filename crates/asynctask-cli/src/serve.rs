@@ -9,7 +9,7 @@ use asynctask_manager::StoredTask;
 use asynctask_mcp::{
     DropAnswer, LineReader, MAX_LINE_BYTES, McpServerOptions, open_session, serve_io,
 };
-use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks, OutputObject};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks, OutputObject, TaskUsage};
 use asynctask_process::{ConfigExtension, ProcessRunner, ProcessRunnerConfig};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_store::{Store, StoreError};
@@ -18,6 +18,7 @@ use asynctask_supervisor::{
 };
 use asynctask_tools::{
     Nesting, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach,
+    format_duration, format_usage,
 };
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
@@ -657,14 +658,22 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
         .iter()
         .map(|task| {
             let running = task.info.status == AsyncTaskStatus::Running;
-            json!({
+            let mut line = json!({
                 "id": task.info.id,
                 "subagent": task.info.subagent_name,
                 "status": if running { "interrupted".to_owned() } else { task.info.status.to_string() },
                 "session": task.origin,
                 "delivered": task.info.notified_at.is_some(),
                 "running": false,
-            })
+            });
+            // An interrupted task's end is not known.
+            if let (Some(started), Some(ended)) = (task.info.started_at, task.info.completed_at) {
+                line["elapsed_ms"] = json!(ended.saturating_sub(started));
+            }
+            if let Some(usage) = task.info.usage.as_ref().filter(|usage| !usage.is_empty()) {
+                line["usage"] = serde_json::to_value(usage).unwrap_or_default();
+            }
+            line
         })
         .collect();
     let mut status = empty;
@@ -673,7 +682,9 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 }
 
 /// The status as a person reads it: the supervisor, its project and state
-/// directory, then one line per task.
+/// directory, the usage of its tasks summed (when any reported usage), then
+/// one line per task: its id, subagent, status, how long it ran (when
+/// known), whether its result was delivered, and what it used.
 ///
 /// ```
 /// let status = serde_json::json!({"pid": null, "state_dir": "/p/.asynctask", "sessions": 0, "tasks": [
@@ -682,6 +693,15 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 /// assert_eq!(
 ///     asynctask_cli::serve::status_text(&status),
 ///     "supervisor: not running\nstate:      /p/.asynctask\ntasks:      1\n  3f2a09c1  tester  completed  delivered"
+/// );
+/// let status = serde_json::json!({"pid": null, "sessions": 0, "tasks": [
+///     {"id": "3f2a09c1-aaaa", "subagent": "coder", "status": "completed", "delivered": true, "running": false,
+///      "elapsed_ms": 95_000, "usage": {"input_tokens": 48_210, "output_tokens": 3_115, "cost_usd": 0.18427}}
+/// ]});
+/// assert_eq!(
+///     asynctask_cli::serve::status_text(&status),
+///     "supervisor: not running\ntasks:      1\nusage:      48,210 in / 3,115 out tokens, $0.1843 (1 of 1 tasks)\n  \
+///      3f2a09c1  coder  completed  1m 35s  delivered  48,210 in / 3,115 out tokens, $0.1843",
 /// );
 /// ```
 #[must_use]
@@ -710,6 +730,38 @@ pub fn status_text(status: &Value) -> String {
     } else {
         format!("tasks:      {}", tasks.len())
     });
+    let usages: Vec<Option<TaskUsage>> = tasks
+        .iter()
+        .map(|task| {
+            serde_json::from_value::<TaskUsage>(task["usage"].clone())
+                .ok()
+                .filter(|usage| !usage.is_empty())
+        })
+        .collect();
+    let mut total = TaskUsage::new();
+    let mut reported = 0;
+    for usage in usages.iter().flatten() {
+        total.add(usage);
+        reported += 1;
+    }
+    if reported > 0 {
+        total.model = None;
+        lines.push(format!(
+            "usage:      {} ({reported} of {} tasks)",
+            format_usage(&total),
+            tasks.len()
+        ));
+    }
+    let elapsed: Vec<String> = tasks
+        .iter()
+        .map(|task| {
+            task["elapsed_ms"]
+                .as_u64()
+                .map(|ms| format_duration(0, ms))
+                .unwrap_or_default()
+        })
+        .collect();
+    let elapsed_width = elapsed.iter().map(String::len).max().unwrap_or(0);
     let width = tasks
         .iter()
         .filter_map(|task| task["subagent"].as_str())
@@ -722,7 +774,7 @@ pub fn status_text(status: &Value) -> String {
         .map(str::len)
         .max()
         .unwrap_or(0);
-    for task in tasks {
+    for ((task, elapsed), usage) in tasks.iter().zip(&elapsed).zip(&usages) {
         let id: String = task["id"].as_str().unwrap_or("?").chars().take(8).collect();
         let delivered = if task["delivered"] == true {
             "delivered"
@@ -731,11 +783,23 @@ pub fn status_text(status: &Value) -> String {
         } else {
             "not delivered yet"
         };
-        let line = format!(
-            "  {id:<8}  {:<width$}  {:<status_width$}  {delivered}",
+        let mut line = format!(
+            "  {id:<8}  {:<width$}  {:<status_width$}",
             task["subagent"].as_str().unwrap_or("?"),
             task["status"].as_str().unwrap_or("?"),
         );
+        // The column is there only when some task has a time.
+        if elapsed_width > 0 {
+            line.push_str(&format!("  {elapsed:<elapsed_width$}"));
+        }
+        if !delivered.is_empty() {
+            line.push_str("  ");
+            line.push_str(delivered);
+        }
+        if let Some(usage) = usage {
+            line.push_str("  ");
+            line.push_str(&format_usage(usage));
+        }
         lines.push(line.trim_end().to_owned());
     }
     lines.join("\n")

@@ -5,7 +5,7 @@ use std::error::Error as StdError;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject, TaskUsage};
 
 /// Where a manager records every change to its registry, so that a store can
 /// rebuild the registry after the process ends (see
@@ -133,6 +133,9 @@ pub enum JournalEntry<'a> {
         /// pruned oldest-ended first). Store it as
         /// [`StoredTask::finish_order`].
         finish_order: u64,
+        /// What the task's runner had reported it used, if anything: store
+        /// it as the stored task's [`usage`](AsyncTaskInfo::usage).
+        usage: Option<&'a TaskUsage>,
     },
     /// The model was told how the task ended.
     Notified {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_model::AsyncTaskStatus;
+use asynctask_model::{AsyncTaskStatus, TaskUsage};
 use tokio::sync::Notify;
 
 /// What a running subagent has reported so far: the last lines of its output,
@@ -58,6 +58,7 @@ struct ProgressState {
     split: Vec<u8>,
     output_bytes: u64,
     output_file: Option<PathBuf>,
+    usage: Option<TaskUsage>,
 }
 
 /// A [`TaskProgress`] at one moment.
@@ -71,6 +72,10 @@ pub struct ProgressSnapshot {
     /// Where the whole output is kept, if the runner keeps it in a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_file: Option<PathBuf>,
+    /// What the runner reported the task used so far (see
+    /// [`TaskProgress::report_usage`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TaskUsage>,
 }
 
 impl ProgressSnapshot {
@@ -83,7 +88,10 @@ impl ProgressSnapshot {
     /// Whether nothing was reported.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.last_lines.is_empty() && self.output_bytes == 0 && self.output_file.is_none()
+        self.last_lines.is_empty()
+            && self.output_bytes == 0
+            && self.output_file.is_none()
+            && self.usage.is_none()
     }
 }
 
@@ -162,6 +170,79 @@ impl TaskProgress {
         self.lock().output_file.clone()
     }
 
+    /// Reports what the task used so far, as totals: each field the report
+    /// gives replaces the one reported before, the others stay
+    /// ([`TaskUsage::merge`]), so the last report is the run's total. The
+    /// model name is cut to [`TaskUsage::MODEL_CHARS`] characters; an empty
+    /// report changes nothing.
+    ///
+    /// What was reported when the task ends stays with it: its snapshots
+    /// ([`TaskSnapshot::usage`](crate::TaskSnapshot::usage)), the journal,
+    /// and every listing. A report after the end is not kept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput, TaskProgress};
+    /// use asynctask_model::{OutputObject, TaskUsage, TerminateReason};
+    ///
+    /// let manager = AsyncTaskManager::default();
+    /// let progress = TaskProgress::new();
+    /// manager.register_task(RegisterTaskInput::new("a1", "coder", "fix it").with_progress(progress.clone()))?;
+    /// progress.report_usage(TaskUsage::new().with_input_tokens(1_000).with_model("gpt-5"));
+    /// progress.report_usage(TaskUsage::new().with_input_tokens(4_000).with_output_tokens(300).with_cost_usd(0.02));
+    /// assert_eq!(progress.usage().and_then(|usage| usage.input_tokens), Some(4_000));
+    ///
+    /// manager.complete_task("a1", OutputObject::new(TerminateReason::Goal));
+    /// let usage = manager.task("a1").and_then(|task| task.usage().cloned());
+    /// assert_eq!(
+    ///     usage,
+    ///     Some(TaskUsage::new().with_input_tokens(4_000).with_output_tokens(300).with_cost_usd(0.02).with_model("gpt-5")),
+    /// );
+    /// # Ok::<(), asynctask_manager::RegisterError>(())
+    /// ```
+    pub fn report_usage(&self, report: TaskUsage) {
+        if report.is_empty() {
+            return;
+        }
+        let report = bounded(report);
+        self.lock()
+            .usage
+            .get_or_insert_with(TaskUsage::default)
+            .merge(report);
+    }
+
+    /// Adds an increment to what the task used ([`TaskUsage::add`]): for a
+    /// runner that learns its usage call by call. Otherwise as
+    /// [`report_usage`](Self::report_usage).
+    ///
+    /// ```
+    /// use asynctask_manager::TaskProgress;
+    /// use asynctask_model::TaskUsage;
+    ///
+    /// let progress = TaskProgress::new();
+    /// for _ in 0..3 {
+    ///     progress.add_usage(&TaskUsage::new().with_input_tokens(100).with_output_tokens(10));
+    /// }
+    /// assert_eq!(progress.usage(), Some(TaskUsage::new().with_input_tokens(300).with_output_tokens(30)));
+    /// ```
+    pub fn add_usage(&self, increment: &TaskUsage) {
+        if increment.is_empty() {
+            return;
+        }
+        let increment = bounded(increment.clone());
+        self.lock()
+            .usage
+            .get_or_insert_with(TaskUsage::default)
+            .add(&increment);
+    }
+
+    /// What the task used so far, if anything was reported.
+    #[must_use]
+    pub fn usage(&self) -> Option<TaskUsage> {
+        self.lock().usage.clone()
+    }
+
     /// The progress now.
     #[must_use]
     pub fn snapshot(&self) -> ProgressSnapshot {
@@ -177,8 +258,17 @@ impl TaskProgress {
             last_lines,
             output_bytes: state.output_bytes,
             output_file: state.output_file.clone(),
+            usage: state.usage.clone(),
         }
     }
+}
+
+/// A report with its model name cut to [`TaskUsage::MODEL_CHARS`].
+fn bounded(mut report: TaskUsage) -> TaskUsage {
+    if let Some(model) = report.model.take() {
+        report = report.with_model(model);
+    }
+    report
 }
 
 impl ProgressState {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use asynctask_model::{AsyncTaskStatus, OutputObject};
+use asynctask_model::{AsyncTaskStatus, OutputObject, TaskUsage};
 use tokio_util::sync::CancellationToken;
 
 use crate::journal::{JournalEntry, TerminalOutcome};
@@ -72,6 +72,9 @@ struct Ended {
     notified_at: u64,
     /// [`NEVER`] for a task cancelled in the queue.
     started_at: u64,
+    /// What its runner had reported it used when it ended, shared with every
+    /// snapshot taken of it.
+    usage: Option<Arc<TaskUsage>>,
 }
 
 /// A terminal state and its result, shared with every snapshot taken of it.
@@ -136,6 +139,7 @@ impl Record {
         started_at: Option<u64>,
         completed_at: u64,
         notified_at: Option<u64>,
+        usage: Option<TaskUsage>,
     ) -> Self {
         Record {
             head,
@@ -146,6 +150,7 @@ impl Record {
                 finish_order: 0,
                 notified_at: notified_at.map_or(NEVER, |at| at.min(LATEST)),
                 started_at: started_at.map_or(NEVER, |at| at.min(LATEST)),
+                usage: usage.map(Arc::new),
             }),
         }
     }
@@ -235,14 +240,22 @@ impl Record {
             time(ended.notified_at),
             output,
             error,
+            ended.usage.as_ref(),
         )
     }
 
-    /// A terminal transition: refused (returning `None`) when the task has
-    /// ended already — and unless the caller took it out of its list first;
-    /// else returns the token the task had. A queued task only ends cancelled
-    /// (the caller checks).
-    pub(crate) fn end(&mut self, end: End, now_ms: u64, order: u64) -> Option<CancellationToken> {
+    /// A terminal transition, with what the task's runner reported it used:
+    /// refused (returning `None`) when the task has ended already — and
+    /// unless the caller took it out of its list first; else returns the
+    /// token the task had. A queued task only ends cancelled (the caller
+    /// checks).
+    pub(crate) fn end(
+        &mut self,
+        end: End,
+        now_ms: u64,
+        order: u64,
+        usage: Option<TaskUsage>,
+    ) -> Option<CancellationToken> {
         let started_at = self.started_at().unwrap_or(NEVER);
         let ended = RunState::Ended(Ended {
             end,
@@ -250,6 +263,7 @@ impl Record {
             finish_order: order,
             notified_at: NEVER,
             started_at,
+            usage: usage.map(Arc::new),
         });
         match std::mem::replace(&mut self.state, ended) {
             RunState::Queued { token, .. } | RunState::Running { token, .. } => Some(token),
@@ -297,6 +311,7 @@ impl Record {
             outcome,
             completed_at: ended.completed_at,
             finish_order: ended.finish_order,
+            usage: ended.usage.as_deref(),
         })
     }
 
@@ -327,8 +342,9 @@ enum Slot {
 }
 
 // A slot is what every task in the registry costs besides its head, its
-// strings and its index entries; keep it from creeping up.
-const _: () = assert!(std::mem::size_of::<Slot>() <= 64);
+// strings and its index entries; keep it from creeping up. (It was 64 bytes
+// until a finished task kept its usage: one pointer more.)
+const _: () = assert!(std::mem::size_of::<Slot>() <= 72);
 
 /// Slots per chunk: a chunk is allocated whole, once, and never moves.
 const CHUNK: usize = 1024;

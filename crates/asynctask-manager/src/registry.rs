@@ -421,8 +421,16 @@ impl Registry {
             Terminal::Failed(error) => End::Failed(Arc::new(error)),
             Terminal::Cancelled => End::Cancelled,
         };
+        // What the runner reported so far stays with the task; its progress
+        // handle goes with the run, below.
+        let usage = self
+            .slots
+            .get(slot)
+            .and_then(|record| self.live.get(&record.seq))
+            .and_then(|live| live.progress.as_ref())
+            .and_then(TaskProgress::usage);
         let record = self.slots.get_mut(slot)?;
-        let token = record.end(end, now_ms, self.next_finish_order)?;
+        let token = record.end(end, now_ms, self.next_finish_order, usage)?;
         self.next_finish_order += 1;
         let seq = record.seq;
         let task = snapshot.then(|| record.snapshot());

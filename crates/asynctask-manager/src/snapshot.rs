@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject};
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject, TaskUsage};
 use serde::{Serialize, Serializer};
 
 /// Where the registry keeps a task's record: its slot, for the task's whole
@@ -219,6 +219,7 @@ pub struct TaskSnapshot {
     /// so that an error moves in without a copy and the pointer stays thin.
     output: Option<Arc<OutputObject>>,
     error: Option<Arc<String>>,
+    usage: Option<Arc<TaskUsage>>,
 }
 
 impl TaskSnapshot {
@@ -232,6 +233,7 @@ impl TaskSnapshot {
             notified_at: None,
             output: None,
             error: None,
+            usage: None,
         }
     }
 
@@ -245,7 +247,12 @@ impl TaskSnapshot {
         }
     }
 
-    /// A terminal task, with its output or error (shared, not copied).
+    /// A terminal task, with its output or error and its usage (shared, not
+    /// copied).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one per field that changes; a struct would only repeat them"
+    )]
     pub(crate) fn ended(
         head: &Arc<TaskHead>,
         status: AsyncTaskStatus,
@@ -254,6 +261,7 @@ impl TaskSnapshot {
         notified_at: Option<u64>,
         output: Option<&Arc<OutputObject>>,
         error: Option<&Arc<String>>,
+        usage: Option<&Arc<TaskUsage>>,
     ) -> Self {
         TaskSnapshot {
             head: Arc::clone(head),
@@ -263,6 +271,7 @@ impl TaskSnapshot {
             notified_at,
             output: output.map(Arc::clone),
             error: error.map(Arc::clone),
+            usage: usage.map(Arc::clone),
         }
     }
 
@@ -327,6 +336,15 @@ impl TaskSnapshot {
         self.error.as_deref().map(String::as_str)
     }
 
+    /// What the task used, for a task that ended: what its runner had
+    /// reported through its [`TaskProgress`](crate::TaskProgress) by then.
+    /// While it runs, [`AsyncTaskManager::progress`](crate::AsyncTaskManager::progress)
+    /// has the latest report.
+    #[must_use]
+    pub fn usage(&self) -> Option<&TaskUsage> {
+        self.usage.as_deref()
+    }
+
     /// Who launched the task, when its registration said (see
     /// [`RegisterTaskInput::with_origin`](crate::RegisterTaskInput::with_origin)).
     #[must_use]
@@ -364,6 +382,7 @@ impl TaskSnapshot {
             notified_at: self.notified_at,
             output: self.output().cloned(),
             error: self.error().map(str::to_owned),
+            usage: self.usage().cloned(),
         }
     }
 }
@@ -413,6 +432,7 @@ impl From<AsyncTaskInfo> for TaskSnapshot {
             notified_at: info.notified_at,
             output: info.output.map(Arc::new),
             error: info.error.map(Arc::new),
+            usage: info.usage.map(Arc::new),
         }
     }
 }
@@ -426,6 +446,7 @@ impl PartialEq for TaskSnapshot {
             && self.notified_at == other.notified_at
             && self.output() == other.output()
             && self.error() == other.error()
+            && self.usage() == other.usage()
     }
 }
 
@@ -445,6 +466,7 @@ impl PartialEq<AsyncTaskInfo> for TaskSnapshot {
             && self.notified_at == info.notified_at
             && self.output() == info.output.as_ref()
             && self.error() == info.error.as_deref()
+            && self.usage() == info.usage.as_ref()
     }
 }
 
@@ -469,6 +491,7 @@ impl fmt::Debug for TaskSnapshot {
             .field("notified_at", &self.notified_at)
             .field("output", &self.output())
             .field("error", &self.error())
+            .field("usage", &self.usage())
             .field("origin", &self.origin())
             .finish()
     }
@@ -494,6 +517,8 @@ struct Wire<'a> {
     output: Option<&'a OutputObject>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<&'a TaskUsage>,
 }
 
 /// Exactly [`AsyncTaskInfo`]'s JSON: camelCase, absent fields left out, no
@@ -511,6 +536,7 @@ impl Serialize for TaskSnapshot {
             notified_at: self.notified_at,
             output: self.output(),
             error: self.error(),
+            usage: self.usage(),
         }
         .serialize(serializer)
     }
@@ -558,6 +584,11 @@ pub trait TaskView {
     fn output(&self) -> Option<&OutputObject>;
     /// The error message, for a failed task.
     fn error(&self) -> Option<&str>;
+    /// What the task used, for a task that ended and whose runner reported
+    /// it. `None` unless implemented.
+    fn usage(&self) -> Option<&TaskUsage> {
+        None
+    }
 }
 
 impl TaskView for TaskSnapshot {
@@ -591,6 +622,9 @@ impl TaskView for TaskSnapshot {
     fn error(&self) -> Option<&str> {
         TaskSnapshot::error(self)
     }
+    fn usage(&self) -> Option<&TaskUsage> {
+        TaskSnapshot::usage(self)
+    }
 }
 
 impl TaskView for AsyncTaskInfo {
@@ -623,6 +657,9 @@ impl TaskView for AsyncTaskInfo {
     }
     fn error(&self) -> Option<&str> {
         self.error.as_deref()
+    }
+    fn usage(&self) -> Option<&TaskUsage> {
+        self.usage.as_ref()
     }
 }
 
@@ -686,6 +723,7 @@ mod tests {
             Some(30),
             Some(&shared),
             None,
+            None,
         );
         let mut info = AsyncTaskInfo::new("日本-1", "researcher", "find é", 7);
         info.complete(output, 20);
@@ -732,6 +770,7 @@ mod tests {
             AsyncTaskStatus::Cancelled,
             Some(7),
             3,
+            None,
             None,
             None,
             None,

@@ -46,6 +46,9 @@ pub(crate) fn start(
     gate: &ReminderGate,
     peer: Peer<RoleServer>,
 ) -> Elicitation {
+    // Known once the client initialized, which it has when a session is
+    // served: from now on no reminder carries a question.
+    gate.ask_in_forms(client_elicits(&peer));
     let (sender, mut asked) = mpsc::unbounded_channel::<(String, PendingQuestion)>();
     let subscription = {
         let gate = gate.clone();
@@ -133,7 +136,8 @@ async fn ask(
             release.shown();
         }
         Err(err) => {
-            tracing::warn!(task_id = %mine.task_id, %err, "the client did not take a question as a form; the model is asked instead");
+            tracing::warn!(task_id = %mine.task_id, %err, "the client did not take a question as a form; the model is asked instead, from now on");
+            gate.ask_in_forms(false);
         }
     }
 }

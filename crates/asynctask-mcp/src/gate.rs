@@ -91,6 +91,9 @@ pub(crate) struct ReminderGate {
     /// The tasks a client follows as MCP Tasks: their results go to its
     /// `tasks/get` polls, never into a reminder, while it follows them.
     handles: TaskHandles,
+    /// The client takes questions as elicitation forms: none rides in a
+    /// reminder.
+    forms: Arc<AtomicBool>,
 }
 
 impl ReminderGate {
@@ -101,7 +104,22 @@ impl ReminderGate {
             session: None,
             tracked: Arc::new(AtomicBool::new(false)),
             handles: TaskHandles::default(),
+            forms: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Whether questions go to the client as forms (`true`) or ride in
+    /// reminders (`false`, and when a form fails).
+    pub(crate) fn ask_in_forms(&self, forms: bool) {
+        self.forms.store(forms, Ordering::SeqCst);
+        if !forms {
+            self.ledger.notify_changed();
+        }
+    }
+
+    /// Whether a reminder may carry the questions of `task`.
+    fn may_ask(&self, task: &TaskSnapshot) -> bool {
+        !self.forms.load(Ordering::SeqCst) && self.may_claim(task)
     }
 
     /// The tasks this gate's client follows as MCP Tasks (shared with the
@@ -132,10 +150,12 @@ impl ReminderGate {
 
     /// Claims for a response what this gate's session may take.
     fn claim(&self) -> Option<Claim> {
-        self.ledger
-            .claim_within(ClaimOwner::Request, REMINDER_BUDGET_CHARS, |task| {
-                self.may_claim(task)
-            })
+        self.ledger.claim_within_asking(
+            ClaimOwner::Request,
+            REMINDER_BUDGET_CHARS,
+            |task| self.may_claim(task),
+            |task| self.may_ask(task),
+        )
     }
 
     /// Whether a reminder of this gate's session may take `task`'s result:
@@ -185,7 +205,7 @@ impl ReminderGate {
                 && manager.pending_questions().iter().any(|question| {
                     manager
                         .task(&question.task_id)
-                        .is_some_and(|task| self.may_claim(&task))
+                        .is_some_and(|task| self.may_ask(&task))
                 }))
     }
 

@@ -27,7 +27,8 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use crate::{
-    AsyncTaskInfo, AsyncTaskStatus, MaxAsyncTasks, OutputObject, TerminateReason, Todo, TodoStatus,
+    AsyncTaskInfo, AsyncTaskStatus, MaxAsyncTasks, OutputObject, TaskUsage, TerminateReason, Todo,
+    TodoStatus,
 };
 
 /// Any status.
@@ -79,7 +80,29 @@ pub fn output_object() -> impl Strategy<Value = OutputObject> {
         )
 }
 
-/// Any task in a state the state machine can reach.
+/// Any usage report: each field present or not, tokens and costs of any size.
+pub fn task_usage() -> impl Strategy<Value = TaskUsage> {
+    (
+        prop::option::of(any::<u64>()),
+        prop::option::of(any::<u64>()),
+        prop::option::of(prop_oneof![
+            0..10_000_000u64,
+            0..=TaskUsage::MAX_COST_MICRO_USD
+        ]),
+        prop::option::of(text()),
+    )
+        .prop_map(
+            |(input_tokens, output_tokens, cost_micro_usd, model)| TaskUsage {
+                input_tokens,
+                output_tokens,
+                cost_micro_usd,
+                model,
+            },
+        )
+}
+
+/// Any task in a state the state machine can reach; a task that ended may
+/// have a usage.
 pub fn task_info() -> impl Strategy<Value = AsyncTaskInfo> {
     (
         task_id(),
@@ -91,9 +114,21 @@ pub fn task_info() -> impl Strategy<Value = AsyncTaskInfo> {
         prop::option::of(0..u64::MAX / 4),
         output_object(),
         text(),
+        prop::option::of(task_usage()),
     )
         .prop_map(
-            |(id, subagent, goal, status, launched_at, took, notified_after, output, error)| {
+            |(
+                id,
+                subagent,
+                goal,
+                status,
+                launched_at,
+                took,
+                notified_after,
+                output,
+                error,
+                usage,
+            )| {
                 let completed_at = launched_at + took;
                 let mut task = AsyncTaskInfo::queued(id, subagent, goal, launched_at);
                 if status == AsyncTaskStatus::Queued {
@@ -110,6 +145,7 @@ pub fn task_info() -> impl Strategy<Value = AsyncTaskInfo> {
                     AsyncTaskStatus::Cancelled => task.cancel(completed_at),
                     _ => return task,
                 };
+                task.usage = usage;
                 if let Some(after) = notified_after {
                     task.mark_notified(completed_at + after);
                 }
@@ -200,6 +236,7 @@ arbitrary_from! {
     AsyncTaskStatus => status,
     TerminateReason => terminate_reason,
     OutputObject => output_object,
+    TaskUsage => task_usage,
     AsyncTaskInfo => task_info,
     MaxAsyncTasks => max_async_tasks,
     TodoStatus => todo_status,

@@ -7,6 +7,8 @@
 //! and moves to exactly one terminal state; the first transition wins and every
 //! later attempt is refused without changing anything.
 //!
+//! What a task cost, as its subagent reported it, is a [`TaskUsage`].
+//!
 //! It also holds the two values every layer above shares: the concurrency limit
 //! [`MaxAsyncTasks`] (with its history limit) and the [`Clock`] all time comes from
 //! ([`SystemClock`] in production, [`ManualClock`] in tests).
@@ -37,6 +39,7 @@ mod limits;
 mod status;
 mod task;
 mod todo;
+mod usage;
 
 #[cfg(feature = "proptest")]
 pub mod arbitrary;
@@ -48,3 +51,4 @@ pub use crate::limits::{
 pub use crate::status::{AsyncTaskStatus, TerminateReason};
 pub use crate::task::{AsyncTaskInfo, OutputObject};
 pub use crate::todo::{Todo, TodoStatus};
+pub use crate::usage::TaskUsage;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::status::{AsyncTaskStatus, TerminateReason};
+use crate::usage::TaskUsage;
 
 /// What a subagent produced when it finished.
 ///
@@ -132,6 +133,11 @@ pub struct AsyncTaskInfo {
     /// The error message, for a failed task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the task used, when its subagent reported it: what it had
+    /// reported when the task ended (a task still running has none here; its
+    /// progress handle has the latest report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TaskUsage>,
 }
 
 impl AsyncTaskInfo {
@@ -179,6 +185,7 @@ impl AsyncTaskInfo {
             notified_at: None,
             output: None,
             error: None,
+            usage: None,
         }
     }
 

@@ -59,6 +59,8 @@ mod streams;
 #[cfg(unix)]
 mod sys;
 mod toplevel;
+#[cfg(unix)]
+mod usage;
 mod values;
 #[cfg(unix)]
 mod vars;

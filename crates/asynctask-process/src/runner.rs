@@ -665,12 +665,13 @@ impl ProcessRunner {
             request.inbox.clone(),
             answered,
         );
-        let stdout = Arc::new(Mutex::new(StdoutSink::new(output.file, self.inline_budget)));
-        let mut stdout_reader = Reader::spawn(drain(
-            child.stdout.take(),
-            Arc::clone(&stdout),
-            Some(request.progress.clone()),
-        ));
+        let stdout = Arc::new(Mutex::new(StdoutSink::new(
+            output.file,
+            self.inline_budget,
+            request.progress.clone(),
+        )));
+        let mut stdout_reader =
+            Reader::spawn(drain(child.stdout.take(), Arc::clone(&stdout), None));
         let stderr = Arc::new(Mutex::new(ByteTail::new(Self::STDERR_TAIL)));
         let mut stderr_reader =
             Reader::spawn(drain(child.stderr.take(), Arc::clone(&stderr), None));
@@ -715,7 +716,8 @@ impl ProcessRunner {
         .await;
         drop((stdout_reader, stderr_reader));
 
-        let stdout = take(&stdout);
+        let mut stdout = take(&stdout);
+        let usage_note = stdout.end();
         // Every failure from here on names the file that holds its stdout.
         let with_pointer = |err: SubagentError| err.with_suffix(&stdout.pointer(&output.path));
         let status = status.map_err(|err| {
@@ -740,7 +742,12 @@ impl ProcessRunner {
             }
             let (text, pointer) = stdout.finish(&output.path);
             let mut text = format!("{}{note}", text.trim_end());
-            for line in missing.into_iter().chain(vars_note).chain(pointer) {
+            for line in missing
+                .into_iter()
+                .chain(vars_note)
+                .chain(usage_note)
+                .chain(pointer)
+            {
                 text.push_str("\n\n");
                 text.push_str(&line);
             }
@@ -762,6 +769,10 @@ impl ProcessRunner {
             message.push_str(tail);
         }
         message.push_str(&note);
+        if let Some(usage_note) = usage_note {
+            message.push_str("\n\n");
+            message.push_str(&usage_note);
+        }
         message.push_str(&stdout.pointer(&output.path));
         Err(SubagentError::new(message))
     }

@@ -1,6 +1,6 @@
 //! The child's output streams: reader tasks that drain stdout into its file,
-//! the final message's head and tail and the task's progress, and stderr into
-//! its tail.
+//! the final message's head and tail and the task's progress (its usage lines
+//! taken out), and stderr into its tail.
 
 use std::future::Future;
 use std::io::Write as _;
@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 
 use crate::capture::{ByteTail, InlineText};
+use crate::usage::{Piece, UsageLines};
 
 /// The read buffer for each output pipe (a Linux pipe holds 64 KiB).
 const READ_CHUNK_BYTES: usize = 32 * 1024;
@@ -51,8 +52,9 @@ impl Sink for ByteTail {
     }
 }
 
-/// Where stdout goes: the whole of it into the output file, and what the final
-/// message needs into memory.
+/// Where stdout goes: usage lines to the task's progress as usage, and
+/// everything else — the output — whole into the output file, into the
+/// progress, and what the final message needs into memory.
 #[derive(Default)]
 pub(crate) struct StdoutSink {
     /// `None` once a write failed.
@@ -60,35 +62,92 @@ pub(crate) struct StdoutSink {
     bytes: u64,
     write_error: Option<std::io::Error>,
     inline: InlineText,
+    usage_lines: UsageLines,
+    progress: Option<TaskProgress>,
+}
+
+/// The parts of a [`StdoutSink`] that output and usage go to, borrowed apart
+/// from its usage filter.
+struct Outlets<'a> {
+    file: &'a mut Option<std::fs::File>,
+    bytes: &'a mut u64,
+    write_error: &'a mut Option<std::io::Error>,
+    inline: &'a mut InlineText,
+    progress: Option<&'a TaskProgress>,
+}
+
+impl Outlets<'_> {
+    fn take(&mut self, piece: Piece<'_>) {
+        match piece {
+            Piece::Output(bytes) => self.output(bytes),
+            Piece::Usage(usage) => {
+                if let Some(progress) = self.progress {
+                    progress.report_usage(usage);
+                }
+            }
+        }
+    }
+
+    fn output(&mut self, chunk: &[u8]) {
+        // A plain blocking write: one chunk into the page cache is quick, and
+        // it keeps the file exact up to the last chunk read even when the
+        // reader is aborted.
+        if let Some(file) = self.file.as_mut()
+            && let Err(err) = file.write_all(chunk)
+        {
+            tracing::warn!(%err, "cannot write the subagent's output file");
+            *self.write_error = Some(err);
+            *self.file = None;
+        }
+        *self.bytes += chunk.len() as u64;
+        self.inline.push(chunk);
+        if let Some(progress) = self.progress {
+            progress.record_output(chunk);
+        }
+    }
 }
 
 impl Sink for StdoutSink {
     fn push(&mut self, chunk: &[u8]) {
-        // A plain blocking write: one chunk into the page cache is quick, and
-        // it keeps the file exact up to the last chunk read even when the
-        // reader is aborted.
-        if let Some(file) = &mut self.file
-            && let Err(err) = file.write_all(chunk)
-        {
-            tracing::warn!(%err, "cannot write the subagent's output file");
-            self.write_error = Some(err);
-            self.file = None;
-        }
-        self.bytes += chunk.len() as u64;
-        self.inline.push(chunk);
+        let (usage_lines, mut outlets) = self.split();
+        usage_lines.push(chunk, |piece| outlets.take(piece));
     }
 }
 
 impl StdoutSink {
     /// A sink writing into `file` (just created), keeping `inline_budget`
-    /// characters for the final message.
-    pub(crate) fn new(file: std::fs::File, inline_budget: usize) -> Self {
+    /// characters for the final message, and reporting the output and the
+    /// usage lines to `progress`.
+    pub(crate) fn new(file: std::fs::File, inline_budget: usize, progress: TaskProgress) -> Self {
         StdoutSink {
             file: Some(file),
             bytes: 0,
             write_error: None,
             inline: InlineText::new(inline_budget),
+            usage_lines: UsageLines::default(),
+            progress: Some(progress),
         }
+    }
+
+    fn split(&mut self) -> (&mut UsageLines, Outlets<'_>) {
+        (
+            &mut self.usage_lines,
+            Outlets {
+                file: &mut self.file,
+                bytes: &mut self.bytes,
+                write_error: &mut self.write_error,
+                inline: &mut self.inline,
+                progress: self.progress.as_ref(),
+            },
+        )
+    }
+
+    /// The stream ended: what the usage filter held goes where it belongs.
+    /// Returns the note the result gets when usage lines could not be read.
+    pub(crate) fn end(&mut self) -> Option<String> {
+        let (usage_lines, mut outlets) = self.split();
+        usage_lines.finish(|piece| outlets.take(piece));
+        usage_lines.note()
     }
 
     /// The final message's text, and when it was cut, the line that names the

@@ -179,7 +179,13 @@ impl ClaimLedger {
     /// `None` when nothing is left to claim.
     #[must_use]
     pub fn claim(&self, owner: ClaimOwner) -> Option<Claim> {
-        self.claim_where(owner, usize::MAX, |_| true, |_| true)
+        self.claim_where(
+            owner,
+            usize::MAX,
+            &|_: &TaskSnapshot| true,
+            |_| true,
+            &|_: &TaskSnapshot| true,
+        )
     }
 
     /// [`claim`](Self::claim), taking only the pending results that `pick`
@@ -196,7 +202,7 @@ impl ClaimLedger {
         owner: ClaimOwner,
         pick: impl Fn(&TaskSnapshot) -> bool,
     ) -> Option<Claim> {
-        self.claim_where(owner, usize::MAX, pick, |_| true)
+        self.claim_where(owner, usize::MAX, &pick, |_| true, &pick)
     }
 
     /// [`claim_matching`](Self::claim_matching), claiming only as many results
@@ -231,7 +237,24 @@ impl ClaimLedger {
         max_chars: usize,
         pick: impl Fn(&TaskSnapshot) -> bool,
     ) -> Option<Claim> {
-        self.claim_where(owner, max_chars, pick, |_| true)
+        self.claim_where(owner, max_chars, &pick, |_| true, &pick)
+    }
+
+    /// [`claim_within`](Self::claim_within), the questions of running tasks
+    /// riding along only for the tasks `ask` accepts (among those `pick`
+    /// does): for a delivery whose reader asks some questions another way (an
+    /// MCP client that takes them as forms, say).
+    #[must_use]
+    pub fn claim_within_asking(
+        &self,
+        owner: ClaimOwner,
+        max_chars: usize,
+        pick: impl Fn(&TaskSnapshot) -> bool,
+        ask: impl Fn(&TaskSnapshot) -> bool,
+    ) -> Option<Claim> {
+        self.claim_where(owner, max_chars, &pick, |_| true, &|task: &TaskSnapshot| {
+            pick(task) && ask(task)
+        })
     }
 
     /// For the auto-trigger: claims every unclaimed pending result, but only
@@ -241,7 +264,7 @@ impl ClaimLedger {
         self.claim_where(
             ClaimOwner::AutoTrigger,
             usize::MAX,
-            |_| true,
+            &|_: &TaskSnapshot| true,
             |pending| {
                 pending.iter().any(|task| {
                     matches!(
@@ -250,21 +273,23 @@ impl ClaimLedger {
                     )
                 })
             },
+            &|_: &TaskSnapshot| false,
         )
     }
 
     /// The one way a claim is made: one look at the registry, `pick` (the
     /// caller's, without a lock), then under the lock the unclaimed ones that
     /// `accept` (ours) takes, as many as fit in `max_chars`, rendered once.
-    /// With `asked`, the waiting questions no delivery showed nor holds, of
-    /// the running tasks `pick` accepts, ride along (a claim may carry only
-    /// those).
+    /// The waiting questions no delivery showed nor holds, of the running
+    /// tasks `ask` accepts, ride along (a claim may carry only those) on the
+    /// reminders the model reads.
     fn claim_where(
         &self,
         owner: ClaimOwner,
         max_chars: usize,
-        pick: impl Fn(&TaskSnapshot) -> bool,
+        pick: &dyn Fn(&TaskSnapshot) -> bool,
         accept: impl Fn(&[TaskSnapshot]) -> bool,
+        ask: &dyn Fn(&TaskSnapshot) -> bool,
     ) -> Option<Claim> {
         // Questions ride on reminders the model reads, never on a task poll's
         // result or a wake-up.
@@ -277,11 +302,7 @@ impl ClaimLedger {
             let (pending, counts) = self.manager().pending_and_counts();
             let mut picked: Vec<TaskSnapshot> =
                 pending.into_iter().filter(|task| pick(task)).collect();
-            let asking = if asked {
-                self.asking(&pick)
-            } else {
-                Vec::new()
-            };
+            let asking = if asked { self.asking(ask) } else { Vec::new() };
             if picked.is_empty() && asking.is_empty() {
                 return None;
             }
@@ -347,7 +368,7 @@ impl ClaimLedger {
 
     /// The running tasks `pick` accepts whose subagents wait on a question
     /// no delivery showed nor holds.
-    fn asking(&self, pick: &impl Fn(&TaskSnapshot) -> bool) -> Vec<TaskSnapshot> {
+    fn asking(&self, pick: &dyn Fn(&TaskSnapshot) -> bool) -> Vec<TaskSnapshot> {
         let manager = self.manager();
         if !manager.has_unshown_questions() {
             return Vec::new();

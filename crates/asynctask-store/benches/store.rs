@@ -140,6 +140,7 @@ fn fixture(finished: bool) -> &'static Path {
                     outcome: TerminalOutcome::Completed(&output),
                     completed_at: 2_000 + n,
                     finish_order: n + 1,
+                    usage: None,
                 });
             }
         }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use asynctask_manager::{Journal, JournalEntry, JournalError, StoredTask, TerminalOutcome};
-use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject, TerminateReason};
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject, TaskUsage, TerminateReason};
 use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
@@ -18,8 +18,9 @@ use crate::error::StoreError;
 
 /// The schema version this crate reads and writes (`PRAGMA user_version`). A
 /// store with a higher one was written by a newer asynctask and is refused; a
-/// store of version 1 (before queued tasks) is migrated when opened.
-pub const SCHEMA_VERSION: i64 = 2;
+/// store of version 1 (before queued tasks) or 2 (before usage) is migrated
+/// when opened.
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The schema, created in one transaction with its version. The `CHECK`s
 /// restate the model's rules, so that no write can store a task the model
@@ -61,6 +62,8 @@ const TASKS_COLUMNS: &str = "
     error            TEXT,
     -- What the task was launched with (a queued task starts with it).
     launch           TEXT,
+    -- What a finished task used, as its runner reported it: a JSON object.
+    usage            TEXT,
     CHECK ((status IN ('queued', 'running')) = (completed_at IS NULL)),
     CHECK (status NOT IN ('queued', 'running') OR notified_at IS NULL),
     CHECK (status <> 'queued' OR started_at IS NULL),
@@ -75,11 +78,11 @@ fn schema() -> String {
     format!("{META_TABLE}CREATE TABLE tasks ({TASKS_COLUMNS}) STRICT;")
 }
 
-/// Version 1 to 2: the `queued` status, `started_at` (a task that ran started
-/// at its launch: there was no queue), and `launch`. SQLite cannot change a
-/// table's checks, so the table is rebuilt, in the transaction that sets the
-/// new version.
-fn migration_1_to_2() -> String {
+/// Version 1 to this version: the `queued` status, `started_at` (a task that
+/// ran started at its launch: there was no queue), `launch` and `usage`.
+/// SQLite cannot change a table's checks, so the table is rebuilt, in the
+/// transaction that sets the new version.
+fn migration_from_1() -> String {
     format!(
         "CREATE TABLE tasks_v2 ({TASKS_COLUMNS}) STRICT;
 INSERT INTO tasks_v2
@@ -94,6 +97,9 @@ DROP TABLE tasks;
 ALTER TABLE tasks_v2 RENAME TO tasks;"
     )
 }
+
+/// Version 2 to 3: `usage` (NULL: no task reported any before).
+const MIGRATION_2_TO_3: &str = "ALTER TABLE tasks ADD COLUMN usage TEXT;";
 
 /// How hard the store works to keep what it was told.
 ///
@@ -291,11 +297,16 @@ impl Store {
         if version == SCHEMA_VERSION {
             return Ok(());
         }
-        if version == 1 {
+        let migration = match version {
+            1 => Some(migration_from_1()),
+            2 => Some(MIGRATION_2_TO_3.to_owned()),
+            _ => None,
+        };
+        if let Some(migration) = migration {
             let tx = connection
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|source| self.failed(source))?;
-            tx.execute_batch(&migration_1_to_2())
+            tx.execute_batch(&migration)
                 .and_then(|()| tx.pragma_update(None, "user_version", SCHEMA_VERSION))
                 .and_then(|()| tx.commit())
                 .map_err(|source| self.failed(source))?;
@@ -349,7 +360,7 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn load(&self) -> Result<Vec<StoredTask>, StoreError> {
-        load_tasks(&self.connection(), &self.path)
+        load_tasks(&self.connection(), &self.path, SCHEMA_VERSION)
     }
 
     /// The tasks the store at `path` holds, read without changing anything:
@@ -406,12 +417,24 @@ impl Store {
                 supported: SCHEMA_VERSION,
             });
         }
-        if version != SCHEMA_VERSION {
+        // A store its supervisor is creating right now has no schema yet:
+        // it holds no task.
+        if version == 0 {
+            let tables: i64 = connection
+                .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+                .map_err(|source| failed(path, source))?;
+            if tables == 0 {
+                return Ok(Vec::new());
+            }
+        }
+        // A store of version 2 (a supervisor of the previous release still
+        // holds it) is read as it is: it has no usage yet.
+        if version != SCHEMA_VERSION && version != 2 {
             return Err(StoreError::NotAStore {
                 path: path.to_owned(),
             });
         }
-        load_tasks(&connection, path)
+        load_tasks(&connection, path, version)
     }
 }
 
@@ -429,15 +452,21 @@ fn uri_path(path: &Path) -> String {
     text
 }
 
-/// Every task of the store on `connection` (at `path`), in registration order.
-fn load_tasks(connection: &Connection, path: &Path) -> Result<Vec<StoredTask>, StoreError> {
+/// Every task of the store on `connection` (at `path`, of schema `version`:
+/// this one, or 2), in registration order.
+fn load_tasks(
+    connection: &Connection,
+    path: &Path,
+    version: i64,
+) -> Result<Vec<StoredTask>, StoreError> {
+    let usage = if version == 2 { "NULL" } else { "usage" };
     let mut statement = connection
-        .prepare_cached(
+        .prepare_cached(&format!(
             "SELECT id, subagent_name, goal_prompt, origin, pid, status, launched_at,
                         completed_at, finish_order, notified_at, terminate_reason,
-                        emitted_vars, final_message, error, started_at, launch
-                 FROM tasks ORDER BY seq",
-        )
+                        emitted_vars, final_message, error, started_at, launch, {usage}
+                 FROM tasks ORDER BY seq"
+        ))
         .map_err(|source| failed(path, source))?;
     let rows = statement
         .query_map([], Row::read)
@@ -510,6 +539,7 @@ impl Store {
                 outcome,
                 completed_at,
                 finish_order,
+                usage,
             } => {
                 let (reason, vars, message, error) = match outcome {
                     TerminalOutcome::Completed(output) => (
@@ -521,9 +551,11 @@ impl Store {
                     TerminalOutcome::Failed(error) => (None, None, None, Some(error)),
                     TerminalOutcome::Cancelled => (None, None, None, None),
                 };
+                let usage = usage.map(encode_usage);
                 tx.prepare_cached(
                     "UPDATE tasks SET status = ?2, completed_at = ?3, finish_order = ?4,
-                         terminate_reason = ?5, emitted_vars = ?6, final_message = ?7, error = ?8
+                         terminate_reason = ?5, emitted_vars = ?6, final_message = ?7, error = ?8,
+                         usage = ?9
                      WHERE id = ?1 AND status IN ('queued', 'running')",
                 )
                 .and_then(|mut update| {
@@ -535,7 +567,8 @@ impl Store {
                         reason,
                         vars,
                         message,
-                        error
+                        error,
+                        usage
                     ])
                 })
             }
@@ -592,6 +625,7 @@ impl Store {
                 outcome,
                 completed_at,
                 finish_order,
+                usage: _,
             } => tx
                 .query_row(
                     "SELECT status = ?2 AND completed_at = ?3 AND finish_order = ?4
@@ -651,6 +685,7 @@ struct Row {
     error: Option<String>,
     started_at: Option<i64>,
     launch: Option<String>,
+    usage: Option<String>,
 }
 
 impl Row {
@@ -672,6 +707,7 @@ impl Row {
             error: row.get(13)?,
             started_at: row.get(14)?,
             launch: row.get(15)?,
+            usage: row.get(16)?,
         })
     }
 
@@ -727,6 +763,16 @@ impl Row {
             }
             _ => None,
         };
+        let usage = match self.usage {
+            None => None,
+            Some(usage) => Some(serde_json::from_str(&usage).map_err(|source| {
+                invalid(
+                    &self.id,
+                    "its usage is not a usage object".to_owned(),
+                    Some(source),
+                )
+            })?),
+        };
         let info = AsyncTaskInfo {
             subagent_name: self.subagent_name,
             goal_prompt: self.goal_prompt,
@@ -737,6 +783,7 @@ impl Row {
             notified_at: self.notified_at.map(from_sql),
             output,
             error: self.error,
+            usage,
             id: self.id,
         };
         if let Some(problem) = shape_problem(&info) {
@@ -787,6 +834,12 @@ fn encode_vars(vars: &BTreeMap<String, String>) -> String {
     // A map of strings always serializes; the fallback is unreachable but keeps
     // this free of panics.
     serde_json::to_string(vars).unwrap_or_else(|_| "{}".to_owned())
+}
+
+fn encode_usage(usage: &TaskUsage) -> String {
+    // Numbers and a string always serialize; the fallback is unreachable but
+    // keeps this free of panics.
+    serde_json::to_string(usage).unwrap_or_else(|_| "{}".to_owned())
 }
 
 /// A file that is not a database, or is damaged, is [`StoreError::Corrupt`];

@@ -211,18 +211,34 @@ fn status(
     project: Option<&std::path::PathBuf>,
 ) -> Value {
     let manager = runtime.manager();
+    let now = manager.clock().now_ms();
     let tasks: Vec<Value> = manager
         .tasks()
         .into_iter()
         .map(|task| {
-            json!({
+            let mut line = json!({
                 "id": task.id(),
                 "subagent": task.subagent_name(),
                 "status": task.status(),
                 "session": task.origin(),
                 "delivered": task.notified_at().is_some(),
                 "running": task.status() == AsyncTaskStatus::Running,
-            })
+            });
+            // How long it ran (a queued task has not started), and what it
+            // used: by its end, or so far.
+            if let Some(started) = task.started_at() {
+                let end = task.completed_at().unwrap_or(now);
+                line["elapsed_ms"] = json!(end.saturating_sub(started));
+            }
+            let usage = task.usage().cloned().or_else(|| {
+                manager
+                    .progress(task.id())
+                    .and_then(|progress| progress.usage())
+            });
+            if let Some(usage) = usage.filter(|usage| !usage.is_empty()) {
+                line["usage"] = serde_json::to_value(usage).unwrap_or_default();
+            }
+            line
         })
         .collect();
     json!({

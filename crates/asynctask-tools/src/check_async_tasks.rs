@@ -5,18 +5,19 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use asynctask_manager::TaskSnapshot;
 use asynctask_manager::{AsyncTaskManager, ProgressSnapshot, Question};
-use asynctask_model::{AsyncTaskStatus, OutputObject};
+use asynctask_model::{AsyncTaskStatus, OutputObject, TaskUsage};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::CallContext;
 use crate::format::{
-    bound_text, bound_text_keeping_pointer, id_prefix, iso_time, to_pretty, truncate_chars,
+    bound_text, bound_text_keeping_pointer, format_usage, id_prefix, iso_time, to_pretty,
+    truncate_chars,
 };
 use crate::lookup::find_task;
 use crate::params::{CheckAsyncTasksParams, ToolParams};
-use crate::render::{origin_note, task_duration};
+use crate::render::{origin_note, task_duration, task_usage, usage_total};
 use crate::result::ToolResult;
 use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 
@@ -129,22 +130,46 @@ impl CheckAsyncTasksTool {
             format!("- Completed: {completed}"),
             format!("- Failed: {failed}"),
             format!("- Cancelled: {cancelled}"),
-            String::new(),
-            "Details:".to_owned(),
         ]);
-        let mut display = Vec::with_capacity(tasks.len());
+        // What each task used, and the sum over the tasks listed: said only
+        // when a task reported usage.
+        let usages: Vec<Option<TaskUsage>> = tasks
+            .iter()
+            .map(|task| task_usage(&self.manager, task))
+            .collect();
+        let total = usage_total(usages.iter().flatten());
+        if let Some((total, reported)) = &total {
+            lines.push(format!(
+                "- Usage: {} ({reported} of {} tasks reported usage)",
+                format_usage(total),
+                tasks.len()
+            ));
+        }
+        lines.extend([String::new(), "Details:".to_owned()]);
+        let mut display = Vec::with_capacity(tasks.len() + 1);
         let caller = CallContext::current().and_then(|context| context.origin);
-        for task in &tasks {
+        for (task, usage) in tasks.iter().zip(&usages) {
             let duration = task_duration(task, now);
             let prefix = id_prefix(task.id());
             let origin = origin_note(&self.manager, task.id(), caller.as_deref());
-            let when = match positions.get(task.id()) {
+            let mut when = match positions.get(task.id()) {
                 Some(position) => format!("position {position} in the queue, waiting {duration}"),
                 None if asking.contains(task.id()) => {
                     format!("{duration}, waiting for an answer to its question")
                 }
                 None => duration,
             };
+            // The model is in the task's detail; a list line stays short.
+            let used = usage.as_ref().map(|usage| {
+                format_usage(&TaskUsage {
+                    model: None,
+                    ..usage.clone()
+                })
+            });
+            if let Some(used) = used.as_deref().filter(|used| !used.is_empty()) {
+                when.push_str(", ");
+                when.push_str(used);
+            }
             lines.push(with_icon(
                 status_icon(task.status()),
                 &format!(
@@ -153,13 +178,24 @@ impl CheckAsyncTasksTool {
                     task.status()
                 ),
             ));
+            let used = used
+                .filter(|used| !used.is_empty())
+                .map(|used| format!(" - {used}"))
+                .unwrap_or_default();
             display.push(with_icon(
                 status_icon(task.status()),
                 &format!(
-                    "**{}** (`{prefix}`) - {}{origin}",
+                    "**{}** (`{prefix}`) - {}{used}{origin}",
                     task.subagent_name(),
                     task.status()
                 ),
+            ));
+        }
+        if let Some((total, reported)) = &total {
+            display.push(format!(
+                "Usage: {} ({reported} of {} tasks)",
+                format_usage(total),
+                tasks.len()
             ));
         }
         let mut metadata = json!({
@@ -172,6 +208,11 @@ impl CheckAsyncTasksTool {
         // Like the text's line, only when a queue is in use.
         if queued > 0 {
             metadata["queued"] = json!(queued);
+        }
+        if let Some((total, reported)) = &total {
+            let mut usage = serde_json::to_value(total).unwrap_or_else(|_| json!({}));
+            usage["tasks"] = json!(reported);
+            metadata["usage"] = usage;
         }
         ToolResult::success(lines.join("\n"), display.join("\n"), metadata)
     }
@@ -232,6 +273,9 @@ struct TaskDetails {
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_position: Option<usize>,
     duration: String,
+    /// What it used, when its runner reported it (so far, while it runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<TaskUsage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     completed_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -278,6 +322,7 @@ fn details(
             .map(iso_time),
         queue_position,
         duration: task_duration(task, now),
+        usage: task_usage_now(task, progress),
         completed_at: task.completed_at().map(iso_time),
         output: task.output().cloned(),
         error: task.error().map(str::to_owned),
@@ -290,6 +335,14 @@ fn details(
         recent_output,
         question: None,
     }
+}
+
+/// What the task used: what it reported by its end, or so far (its progress).
+fn task_usage_now(task: &TaskSnapshot, progress: Option<&ProgressSnapshot>) -> Option<TaskUsage> {
+    task.usage()
+        .cloned()
+        .or_else(|| progress.and_then(|progress| progress.usage.clone()))
+        .filter(|usage| !usage.is_empty())
 }
 
 /// The details, with long text fields cut so the JSON fits `budget` characters.
@@ -397,6 +450,9 @@ fn task_display(
             task_duration(task, now)
         )),
         None => lines.push(format!("Duration: {}", task_duration(task, now))),
+    }
+    if let Some(usage) = task_usage_now(task, progress) {
+        lines.push(format!("Usage: {}", format_usage(&usage)));
     }
     if let Some(project) = CallContext::current().and_then(|context| context.project) {
         lines.push(format!("Project: {}", project.display()));

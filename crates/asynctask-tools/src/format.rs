@@ -1,8 +1,9 @@
-//! Formatting shared by every model-facing text: durations, truncation, id
-//! prefixes, ISO times and pretty JSON.
+//! Formatting shared by every model-facing text: durations, usage,
+//! truncation, id prefixes, ISO times and pretty JSON.
 
 use std::borrow::Cow;
 
+use asynctask_model::TaskUsage;
 use serde::Serialize;
 
 /// How many characters of an id listings show.
@@ -36,6 +37,68 @@ pub fn format_duration(start_ms: u64, end_ms: u64) -> String {
         return format!("{minutes}m {}s", seconds % 60);
     }
     format!("{}h {}m", minutes / 60, minutes % 60)
+}
+
+/// What a task used, as every listing shows it: tokens (`12,345 in / 2,100
+/// out tokens`, or only the side reported), the cost in dollars to four
+/// decimals, the model — those reported, joined by `, `. Empty when nothing
+/// was reported.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_model::TaskUsage;
+/// use asynctask_tools::format_usage;
+///
+/// let usage = TaskUsage::new()
+///     .with_input_tokens(12_345)
+///     .with_output_tokens(2_100)
+///     .with_cost_usd(0.01234)
+///     .with_model("claude-sonnet-4-5");
+/// assert_eq!(format_usage(&usage), "12,345 in / 2,100 out tokens, $0.0123, claude-sonnet-4-5");
+/// assert_eq!(format_usage(&TaskUsage::new().with_output_tokens(7)), "7 output tokens");
+/// assert_eq!(format_usage(&TaskUsage::new().with_cost_usd(1_234.5)), "$1,234.5000");
+/// assert_eq!(format_usage(&TaskUsage::new()), "");
+/// ```
+#[must_use]
+pub fn format_usage(usage: &TaskUsage) -> String {
+    let mut parts = Vec::with_capacity(3);
+    match (usage.input_tokens, usage.output_tokens) {
+        (Some(input), Some(output)) => parts.push(format!(
+            "{} in / {} out tokens",
+            thousands(input),
+            thousands(output)
+        )),
+        (Some(input), None) => parts.push(format!("{} input tokens", thousands(input))),
+        (None, Some(output)) => parts.push(format!("{} output tokens", thousands(output))),
+        (None, None) => {}
+    }
+    if let Some(micros) = usage.cost_micro_usd {
+        // To the hundredth of a cent, rounded half up.
+        let units = micros / 100 + u64::from(micros % 100 >= 50);
+        parts.push(format!(
+            "${}.{:04}",
+            thousands(units / 10_000),
+            units % 10_000
+        ));
+    }
+    if let Some(model) = &usage.model {
+        parts.push(model.clone());
+    }
+    parts.join(", ")
+}
+
+/// `n` with a comma between each group of three digits.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut text = String::with_capacity(digits.len() + digits.len() / 3);
+    for (at, digit) in digits.chars().enumerate() {
+        if at > 0 && (digits.len() - at).is_multiple_of(3) {
+            text.push(',');
+        }
+        text.push(digit);
+    }
+    text
 }
 
 /// The first `max` characters of `text`, followed by `...` only when something was

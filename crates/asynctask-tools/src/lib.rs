@@ -64,7 +64,7 @@ pub use crate::command::{CommandOutput, CommandOutputKind};
 pub use crate::context::{CallContext, with_call_context};
 pub use crate::format::{
     ECHO_CHARS, ID_PREFIX_CHARS, WHOLE_OUTPUT_PREFIX, bound_text, bound_text_keeping_pointer,
-    format_duration, id_prefix, iso_time, truncate_chars, whole_output_line,
+    format_duration, format_usage, id_prefix, iso_time, truncate_chars, whole_output_line,
 };
 pub use crate::ids::new_task_id;
 pub use crate::launch::{

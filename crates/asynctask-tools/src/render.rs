@@ -13,7 +13,7 @@ use asynctask_manager::{
     AsyncTaskManager, LimitReached, PendingQuestion, QueueFull, TaskProgress, TaskSnapshot,
     TaskView,
 };
-use asynctask_model::{AsyncTaskStatus, TerminateReason};
+use asynctask_model::{AsyncTaskStatus, TaskUsage, TerminateReason};
 use serde::Serialize;
 
 use crate::catalog::SubagentInfo;
@@ -29,6 +29,8 @@ struct CompletedPayload<'a> {
     emitted_vars: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     final_message: Option<&'a str>,
+    #[serde(flatten)]
+    cost: Option<Cost<'a>>,
 }
 
 #[derive(Serialize)]
@@ -37,12 +39,38 @@ struct FailedPayload<'a> {
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+    #[serde(flatten)]
+    cost: Option<Cost<'a>>,
 }
 
 #[derive(Serialize)]
 struct CancelledPayload<'a> {
     agent_id: &'a str,
     status: &'static str,
+    #[serde(flatten)]
+    cost: Option<Cost<'a>>,
+}
+
+/// What a finished task cost, after a notification's own keys: only for a
+/// task whose runner reported usage, so every other notification keeps its
+/// shape.
+#[derive(Serialize)]
+struct Cost<'a> {
+    usage: &'a TaskUsage,
+    /// How long it ran, as listings show durations.
+    elapsed: String,
+}
+
+impl<'a> Cost<'a> {
+    fn of(task: &'a (impl TaskView + ?Sized)) -> Option<Self> {
+        let usage = task.usage().filter(|usage| !usage.is_empty())?;
+        let from = task.started_at().unwrap_or(task.launched_at());
+        let to = task.completed_at().unwrap_or(from);
+        Some(Cost {
+            usage,
+            elapsed: format_duration(from, to),
+        })
+    }
 }
 
 /// How a running subagent's question is put to the model: who asks, the
@@ -96,6 +124,10 @@ pub fn question_notice(subagent_name: &str, question: &PendingQuestion) -> Strin
 /// - cancelled: `{agent_id, status: "cancelled"}`;
 /// - running: the empty string (nothing to report yet).
 ///
+/// When the task's runner reported what it used, two keys follow the others:
+/// `usage` (its [`TaskUsage`] JSON) and `elapsed` (how long it ran, `2m
+/// 30s`); a task that reported nothing keeps exactly the shapes above.
+///
 /// # Examples
 ///
 /// ```
@@ -118,6 +150,7 @@ pub fn completion_notification(task: &(impl TaskView + ?Sized)) -> String {
                 terminate_reason: output.terminate_reason,
                 emitted_vars: &output.emitted_vars,
                 final_message: output.final_message.as_deref(),
+                cost: Cost::of(task),
             }),
             None => String::new(),
         },
@@ -125,10 +158,12 @@ pub fn completion_notification(task: &(impl TaskView + ?Sized)) -> String {
             agent_id: task.id(),
             status: "failed",
             error: task.error(),
+            cost: Cost::of(task),
         }),
         AsyncTaskStatus::Cancelled => to_pretty(&CancelledPayload {
             agent_id: task.id(),
             status: "cancelled",
+            cost: Cost::of(task),
         }),
         _ => String::new(),
     }
@@ -461,6 +496,34 @@ pub(crate) fn origin_note(manager: &AsyncTaskManager, id: &str, caller: Option<&
         Some(origin) if Some(origin.as_str()) == caller => " (this session)".to_owned(),
         Some(origin) => format!(" (session {origin})"),
     }
+}
+
+/// What the task used: what it had reported when it ended, or while it runs
+/// what its runner reported so far.
+pub(crate) fn task_usage(manager: &AsyncTaskManager, task: &TaskSnapshot) -> Option<TaskUsage> {
+    let usage = match task.usage() {
+        Some(usage) => Some(usage.clone()),
+        None if task.status() == AsyncTaskStatus::Running => manager
+            .progress(task.id())
+            .and_then(|progress| progress.usage()),
+        None => None,
+    };
+    usage.filter(|usage| !usage.is_empty())
+}
+
+/// The sum of what `usages` report (tokens and costs; no model), and how
+/// many of them reported anything; `None` when none did.
+pub(crate) fn usage_total<'a>(
+    usages: impl IntoIterator<Item = &'a TaskUsage>,
+) -> Option<(TaskUsage, usize)> {
+    let mut total = TaskUsage::new();
+    let mut reported = 0;
+    for usage in usages {
+        total.add(usage);
+        reported += 1;
+    }
+    total.model = None;
+    (reported > 0).then_some((total, reported))
 }
 
 /// How long the task has run: from its start (its launch, unless it waited in

@@ -1,15 +1,15 @@
 //! The user's slash commands: `/tasks list`, `/task list`, `/task end <id>`.
 
 use asynctask_manager::AsyncTaskManager;
-use asynctask_model::AsyncTaskStatus;
+use asynctask_model::{AsyncTaskStatus, TaskUsage};
 
 use crate::command::CommandOutput;
 use crate::context::CallContext;
-use crate::format::{id_prefix, truncate_chars};
+use crate::format::{format_usage, id_prefix, truncate_chars};
 use crate::lookup::find_task;
 use crate::message::message_task;
 use crate::params::is_blank;
-use crate::render::{origin_note, task_duration};
+use crate::render::{origin_note, task_duration, task_usage, usage_total};
 
 /// How many characters of a goal `/tasks list` shows.
 const GOAL_PREVIEW_CHARS: usize = 40;
@@ -22,7 +22,9 @@ const LAST_LINE_PREVIEW_CHARS: usize = 80;
 /// Ours are `/tasks` and `/task`:
 ///
 /// - `/tasks list`, `/task list` (and a bare `/tasks`) list every task: status,
-///   id prefix, subagent, duration and the first 40 characters of the goal;
+///   id prefix, subagent, duration, what it used (when it reported usage) and
+///   the first 40 characters of the goal; the usage of the tasks listed is
+///   summed on the second line;
 /// - `/task end <id>` cancels a running task by id or unique prefix (exact match
 ///   first). It answers `Usage: /task end <task_id>`, `Task not found: <arg>`,
 ///   `Task <id> is already <status>.`, `Ambiguous task ID. Did you mean:` with the
@@ -97,19 +99,32 @@ fn list(manager: &AsyncTaskManager) -> CommandOutput {
             tasks.len()
         )
     }];
-    let caller = CallContext::current().and_then(|context| context.origin);
-    for task in &tasks {
-        let duration = task_duration(task, now);
+    let usages: Vec<Option<TaskUsage>> =
+        tasks.iter().map(|task| task_usage(manager, task)).collect();
+    if let Some((total, reported)) = usage_total(usages.iter().flatten()) {
         lines.push(format!(
-            "{} {} {} ({}) - {}{}",
+            "Usage: {} ({reported} of {} tasks)",
+            format_usage(&total),
+            tasks.len()
+        ));
+    }
+    let caller = CallContext::current().and_then(|context| context.origin);
+    for (task, usage) in tasks.iter().zip(&usages) {
+        let duration = task_duration(task, now);
+        let mut when = if task.status() == AsyncTaskStatus::Queued {
+            format!("waiting {duration}")
+        } else {
+            duration
+        };
+        if let Some(usage) = usage.as_ref().filter(|usage| !usage.is_empty()) {
+            when.push_str(", ");
+            when.push_str(&format_usage(usage));
+        }
+        lines.push(format!(
+            "{} {} {} ({when}) - {}{}",
             task.status().tag(),
             id_prefix(task.id()),
             task.subagent_name(),
-            if task.status() == AsyncTaskStatus::Queued {
-                format!("waiting {duration}")
-            } else {
-                duration
-            },
             truncate_chars(task.goal_prompt(), GOAL_PREVIEW_CHARS),
             origin_note(manager, task.id(), caller.as_deref()),
         ));

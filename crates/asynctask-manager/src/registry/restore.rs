@@ -118,6 +118,7 @@ impl Registry {
                     started_at,
                     completed_at,
                     info.notified_at,
+                    info.usage,
                 );
                 (record, head)
             });

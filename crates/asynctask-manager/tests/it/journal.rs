@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use asynctask_manager::{
     AsyncTaskManager, Journal, JournalEntry, JournalError, PrefixMatch, RegisterError,
-    RestoreError, StoredTask, check_invariants,
+    RestoreError, StoredTask, TaskProgress, check_invariants,
 };
 use asynctask_model::{
-    AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason,
+    AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TaskUsage,
+    TerminateReason,
 };
 use pretty_assertions::assert_eq;
 
@@ -660,4 +661,66 @@ fn a_journaled_manager_tells_of_what_it_prunes_but_a_restore_does_not() {
         "only what this manager pruned"
     );
     assert_eq!(*pruned.lock().unwrap(), ["a"]);
+}
+
+#[test]
+fn the_usage_reported_by_the_end_is_kept_journaled_and_restored() {
+    let (manager, replica, clock) = journaled(3);
+    let progress = TaskProgress::new();
+    let quiet = TaskProgress::new();
+    manager
+        .register_task(input("a").with_progress(progress.clone()))
+        .unwrap();
+    manager
+        .register_task(input("b").with_progress(quiet.clone()))
+        .unwrap();
+    manager.register_task(input("c")).unwrap();
+    progress.report_usage(TaskUsage::new().with_input_tokens(900).with_model("m-1"));
+    progress.report_usage(
+        TaskUsage::new()
+            .with_input_tokens(1_500)
+            .with_output_tokens(40)
+            .with_cost_usd(0.003),
+    );
+    let usage = TaskUsage::new()
+        .with_input_tokens(1_500)
+        .with_output_tokens(40)
+        .with_cost_usd(0.003)
+        .with_model("m-1");
+    assert_eq!(
+        manager.task("a").and_then(|task| task.usage().cloned()),
+        None,
+        "a running task's usage is on its progress handle"
+    );
+    clock.advance(10);
+    assert!(manager.cancel_task("a"), "a cancelled task keeps it too");
+    manager.complete_task("b", goal());
+    manager.fail_task("c", "boom");
+    progress.report_usage(TaskUsage::new().with_input_tokens(9_999));
+    let kept: Vec<_> = manager
+        .tasks()
+        .iter()
+        .map(|task| task.usage().cloned())
+        .collect();
+    assert_eq!(
+        kept,
+        [Some(usage.clone()), None, None],
+        "a report after the end is not kept"
+    );
+    let cancelled = manager.task("a").expect("held");
+    assert_eq!(
+        serde_json::to_value(&cancelled).unwrap()["usage"],
+        serde_json::json!({"input_tokens": 1_500, "output_tokens": 40, "cost_usd": 0.003, "model": "m-1"})
+    );
+    assert_eq!(cancelled.to_info().usage, Some(usage.clone()));
+    assert_eq!(replica.infos(), manager.tasks());
+    assert_eq!(replica.problems(), Vec::<String>::new());
+
+    let restarted = restart(&replica, 3, 5_000);
+    assert_eq!(restarted.tasks(), manager.tasks());
+    assert_eq!(
+        restarted.task("a").and_then(|task| task.usage().cloned()),
+        Some(usage)
+    );
+    check_invariants(&restarted).unwrap();
 }

@@ -110,12 +110,14 @@ impl Journal for Replica {
                         outcome,
                         completed_at,
                         finish_order,
+                        usage,
                         ..
                     },
                     Some(i),
                 ) => {
                     let mut finished = tasks[i].info.clone();
                     if outcome.apply(&mut finished, completed_at) {
+                        finished.usage = usage.cloned();
                         tasks[i].info = finished;
                         tasks[i].finish_order = finish_order;
                     } else if (

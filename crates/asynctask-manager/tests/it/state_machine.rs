@@ -87,6 +87,10 @@ enum Op {
 
 /// What the last operation should have answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a test's answers, compared whole; their size does not matter"
+)]
 enum Answer {
     None,
     Registered(AsyncTaskInfo),
@@ -640,6 +644,10 @@ impl StateMachineTest for ManagerTest {
 
 /// A [`PrefixMatch`] over plain records, to compare with the model's.
 #[derive(Debug, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a test's values, compared whole; their size does not matter"
+)]
 enum PlainMatch {
     None,
     One(AsyncTaskInfo),

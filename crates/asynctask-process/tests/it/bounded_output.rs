@@ -227,6 +227,7 @@ async fn a_running_subagent_reports_its_latest_output_and_its_file() {
             last_lines: vec!["one".into(), "two".into(), "thr".into()],
             output_bytes: 11,
             output_file: Some(file.clone()),
+            usage: None,
         }
     );
     std::fs::write(dir.path().join("go"), "").expect("write");

@@ -18,6 +18,7 @@ mod kept_files;
 mod messages;
 mod reaper;
 mod running;
+mod usage;
 mod variables;
 
 use std::future::Future;

@@ -4,7 +4,8 @@
 use std::error::Error;
 use std::path::Path;
 
-use asynctask_model::AsyncTaskStatus;
+use asynctask_manager::{Journal, JournalEntry, TerminalOutcome};
+use asynctask_model::{AsyncTaskStatus, TaskUsage};
 use asynctask_store::{SCHEMA_VERSION, Store, StoreError};
 use pretty_assertions::assert_eq;
 
@@ -272,6 +273,152 @@ fn a_version_1_store_is_migrated_keeping_every_task() {
     assert_eq!(reopened[3].info.started_at, None);
 }
 
+/// The version 2 schema, as stores written before usage hold it.
+const SCHEMA_V2: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
+CREATE TABLE tasks (
+    seq              INTEGER PRIMARY KEY,
+    id               TEXT NOT NULL UNIQUE CHECK (id <> ''),
+    subagent_name    TEXT NOT NULL,
+    goal_prompt      TEXT NOT NULL,
+    origin           TEXT,
+    pid              INTEGER NOT NULL,
+    status           TEXT NOT NULL
+                     CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled')),
+    launched_at      INTEGER NOT NULL,
+    started_at       INTEGER,
+    completed_at     INTEGER,
+    finish_order     INTEGER NOT NULL DEFAULT 0,
+    notified_at      INTEGER,
+    terminate_reason TEXT,
+    emitted_vars     TEXT,
+    final_message    TEXT,
+    error            TEXT,
+    launch           TEXT,
+    CHECK ((status IN ('queued', 'running')) = (completed_at IS NULL)),
+    CHECK (status NOT IN ('queued', 'running') OR notified_at IS NULL),
+    CHECK (status <> 'queued' OR started_at IS NULL),
+    CHECK (status <> 'running' OR started_at IS NOT NULL),
+    CHECK ((status = 'completed') = (terminate_reason IS NOT NULL AND emitted_vars IS NOT NULL)),
+    CHECK (status = 'completed' OR final_message IS NULL),
+    CHECK ((status = 'failed') = (error IS NOT NULL))
+) STRICT;
+INSERT INTO meta VALUES ('created_by', 'asynctask-store 0.1.0');
+INSERT INTO tasks (id, subagent_name, goal_prompt, origin, pid, status, launched_at, started_at,
+                   completed_at, finish_order, notified_at, terminate_reason, emitted_vars,
+                   final_message, error, launch)
+VALUES ('done', 'researcher', 'map it', 'alice', 1, 'completed', 1000, 1500, 4000, 1, 5000,
+        'GOAL', '{\"summary\":\"ok\"}', 'all mapped', NULL, NULL),
+       ('going', 'writer', 'write it', NULL, 1, 'running', 3000, 3000, NULL, 0, NULL,
+        NULL, NULL, NULL, NULL, NULL);
+PRAGMA user_version = 2;
+";
+
+#[test]
+fn a_version_2_store_is_read_as_it_is_and_migrated_to_keep_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection.execute_batch(SCHEMA_V2).unwrap();
+    drop(connection);
+
+    // `supervisor status` beside a supervisor of the previous release.
+    let read = Store::read_only(&path).unwrap();
+    assert_eq!(
+        read.iter()
+            .map(|task| (
+                task.info.id.as_str(),
+                task.info.status,
+                task.info.usage.clone()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            ("done", AsyncTaskStatus::Completed, None),
+            ("going", AsyncTaskStatus::Running, None)
+        ]
+    );
+
+    let (store, restored) = Store::open(&path).unwrap();
+    assert_eq!(
+        restored
+            .iter()
+            .map(|task| task.info.clone())
+            .collect::<Vec<_>>(),
+        read.iter()
+            .map(|task| task.info.clone())
+            .collect::<Vec<_>>(),
+        "every task kept as it was"
+    );
+    let usage = TaskUsage::new()
+        .with_input_tokens(12_345)
+        .with_output_tokens(678)
+        .with_cost_usd(0.0421)
+        .with_model("claude-sonnet-4-5");
+    store
+        .record(&[JournalEntry::Finished {
+            id: "going",
+            outcome: TerminalOutcome::Failed("exit status 1"),
+            completed_at: 9_000,
+            finish_order: 2,
+            usage: Some(&usage),
+        }])
+        .unwrap();
+    drop(store);
+
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let stored: String = connection
+        .query_row("SELECT usage FROM tasks WHERE id = 'going'", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(
+        stored,
+        r#"{"input_tokens":12345,"output_tokens":678,"cost_usd":0.0421,"model":"claude-sonnet-4-5"}"#
+    );
+    drop(connection);
+    let (_store, reopened) = Store::open(&path).unwrap();
+    assert_eq!(
+        reopened
+            .iter()
+            .map(|task| task.info.usage.clone())
+            .collect::<Vec<_>>(),
+        [None, Some(usage)],
+        "opened again without another migration"
+    );
+}
+
+#[test]
+fn a_usage_that_is_not_a_usage_object_is_refused_naming_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    drop(Store::open(&path).unwrap());
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection
+        .execute(
+            "INSERT INTO tasks (id, subagent_name, goal_prompt, pid, status, launched_at, \
+             started_at, completed_at, usage) \
+             VALUES ('odd', 'writer', 'g', 1, 'cancelled', 1, 1, 2, '{\"cost_usd\":-3}')",
+            [],
+        )
+        .unwrap();
+    drop(connection);
+    let Err(err) = Store::open(&path) else {
+        panic!("a bad usage was read back");
+    };
+    assert!(
+        matches!(&err, StoreError::InvalidTask { id, .. } if id == "odd"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("its usage is not a usage object"),
+        "{err}"
+    );
+}
+
 fn assert_corrupt(path: &Path) {
     let error = Store::open(path).expect_err("a damaged file is refused");
     assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
@@ -351,4 +498,24 @@ fn a_directory_that_cannot_be_created_is_a_clear_error() {
     let error = Store::open(file.join("tasks.db")).unwrap_err();
     assert!(matches!(error, StoreError::CreateDir { .. }), "{error:?}");
     assert!(error.source().is_some());
+}
+
+#[test]
+fn a_store_being_created_reads_as_empty_and_another_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_path(&dir);
+    // Its supervisor has made the file and not yet its schema.
+    drop(rusqlite::Connection::open(&path).unwrap());
+    std::fs::write(&path, b"").unwrap();
+    assert!(Store::read_only(&path).unwrap().is_empty());
+    let other = dir.path().join("other.db");
+    let connection = rusqlite::Connection::open(&other).unwrap();
+    connection
+        .execute_batch("CREATE TABLE notes (text TEXT);")
+        .unwrap();
+    drop(connection);
+    assert!(matches!(
+        Store::read_only(&other),
+        Err(asynctask_store::StoreError::NotAStore { .. })
+    ));
 }

@@ -602,11 +602,17 @@ impl TaskTool {
         run.stop_in_background();
         self.kept.done_with(&id);
         let now = self.now();
+        // What the runner reported it used stays with the result, as a
+        // background task's does.
+        task.usage = progress.usage();
         let failed = |task: &mut AsyncTaskInfo, kind, message: String, display: String| {
             task.fail(message.clone(), now);
             tracing::debug!(task_id = %id, subagent = %name, error = %message, "subagent failed");
             ToolResult::failure(kind, message, completion_notification(task), display)
-                .with_metadata(json!({ "agentId": id, "status": "failed" }))
+                .with_metadata(with_usage(
+                    json!({ "agentId": id, "status": "failed" }),
+                    task,
+                ))
         };
         match outcome {
             Outcome::Finished(Ok(output)) => {
@@ -621,6 +627,7 @@ impl TaskTool {
                 });
                 task.complete(output, now);
                 tracing::debug!(task_id = %id, subagent = %name, "subagent finished");
+                let metadata = with_usage(metadata, &task);
                 ToolResult::success(completion_notification(&task), display, metadata)
             }
             Outcome::Finished(Err(err)) => {
@@ -664,7 +671,10 @@ impl TaskTool {
                     completion_notification(&task),
                     format!("Subagent **{name}** was cancelled"),
                 )
-                .with_metadata(json!({ "agentId": id, "status": "cancelled" }))
+                .with_metadata(with_usage(
+                    json!({ "agentId": id, "status": "cancelled" }),
+                    &task,
+                ))
             }
         }
     }
@@ -811,6 +821,18 @@ fn refusal(message: String, text: String) -> ToolResult {
 
 /// `input`, recording who made the call that launches it (when its server
 /// said, see [`CallContext`]).
+/// A synchronous result's metadata, with what the task used (`usage`) and
+/// how long it ran (`elapsedMs`) when its runner reported usage.
+fn with_usage(mut metadata: serde_json::Value, task: &AsyncTaskInfo) -> serde_json::Value {
+    if let Some(usage) = task.usage.as_ref().filter(|usage| !usage.is_empty()) {
+        metadata["usage"] = serde_json::to_value(usage).unwrap_or_default();
+        let from = task.started_at.unwrap_or(task.launched_at);
+        let to = task.completed_at.unwrap_or(from);
+        metadata["elapsedMs"] = json!(to.saturating_sub(from));
+    }
+    metadata
+}
+
 fn with_call_origin(input: RegisterTaskInput) -> RegisterTaskInput {
     match CallContext::current().and_then(|context| context.origin) {
         Some(origin) => input.with_origin(origin),

@@ -8,6 +8,7 @@ mod params;
 mod schemas;
 mod slash;
 mod task;
+mod usage;
 
 use std::collections::BTreeSet;
 
