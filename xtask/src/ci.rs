@@ -103,6 +103,7 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
         .map_err(|err| format!("cannot create {}: {err}", tmp.display()))?;
     let steps = run_steps(root);
     let leftovers = check_leftovers(tmp);
+    remove_test_cluster_memory(tmp);
     let _ = std::fs::remove_dir_all(tmp);
     steps?;
     leftovers
@@ -191,6 +192,50 @@ fn check_leftovers(tmp: &Path) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+/// Removes the shared memory of the test PostgreSQL clusters whose test
+/// process was killed. A cluster's server dies with the test process that
+/// started it (`setpriv --pdeathsig`), but a server killed that way leaves
+/// its data directory, with `postmaster.pid`, and its small System V
+/// segment, which nothing else would remove. A server that stopped
+/// normally removed both.
+fn remove_test_cluster_memory(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let pidfile = entry.path().join("data").join("postmaster.pid");
+        let Ok(text) = std::fs::read_to_string(&pidfile) else {
+            continue;
+        };
+        if let Some(shmid) = shared_memory_id(&text) {
+            let removed = Command::new("ipcrm")
+                .args(["-m", &shmid.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success());
+            if removed {
+                println!(
+                    "removed the shared memory of a killed test cluster ({})",
+                    pidfile.display()
+                );
+            }
+        }
+    }
+}
+
+/// The System V segment's id in a `postmaster.pid`: its seventh line holds
+/// the key and the id.
+fn shared_memory_id(pidfile: &str) -> Option<u64> {
+    pidfile
+        .lines()
+        .nth(6)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Runs every example of every workspace member (found with `cargo metadata`), so
@@ -374,6 +419,14 @@ pub(crate) fn run_command(root: &Path, argv: &[&str], env: &[(&str, &str)]) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shared_memory_id_is_read_from_a_pidfile() {
+        let pidfile =
+            "10274\n/tmp/d/data\n1795577432\n5432\n/tmp/d\n\n 10010772         4\nready   \n";
+        assert_eq!(shared_memory_id(pidfile), Some(4));
+        assert_eq!(shared_memory_id("10274\n/tmp/d/data\n"), None);
+    }
 
     #[test]
     fn a_process_naming_the_run_directory_is_reported_and_ended() {

@@ -27,7 +27,7 @@ use serde_json::Value;
 const LAYERS: &[&[&str]] = &[
     &["asynctask-model"],
     &["asynctask-manager"],
-    &["asynctask-tools", "asynctask-store"],
+    &["asynctask-tools", "asynctask-store", "asynctask-fleet"],
     &["asynctask-runtime", "asynctask-process"],
     &["asynctask-mcp"],
     &["asynctask-supervisor"],

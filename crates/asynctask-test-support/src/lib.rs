@@ -1,7 +1,8 @@
 //! What asynctask's own tests share, so that no test writes it again: a
 //! private temporary directory that goes away with the test, waiting for a
-//! state with a deadline instead of sleeping and hoping, and checking that
-//! the processes a test started are gone.
+//! state with a deadline instead of sleeping and hoping, checking that the
+//! processes a test started are gone, and (feature `postgres`) a fresh
+//! database on a real PostgreSQL server ([`TestDatabase`]).
 //!
 //! A dev-dependency only: no crate of the workspace depends on it for what it
 //! ships (tidy checks), and it depends on no crate of the workspace.
@@ -30,6 +31,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub use tempfile::TempDir;
+
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+pub use crate::postgres::{DATABASE_URL_VAR, TestDatabase};
 
 /// How often a wait looks again.
 const POLL: Duration = Duration::from_millis(5);

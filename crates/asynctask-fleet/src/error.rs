@@ -1,0 +1,105 @@
+//! `FleetError`: everything that can go wrong talking to the fleet's database.
+
+/// Why a fleet operation failed. Database errors keep the driver's error as
+/// their [`source`](std::error::Error::source); no message ever carries the
+/// connection's credentials.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FleetError {
+    /// The database could not be reached, or refused the connection.
+    #[error("cannot connect to the fleet's database")]
+    Connect {
+        /// What the driver said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The connection string could not be parsed.
+    #[error("the fleet's database URL is not valid")]
+    BadUrl {
+        /// What the driver said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// A query failed (the connection was lost, the server refused it).
+    #[error("the fleet's database failed a query ({what})")]
+    Database {
+        /// What was being done.
+        what: &'static str,
+        /// What the driver said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The database holds a fleet schema newer than this asynctask knows. It
+    /// is left untouched.
+    #[error(
+        "the fleet's database has schema version {found}, newer than the version {supported} \
+         this asynctask knows: use a newer asynctask, or another database"
+    )]
+    NewerSchema {
+        /// The database's schema version.
+        found: i32,
+        /// The newest version this crate knows ([`SCHEMA_VERSION`](crate::SCHEMA_VERSION)).
+        supported: i32,
+    },
+    /// A task with this id already exists.
+    #[error("a task with id '{0}' already exists")]
+    DuplicateId(String),
+    /// A task's id, workspace, subagent or a worker's name is empty.
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
+    /// A worker's capacity or lease is out of range.
+    #[error("invalid worker: {0}")]
+    InvalidWorker(&'static str),
+    /// The worker's lease has expired (or it was declared lost): the fleet
+    /// has given up its tasks. It must end its subagents, and register again
+    /// to take new work.
+    #[error("worker {name} has lost its lease: its tasks are no longer its own")]
+    WorkerLost {
+        /// The worker's name.
+        name: String,
+    },
+    /// A write about a task was refused: the fencing token it carries is no
+    /// longer the task's (the worker's lease expired, the task was declared
+    /// interrupted, or it has already ended).
+    #[error("task {task}: the write was refused, this claim on it is no longer current")]
+    Fenced {
+        /// The task's id.
+        task: String,
+    },
+    /// A stored output could not be read or written as JSON.
+    #[error("task {task}: its output is not valid JSON")]
+    Output {
+        /// The task's id.
+        task: String,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl FleetError {
+    /// A query error, saying what was being done.
+    pub(crate) fn db(what: &'static str) -> impl FnOnce(tokio_postgres::Error) -> FleetError {
+        move |source| FleetError::Database { what, source }
+    }
+
+    /// The error with its whole chain of sources, on one line: what logs show.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let error = asynctask_fleet::FleetError::Fenced { task: "a1".into() };
+    /// assert_eq!(error.chain(), "task a1: the write was refused, this claim on it is no longer current");
+    /// ```
+    #[must_use]
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(cause) = next {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            next = cause.source();
+        }
+        text
+    }
+}

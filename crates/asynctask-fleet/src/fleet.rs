@@ -1,0 +1,725 @@
+//! `Fleet`: one connection to the fleet's database, and every rule of the
+//! fleet as a statement or a transaction on it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, Clock, MaxAsyncTasks, OutputObject};
+use tokio::task::JoinHandle;
+use tokio_postgres::{Client, Config, GenericClient, NoTls, Row};
+
+use crate::types::{ClaimedTask, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec};
+use crate::{FleetError, schema};
+
+/// Where a fleet's time comes from. Every lease is measured on one clock:
+/// the database's, unless a [`Clock`] is given (tests, with a `ManualClock`).
+#[derive(Clone, Default)]
+pub struct FleetOptions {
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl FleetOptions {
+    /// The database's clock.
+    #[must_use]
+    pub fn new() -> Self {
+        FleetOptions::default()
+    }
+
+    /// Measures time on `clock` instead of the database's. Every handle on
+    /// one database must then use the same clock.
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+}
+
+impl fmt::Debug for FleetOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetOptions")
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+/// One connection to the fleet's database: what a front submits and
+/// delivers through, and what a worker registers, claims and reports
+/// through. Operations that take `&mut self` run a transaction; the others
+/// are one statement.
+///
+/// # Cancel safety
+///
+/// No method is cancel-safe beyond the database's own guarantee: a future
+/// dropped mid-way leaves its statement or transaction either done or not
+/// (a transaction is rolled back), never half done. Drop the handle after a
+/// cancelled transaction rather than reuse it.
+pub struct Fleet {
+    client: Client,
+    driver: JoinHandle<()>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The connection's configuration holds the credentials: never shown.
+        f.debug_struct("Fleet")
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+const TASK_COLUMNS: &str = "t.id, t.subagent_name, t.goal_prompt, t.status, t.launched_at, \
+     t.started_at, t.completed_at, t.notified_at, t.output, t.error, t.workspace, t.origin, \
+     (SELECT w.name FROM asynctask_workers w WHERE w.id = t.worker_id)";
+
+impl Fleet {
+    /// Connects to the database `url` names (a `postgresql://` URL or a
+    /// `key=value` string), migrates its schema to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
+    /// and returns the handle. Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::BadUrl`], [`FleetError::Connect`],
+    /// [`FleetError::NewerSchema`] (the database is left untouched), or
+    /// [`FleetError::Database`] when the migration fails.
+    pub async fn connect_url(url: &str, options: FleetOptions) -> Result<Fleet, FleetError> {
+        let config: Config = url
+            .parse()
+            .map_err(|source| FleetError::BadUrl { source })?;
+        Fleet::connect(&config, options).await
+    }
+
+    /// [`connect_url`](Self::connect_url) with a parsed configuration.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_url`](Self::connect_url).
+    pub async fn connect(config: &Config, options: FleetOptions) -> Result<Fleet, FleetError> {
+        let (mut client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|source| FleetError::Connect { source })?;
+        let driver = tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::warn!(error = %err, "the connection to the fleet's database ended");
+            }
+        });
+        if let Err(err) = schema::migrate(&mut client).await {
+            driver.abort();
+            return Err(err);
+        }
+        Ok(Fleet {
+            client,
+            driver,
+            clock: options.clock,
+        })
+    }
+
+    /// The fleet's time now, in Unix milliseconds.
+    async fn now(&self, client: &impl GenericClient) -> Result<i64, FleetError> {
+        self_now(&self.clock, client).await
+    }
+
+    /// Sets a workspace's `task-max-async`: how many of its tasks run at
+    /// once across all workers. Tasks already running are kept.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn set_max_async(
+        &self,
+        workspace: &str,
+        max: MaxAsyncTasks,
+    ) -> Result<(), FleetError> {
+        non_empty(workspace, "a workspace")?;
+        let max = i32::try_from(max.get()).unwrap_or(-1);
+        self.client
+            .execute(
+                "INSERT INTO asynctask_workspaces (name, max_async) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET max_async = EXCLUDED.max_async",
+                &[&workspace, &max],
+            )
+            .await
+            .map_err(FleetError::db("setting the workspace's limit"))?;
+        Ok(())
+    }
+
+    /// Submits a task: it is queued until a worker claims it.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::DuplicateId`], [`FleetError::Empty`],
+    /// [`FleetError::Database`].
+    pub async fn submit(&mut self, task: NewTask) -> Result<FleetTask, FleetError> {
+        non_empty(&task.id, "a task's id")?;
+        non_empty(&task.workspace, "a workspace")?;
+        non_empty(&task.subagent_name, "a subagent's name")?;
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(FleetError::db("beginning a submission"))?;
+        let now = self_now(&self.clock, &tx).await?;
+        tx.execute(
+            "INSERT INTO asynctask_workspaces (name) VALUES ($1) ON CONFLICT DO NOTHING",
+            &[&task.workspace],
+        )
+        .await
+        .map_err(FleetError::db("creating the workspace"))?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO asynctask_tasks
+                    (id, workspace, subagent_name, goal_prompt, origin, status, launched_at)
+                 VALUES ($1, $2, $3, $4, $5, 'queued', $6)
+                 ON CONFLICT (id) DO NOTHING",
+                &[
+                    &task.id,
+                    &task.workspace,
+                    &task.subagent_name,
+                    &task.goal_prompt,
+                    &task.origin,
+                    &now,
+                ],
+            )
+            .await
+            .map_err(FleetError::db("submitting a task"))?;
+        if inserted == 0 {
+            return Err(FleetError::DuplicateId(task.id));
+        }
+        tx.commit()
+            .await
+            .map_err(FleetError::db("submitting a task"))?;
+        Ok(FleetTask {
+            info: AsyncTaskInfo::queued(
+                task.id,
+                task.subagent_name,
+                task.goal_prompt,
+                from_db(now),
+            ),
+            workspace: task.workspace,
+            origin: task.origin,
+            worker: None,
+        })
+    }
+
+    /// The task with this id, if the database holds it.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`], [`FleetError::Output`].
+    pub async fn task(&self, id: &str) -> Result<Option<FleetTask>, FleetError> {
+        let row = self
+            .client
+            .query_opt(
+                &format!("SELECT {TASK_COLUMNS} FROM asynctask_tasks t WHERE t.id = $1"),
+                &[&id],
+            )
+            .await
+            .map_err(FleetError::db("reading a task"))?;
+        row.map(|row| task_from_row(&row)).transpose()
+    }
+
+    /// Every task of a workspace, in submission order.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`], [`FleetError::Output`].
+    pub async fn tasks(&self, workspace: &str) -> Result<Vec<FleetTask>, FleetError> {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT {TASK_COLUMNS} FROM asynctask_tasks t WHERE t.workspace = $1 ORDER BY t.seq"
+                ),
+                &[&workspace],
+            )
+            .await
+            .map_err(FleetError::db("reading a workspace's tasks"))?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Registers a worker; its lease starts now.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Empty`] for an empty name, [`FleetError::InvalidWorker`]
+    /// for a capacity of 0 or a lease under 1 ms, [`FleetError::Database`].
+    pub async fn register_worker(&self, spec: &WorkerSpec) -> Result<WorkerLease, FleetError> {
+        non_empty(&spec.name, "a worker's name")?;
+        let capacity = i32::try_from(spec.capacity)
+            .ok()
+            .filter(|c| *c >= 1)
+            .ok_or(FleetError::InvalidWorker(
+                "its capacity must be between 1 and 2^31 - 1",
+            ))?;
+        let lease = i64::try_from(spec.lease.as_millis())
+            .ok()
+            .filter(|ms| *ms >= 1)
+            .ok_or(FleetError::InvalidWorker("its lease must be at least 1 ms"))?;
+        let now = self.now(&self.client).await?;
+        let row = self
+            .client
+            .query_one(
+                "INSERT INTO asynctask_workers
+                    (name, capacity, subagents, lease_ms, registered_at, lease_expires_at)
+                 VALUES ($1, $2, $3, $4::bigint, $5::bigint, $5::bigint + $4::bigint)
+                 RETURNING id, lease_expires_at",
+                &[&spec.name, &capacity, &spec.subagents, &lease, &now],
+            )
+            .await
+            .map_err(FleetError::db("registering a worker"))?;
+        tracing::info!(worker = %spec.name, capacity, lease_ms = lease, "worker registered");
+        Ok(WorkerLease {
+            worker_id: row.get(0),
+            name: spec.name.clone(),
+            expires_at: from_db(row.get(1)),
+        })
+    }
+
+    /// Renews a worker's lease for its length from now.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::WorkerLost`] when the lease had already expired (even if
+    /// no one has reaped it yet): the worker must end its subagents.
+    /// [`FleetError::Database`].
+    pub async fn heartbeat(&self, lease: &mut WorkerLease) -> Result<(), FleetError> {
+        let now = self.now(&self.client).await?;
+        let row = self
+            .client
+            .query_opt(
+                "UPDATE asynctask_workers SET lease_expires_at = $2 + lease_ms
+                 WHERE id = $1 AND state = 'live' AND lease_expires_at > $2
+                 RETURNING lease_expires_at",
+                &[&lease.worker_id, &now],
+            )
+            .await
+            .map_err(FleetError::db("renewing a lease"))?;
+        match row {
+            Some(row) => {
+                lease.expires_at = from_db(row.get(0));
+                Ok(())
+            }
+            None => Err(FleetError::WorkerLost {
+                name: lease.name.clone(),
+            }),
+        }
+    }
+
+    /// Claims queued tasks for a worker, oldest first, as many as its free
+    /// slots allow and at most `max`, skipping workspaces at their
+    /// `task-max-async`. Each claim is its own transaction: it locks the
+    /// worker's row, takes the oldest queued task of a subagent it serves
+    /// that no other claimer holds (`FOR UPDATE SKIP LOCKED`), counts the
+    /// workspace's running tasks under the workspace's row lock, and gives
+    /// the task a new fencing token.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::WorkerLost`] when the worker's lease has expired;
+    /// [`FleetError::Database`].
+    pub async fn claim(
+        &mut self,
+        lease: &WorkerLease,
+        max: usize,
+    ) -> Result<Vec<ClaimedTask>, FleetError> {
+        let mut claimed = Vec::new();
+        while claimed.len() < max {
+            match self.claim_one(lease).await? {
+                Some(task) => claimed.push(task),
+                None => break,
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn claim_one(&mut self, lease: &WorkerLease) -> Result<Option<ClaimedTask>, FleetError> {
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(FleetError::db("beginning a claim"))?;
+        let now = self_now(&self.clock, &tx).await?;
+        let worker = tx
+            .query_opt(
+                "SELECT capacity, subagents,
+                    (SELECT count(*) FROM asynctask_tasks
+                     WHERE worker_id = $1 AND status = 'running')
+                 FROM asynctask_workers
+                 WHERE id = $1 AND state = 'live' AND lease_expires_at > $2
+                 FOR UPDATE",
+                &[&lease.worker_id, &now],
+            )
+            .await
+            .map_err(FleetError::db("locking the worker"))?;
+        let Some(worker) = worker else {
+            return Err(FleetError::WorkerLost {
+                name: lease.name.clone(),
+            });
+        };
+        let capacity: i32 = worker.get(0);
+        let subagents: Vec<String> = worker.get(1);
+        let running: i64 = worker.get(2);
+        if running >= i64::from(capacity) {
+            return Ok(None);
+        }
+        let mut full: Vec<String> = Vec::new();
+        loop {
+            let candidate = tx
+                .query_opt(
+                    "SELECT id, workspace FROM asynctask_tasks
+                     WHERE status = 'queued' AND subagent_name = ANY($1)
+                       AND NOT (workspace = ANY($2))
+                     ORDER BY seq
+                     FOR UPDATE SKIP LOCKED
+                     LIMIT 1",
+                    &[&subagents, &full],
+                )
+                .await
+                .map_err(FleetError::db("finding a queued task"))?;
+            let Some(candidate) = candidate else {
+                tx.commit()
+                    .await
+                    .map_err(FleetError::db("ending a claim"))?;
+                return Ok(None);
+            };
+            let id: String = candidate.get(0);
+            let workspace: String = candidate.get(1);
+            // The workspace's row lock serializes the claims that count its
+            // running tasks (NO KEY: submissions' foreign-key checks pass).
+            let max: i32 = tx
+                .query_one(
+                    "SELECT max_async FROM asynctask_workspaces WHERE name = $1 FOR NO KEY UPDATE",
+                    &[&workspace],
+                )
+                .await
+                .map_err(FleetError::db("locking the workspace"))?
+                .get(0);
+            let in_workspace: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM asynctask_tasks WHERE workspace = $1 AND status = 'running'",
+                    &[&workspace],
+                )
+                .await
+                .map_err(FleetError::db("counting the workspace's running tasks"))?
+                .get(0);
+            if max >= 0 && in_workspace >= i64::from(max) {
+                full.push(workspace);
+                continue;
+            }
+            let row = tx
+                .query_one(
+                    "UPDATE asynctask_tasks
+                     SET status = 'running', worker_id = $2, started_at = $3,
+                         fence = nextval('asynctask_fence')
+                     WHERE id = $1
+                     RETURNING fence, subagent_name, goal_prompt",
+                    &[&id, &lease.worker_id, &now],
+                )
+                .await
+                .map_err(FleetError::db("claiming a task"))?;
+            tx.commit()
+                .await
+                .map_err(FleetError::db("ending a claim"))?;
+            return Ok(Some(ClaimedTask {
+                id,
+                workspace,
+                subagent_name: row.get(1),
+                goal_prompt: row.get(2),
+                fence: row.get(0),
+            }));
+        }
+    }
+
+    /// Records that a claimed task completed with `output`.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Fenced`] when the claim is no longer current (the
+    /// worker's lease expired, the task was declared interrupted or has
+    /// ended): nothing is written. [`FleetError::Database`].
+    pub async fn complete(
+        &self,
+        task: &ClaimedTask,
+        output: &OutputObject,
+    ) -> Result<(), FleetError> {
+        let json = serde_json::to_string(output).map_err(|source| FleetError::Output {
+            task: task.id.clone(),
+            source,
+        })?;
+        self.finish(task, AsyncTaskStatus::Completed, Some(json), None)
+            .await
+    }
+
+    /// Records that a claimed task failed with `error`.
+    ///
+    /// # Errors
+    ///
+    /// As [`complete`](Self::complete).
+    pub async fn fail(&self, task: &ClaimedTask, error: &str) -> Result<(), FleetError> {
+        self.finish(task, AsyncTaskStatus::Failed, None, Some(error))
+            .await
+    }
+
+    /// Records that a claimed task was cancelled.
+    ///
+    /// # Errors
+    ///
+    /// As [`complete`](Self::complete).
+    pub async fn cancelled(&self, task: &ClaimedTask) -> Result<(), FleetError> {
+        self.finish(task, AsyncTaskStatus::Cancelled, None, None)
+            .await
+    }
+
+    /// The one fenced write: it changes the task only while the claim's
+    /// token is the task's, the task runs, and the worker's lease holds.
+    async fn finish(
+        &self,
+        task: &ClaimedTask,
+        status: AsyncTaskStatus,
+        output: Option<String>,
+        error: Option<&str>,
+    ) -> Result<(), FleetError> {
+        let now = self.now(&self.client).await?;
+        let changed = self
+            .client
+            .execute(
+                "UPDATE asynctask_tasks t
+                 SET status = $3, output = $4, error = $5, completed_at = $6
+                 FROM asynctask_workers w
+                 WHERE t.id = $1 AND t.fence = $2 AND t.status = 'running'
+                   AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $6",
+                &[
+                    &task.id,
+                    &task.fence,
+                    &status.as_str(),
+                    &output,
+                    &error,
+                    &now,
+                ],
+            )
+            .await
+            .map_err(FleetError::db("recording a task's end"))?;
+        if changed == 0 {
+            return Err(FleetError::Fenced {
+                task: task.id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Declares lost every worker whose lease has expired, and fails each of
+    /// their running tasks with `interrupted: worker <name> lost`, in one
+    /// statement: however many handles reap at once, each such task is
+    /// returned by exactly one of them, once.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn reap_expired(&self) -> Result<Vec<Interrupted>, FleetError> {
+        let now = self.now(&self.client).await?;
+        let rows = self
+            .client
+            .query(
+                "WITH expired AS (
+                    SELECT id FROM asynctask_workers
+                    WHERE state = 'live' AND lease_expires_at <= $1
+                    ORDER BY id
+                    FOR UPDATE SKIP LOCKED
+                 ), lost AS (
+                    UPDATE asynctask_workers w SET state = 'lost'
+                    FROM expired WHERE w.id = expired.id
+                    RETURNING w.id, w.name
+                 )
+                 UPDATE asynctask_tasks t
+                 SET status = 'failed', completed_at = $1,
+                     error = 'interrupted: worker ' || lost.name || ' lost'
+                 FROM lost
+                 WHERE t.worker_id = lost.id AND t.status = 'running'
+                 RETURNING t.id, t.workspace, lost.name",
+                &[&now],
+            )
+            .await
+            .map_err(FleetError::db("reaping expired leases"))?;
+        let interrupted: Vec<Interrupted> = rows
+            .iter()
+            .map(|row| Interrupted {
+                id: row.get(0),
+                workspace: row.get(1),
+                worker: row.get(2),
+            })
+            .collect();
+        for task in &interrupted {
+            tracing::warn!(task = %task.id, worker = %task.worker, "worker lost: task interrupted");
+        }
+        Ok(interrupted)
+    }
+
+    /// Claims up to `max` undelivered results of a workspace, oldest ended
+    /// first, for one delivery: a transaction holds them (other deliveries
+    /// skip them) until the claim is acknowledged (they are marked notified,
+    /// never offered again) or dropped (rolled back: offered again). A front
+    /// that dies mid-delivery loses its connection, which rolls back too.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`], [`FleetError::Output`].
+    pub async fn claim_results(
+        &mut self,
+        workspace: &str,
+        max: usize,
+    ) -> Result<ResultClaim<'_>, FleetError> {
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
+        let clock = self.clock.clone();
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(FleetError::db("beginning a delivery"))?;
+        let rows = tx
+            .query(
+                &format!(
+                    "SELECT {TASK_COLUMNS} FROM asynctask_tasks t
+                     WHERE t.workspace = $1 AND t.notified_at IS NULL
+                       AND t.status IN ('completed', 'failed', 'cancelled')
+                     ORDER BY t.completed_at, t.seq
+                     FOR UPDATE SKIP LOCKED
+                     LIMIT $2"
+                ),
+                &[&workspace, &limit],
+            )
+            .await
+            .map_err(FleetError::db("claiming results"))?;
+        let tasks = rows
+            .iter()
+            .map(task_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ResultClaim { tx, clock, tasks })
+    }
+}
+
+/// Results claimed for one delivery: acknowledge it once delivered
+/// (consumes it), or drop it to offer them again.
+#[must_use = "a claim is released when dropped: acknowledge it once delivered"]
+pub struct ResultClaim<'a> {
+    tx: tokio_postgres::Transaction<'a>,
+    clock: Option<Arc<dyn Clock>>,
+    tasks: Vec<FleetTask>,
+}
+
+impl fmt::Debug for ResultClaim<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResultClaim")
+            .field("tasks", &self.tasks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResultClaim<'_> {
+    /// The claimed results (empty when there were none).
+    #[must_use]
+    pub fn tasks(&self) -> &[FleetTask] {
+        &self.tasks
+    }
+
+    /// Marks every claimed result notified and commits: they are never
+    /// offered again.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`]: nothing was marked (the claim was rolled
+    /// back), and the results will be offered again.
+    pub async fn acknowledge(self) -> Result<(), FleetError> {
+        let now = self_now(&self.clock, &self.tx).await?;
+        let ids: Vec<&str> = self.tasks.iter().map(|t| t.info.id.as_str()).collect();
+        self.tx
+            .execute(
+                "UPDATE asynctask_tasks SET notified_at = $2 WHERE id = ANY($1)",
+                &[&ids, &now],
+            )
+            .await
+            .map_err(FleetError::db("marking results delivered"))?;
+        self.tx
+            .commit()
+            .await
+            .map_err(FleetError::db("marking results delivered"))
+    }
+}
+
+/// The fleet's time now, on `client` (a transaction's, for one snapshot).
+async fn self_now(
+    clock: &Option<Arc<dyn Clock>>,
+    client: &impl GenericClient,
+) -> Result<i64, FleetError> {
+    match clock {
+        Some(clock) => Ok(to_db(clock.now_ms())),
+        None => client
+            .query_one(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                &[],
+            )
+            .await
+            .map(|row| row.get(0))
+            .map_err(FleetError::db("reading the database's clock")),
+    }
+}
+
+fn non_empty(value: &str, what: &'static str) -> Result<(), FleetError> {
+    if value.trim().is_empty() {
+        Err(FleetError::Empty(what))
+    } else {
+        Ok(())
+    }
+}
+
+fn to_db(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn from_db(ms: i64) -> u64 {
+    u64::try_from(ms).unwrap_or(0)
+}
+
+fn task_from_row(row: &Row) -> Result<FleetTask, FleetError> {
+    let id: String = row.get(0);
+    let status = match row.get::<_, &str>(3) {
+        "queued" => AsyncTaskStatus::Queued,
+        "running" => AsyncTaskStatus::Running,
+        "completed" => AsyncTaskStatus::Completed,
+        "failed" => AsyncTaskStatus::Failed,
+        _ => AsyncTaskStatus::Cancelled,
+    };
+    let output = row
+        .get::<_, Option<&str>>(8)
+        .map(serde_json::from_str::<OutputObject>)
+        .transpose()
+        .map_err(|source| FleetError::Output {
+            task: id.clone(),
+            source,
+        })?;
+    let time = |index: usize| row.get::<_, Option<i64>>(index).map(from_db);
+    let mut info = AsyncTaskInfo::queued(
+        id,
+        row.get::<_, String>(1),
+        row.get::<_, String>(2),
+        from_db(row.get(4)),
+    );
+    info.status = status;
+    info.started_at = time(5);
+    info.completed_at = time(6);
+    info.notified_at = time(7);
+    info.output = output;
+    info.error = row.get(9);
+    Ok(FleetTask {
+        info,
+        workspace: row.get(10),
+        origin: row.get(11),
+        worker: row.get(12),
+    })
+}

@@ -1,0 +1,131 @@
+//! The fleet's schema in the database: its versions, and the migrations that
+//! bring a database to the newest one.
+
+use tokio_postgres::Client;
+
+use crate::FleetError;
+
+/// The schema version this crate reads and writes (the one row of
+/// `asynctask_schema`). A database with a higher one was written by a newer
+/// asynctask and is refused, untouched; a lower one is migrated at connect.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The migrations, in order: entry `n` brings version `n` to `n + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 0 → 1: workspaces with their limit, workers with their leases, tasks.
+    // Times are Unix milliseconds; outputs are JSON text.
+    "CREATE TABLE asynctask_workspaces (
+        name text PRIMARY KEY,
+        max_async integer NOT NULL DEFAULT 5
+            CHECK (max_async = -1 OR max_async BETWEEN 1 AND 100)
+     );
+     CREATE TABLE asynctask_workers (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        name text NOT NULL,
+        capacity integer NOT NULL CHECK (capacity >= 1),
+        subagents text[] NOT NULL,
+        lease_ms bigint NOT NULL CHECK (lease_ms > 0),
+        registered_at bigint NOT NULL,
+        lease_expires_at bigint NOT NULL,
+        state text NOT NULL DEFAULT 'live' CHECK (state IN ('live', 'lost'))
+     );
+     CREATE INDEX asynctask_workers_live ON asynctask_workers (lease_expires_at)
+        WHERE state = 'live';
+     CREATE SEQUENCE asynctask_fence;
+     CREATE TABLE asynctask_tasks (
+        id text PRIMARY KEY,
+        workspace text NOT NULL REFERENCES asynctask_workspaces (name),
+        seq bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+        subagent_name text NOT NULL,
+        goal_prompt text NOT NULL,
+        origin text,
+        status text NOT NULL
+            CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled')),
+        worker_id bigint REFERENCES asynctask_workers (id),
+        fence bigint,
+        launched_at bigint NOT NULL,
+        started_at bigint,
+        completed_at bigint,
+        notified_at bigint,
+        output text,
+        error text
+     );
+     CREATE INDEX asynctask_tasks_queue ON asynctask_tasks (seq) WHERE status = 'queued';
+     CREATE INDEX asynctask_tasks_running_ws ON asynctask_tasks (workspace)
+        WHERE status = 'running';
+     CREATE INDEX asynctask_tasks_running_worker ON asynctask_tasks (worker_id)
+        WHERE status = 'running';
+     CREATE INDEX asynctask_tasks_pending ON asynctask_tasks (workspace, completed_at, seq)
+        WHERE notified_at IS NULL AND status IN ('completed', 'failed', 'cancelled');",
+];
+
+/// An arbitrary constant: the advisory lock that keeps two processes from
+/// migrating one database at once.
+const MIGRATION_LOCK: i64 = 0x6173_796e_6374_736b;
+
+/// Brings the database to [`SCHEMA_VERSION`], in one transaction; returns the
+/// version found before. A newer schema is refused untouched.
+pub(crate) async fn migrate(client: &mut Client) -> Result<i32, FleetError> {
+    let tx = client
+        .transaction()
+        .await
+        .map_err(FleetError::db("beginning the migration"))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(FleetError::db("locking for the migration"))?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS asynctask_schema (version integer NOT NULL)")
+        .await
+        .map_err(FleetError::db("creating the schema table"))?;
+    let found: i32 = tx
+        .query_opt("SELECT version FROM asynctask_schema", &[])
+        .await
+        .map_err(FleetError::db("reading the schema version"))?
+        .map_or(0, |row| row.get(0));
+    if found > SCHEMA_VERSION {
+        // Dropped unfinished: rolled back, nothing changed.
+        return Err(FleetError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found == SCHEMA_VERSION {
+        tx.commit()
+            .await
+            .map_err(FleetError::db("ending the migration"))?;
+        return Ok(found);
+    }
+    let from = usize::try_from(found).unwrap_or(0);
+    for migration in &MIGRATIONS[from..] {
+        tx.batch_execute(migration)
+            .await
+            .map_err(FleetError::db("migrating the schema"))?;
+    }
+    tx.execute("DELETE FROM asynctask_schema", &[])
+        .await
+        .map_err(FleetError::db("writing the schema version"))?;
+    tx.execute(
+        "INSERT INTO asynctask_schema (version) VALUES ($1)",
+        &[&SCHEMA_VERSION],
+    )
+    .await
+    .map_err(FleetError::db("writing the schema version"))?;
+    tx.commit()
+        .await
+        .map_err(FleetError::db("ending the migration"))?;
+    tracing::info!(
+        from = found,
+        to = SCHEMA_VERSION,
+        "the fleet's database was migrated"
+    );
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn there_is_one_migration_per_version() {
+        assert_eq!(MIGRATIONS.len(), usize::try_from(SCHEMA_VERSION).unwrap());
+    }
+}

@@ -1,0 +1,169 @@
+//! The plain data that crosses the fleet's API: tasks submitted and stored,
+//! workers and their leases, claims, interrupted tasks.
+
+use std::time::Duration;
+
+use asynctask_model::AsyncTaskInfo;
+
+/// A task a front submits to the fleet: it waits in the queue until a worker
+/// that serves its subagent has a free slot and the workspace is under its
+/// limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NewTask {
+    /// The task's id, unique in the database.
+    pub id: String,
+    /// The workspace (the project) it belongs to.
+    pub workspace: String,
+    /// The subagent that runs it.
+    pub subagent_name: String,
+    /// The goal it is given.
+    pub goal_prompt: String,
+    /// Who launched it (a session), when known.
+    pub origin: Option<String>,
+}
+
+impl NewTask {
+    /// A task with no origin.
+    #[must_use]
+    pub fn new(
+        id: impl Into<String>,
+        workspace: impl Into<String>,
+        subagent_name: impl Into<String>,
+        goal_prompt: impl Into<String>,
+    ) -> Self {
+        NewTask {
+            id: id.into(),
+            workspace: workspace.into(),
+            subagent_name: subagent_name.into(),
+            goal_prompt: goal_prompt.into(),
+            origin: None,
+        }
+    }
+
+    /// Sets who launched it.
+    #[must_use]
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = Some(origin.into());
+        self
+    }
+}
+
+/// A task as the fleet holds it: the model's task, and where it belongs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FleetTask {
+    /// The task, with the model's statuses and times.
+    pub info: AsyncTaskInfo,
+    /// Its workspace.
+    pub workspace: String,
+    /// Who launched it, when known.
+    pub origin: Option<String>,
+    /// The worker that runs or ran it, once claimed.
+    pub worker: Option<String>,
+}
+
+/// What a worker registers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerSpec {
+    /// Its name, for people and for the error of the tasks it loses
+    /// (`interrupted: worker <name> lost`). Need not be unique.
+    pub name: String,
+    /// How many tasks it runs at once (at least 1).
+    pub capacity: u32,
+    /// The subagents it serves: it is given only their tasks.
+    pub subagents: Vec<String>,
+    /// How long its lease lasts without a heartbeat (at least 1 ms).
+    pub lease: Duration,
+}
+
+impl WorkerSpec {
+    /// A worker named `name` serving `subagents`, with capacity 1 and a
+    /// lease of [`DEFAULT_LEASE`].
+    #[must_use]
+    pub fn new(
+        name: impl Into<String>,
+        subagents: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        WorkerSpec {
+            name: name.into(),
+            capacity: 1,
+            subagents: subagents.into_iter().map(Into::into).collect(),
+            lease: DEFAULT_LEASE,
+        }
+    }
+
+    /// Sets how many tasks it runs at once.
+    #[must_use]
+    pub fn with_capacity(mut self, capacity: u32) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Sets how long its lease lasts without a heartbeat.
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+}
+
+/// The lease a worker's registration starts with, unless it says otherwise:
+/// long enough to ride out a database restart, short enough that a lost
+/// worker's tasks are reported within a minute.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// A registered worker's lease: renewed by
+/// [`Fleet::heartbeat`](crate::Fleet::heartbeat), lost when it expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerLease {
+    /// The worker's id in the database (a new one at every registration).
+    pub worker_id: i64,
+    /// Its name.
+    pub name: String,
+    /// When the lease expires unless renewed, in Unix milliseconds of the
+    /// fleet's clock.
+    pub expires_at: u64,
+}
+
+/// A task a worker claimed: it runs it, and every write it makes about the
+/// task carries the claim's fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedTask {
+    /// The task's id.
+    pub id: String,
+    /// Its workspace.
+    pub workspace: String,
+    /// The subagent to run.
+    pub subagent_name: String,
+    /// Its goal.
+    pub goal_prompt: String,
+    /// The fencing token of this claim: it only grows across the fleet, and
+    /// the task accepts writes carrying it only while the claim is current.
+    pub fence: i64,
+}
+
+/// A running task the fleet gave up on because its worker's lease expired:
+/// it is now failed, `interrupted: worker <name> lost`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted {
+    /// The task's id.
+    pub id: String,
+    /// Its workspace.
+    pub workspace: String,
+    /// The worker that lost it.
+    pub worker: String,
+}
+
+/// The error of a task whose worker was lost.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(asynctask_fleet::lost_worker_error("build-3"), "interrupted: worker build-3 lost");
+/// ```
+#[must_use]
+pub fn lost_worker_error(worker: &str) -> String {
+    format!("interrupted: worker {worker} lost")
+}

@@ -1,0 +1,26 @@
+//! The fleet against a real PostgreSQL server (`ASYNCTASK_TEST_DATABASE_URL`,
+//! else a private throwaway cluster): schema, claims, leases, fencing,
+//! delivery.
+
+mod claims;
+mod delivery;
+mod leases;
+mod schema;
+
+use std::sync::Arc;
+
+use asynctask_fleet::{Fleet, FleetOptions};
+use asynctask_model::ManualClock;
+use asynctask_test_support::TestDatabase;
+
+/// A handle on `db` measuring time on `clock`.
+async fn connect(db: &TestDatabase, clock: &ManualClock) -> Fleet {
+    connect_config(db.config(), clock).await
+}
+
+/// A handle on the database `config` names, measuring time on `clock`.
+async fn connect_config(config: &asynctask_fleet::Config, clock: &ManualClock) -> Fleet {
+    Fleet::connect(config, FleetOptions::new().clock(Arc::new(clock.clone())))
+        .await
+        .expect("connects and migrates")
+}

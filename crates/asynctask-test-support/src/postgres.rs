@@ -1,0 +1,466 @@
+//! A real PostgreSQL server for tests: the one `ASYNCTASK_TEST_DATABASE_URL`
+//! names, or a private throwaway cluster started from the installed binaries;
+//! a fresh database for each test either way.
+//!
+//! The private cluster lives in a temporary directory (under `TMPDIR`, so
+//! `cargo xtask ci` can tell its processes apart), listens on a Unix socket in
+//! that directory only (`listen_addresses = ''`), trusts local connections
+//! (the directory is private to the cluster's user and root), runs without
+//! `fsync`, and as `nobody` when the tests run as root (PostgreSQL refuses
+//! root). One cluster is shared by the tests of a process that overlap in
+//! time; the last [`TestDatabase`] dropped stops it (a fast shutdown, by
+//! process id), panicking tests included. If the test process itself is
+//! killed, the kernel kills the server with it (`setpriv --pdeathsig`), and
+//! `cargo xtask ci` removes what such a server leaves behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+use tokio_postgres::{Config, NoTls};
+
+/// The variable that names an existing server to test against (a
+/// `postgresql://` URL or `key=value` string; the role needs `CREATEDB`).
+pub const DATABASE_URL_VAR: &str = "ASYNCTASK_TEST_DATABASE_URL";
+
+/// What to install when the binaries are missing.
+const PACKAGE: &str = "postgresql-15";
+
+/// How long a cluster may take to start or stop.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A fresh, empty database on the test server, for one test. Dropping it
+/// drops the database (on a server named by [`DATABASE_URL_VAR`]) or lets the
+/// private cluster stop once no test uses it.
+#[derive(Debug)]
+pub struct TestDatabase {
+    config: Config,
+    admin: Config,
+    name: String,
+    // Declared last: the cluster outlives the drop of the database.
+    cluster: Option<Arc<Cluster>>,
+}
+
+impl TestDatabase {
+    /// Creates a fresh database named after `prefix` on the test server,
+    /// starting the private cluster if this process has none running.
+    ///
+    /// # Panics
+    ///
+    /// When no server can be had, with one line saying why: the PostgreSQL
+    /// binaries are not installed (naming the package to install), the
+    /// cluster did not start (with the end of its log), or the server named
+    /// by [`DATABASE_URL_VAR`] refused. A test that needs a database fails
+    /// without one; it is never skipped.
+    pub async fn create(prefix: &str) -> TestDatabase {
+        match Self::try_create(prefix).await {
+            Ok(database) => database,
+            Err(why) => panic!("no PostgreSQL server for the tests: {why}"),
+        }
+    }
+
+    async fn try_create(prefix: &str) -> Result<TestDatabase, String> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let (admin, cluster) = match std::env::var(DATABASE_URL_VAR) {
+            Ok(url) if !url.trim().is_empty() => {
+                let admin: Config = url.parse().map_err(|err| {
+                    format!("{DATABASE_URL_VAR} is not a connection string: {err}")
+                })?;
+                (admin, None)
+            }
+            _ => {
+                let cluster = tokio::task::spawn_blocking(Cluster::shared)
+                    .await
+                    .map_err(|err| format!("starting the cluster panicked: {err}"))??;
+                (cluster.admin_config(), Some(cluster))
+            }
+        };
+        let clean: String = prefix
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .take(30)
+            .collect();
+        let name = format!(
+            "asynctask_{clean}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let (client, connection) = admin
+            .connect(NoTls)
+            .await
+            .map_err(|err| format!("cannot connect to the test server: {err}"))?;
+        let driver = tokio::spawn(connection);
+        client
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .map_err(|err| format!("cannot create database {name}: {err}"))?;
+        drop(client);
+        let _ = driver.await;
+        let mut config = admin.clone();
+        config.dbname(&name);
+        Ok(TestDatabase {
+            config,
+            admin,
+            name,
+            cluster,
+        })
+    }
+
+    /// How to connect to this database (it carries no password unless
+    /// [`DATABASE_URL_VAR`] gave one).
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The database's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The process id of the private cluster's server, when the tests run on
+    /// one (none on a server named by [`DATABASE_URL_VAR`]).
+    #[must_use]
+    pub fn server_pid(&self) -> Option<u32> {
+        self.cluster.as_ref().map(|cluster| cluster.pid)
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if self.cluster.is_some() {
+            // The cluster is thrown away whole.
+            return;
+        }
+        // Dropped in a thread of its own: `drop` may run inside a runtime.
+        let admin = self.admin.clone();
+        let sql = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name);
+        let dropper = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok((client, connection)) = admin.connect(NoTls).await {
+                    let driver = tokio::spawn(connection);
+                    let _ = client.batch_execute(&sql).await;
+                    drop(client);
+                    let _ = driver.await;
+                }
+            });
+        });
+        let _ = dropper.join();
+    }
+}
+
+/// A private cluster: its directory, and the thread that started its server
+/// and stops it.
+#[derive(Debug)]
+struct Cluster {
+    pid: u32,
+    socket_dir: PathBuf,
+    stop: Mutex<Option<mpsc::Sender<()>>>,
+    keeper: Mutex<Option<JoinHandle<()>>>,
+    // Declared last: removed once the server has stopped.
+    _dir: TempDir,
+}
+
+/// The cluster the tests of this process share while any of them runs.
+static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
+
+impl Cluster {
+    /// The running cluster, or a new one.
+    fn shared() -> Result<Arc<Cluster>, String> {
+        let mut shared = SHARED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(cluster) = shared.upgrade() {
+            return Ok(cluster);
+        }
+        let cluster = Arc::new(Cluster::start()?);
+        *shared = Arc::downgrade(&cluster);
+        Ok(cluster)
+    }
+
+    fn admin_config(&self) -> Config {
+        let mut config = Config::new();
+        config
+            .host_path(&self.socket_dir)
+            .user("postgres")
+            .dbname("postgres");
+        config
+    }
+
+    fn start() -> Result<Cluster, String> {
+        let initdb = binary("initdb")?;
+        let postgres = binary("postgres")?;
+        let dir = crate::temp_dir("pg");
+        let user = if running_as_root() {
+            let user = unprivileged_user()?;
+            std::os::unix::fs::chown(dir.path(), Some(user.uid), Some(user.gid))
+                .map_err(|err| format!("cannot give {} to nobody: {err}", dir.path().display()))?;
+            Some(user)
+        } else {
+            None
+        };
+        let data = dir.path().join("data");
+        let output = as_user(user.as_ref(), &initdb)
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-A", "trust", "-N", "--no-instructions"])
+            .args(["-E", "UTF8", "--no-locale"])
+            .output()
+            .map_err(|err| format!("cannot run {}: {err}", initdb.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "initdb failed ({}): {}",
+                output.status,
+                last_line(&String::from_utf8_lossy(&output.stderr))
+            ));
+        }
+        let log = dir.path().join("server.log");
+        let log_file = std::fs::File::create(&log)
+            .map_err(|err| format!("cannot create {}: {err}", log.display()))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|err| format!("cannot open {}: {err}", log.display()))?;
+        let mut command = as_user(user.as_ref(), Path::new("setpriv"));
+        // The server dies with the thread that started it (the keeper, which
+        // lives as long as the cluster): a killed test process leaves no server.
+        command
+            .args(["--pdeathsig", "KILL", "--"])
+            .arg(&postgres)
+            .arg("-D")
+            .arg(&data)
+            .arg("-k")
+            .arg(dir.path())
+            .args(["-c", "listen_addresses=", "-c", "fsync=off"])
+            .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .args(["-c", "max_connections=200"])
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err);
+        let (started_tx, started_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let keeper = std::thread::Builder::new()
+            .name("asynctask-test-postgres".to_owned())
+            .spawn(move || keep(command, started_tx, stop_rx))
+            .map_err(|err| format!("cannot start the cluster's keeper thread: {err}"))?;
+        let pid = started_rx
+            .recv()
+            .map_err(|_| "the cluster's keeper thread ended".to_owned())??;
+        let cluster = Cluster {
+            pid,
+            socket_dir: dir.path().to_owned(),
+            stop: Mutex::new(Some(stop_tx)),
+            keeper: Mutex::new(Some(keeper)),
+            _dir: dir,
+        };
+        let pidfile = data.join("postmaster.pid");
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            // The eighth line of postmaster.pid says `ready` once the server
+            // accepts connections.
+            let ready = std::fs::read_to_string(&pidfile)
+                .is_ok_and(|text| text.lines().nth(7).is_some_and(|l| l.trim() == "ready"));
+            if ready {
+                return Ok(cluster);
+            }
+            if crate::process_gone(pid) || Instant::now() > deadline {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!(
+                    "the PostgreSQL server did not start: {}",
+                    last_line(&text)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let stop = self.stop.lock().map(|mut stop| stop.take()).ok().flatten();
+        drop(stop); // the keeper wakes when the sender is gone
+        let keeper = self
+            .keeper
+            .lock()
+            .map(|mut keeper| keeper.take())
+            .ok()
+            .flatten();
+        if let Some(keeper) = keeper {
+            let _ = keeper.join();
+        }
+    }
+}
+
+/// The keeper thread: starts the server, reports its pid, waits until the
+/// cluster is dropped, then stops the server by pid (a fast shutdown; killed
+/// if it has not stopped by the deadline) and reaps it.
+fn keep(
+    mut command: Command,
+    started: mpsc::Sender<Result<u32, String>>,
+    stop: mpsc::Receiver<()>,
+) {
+    let mut child: Child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            let _ = started.send(Err(format!(
+                "cannot start the PostgreSQL server (setpriv, from util-linux, is needed): {err}"
+            )));
+            return;
+        }
+    };
+    let pid = child.id();
+    let _ = started.send(Ok(pid));
+    // Returns when the cluster drops its sender.
+    let _ = stop.recv();
+    if let Ok(raw) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(raw),
+            nix::sys::signal::Signal::SIGINT,
+        );
+    }
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if Instant::now() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// A PostgreSQL binary: on `PATH`, else where Debian installs it.
+fn binary(name: &str) -> Result<PathBuf, String> {
+    let on_path = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let mut debian: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| entries.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    debian.sort();
+    debian.reverse(); // the newest version first
+    on_path
+        .into_iter()
+        .chain(debian)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| {
+            format!(
+                "PostgreSQL's {name} is not installed (not on PATH nor in /usr/lib/postgresql/*/bin): \
+                 install the {PACKAGE} package, or set {DATABASE_URL_VAR} to a server's URL"
+            )
+        })
+}
+
+struct User {
+    uid: u32,
+    gid: u32,
+}
+
+/// Whether this process runs as root (the owner of `/proc/self` is the
+/// effective user).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
+}
+
+/// The user a cluster runs as when the tests run as root: `nobody`, which
+/// every system has, so nothing is added to the system.
+fn unprivileged_user() -> Result<User, String> {
+    let passwd = std::fs::read_to_string("/etc/passwd")
+        .map_err(|err| format!("cannot read /etc/passwd: {err}"))?;
+    passwd
+        .lines()
+        .map(|line| line.split(':').collect::<Vec<_>>())
+        .find(|fields| fields.first() == Some(&"nobody"))
+        .and_then(|fields| {
+            Some(User {
+                uid: fields.get(2)?.parse().ok()?,
+                gid: fields.get(3)?.parse().ok()?,
+            })
+        })
+        .ok_or_else(|| {
+            "running as root, and there is no user nobody to run PostgreSQL as".to_owned()
+        })
+}
+
+/// A command run as `user` when given (through `setpriv`, which drops every
+/// group), else as this process's user.
+fn as_user(user: Option<&User>, program: &Path) -> Command {
+    match user {
+        Some(user) => {
+            let mut command = Command::new("setpriv");
+            command
+                .arg(format!("--reuid={}", user.uid))
+                .arg(format!("--regid={}", user.gid))
+                .args(["--clear-groups", "--"])
+                .arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+fn last_line(text: &str) -> String {
+    text.lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or("(no output)")
+        .trim()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_fresh_database_answers_and_the_cluster_stops_with_the_last_user() {
+        let first = TestDatabase::create("support").await;
+        let second = TestDatabase::create("support").await;
+        assert_ne!(first.name(), second.name());
+        assert_eq!(first.server_pid(), second.server_pid());
+        let (client, connection) = first.config().connect(NoTls).await.expect("connects");
+        let driver = tokio::spawn(connection);
+        let row = client
+            .query_one("SELECT current_database()", &[])
+            .await
+            .expect("answers");
+        assert_eq!(row.get::<_, String>(0), first.name());
+        drop(client);
+        driver.await.expect("joined").expect("closed cleanly");
+        let pid = first.server_pid();
+        drop(first);
+        drop(second);
+        if let Some(pid) = pid {
+            // Dropping the last user stopped and reaped the server.
+            assert!(crate::process_gone(pid));
+        }
+    }
+
+    #[test]
+    fn a_missing_binary_names_the_package() {
+        let err = binary("asynctask-no-such-postgres-binary").expect_err("not installed");
+        assert!(err.contains("install the postgresql-15 package"), "{err}");
+        assert_eq!(err.lines().count(), 1);
+    }
+}
