@@ -81,9 +81,13 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
         problems.extend(
             check_source(&text, relative == Path::new(UNSAFE_ALLOWED))
                 .into_iter()
+                .chain(check_length(relative, &text))
                 .map(|p| format!("{shown}: {p}")),
         );
     }
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md"))
+        .map_err(|err| format!("cannot read ARCHITECTURE.md: {err}"))?;
+    problems.extend(check_map(&map).map(|p| format!("ARCHITECTURE.md: {p}")));
     let metadata = cargo_metadata_with(root, &["--all-features"])?;
     for manifest in member_manifests(&metadata) {
         let text = std::fs::read_to_string(&manifest)
@@ -114,6 +118,38 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
             problems.join("\n  ")
         ))
     }
+}
+
+/// The most lines a source file (under a crate's `src/`) may hold before its
+/// unit tests (`#[cfg(test)]`): past it, a file holds more than one concern.
+const MAX_SOURCE_LINES: usize = 900;
+
+/// The most lines ARCHITECTURE.md may hold: it is a map, read in one sitting.
+const MAX_MAP_LINES: usize = 250;
+
+/// A source file under `src/` longer than [`MAX_SOURCE_LINES`] before its tests.
+fn check_length(relative: &Path, text: &str) -> Option<String> {
+    if !relative.components().any(|part| part.as_os_str() == "src") {
+        return None;
+    }
+    let lines = text
+        .lines()
+        .take_while(|line| line.trim_start() != "#[cfg(test)]")
+        .count();
+    (lines > MAX_SOURCE_LINES).then(|| {
+        format!(
+            "{lines} lines before its tests, over {MAX_SOURCE_LINES}: split it by concern \
+             into modules"
+        )
+    })
+}
+
+/// ARCHITECTURE.md longer than [`MAX_MAP_LINES`].
+fn check_map(text: &str) -> Option<String> {
+    let lines = text.lines().count();
+    (lines > MAX_MAP_LINES).then(|| {
+        format!("{lines} lines, over {MAX_MAP_LINES}: a map says where, the code says how")
+    })
 }
 
 /// The documents whose crate table (`| \`asynctask-…\` | holds | depends on |`)
@@ -607,6 +643,26 @@ mod tests {
         if let Err(why) = check(&crate::project_root()) {
             panic!("{why}");
         }
+    }
+
+    #[test]
+    fn long_sources_and_a_long_map_are_reported_tests_and_test_dirs_aside() {
+        let body = "//! x\n".to_owned() + &"fn f() {}\n".repeat(MAX_SOURCE_LINES - 1);
+        let with_tests = body.clone() + "#[cfg(test)]\n" + &"// t\n".repeat(500);
+        let src = Path::new("crates/a/src/lib.rs");
+        assert_eq!(check_length(src, &body), None);
+        assert_eq!(check_length(src, &with_tests), None);
+        let over = body + "fn g() {}\n";
+        assert_eq!(
+            check_length(src, &over).as_deref(),
+            Some("901 lines before its tests, over 900: split it by concern into modules")
+        );
+        assert_eq!(
+            check_length(Path::new("crates/a/tests/it/big.rs"), &over),
+            None
+        );
+        assert_eq!(check_map(&"line\n".repeat(MAX_MAP_LINES)), None);
+        assert!(check_map(&"line\n".repeat(MAX_MAP_LINES + 1)).is_some());
     }
 
     #[test]

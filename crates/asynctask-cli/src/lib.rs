@@ -24,6 +24,7 @@ pub mod logging;
 pub mod project;
 pub mod run;
 pub mod serve;
+mod status;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use asynctask_manager::StoredTask;
 use asynctask_mcp::{
     DropAnswer, LineReader, MAX_LINE_BYTES, McpServerOptions, open_session, serve_io,
 };
-use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks, OutputObject, TaskUsage};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks, OutputObject};
 use asynctask_process::{ConfigExtension, ProcessRunner, ProcessRunnerConfig};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_store::{Store, StoreError};
@@ -18,15 +18,14 @@ use asynctask_supervisor::{
 };
 use asynctask_tools::{
     Nesting, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach,
-    format_duration, format_usage,
 };
 use serde::{Deserialize, Deserializer};
-use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::CliError;
 use crate::project::{ConfigEnv, FoundConfig, find_config, project_dir};
+pub use crate::status::{status_text, supervisor_status};
 
 /// What `asynctask mcp` and `asynctask supervisor run` are given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -618,193 +617,6 @@ async fn open_store(state: &StateDir) -> Result<(Store, Vec<StoredTask>), CliErr
     }
 }
 
-/// `asynctask supervisor status`: the supervisor's pid (`null` when none
-/// runs), its project and its tasks — when none runs, the tasks its store
-/// holds, those that were running when it died marked `interrupted` (the
-/// next supervisor reports them so). Read-only: with no supervisor running,
-/// the store is read without its lock, nothing is created (a read-only file
-/// system is fine). A state directory another user owns is an error that
-/// says so.
-///
-/// # Errors
-///
-/// [`CliError::StateDir`] for another user's state directory,
-/// [`CliError::SupervisorSilent`] when a supervisor answers with something
-/// unreadable, [`CliError::Store`] when the store cannot be read.
-pub async fn supervisor_status(state: &StateDir) -> Result<Value, CliError> {
-    state.check_owner().map_err(|source| CliError::StateDir {
-        path: state.path().to_owned(),
-        source,
-    })?;
-    state.check_socket_path()?;
-    match ask(state, "status").await {
-        Ok(mut status) => {
-            status["state_dir"] = json!(state.path());
-            Ok(status)
-        }
-        Err(err) if no_supervisor(&err) => stored_status(state),
-        Err(err) => Err(CliError::SupervisorSilent(err)),
-    }
-}
-
-/// The status when no supervisor runs: what the store holds, read only.
-fn stored_status(state: &StateDir) -> Result<Value, CliError> {
-    let empty = json!({"pid": null, "project": null, "state_dir": state.path(), "sessions": 0, "tasks": []});
-    if !state.store().exists() {
-        return Ok(empty);
-    }
-    let tasks = Store::read_only(state.store())?;
-    let tasks: Vec<Value> = tasks
-        .iter()
-        .map(|task| {
-            let running = task.info.status == AsyncTaskStatus::Running;
-            let mut line = json!({
-                "id": task.info.id,
-                "subagent": task.info.subagent_name,
-                "status": if running { "interrupted".to_owned() } else { task.info.status.to_string() },
-                "session": task.origin,
-                "delivered": task.info.notified_at.is_some(),
-                "running": false,
-            });
-            // An interrupted task's end is not known.
-            if let (Some(started), Some(ended)) = (task.info.started_at, task.info.completed_at) {
-                line["elapsed_ms"] = json!(ended.saturating_sub(started));
-            }
-            if let Some(usage) = task.info.usage.as_ref().filter(|usage| !usage.is_empty()) {
-                line["usage"] = serde_json::to_value(usage).unwrap_or_default();
-            }
-            line
-        })
-        .collect();
-    let mut status = empty;
-    status["tasks"] = Value::Array(tasks);
-    Ok(status)
-}
-
-/// The status as a person reads it: the supervisor, its project and state
-/// directory, the usage of its tasks summed (when any reported usage), then
-/// one line per task: its id, subagent, status, how long it ran (when
-/// known), whether its result was delivered, and what it used.
-///
-/// ```
-/// let status = serde_json::json!({"pid": null, "state_dir": "/p/.asynctask", "sessions": 0, "tasks": [
-///     {"id": "3f2a09c1-aaaa", "subagent": "tester", "status": "completed", "session": "1", "delivered": true, "running": false}
-/// ]});
-/// assert_eq!(
-///     asynctask_cli::serve::status_text(&status),
-///     "supervisor: not running\nstate:      /p/.asynctask\ntasks:      1\n  3f2a09c1  tester  completed  delivered"
-/// );
-/// let status = serde_json::json!({"pid": null, "sessions": 0, "tasks": [
-///     {"id": "3f2a09c1-aaaa", "subagent": "coder", "status": "completed", "delivered": true, "running": false,
-///      "elapsed_ms": 95_000, "usage": {"input_tokens": 48_210, "output_tokens": 3_115, "cost_usd": 0.18427}}
-/// ]});
-/// assert_eq!(
-///     asynctask_cli::serve::status_text(&status),
-///     "supervisor: not running\ntasks:      1\nusage:      48,210 in / 3,115 out tokens, $0.1843 (1 of 1 tasks)\n  \
-///      3f2a09c1  coder  completed  1m 35s  delivered  48,210 in / 3,115 out tokens, $0.1843",
-/// );
-/// ```
-#[must_use]
-pub fn status_text(status: &Value) -> String {
-    let mut lines = Vec::new();
-    match status["pid"].as_u64() {
-        Some(pid) => lines.push(format!(
-            "supervisor: running (pid {pid}), {} session(s) connected",
-            status["sessions"].as_u64().unwrap_or(0)
-        )),
-        None => lines.push("supervisor: not running".to_owned()),
-    }
-    if let Some(project) = status["project"].as_str() {
-        lines.push(format!("project:    {project}"));
-    }
-    if let Some(state) = status["state_dir"].as_str() {
-        lines.push(format!("state:      {state}"));
-    }
-    let tasks = status["tasks"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let running = tasks.iter().filter(|task| task["running"] == true).count();
-    lines.push(if running > 0 {
-        format!("tasks:      {} ({running} running)", tasks.len())
-    } else {
-        format!("tasks:      {}", tasks.len())
-    });
-    let usages: Vec<Option<TaskUsage>> = tasks
-        .iter()
-        .map(|task| {
-            serde_json::from_value::<TaskUsage>(task["usage"].clone())
-                .ok()
-                .filter(|usage| !usage.is_empty())
-        })
-        .collect();
-    let mut total = TaskUsage::new();
-    let mut reported = 0;
-    for usage in usages.iter().flatten() {
-        total.add(usage);
-        reported += 1;
-    }
-    if reported > 0 {
-        total.model = None;
-        lines.push(format!(
-            "usage:      {} ({reported} of {} tasks)",
-            format_usage(&total),
-            tasks.len()
-        ));
-    }
-    let elapsed: Vec<String> = tasks
-        .iter()
-        .map(|task| {
-            task["elapsed_ms"]
-                .as_u64()
-                .map(|ms| format_duration(0, ms))
-                .unwrap_or_default()
-        })
-        .collect();
-    let elapsed_width = elapsed.iter().map(String::len).max().unwrap_or(0);
-    let width = tasks
-        .iter()
-        .filter_map(|task| task["subagent"].as_str())
-        .map(|name| name.chars().count())
-        .max()
-        .unwrap_or(0);
-    let status_width = tasks
-        .iter()
-        .filter_map(|task| task["status"].as_str())
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
-    for ((task, elapsed), usage) in tasks.iter().zip(&elapsed).zip(&usages) {
-        let id: String = task["id"].as_str().unwrap_or("?").chars().take(8).collect();
-        let delivered = if task["delivered"] == true {
-            "delivered"
-        } else if task["running"] == true {
-            ""
-        } else {
-            "not delivered yet"
-        };
-        let mut line = format!(
-            "  {id:<8}  {:<width$}  {:<status_width$}",
-            task["subagent"].as_str().unwrap_or("?"),
-            task["status"].as_str().unwrap_or("?"),
-        );
-        // The column is there only when some task has a time.
-        if elapsed_width > 0 {
-            line.push_str(&format!("  {elapsed:<elapsed_width$}"));
-        }
-        if !delivered.is_empty() {
-            line.push_str("  ");
-            line.push_str(delivered);
-        }
-        if let Some(usage) = usage {
-            line.push_str("  ");
-            line.push_str(&format_usage(usage));
-        }
-        lines.push(line.trim_end().to_owned());
-    }
-    lines.join("\n")
-}
-
 /// `asynctask supervisor stop`: cancels every task, waits until the supervisor
 /// has ended them and exited (its lock is free: a supervisor holds it for as
 /// long as its process lives). `Ok(None)` when none ran.
@@ -959,7 +771,7 @@ fn create_state(state: &StateDir) -> Result<(), CliError> {
 }
 
 /// Whether `err` means nobody listens on the socket.
-fn no_supervisor(err: &std::io::Error) -> bool {
+pub(crate) fn no_supervisor(err: &std::io::Error) -> bool {
     matches!(
         err.kind(),
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused

@@ -53,23 +53,26 @@ mod end;
 mod fuzz;
 mod gate;
 mod opening;
+mod options;
 mod params;
 mod server;
 mod session;
+mod stdio;
 mod tasks;
 mod transport;
 mod wait;
 mod wire;
 
 pub use crate::opening::{DropAnswer, Opening, ROOTS_TIMEOUT, answers, open_session};
+pub use crate::options::{McpError, McpServerOptions};
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,
 };
 pub use crate::server::{
-    AsyncTaskMcpServer, DETACH_FOLLOW_UP, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, McpError,
-    McpServerOptions, TOOLS_TTL, TerminationSignals, log_task_ends, serve_io, serve_stdio,
+    AsyncTaskMcpServer, DETACH_FOLLOW_UP, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, TOOLS_TTL,
 };
 pub use crate::session::{Session, Sessions};
+pub use crate::stdio::{TerminationSignals, log_task_ends, serve_io, serve_stdio};
 pub use crate::tasks::{
     TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
 };

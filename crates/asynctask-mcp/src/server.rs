@@ -1,17 +1,15 @@
-//! The MCP server: a hand-written rmcp `ServerHandler` over our tools, and the
-//! stdio entry point.
+//! The MCP server: a hand-written rmcp `ServerHandler` over our tools.
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, Subscription, TaskEvent, TaskProgress};
-use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
+use asynctask_manager::{AsyncTaskManager, TaskProgress};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{
-    CallContext, LaunchBudget, Nesting, SubagentRunner, SyncDetach, TASK_DESCRIPTION_LEAD,
-    TaskTool, TodoPauseTool, Tool, ToolResult, id_prefix, truncate_chars, with_call_context,
+    CallContext, LaunchBudget, Nesting, TASK_DESCRIPTION_LEAD, TaskTool, TodoPauseTool, Tool,
+    ToolResult, id_prefix, truncate_chars, with_call_context,
 };
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
@@ -28,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::end::EndAsyncTaskTool;
 use crate::gate::{REQUEST, ReminderGate};
+pub(crate) use crate::options::{McpError, McpServerOptions};
 use crate::session::Session;
 use crate::tasks::{
     Poll, TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
@@ -57,163 +56,6 @@ pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
 /// How a detached synchronous `task` call tells the model to follow its task:
 /// this server adds `wait_async_tasks` to the tools.
 pub const DETACH_FOLLOW_UP: &str = "use 'wait_async_tasks' or 'check_async_tasks' to follow it.";
-
-/// How the server runs.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use asynctask_mcp::McpServerOptions;
-/// use asynctask_model::MaxAsyncTasks;
-///
-/// let options = McpServerOptions::default()
-///     .with_sync_detach_after(Duration::from_secs(30))
-///     .with_max_async_tasks(MaxAsyncTasks::new(3)?);
-/// assert_eq!(options.progress_interval, Duration::from_secs(5));
-/// # Ok::<(), asynctask_model::InvalidMaxAsyncTasks>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct McpServerOptions {
-    /// A synchronous `task` call still running after this long becomes a
-    /// background task (default 50 s, under the usual 60 s client timeout).
-    pub sync_detach_after: Duration,
-    /// The running limit (default 5).
-    pub max_async_tasks: MaxAsyncTasks,
-    /// How many background launches past the running limit wait in a queue
-    /// (default [`DEFAULT_MAX_QUEUED_TASKS`](Self::DEFAULT_MAX_QUEUED_TASKS));
-    /// past it a launch is refused.
-    pub max_queued_tasks: MaxQueuedTasks,
-    /// How many subagents one session may launch in all, synchronous or in
-    /// the background (default [`DEFAULT_MAX_LAUNCHES`](Self::DEFAULT_MAX_LAUNCHES);
-    /// `None`: no cap).
-    pub max_launches_per_session: Option<u32>,
-    /// Where the server's client stands among nested subagents (read from
-    /// [`DEPTH_ENV`](asynctask_tools::DEPTH_ENV) by `asynctask mcp`), and how
-    /// deep subagents may nest (default cap
-    /// [`DEFAULT_MAX_DEPTH`](Self::DEFAULT_MAX_DEPTH)).
-    pub nesting: Nesting,
-    /// How often a long tool call reports progress to a client that asked for it
-    /// (default 5 s; anything under [`MIN_PROGRESS_INTERVAL`] is raised to it).
-    pub progress_interval: Duration,
-}
-
-impl Default for McpServerOptions {
-    fn default() -> Self {
-        McpServerOptions {
-            sync_detach_after: Duration::from_secs(50),
-            max_async_tasks: MaxAsyncTasks::default(),
-            max_queued_tasks: McpServerOptions::DEFAULT_MAX_QUEUED_TASKS,
-            max_launches_per_session: Some(McpServerOptions::DEFAULT_MAX_LAUNCHES),
-            nesting: Nesting::top().with_max_depth(Some(McpServerOptions::DEFAULT_MAX_DEPTH)),
-            progress_interval: Duration::from_secs(5),
-        }
-    }
-}
-
-impl McpServerOptions {
-    /// The server's queue by default: 20 launches past the running limit
-    /// wait (a library host has none unless it asks). A model that fans out
-    /// a batch of subagents at once gets them all run, a few at a time,
-    /// instead of refusals it must retry; the bound keeps a runaway loop of
-    /// launches from queueing without end.
-    ///
-    /// ```
-    /// use asynctask_mcp::McpServerOptions;
-    /// assert_eq!(McpServerOptions::DEFAULT_MAX_QUEUED_TASKS.get(), 20);
-    /// assert_eq!(McpServerOptions::default().max_queued_tasks.get(), 20);
-    /// ```
-    pub const DEFAULT_MAX_QUEUED_TASKS: MaxQueuedTasks = match MaxQueuedTasks::new_const(20) {
-        Some(max) => max,
-        // Evaluated at compile time: 20 is in range.
-        None => panic!("20 is a valid queue bound"),
-    };
-
-    /// Replaces [`sync_detach_after`](Self::sync_detach_after).
-    #[must_use]
-    pub fn with_sync_detach_after(mut self, after: Duration) -> Self {
-        self.sync_detach_after = after;
-        self
-    }
-
-    /// Replaces [`max_async_tasks`](Self::max_async_tasks).
-    #[must_use]
-    pub fn with_max_async_tasks(mut self, max: MaxAsyncTasks) -> Self {
-        self.max_async_tasks = max;
-        self
-    }
-
-    /// One session's launches by default: 200, room for a long working
-    /// session, not for a loop that launches without end.
-    pub const DEFAULT_MAX_LAUNCHES: u32 = 200;
-
-    /// How deep subagents may nest by default: 2, so a subagent may delegate
-    /// once more (each level multiplies what runs at once by up to
-    /// `--max-async-tasks`).
-    pub const DEFAULT_MAX_DEPTH: u32 = 2;
-
-    /// Replaces [`max_launches_per_session`](Self::max_launches_per_session).
-    #[must_use]
-    pub fn with_max_launches_per_session(mut self, max: Option<u32>) -> Self {
-        self.max_launches_per_session = max;
-        self
-    }
-
-    /// Replaces [`nesting`](Self::nesting).
-    #[must_use]
-    pub fn with_nesting(mut self, nesting: Nesting) -> Self {
-        self.nesting = nesting;
-        self
-    }
-
-    /// Replaces [`max_queued_tasks`](Self::max_queued_tasks).
-    #[must_use]
-    pub fn with_max_queued_tasks(mut self, max: MaxQueuedTasks) -> Self {
-        self.max_queued_tasks = max;
-        self
-    }
-
-    /// Replaces [`progress_interval`](Self::progress_interval).
-    #[must_use]
-    pub fn with_progress_interval(mut self, interval: Duration) -> Self {
-        self.progress_interval = interval;
-        self
-    }
-}
-
-/// Why the server could not run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum McpError {
-    /// A tool's definition is not a valid MCP tool (a bug in its spec).
-    #[error("tool '{tool}' has no valid MCP definition")]
-    ToolDefinition {
-        /// The tool.
-        tool: String,
-        /// What is wrong.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A tool answers to one name but its spec lists another (a bug in the
-    /// tool): clients would call a name the server does not find.
-    #[error("tool '{name}' is listed as '{listed}' in its spec")]
-    ToolName {
-        /// The name the tool answers to ([`Tool::name`]).
-        name: String,
-        /// The name its spec gives clients (`ToolSpec::name`).
-        listed: String,
-    },
-    /// The runtime could not be built (no tokio runtime).
-    #[error("cannot start the task runtime")]
-    Runtime(#[from] asynctask_runtime::BuildError),
-    /// The MCP session could not start (the client did not initialize it).
-    #[error("the MCP session did not start")]
-    Session(#[source] Box<rmcp::service::ServerInitializeError>),
-    /// Listening for termination signals failed.
-    #[error("cannot listen for signals")]
-    Signals(#[source] std::io::Error),
-}
 
 /// The MCP server: serves `task`, `check_async_tasks`, `message_async_task`,
 /// `wait_async_tasks` and `end_async_task` from one [`AsyncTaskRuntime`]
@@ -255,10 +97,10 @@ pub enum McpError {
 /// ```
 #[derive(Clone)]
 pub struct AsyncTaskMcpServer {
-    runtime: Arc<AsyncTaskRuntime>,
+    pub(crate) runtime: Arc<AsyncTaskRuntime>,
     tools: Vec<Arc<dyn Tool>>,
     definitions: Vec<rmcp::model::Tool>,
-    gate: ReminderGate,
+    pub(crate) gate: ReminderGate,
     /// The session this server serves, when several share the runtime.
     session: Option<Arc<Session>>,
     /// The launches of the one session a server of its own serves.
@@ -270,7 +112,7 @@ pub struct AsyncTaskMcpServer {
     project: Option<Arc<std::path::Path>>,
     /// The parent of every call's cancellation token: cancelled when the client
     /// goes away (end of input) or a termination signal arrives.
-    calls: CancellationToken,
+    pub(crate) calls: CancellationToken,
 }
 
 impl AsyncTaskMcpServer {
@@ -938,267 +780,6 @@ impl fmt::Debug for AsyncTaskMcpServer {
             .field("progress_interval", &self.progress_interval)
             .finish_non_exhaustive()
     }
-}
-
-/// Logs (at `info`, through `tracing`) one line for the human each time one of
-/// `runtime`'s tasks ends: its id's head, its subagent, how it ended and after
-/// how long. Logging stops when the returned [`Subscription`] is dropped.
-///
-/// # Examples
-///
-/// ```
-/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-/// let runtime = asynctask_runtime::AsyncTaskRuntime::builder().build();
-/// let _log = asynctask_mcp::log_task_ends(&runtime);
-/// # });
-/// # Ok::<(), std::io::Error>(())
-/// ```
-pub fn log_task_ends(runtime: &AsyncTaskRuntime) -> Subscription {
-    runtime.manager().subscribe(move |event: &TaskEvent| {
-        let task = event.task();
-        let how = match event {
-            TaskEvent::Started(_) => {
-                tracing::info!(
-                    "task {} ({}) started from the queue",
-                    id_prefix(task.id()),
-                    task.subagent_name()
-                );
-                return;
-            }
-            TaskEvent::Completed(_) => "completed".to_owned(),
-            TaskEvent::Failed(_) => format!(
-                "failed: {}",
-                task.error()
-                    .and_then(|error| error.lines().next())
-                    .unwrap_or_default()
-            ),
-            _ => task.status().as_str().to_owned(),
-        };
-        let took = asynctask_tools::format_duration(
-            task.started_at().unwrap_or(task.launched_at()),
-            task.completed_at().unwrap_or(task.launched_at()),
-        );
-        tracing::info!(
-            "task {} ({}) {how} after {took}",
-            id_prefix(task.id()),
-            task.subagent_name()
-        );
-    })
-}
-
-/// Serves the tools over stdio until the client disconnects, then shuts down.
-///
-/// Builds the runtime (no agent host: results ride on tool results; `runner`
-/// runs the subagents), serves it on stdin/stdout, logs each task's end to
-/// stderr, and when stdin reaches its end cancels every task, waits for the
-/// subagents to end ([`AsyncTaskRuntime::shutdown`], within their grace) and
-/// returns. On `SIGTERM`, `SIGINT` or `SIGHUP` — while serving, or during
-/// that shutdown — every subagent is ended at once
-/// ([`SubagentRunner::terminate_all`]) and it returns as soon as they are
-/// gone.
-///
-/// # Errors
-///
-/// [`McpError`] when the session cannot start (the client never initialized it)
-/// or the runtime cannot be built.
-///
-/// # Cancel safety
-///
-/// Not cancel-safe: drop it and the subagents are still cancelled by the
-/// runtime's drop paths, but not awaited.
-pub async fn serve_stdio(
-    runner: Arc<dyn SubagentRunner>,
-    options: McpServerOptions,
-) -> Result<(), McpError> {
-    // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
-    // servers): a blocking stdin read would hold the process past its shutdown.
-    let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    serve_io(runner, options, None, stdin, stdout).await
-}
-
-/// [`serve_stdio`] on a given reader and writer, its subagents working in
-/// `project` (which `check_async_tasks` shows): the client's side of stdio,
-/// say, after an [`open_session`](crate::open_session) read its first lines
-/// (chain them before the reader, and drop the answer it gave with a
-/// [`DropAnswer`](crate::DropAnswer) writer).
-///
-/// # Errors
-///
-/// As [`serve_stdio`].
-///
-/// # Cancel safety
-///
-/// As [`serve_stdio`].
-pub async fn serve_io<R, W>(
-    runner: Arc<dyn SubagentRunner>,
-    options: McpServerOptions,
-    project: Option<std::path::PathBuf>,
-    reader: R,
-    writer: W,
-) -> Result<(), McpError>
-where
-    R: tokio::io::AsyncRead + Send + Unpin + 'static,
-    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let runtime = Arc::new(
-        AsyncTaskRuntime::builder()
-            .runner(Arc::clone(&runner))
-            .max_async_tasks(options.max_async_tasks)
-            .max_queued_tasks(options.max_queued_tasks)
-            .sync_detach(
-                SyncDetach::after(options.sync_detach_after).with_follow_up(DETACH_FOLLOW_UP),
-            )
-            .try_build()?,
-    );
-    let _log = log_task_ends(&runtime);
-    let mut server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
-        .with_progress_interval(options.progress_interval)
-        .with_nesting(options.nesting);
-    if let Some(max) = options.max_launches_per_session {
-        server = server.with_launch_budget(LaunchBudget::new(max));
-    }
-    if let Some(project) = project {
-        server = server.with_project(project);
-    }
-    // Listened to for the whole life of the server, its shutdown included.
-    let mut signals = TerminationSignals::new().map_err(McpError::Signals)?;
-    // Said once the signals are listened to: from now on a signal ends the
-    // server the way it should.
-    let subagents = runner.catalog().map_or_else(
-        || "any name".to_owned(),
-        |catalog| {
-            let names: Vec<String> = catalog.into_iter().map(|info| info.name).collect();
-            names.join(", ")
-        },
-    );
-    tracing::info!("MCP server on stdio; subagents: {subagents}");
-    let served = serve(server, &mut signals, reader, writer).await;
-    if let Ok(Ended::Signal) = served {
-        // A client that stops its server with a signal gives it little time
-        // (Claude Code: SIGTERM 100 ms after SIGINT, SIGKILL 400 ms later):
-        // every subagent ends now, without its grace.
-        runner.terminate_all();
-        runtime.shutdown().await;
-        return served.map(drop);
-    }
-    // The client closed its end: the subagents are cancelled and get their
-    // grace. A signal during that grace (a client that closes stdin, then
-    // signals) ends them now, and the shutdown with them.
-    let shutdown = runtime.shutdown();
-    tokio::pin!(shutdown);
-    tokio::select! {
-        () = &mut shutdown => {}
-        _ = signals.recv() => {
-            runner.terminate_all();
-            shutdown.await;
-        }
-    }
-    served.map(drop)
-}
-
-/// How serving ended.
-enum Ended {
-    /// The client closed its end.
-    Input,
-    /// A termination signal.
-    Signal,
-}
-
-/// `SIGTERM`, `SIGINT` and `SIGHUP` (the terminal closed), as one stream: what
-/// ends a server, a supervisor or a front.
-///
-/// # Examples
-///
-/// ```
-/// # tokio::runtime::Builder::new_current_thread().enable_io().build()?.block_on(async {
-/// let mut signals = asynctask_mcp::TerminationSignals::new()?;
-/// tokio::select! {
-///     name = signals.recv() => println!("ending on {name}"),
-///     () = std::future::ready(()) => {} // served to the end instead
-/// }
-/// # Ok::<(), std::io::Error>(())
-/// # })?;
-/// # Ok::<(), std::io::Error>(())
-/// ```
-#[derive(Debug)]
-pub struct TerminationSignals {
-    terminate: tokio::signal::unix::Signal,
-    interrupt: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
-}
-
-impl TerminationSignals {
-    /// Starts listening; a signal that arrives from now on is not missed.
-    ///
-    /// # Errors
-    ///
-    /// The I/O error when a signal handler cannot be installed (outside a
-    /// tokio runtime with I/O enabled, say).
-    pub fn new() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let listen = signal;
-        Ok(TerminationSignals {
-            terminate: listen(SignalKind::terminate())?,
-            interrupt: listen(SignalKind::interrupt())?,
-            hangup: listen(SignalKind::hangup())?,
-        })
-    }
-
-    /// Resolves when one of the signals arrives, with its name (`SIGTERM`,
-    /// `SIGINT` or `SIGHUP`).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: a signal that arrives while no call waits is returned by
-    /// the next call.
-    pub async fn recv(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.terminate.recv() => "SIGTERM",
-            _ = self.interrupt.recv() => "SIGINT",
-            _ = self.hangup.recv() => "SIGHUP",
-        }
-    }
-}
-
-async fn serve<R, W>(
-    server: AsyncTaskMcpServer,
-    signals: &mut TerminationSignals,
-    reader: R,
-    writer: W,
-) -> Result<Ended, McpError>
-where
-    R: tokio::io::AsyncRead + Send + Unpin + 'static,
-    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let calls = server.calls.clone();
-    let (manager, gate) = (server.runtime.manager().clone(), server.gate.clone());
-    let transport = server.transport(reader, writer, AckMode::Written);
-    // A signal also ends a session the client has not initialized yet.
-    let service = tokio::select! {
-        service = server.serve(transport) => {
-            service.map_err(|err| McpError::Session(Box::new(err)))?
-        }
-        _ = signals.recv() => {
-            calls.cancel();
-            return Ok(Ended::Signal);
-        }
-    };
-    // Questions go to the user as forms when the client takes them.
-    let _asking = crate::elicit::start(&manager, &gate, service.peer().clone());
-    let stop = service.cancellation_token();
-    let waiting = service.waiting();
-    tokio::pin!(waiting);
-    let finished = tokio::select! {
-        _ = &mut waiting => true,
-        _ = signals.recv() => false,
-    };
-    if finished {
-        return Ok(Ended::Input);
-    }
-    calls.cancel();
-    stop.cancel();
-    let _ = waiting.await;
-    Ok(Ended::Signal)
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@
 //! ```
 
 mod error;
+mod row;
 mod store;
 
 pub use crate::error::StoreError;
