@@ -16,6 +16,14 @@ takes it out of the output and shows it with the task): claude from its
 `--output-format json` result (`usage`, `total_cost_usd`, `modelUsage`), codex from the
 `turn.completed` events of `exec --json` (its tokens; it reports no cost).
 
+With `stdin = "jsonl"` in its config, the claude subagent routes Claude Code's
+permission prompts to whoever answers asynctask's questions (the user, through an
+elicitation form, or the model, with answer_async_task) instead of denying them: Claude
+Code is given `--permission-prompt-tool` naming a small MCP server (this script, run
+with `--permission-server`), which hands each prompt to this process over a Unix
+socket; this process asks it as a question on `$ASYNCTASK_QUESTIONS` (choices `allow`,
+`deny`) and reads the answer on stdin. Anything but `allow` denies.
+
 Usage in asynctask.toml: command = ["python3", "/path/agent_subagent.py", "claude"]
 (or "codex", "gemini"). Nothing here is run by a shell; the model's values reach the
 CLI as single arguments, and a tool name that is not a plain word is dropped.
@@ -26,9 +34,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 MARK = "ASYNCTASK_VARS "
 USAGE = "::asynctask::usage "
@@ -71,6 +82,119 @@ def codex_usage(stdout: str) -> dict:
     return usage
 
 
+PERMISSION_TOOL = "mcp__asynctask_permissions__ask"
+
+
+def permission_server(socket_path: str) -> int:
+    """A minimal MCP server on stdio with one tool, `ask`, for Claude Code's
+    `--permission-prompt-tool`: each call goes to the adapter on `socket_path`, whose
+    answer is the tool's result ({"behavior": "allow", "updatedInput": ...} or
+    {"behavior": "deny", "message": ...})."""
+    tool = {
+        "name": "ask",
+        "description": "Asks whoever launched this subagent whether a tool may run.",
+        "inputSchema": {"type": "object", "properties": {"tool_name": {"type": "string"}, "input": {"type": "object"}}},
+    }
+    for line in sys.stdin:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict) or "id" not in message:
+            continue  # notifications and responses need no answer
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "initialize":
+            result = {
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "asynctask-permissions", "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {"tools": [tool]}
+        elif method == "tools/call":
+            arguments = params.get("arguments") or {}
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.connect(socket_path)
+                conn.sendall((json.dumps(arguments) + "\n").encode())
+                decision = conn.makefile().readline()
+            result = {"content": [{"type": "text", "text": decision.strip()}]}
+        elif method == "ping":
+            result = {}
+        else:
+            reply = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": f"no method {method}"}}
+            print(json.dumps(reply), flush=True)
+            continue
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+    return 0
+
+
+class Permissions:
+    """Claude Code's permission prompts, asked as asynctask questions: a Unix socket
+    the permission server connects to, and the answers read from stdin."""
+
+    def __init__(self, questions: str, directory: str) -> None:
+        self.questions = questions
+        self.socket_path = os.path.join(directory, "permissions.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.socket_path)
+        self.listener.listen()
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.waiting: dict[int, tuple[threading.Event, list]] = {}
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while True:
+            conn, _ = self.listener.accept()
+            threading.Thread(target=self.decide, args=(conn,), daemon=True).start()
+
+    def decide(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                request = json.loads(conn.makefile().readline() or "{}")
+            except ValueError:
+                request = {}
+            tool = str(request.get("tool_name", "a tool"))
+            tool_input = request.get("input") if isinstance(request.get("input"), dict) else {}
+            shown = json.dumps(tool_input)[:500]
+            answer = self.ask(f"Claude Code asks to use {tool} with {shown}. Allow it?")
+            if answer.get("status") == "answered" and answer.get("text") == "allow":
+                decision = {"behavior": "allow", "updatedInput": tool_input}
+            else:
+                why = answer.get("text") or answer.get("status", "no answer")
+                decision = {"behavior": "deny", "message": f"The user did not allow it ({why})."}
+            conn.sendall((json.dumps(decision) + "\n").encode())
+
+    def ask(self, text: str) -> dict:
+        with self.lock:
+            self.next_id += 1
+            number = self.next_id
+            done, box = threading.Event(), []
+            self.waiting[number] = (done, box)
+        with open(self.questions, "w") as fifo:  # one line, written whole
+            fifo.write(json.dumps({"type": "question", "id": number, "text": text, "choices": ["allow", "deny"]}) + "\n")
+        done.wait()
+        return box[0]
+
+    def answered(self, line: dict) -> None:
+        with self.lock:
+            waiting = self.waiting.pop(line.get("id"), None)
+        if waiting:
+            waiting[1].append(line)
+            waiting[0].set()
+
+    def read_answers(self, stdin) -> None:
+        """Every line after the goal: answers go to their questions (messages are
+        not passed on: claude -p takes no more input)."""
+        for raw in stdin:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(line, dict) and line.get("type") == "answer":
+                self.answered(line)
+
+
 def env_json(name: str, default):
     try:
         return json.loads(os.environ[name])
@@ -79,8 +203,17 @@ def env_json(name: str, default):
 
 
 def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--permission-server":
+        return permission_server(sys.argv[2])
     cli = sys.argv[1] if len(sys.argv) > 1 else "claude"
-    goal = sys.stdin.read()
+    questions = os.environ.get("ASYNCTASK_QUESTIONS")
+    permissions = None
+    if questions:
+        # stdin = "jsonl": the goal is the first line; answers follow.
+        first = json.loads(sys.stdin.readline() or "{}")
+        goal = str(first.get("text", "")) if isinstance(first, dict) else ""
+    else:
+        goal = sys.stdin.read()
     behaviour = os.environ.get("ASYNCTASK_BEHAVIOUR", "").strip()
     tools = [t for t in env_json("ASYNCTASK_TOOLS", []) if isinstance(t, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", t)]
     spec = [v for v in env_json("ASYNCTASK_OUTPUT_SPEC", []) if isinstance(v, dict) and isinstance(v.get("name"), str)]
@@ -99,6 +232,15 @@ def main() -> int:
             args += ["--append-system-prompt", behaviour]
         if tools:
             args += ["--tools", ",".join(tools)]
+        if questions:
+            scratch = tempfile.mkdtemp(prefix="asynctask-permissions-")
+            permissions = Permissions(questions, scratch)
+            server = {"command": sys.executable, "args": [os.path.abspath(__file__), "--permission-server", permissions.socket_path]}
+            args += [
+                "--mcp-config", json.dumps({"mcpServers": {"asynctask_permissions": server}}),
+                "--permission-prompt-tool", PERMISSION_TOOL,
+            ]
+            threading.Thread(target=permissions.read_answers, args=(sys.stdin,), daemon=True).start()
     elif cli == "codex":
         # Events on stdout, the final answer in a file; `-`: the prompt from stdin.
         last_message = tempfile.NamedTemporaryFile(suffix=".txt", delete=False).name
@@ -117,6 +259,9 @@ def main() -> int:
 
     done = subprocess.run(args, input=prompt, capture_output=True, text=True)
     sys.stderr.write(done.stderr)
+    if permissions:
+        permissions.listener.close()
+        shutil.rmtree(os.path.dirname(permissions.socket_path), ignore_errors=True)
     answer, usage = done.stdout, {}
     if cli == "claude":
         answer, usage = claude_result(done.stdout)

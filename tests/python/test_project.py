@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -227,3 +228,54 @@ async def test_the_guides_agent_adapter_passes_the_models_parameters_on(tmp_path
     ], seen
     assert seen["prompt"].startswith("find the answer\n\nWhen you are done"), seen
     assert '"answer": the number' in seen["prompt"], seen
+
+
+async def test_the_agent_adapter_routes_claudes_permission_prompts_to_the_user(tmp_path: Path) -> None:
+    """With `stdin = "jsonl"`, docs/examples/agent_subagent.py gives a stand-in `claude`
+    `--permission-prompt-tool` and the MCP server behind it; the stand-in asks it, as
+    Claude Code does, whether `Bash` may run; the prompt reaches the test client as an
+    elicitation form, and its `allow` comes back to the stand-in as the tool's answer."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "claude"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, subprocess, sys\n"
+        "args = sys.argv[1:]\n"
+        "sys.stdin.read()\n"
+        "config = json.loads(args[args.index('--mcp-config') + 1])\n"
+        "tool = args[args.index('--permission-prompt-tool') + 1]\n"
+        "server = config['mcpServers']['asynctask_permissions']\n"
+        "proc = subprocess.Popen([server['command'], *server['args']], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)\n"
+        "def call(id, method, params):\n"
+        "    proc.stdin.write(json.dumps({'jsonrpc': '2.0', 'id': id, 'method': method, 'params': params}) + '\\n'); proc.stdin.flush()\n"
+        "    return json.loads(proc.stdout.readline())['result']\n"
+        "call(1, 'initialize', {'protocolVersion': '2025-06-18', 'capabilities': {}, 'clientInfo': {'name': 'fake', 'version': '0'}})\n"
+        "names = [t['name'] for t in call(2, 'tools/list', {})['tools']]\n"
+        "result = call(3, 'tools/call', {'name': tool.split('__')[-1], 'arguments': {'tool_name': 'Bash', 'input': {'command': 'rm -rf build'}}})\n"
+        "decision = json.loads(result['content'][0]['text'])\n"
+        "proc.stdin.close(); proc.wait()\n"
+        "print(json.dumps({'type': 'result', 'result': f\"tools {names}; Bash: {decision['behavior']} {json.dumps(decision.get('updatedInput'))}\"}))\n"
+    )
+    fake.chmod(0o755)
+    adapter = Path(__file__).resolve().parents[2] / "docs" / "examples" / "agent_subagent.py"
+    config = tmp_path / "asynctask.toml"
+    config.write_text(f'[subagents.claude]\nstdin = "jsonl"\ncommand = ["python3", "{adapter}", "claude"]\n')
+    asked: list[Any] = []
+
+    async def allow(_context: object, params: Any) -> Any:
+        from mcp_types import ElicitResult
+
+        asked.append(params.model_dump(by_alias=True, exclude_none=True))
+        return ElicitResult(action="accept", content={"answer": "allow"})
+
+    path = f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    async with connect(MODE, tmp_path, config=config, env={"PATH": path}, elicitation_callback=allow) as client:
+        launched = await client.call_tool("task", {"subagent_name": "claude", "goal_prompt": "clean the build", "async": True})
+        task_id = launched_id(launched)
+        waited = await client.call_tool("wait_async_tasks", {"task_id_prefixes": [task_id], "timeout_seconds": 20})
+    note = texts(waited)[-1]
+    assert "tools ['ask']; Bash: allow {\\\"command\\\": \\\"rm -rf build\\\"}" in note, note
+    assert len(asked) == 1, asked
+    assert "Claude Code asks to use Bash with {\"command\": \"rm -rf build\"}. Allow it?" in asked[0]["message"], asked
+    assert asked[0]["requestedSchema"]["properties"]["answer"]["enum"] == ["allow", "deny"], asked
