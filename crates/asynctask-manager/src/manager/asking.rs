@@ -12,8 +12,8 @@ use crate::questions::{Answer, AnswerError, PendingQuestion, QuestionDesk};
 use crate::snapshot::TaskSnapshot;
 
 impl AsyncTaskManager {
-    /// Every question a running subagent waits to have answered: running
-    /// tasks in start order, each task's oldest first.
+    /// Every question a subagent waits to have answered: running tasks in
+    /// start order, then queued ones, each task's oldest first.
     #[must_use]
     pub fn pending_questions(&self) -> Vec<PendingQuestion> {
         self.lock().registry.pending_questions()

@@ -66,8 +66,8 @@ impl Registry {
         self.live.get(&seq)?.questions.as_ref()
     }
 
-    /// Every waiting question, running tasks in start order, each task's
-    /// oldest first.
+    /// Every waiting question: running tasks in start order, then queued ones,
+    /// each task's oldest first.
     pub(crate) fn pending_questions(&self) -> Vec<PendingQuestion> {
         let mut all = Vec::new();
         self.each_desk(|id, desk| all.extend(desk.pending(id)));
@@ -86,7 +86,13 @@ impl Registry {
         if self.live.is_empty() {
             return;
         }
-        for slot in self.running.iter(&self.slots) {
+        // Running tasks first (in start order), then queued ones (a runner
+        // that asks before its task starts).
+        for slot in self
+            .running
+            .iter(&self.slots)
+            .chain(self.queue.iter(&self.slots))
+        {
             let Some(record) = self.slots.get(slot) else {
                 continue;
             };

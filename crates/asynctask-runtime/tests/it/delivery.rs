@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use asynctask_manager::RegisterTaskInput;
-use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_manager::{Answer, Question, Questions, RegisterTaskInput};
+use asynctask_model::{ManualClock, MaxAsyncTasks, MaxQueuedTasks, OutputObject, TerminateReason};
 use asynctask_runtime::{AsyncTaskRuntime, Claim, ClaimOwner};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
@@ -297,6 +297,10 @@ enum Step {
     RequestAck(usize),
     /// Request `k` was cancelled before its response was written: release it.
     RequestRelease(usize),
+    /// Task `i`'s subagent asks a question (running or queued).
+    Ask(usize),
+    /// Task `i`'s oldest question is answered.
+    Answer(usize),
     Wait(u64),
 }
 
@@ -314,8 +318,18 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..2usize).prop_map(Step::RequestClaimSome),
         2 => (0..2usize).prop_map(Step::RequestAck),
         1 => (0..2usize).prop_map(Step::RequestRelease),
+        2 => (0..6usize).prop_map(Step::Ask),
+        1 => (0..6usize).prop_map(Step::Answer),
         2 => prop_oneof![Just(1u64), Just(50), Just(2_000)].prop_map(Step::Wait),
     ]
+}
+
+/// The questions a reminder's text puts to the model (`q<task>-<n>`).
+fn asked_in(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("Q: "))
+        .map(str::to_owned)
+        .collect()
 }
 
 proptest! {
@@ -330,11 +344,27 @@ proptest! {
             .unwrap();
         rt.block_on(async move {
             let host = Arc::new(FakeHost::default());
-            let runtime = runtime_with(&host);
+            // Three run, three wait in the queue: starts interleave with deliveries.
+            let runtime = AsyncTaskRuntime::builder()
+                .max_async_tasks(MaxAsyncTasks::new(3).expect("a limit"))
+                .max_queued_tasks(MaxQueuedTasks::new(3).expect("a queue"))
+                .clock(Arc::new(ManualClock::new(1_000)))
+                .host(Arc::clone(&host) as Arc<dyn asynctask_runtime::AgentHost>)
+                .build();
             let ids: Vec<String> = (0..6).map(|i| format!("task-{i}")).collect();
+            let mut askers = Vec::new();
             for id in &ids {
-                launch(&runtime, id);
+                let (desk, questions) = Questions::channel();
+                runtime
+                    .manager()
+                    .register_task(RegisterTaskInput::new(id.as_str(), "researcher", "goal").with_questions(desk))
+                    .expect("within the limit and the queue");
+                askers.push(questions);
             }
+            // Every question asked, and what was done with it.
+            let mut asked: Vec<(String, usize, asynctask_manager::Asking)> = Vec::new();
+            let mut answered: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+            let mut shown: Vec<String> = Vec::new();
             let mut acked: Vec<String> = Vec::new();
             let mut held: Option<asynctask_runtime::Reminder> = None;
             let claims = runtime.claims().clone();
@@ -359,12 +389,16 @@ proptest! {
                     Step::Ack => {
                         if let Some(reminder) = held.take() {
                             runtime.ack_delivered(&reminder.task_ids);
+                            shown.extend(asked_in(&reminder.text));
                             acked.extend(reminder.task_ids);
                         }
                     }
                     Step::RequestClaim(k) => {
                         if requests[k].is_none() && let Some(claim) = claims.claim(ClaimOwner::Request) {
                             prop_assert!(requested[k].is_empty(), "one claim per owner");
+                            for question in asked_in(&claim.reminder().text) {
+                                prop_assert!(!answered.contains(&question), "an answered question rides: {question}");
+                            }
                             requested[k] = claim.task_ids().to_vec();
                             requests[k] = Some(claim);
                         }
@@ -381,6 +415,9 @@ proptest! {
                         }
                     }
                     Step::RequestAck(k) => {
+                        if let Some(claim) = &requests[k] {
+                            shown.extend(asked_in(&claim.reminder().text));
+                        }
                         let ids = requests[k].take().map(Claim::acknowledge).unwrap_or_default();
                         prop_assert_eq!(&ids, &requested[k]);
                         acked.extend(ids);
@@ -390,6 +427,25 @@ proptest! {
                         let ids = requests[k].take().map(|claim| claim.task_ids().to_vec()).unwrap_or_default();
                         prop_assert_eq!(&ids, &requested[k]);
                         requested[k].clear();
+                    }
+                    Step::Ask(i) => {
+                        let text = format!("q{i}-{}", asked.len());
+                        let asking = askers[i].ask(Question::new(format!("Q: {text}")));
+                        asked.push((text, i, asking));
+                    }
+                    Step::Answer(i) => {
+                        // The oldest question of the task that still waits gets it.
+                        let waiting = runtime
+                            .manager()
+                            .pending_questions()
+                            .into_iter()
+                            .find(|question| question.task_id == ids[i]);
+                        let result = runtime.manager().answer_question(&ids[i], Answer::Answered("yes".into()));
+                        prop_assert_eq!(result.is_ok(), waiting.is_some());
+                        if let Some(question) = waiting {
+                            let text = question.question.text.trim_start_matches("Q: ").to_owned();
+                            answered.insert(text);
+                        }
                     }
                     Step::Wait(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
                 }
@@ -420,6 +476,25 @@ proptest! {
             seen.sort();
             prop_assert_eq!(seen, ids, "each task delivered exactly once");
             prop_assert!(runtime.manager().pending_notifications().is_empty());
+            // Each question was shown at most once, and the auto-trigger never
+            // carried one; each asker got its answer, or (its task ended) a
+            // withdrawal.
+            let mut once = shown.clone();
+            once.sort();
+            once.dedup();
+            prop_assert_eq!(once.len(), shown.len(), "a question shown twice: {:?}", shown);
+            for reminder in host.delivered() {
+                prop_assert!(asked_in(&reminder.text).is_empty(), "a wake-up carried a question");
+            }
+            for (text, _, asking) in asked {
+                let answer = asking.await;
+                if answered.contains(&text) {
+                    prop_assert_eq!(answer, Answer::Answered("yes".into()));
+                } else {
+                    prop_assert_eq!(answer, Answer::Withdrawn);
+                }
+            }
+            prop_assert!(runtime.manager().pending_questions().is_empty());
             Ok(())
         })?;
     }

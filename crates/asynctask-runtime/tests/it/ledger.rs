@@ -229,3 +229,92 @@ fn a_question_whose_task_ends_is_withdrawn_and_rides_no_more() {
         .block_on(asking);
     assert_eq!(answer, Answer::Withdrawn);
 }
+
+#[test]
+fn racing_owners_show_each_question_once_and_each_answer_reaches_its_asker() {
+    use asynctask_manager::{Answer, Question, Questions};
+    const QUESTIONS: usize = 200;
+    for round in 0..5 {
+        let manager = AsyncTaskManager::new(MaxAsyncTasks::UNLIMITED);
+        let (desk, questions) = Questions::channel();
+        let id = format!("asker-{round}");
+        manager
+            .register_task(RegisterTaskInput::new(id.clone(), "deployer", "g").with_questions(desk))
+            .expect("unlimited");
+        let ledger = ClaimLedger::new(manager.clone());
+        let shown = Arc::new(Mutex::new(Vec::new()));
+        let start = Arc::new(Barrier::new(OWNERS + 2));
+        let asker = {
+            let start = Arc::clone(&start);
+            thread::spawn(move || {
+                let tokio = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("a runtime");
+                start.wait();
+                (0..QUESTIONS)
+                    .map(|n| tokio.block_on(questions.ask(Question::new(format!("Q: {n}")))))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let answerer = {
+            let (manager, id, start) = (manager.clone(), id.clone(), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                let mut answered = 0;
+                while answered < QUESTIONS {
+                    if manager
+                        .answer_question(&id, Answer::Answered(format!("a{answered}")))
+                        .is_ok()
+                    {
+                        answered += 1;
+                    } else {
+                        thread::yield_now();
+                    }
+                }
+            })
+        };
+        let owners: Vec<_> = (0..OWNERS)
+            .map(|owner| {
+                let (ledger, shown, start) =
+                    (ledger.clone(), Arc::clone(&shown), Arc::clone(&start));
+                thread::spawn(move || {
+                    start.wait();
+                    for turn in 0..2_000 {
+                        if let Some(claim) = ledger.claim(ClaimOwner::Request) {
+                            let asked: Vec<String> = claim
+                                .reminder()
+                                .text
+                                .lines()
+                                .filter(|line| line.starts_with("Q: "))
+                                .map(str::to_owned)
+                                .collect();
+                            // Every other claim's response is lost.
+                            if (turn + owner) % 2 == 0 {
+                                claim.acknowledge();
+                                shown.lock().expect("shown").extend(asked);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for owner in owners {
+            owner.join().expect("an owner");
+        }
+        answerer.join().expect("the answerer");
+        let answers = asker.join().expect("the asker");
+        // One question waits at a time: each gets the next answer, in order.
+        assert_eq!(
+            answers,
+            (0..QUESTIONS)
+                .map(|n| Answer::Answered(format!("a{n}")))
+                .collect::<Vec<_>>()
+        );
+        let shown = shown.lock().expect("shown").clone();
+        let mut once = shown.clone();
+        once.sort();
+        once.dedup();
+        assert_eq!(once.len(), shown.len(), "a question shown twice");
+        assert!(manager.pending_questions().is_empty());
+    }
+}
