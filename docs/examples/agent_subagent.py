@@ -215,7 +215,8 @@ def main() -> int:
     else:
         goal = sys.stdin.read()
     behaviour = os.environ.get("ASYNCTASK_BEHAVIOUR", "").strip()
-    tools = [t for t in env_json("ASYNCTASK_TOOLS", []) if isinstance(t, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", t)]
+    whitelist = env_json("ASYNCTASK_TOOLS", None)
+    tools = [t for t in whitelist or [] if isinstance(t, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", t)]
     spec = [v for v in env_json("ASYNCTASK_OUTPUT_SPEC", []) if isinstance(v, dict) and isinstance(v.get("name"), str)]
 
     prompt = goal
@@ -230,7 +231,9 @@ def main() -> int:
         args = ["claude", "-p", "--output-format", "json"]
         if behaviour:
             args += ["--append-system-prompt", behaviour]
-        if tools:
+        if isinstance(whitelist, list):
+            # Names that are not plain words are dropped; none left means no
+            # built-in tool at all (`--tools ""`), never all of them.
             args += ["--tools", ",".join(tools)]
         if questions:
             scratch = tempfile.mkdtemp(prefix="asynctask-permissions-")

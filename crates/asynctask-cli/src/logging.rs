@@ -49,10 +49,15 @@ fn default_filter(verbose: u8, quiet: u8) -> String {
 /// terminal) or the file given to [`log_to_file`]. Called once, first thing.
 pub fn install(verbose: u8, quiet: u8) {
     use std::io::IsTerminal as _;
+    let mut unreadable = None;
     let filter = std::env::var("RUST_LOG")
         .ok()
         .filter(|value| !value.trim().is_empty())
-        .and_then(|value| EnvFilter::try_new(value).ok())
+        .and_then(|value| {
+            EnvFilter::try_new(&value)
+                .map_err(|err| unreadable = Some(format!("{value:?}: {err}")))
+                .ok()
+        })
         .unwrap_or_else(|| EnvFilter::new(default_filter(verbose, quiet)));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -60,6 +65,9 @@ pub fn install(verbose: u8, quiet: u8) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(verbose > 0)
         .try_init();
+    if let Some(why) = unreadable {
+        tracing::warn!("RUST_LOG is not a log filter ({why}); logging as -v/-q say");
+    }
 }
 
 /// Sends the log to `file` from now on (a supervisor's `supervisor.log`:

@@ -411,7 +411,11 @@ fn tool_help() -> String {
         .iter()
         .map(|tool| tool.name().to_owned())
         .collect();
-    format!("Print only this tool ({})", names.join(", "))
+    format!(
+        "Print only this tool ({}; with --provider mcp: those asynctask mcp serves, \
+         wait_async_tasks and end_async_task among them)",
+        names.join(", ")
+    )
 }
 
 fn main() -> ExitCode {
@@ -752,7 +756,9 @@ mod tests {
     fn the_tool_help_names_every_tool() {
         assert_eq!(
             tool_help(),
-            "Print only this tool (task, check_async_tasks, message_async_task, answer_async_task, todo_pause)"
+            "Print only this tool (task, check_async_tasks, message_async_task, answer_async_task, \
+             todo_pause; with --provider mcp: those asynctask mcp serves, wait_async_tasks and \
+             end_async_task among them)"
         );
     }
 }

@@ -24,6 +24,9 @@ pub enum RunExit {
     Failed,
     /// The subagent ran past `--timeout` and was ended (124, as `timeout(1)`).
     TimedOut,
+    /// Nothing ran: the `task` tool refused what it was given (a blank goal,
+    /// say), as for any other input `asynctask` cannot act on (2).
+    Refused,
 }
 
 impl RunExit {
@@ -34,6 +37,7 @@ impl RunExit {
             RunExit::Completed => 0,
             RunExit::Failed => 1,
             RunExit::TimedOut => 124,
+            RunExit::Refused => ERROR_EXIT,
         }
     }
 
@@ -43,6 +47,7 @@ impl RunExit {
         match &result.error {
             None => RunExit::Completed,
             Some(error) if error.kind == ToolErrorType::Timeout => RunExit::TimedOut,
+            Some(error) if error.kind == ToolErrorType::InvalidToolParams => RunExit::Refused,
             Some(_) => RunExit::Failed,
         }
     }

@@ -90,7 +90,9 @@ fn the_schemas_help_names_every_tool_and_provider() {
         .join(" ");
     assert!(
         text.contains(
-            "Print only this tool (task, check_async_tasks, message_async_task, answer_async_task, todo_pause)"
+            "Print only this tool (task, check_async_tasks, message_async_task, answer_async_task, \
+             todo_pause; with --provider mcp: those asynctask mcp serves, wait_async_tasks and \
+             end_async_task among them)"
         ),
         "{text}"
     );
@@ -288,6 +290,15 @@ fn run_prints_the_completion_json_and_reports_failures() {
     let ok = asynctask(&["run", "--config", path, "vars", "x"]);
     assert!(ok.status.success(), "{}", stderr(&ok));
     assert_eq!(String::from_utf8_lossy(&ok.stdout), "done\n\nanswer = 42\n");
+
+    // A goal the task tool refuses: nothing ran, exit status 2 and the reason.
+    let blank = asynctask(&["run", "--config", path, "vars", "  "]);
+    assert_eq!(blank.status.code(), Some(2), "{}", stderr(&blank));
+    assert!(
+        stderr(&blank).contains("goal_prompt: must not be blank"),
+        "{}",
+        stderr(&blank)
+    );
 
     // Past --timeout: ended, exit status 124, the reason on stderr.
     let slow = asynctask(&["run", "--config", path, "--timeout", "1", "slow", "x"]);
