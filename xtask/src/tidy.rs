@@ -27,8 +27,8 @@ use serde_json::Value;
 const LAYERS: &[&[&str]] = &[
     &["asynctask-model"],
     &["asynctask-manager"],
-    &["asynctask-tools", "asynctask-store", "asynctask-fleet"],
-    &["asynctask-runtime", "asynctask-process"],
+    &["asynctask-tools", "asynctask-store"],
+    &["asynctask-runtime", "asynctask-process", "asynctask-fleet"],
     &["asynctask-mcp"],
     &["asynctask-supervisor"],
     &["asynctask-cli"],

@@ -25,6 +25,7 @@ pub mod project;
 pub mod run;
 pub mod serve;
 mod status;
+pub mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -200,7 +201,17 @@ pub enum CliError {
         /// How long it was waited for.
         waited: Duration,
     },
+    /// The fleet's database refused or failed (never naming its credentials).
+    #[error(transparent)]
+    Fleet(#[from] asynctask_fleet::FleetError),
+    /// A fleet command was given no database.
+    #[error("no fleet database: pass --database URL or set {DATABASE_URL_ENV}")]
+    NoDatabase,
 }
+
+/// The variable a fleet command reads its database's URL from when
+/// `--database` is not given.
+pub const DATABASE_URL_ENV: &str = "ASYNCTASK_DATABASE_URL";
 
 /// `names` joined by `, `, or `none`.
 fn names_or_none(names: &[String]) -> String {

@@ -125,6 +125,29 @@ enum Command {
         #[arg(long)]
         durable: bool,
     },
+    /// Serve a fleet's tasks from this machine: run the subagents the config
+    /// names, for tasks stored in a PostgreSQL database (see docs/fleet.md).
+    #[command(long_about = WORKER_ABOUT)]
+    Worker {
+        #[command(flatten)]
+        place: WhereArgs,
+        /// The fleet's database (a postgresql:// URL or key=value string).
+        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+        /// How many tasks run here at once, 1-1000.
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        capacity: u32,
+        /// The worker's name, in logs and in the error of the tasks it loses
+        /// (default: the host name).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// How long the worker's lease lasts without a heartbeat (renewed
+        /// every third of it), 1-3600. A lost worker's tasks are reported
+        /// interrupted this long after it is gone.
+        #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        lease_seconds: u64,
+    },
     /// The project's supervisor, which owns durable tasks (`mcp --durable`
     /// starts it).
     Supervisor {
@@ -169,6 +192,19 @@ State: without --durable, whole outputs go to a temporary directory removed when
 exits (--state-dir DIR keeps them in DIR/outputs). With --durable, the project's supervisor \
 keeps its socket, lock, log, task store and outputs in the project's .asynctask/ (or \
 --state-dir DIR).";
+
+/// `worker --help`.
+const WORKER_ABOUT: &str = "\
+Serve a fleet's tasks from this machine: register with the fleet's PostgreSQL database \
+(--database URL, else $ASYNCTASK_DATABASE_URL), and run the subagents the config names for \
+the tasks queued there, as many at once as --capacity allows.
+
+The worker renews its lease every third of --lease-seconds. If it cannot (the database is \
+unreachable past the lease), it ends its running subagents and stops claiming; the fleet \
+reports their tasks `interrupted: worker <name> lost`. A lost connection is retried with \
+backoff: running subagents keep running, and their ends are written once it is back. \
+SIGTERM or SIGINT stops it: its running tasks are reported `interrupted: worker <name> \
+stopped` and their subagents ended.";
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
@@ -521,6 +557,32 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         // stdout is the protocol channel from here on: nothing else is printed.
         Command::Mcp { serve, durable } => {
             mcp(&serve.options(), durable, &start_supervisor).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Worker {
+            place,
+            database,
+            capacity,
+            name,
+            lease_seconds,
+        } => {
+            let mut options = asynctask_cli::worker::WorkerOptions::new();
+            options.database = database;
+            options.config = place.config;
+            options.project = place.project;
+            options.capacity = capacity;
+            options.name = name;
+            options.lease = Duration::from_secs(lease_seconds);
+            let shutdown = tokio_util::sync::CancellationToken::new();
+            let mut signals = asynctask_mcp::TerminationSignals::new()
+                .map_err(asynctask_mcp::McpError::Signals)?;
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                let signal = signals.recv().await;
+                tracing::info!("{signal}: stopping");
+                stop.cancel();
+            });
+            asynctask_cli::worker::worker(&options, shutdown).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Supervisor { command } => match command {

@@ -66,6 +66,12 @@ pub enum FleetError {
         /// The task's id.
         task: String,
     },
+    /// The database did not answer in time: the connection is taken as lost.
+    #[error("the fleet's database did not answer within {after:?}")]
+    Unreachable {
+        /// How long it was given.
+        after: std::time::Duration,
+    },
     /// A stored output could not be read or written as JSON.
     #[error("task {task}: its output is not valid JSON")]
     Output {

@@ -192,6 +192,14 @@ impl Fleet {
         if inserted == 0 {
             return Err(FleetError::DuplicateId(task.id));
         }
+        // Delivered at commit, to every listening worker: a wake-up, never
+        // the only way a task is found (workers also look on a timer).
+        tx.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&crate::listen::QUEUED_CHANNEL, &task.subagent_name],
+        )
+        .await
+        .map_err(FleetError::db("announcing a task"))?;
         tx.commit()
             .await
             .map_err(FleetError::db("submitting a task"))?;
@@ -310,6 +318,54 @@ impl Fleet {
                 name: lease.name.clone(),
             }),
         }
+    }
+
+    /// Ends a worker's registration now (it is stopping): it takes no more
+    /// work, its lease can no longer be renewed, and its tasks still running
+    /// are failed at once with `error` and returned (each once, like
+    /// [`reap_expired`](Self::reap_expired)'s).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn retire(
+        &self,
+        lease: &WorkerLease,
+        error: &str,
+    ) -> Result<Vec<Interrupted>, FleetError> {
+        let now = self.now(&self.client).await?;
+        let rows = self
+            .client
+            .query(
+                "WITH retired AS (
+                    UPDATE asynctask_workers SET state = 'lost'
+                    WHERE id = $1 AND state = 'live'
+                    RETURNING id, name
+                 ), interrupted AS (
+                    UPDATE asynctask_tasks t
+                    SET status = 'failed', completed_at = $2, error = $3
+                    FROM retired
+                    WHERE t.worker_id = retired.id AND t.status = 'running'
+                    RETURNING t.id, t.workspace, retired.name
+                 )
+                 SELECT id, workspace, name, pg_notify($4, workspace)::text FROM interrupted",
+                &[
+                    &lease.worker_id,
+                    &now,
+                    &error,
+                    &crate::listen::ENDED_CHANNEL,
+                ],
+            )
+            .await
+            .map_err(FleetError::db("retiring a worker"))?;
+        Ok(rows
+            .iter()
+            .map(|row| Interrupted {
+                id: row.get(0),
+                workspace: row.get(1),
+                worker: row.get(2),
+            })
+            .collect())
     }
 
     /// Claims queued tasks for a worker, oldest first, as many as its free
@@ -487,14 +543,20 @@ impl Fleet {
         error: Option<&str>,
     ) -> Result<(), FleetError> {
         let now = self.now(&self.client).await?;
+        // One statement: the fenced write, and the wake-up of the fronts
+        // waiting on the workspace's results (sent when it commits).
         let changed = self
             .client
-            .execute(
-                "UPDATE asynctask_tasks t
-                 SET status = $3, output = $4, error = $5, completed_at = $6
-                 FROM asynctask_workers w
-                 WHERE t.id = $1 AND t.fence = $2 AND t.status = 'running'
-                   AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $6",
+            .query(
+                "WITH ended AS (
+                    UPDATE asynctask_tasks t
+                    SET status = $3, output = $4, error = $5, completed_at = $6
+                    FROM asynctask_workers w
+                    WHERE t.id = $1 AND t.fence = $2 AND t.status = 'running'
+                      AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $6
+                    RETURNING t.workspace
+                 )
+                 SELECT pg_notify($7, workspace)::text FROM ended",
                 &[
                     &task.id,
                     &task.fence,
@@ -502,10 +564,12 @@ impl Fleet {
                     &output,
                     &error,
                     &now,
+                    &crate::listen::ENDED_CHANNEL,
                 ],
             )
             .await
-            .map_err(FleetError::db("recording a task's end"))?;
+            .map_err(FleetError::db("recording a task's end"))?
+            .len();
         if changed == 0 {
             return Err(FleetError::Fenced {
                 task: task.id.clone(),
@@ -536,14 +600,16 @@ impl Fleet {
                     UPDATE asynctask_workers w SET state = 'lost'
                     FROM expired WHERE w.id = expired.id
                     RETURNING w.id, w.name
+                 ), interrupted AS (
+                    UPDATE asynctask_tasks t
+                    SET status = 'failed', completed_at = $1,
+                        error = 'interrupted: worker ' || lost.name || ' lost'
+                    FROM lost
+                    WHERE t.worker_id = lost.id AND t.status = 'running'
+                    RETURNING t.id, t.workspace, lost.name
                  )
-                 UPDATE asynctask_tasks t
-                 SET status = 'failed', completed_at = $1,
-                     error = 'interrupted: worker ' || lost.name || ' lost'
-                 FROM lost
-                 WHERE t.worker_id = lost.id AND t.status = 'running'
-                 RETURNING t.id, t.workspace, lost.name",
-                &[&now],
+                 SELECT id, workspace, name, pg_notify($2, workspace)::text FROM interrupted",
+                &[&now, &crate::listen::ENDED_CHANNEL],
             )
             .await
             .map_err(FleetError::db("reaping expired leases"))?;

@@ -23,10 +23,17 @@
 //! newer one is refused untouched. Time is the database's clock unless
 //! [`FleetOptions::clock`] gives one.
 //!
+//! A [`Worker`] is the loop a machine serves the fleet with: it registers,
+//! renews its lease, claims what its capacity allows, runs each task through
+//! a `SubagentRunner` (the process runner, in `asynctask worker`), writes
+//! each end with its fencing token, reaps lost workers, and ends its
+//! subagents when its lease cannot be renewed. [`FleetListener`] wakes it
+//! (`LISTEN/NOTIFY`: a submission, a task's end); a slow timer is the
+//! fallback.
+//!
 //! Not here yet: TLS (connections are plain: a Unix socket or a trusted
-//! network), `PGPASSWORD`/`.pgpass` (a password goes in the URL),
-//! `LISTEN/NOTIFY` wake-ups, cancel, steering, questions, progress, whole
-//! outputs, the queue's bound, and the worker loop that runs subagents.
+//! network), `PGPASSWORD`/`.pgpass` (a password goes in the URL), cancel,
+//! steering, questions, progress, whole outputs, the queue's bound.
 //!
 //! # Example
 //!
@@ -52,14 +59,18 @@
 
 mod error;
 mod fleet;
+mod listen;
 mod schema;
 mod types;
+mod worker;
 
 pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
+pub use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL, Wakeup};
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::types::{
     ClaimedTask, DEFAULT_LEASE, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec,
     lost_worker_error,
 };
+pub use crate::worker::Worker;
 pub use tokio_postgres::Config;

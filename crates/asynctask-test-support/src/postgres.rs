@@ -123,6 +123,74 @@ impl TestDatabase {
         &self.config
     }
 
+    /// How to connect to this database as a `key=value` string, for a
+    /// process the test starts (`asynctask worker --database`). It holds a
+    /// password only if [`DATABASE_URL_VAR`] gave one: pass it in the
+    /// environment, never print it.
+    #[must_use]
+    pub fn connection_string(&self) -> String {
+        use std::fmt::Write as _;
+        let quote = |value: &str| format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"));
+        let mut text = String::new();
+        for host in self.config.get_hosts() {
+            let host = match host {
+                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            };
+            let _ = write!(text, "host={} ", quote(&host));
+        }
+        if let Some(port) = self.config.get_ports().first() {
+            let _ = write!(text, "port={port} ");
+        }
+        if let Some(user) = self.config.get_user() {
+            let _ = write!(text, "user={} ", quote(user));
+        }
+        if let Some(password) = self.config.get_password() {
+            let _ = write!(
+                text,
+                "password={} ",
+                quote(&String::from_utf8_lossy(password))
+            );
+        }
+        let _ = write!(text, "dbname={}", quote(&self.name));
+        text
+    }
+
+    /// Cuts every connection to this database and refuses new ones
+    /// (`reachable = false`), or lets them in again: what a worker sees when
+    /// its link to the server is cut, then restored.
+    ///
+    /// # Panics
+    ///
+    /// When the server refuses the change.
+    pub async fn set_reachable(&self, reachable: bool) {
+        let (client, connection) = self
+            .admin
+            .connect(NoTls)
+            .await
+            .expect("the test server answers");
+        let driver = tokio::spawn(connection);
+        let name = &self.name;
+        client
+            .batch_execute(&format!(
+                "ALTER DATABASE \"{name}\" WITH ALLOW_CONNECTIONS {reachable}"
+            ))
+            .await
+            .expect("changed");
+        if !reachable {
+            client
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    &[name],
+                )
+                .await
+                .expect("cut");
+        }
+        drop(client);
+        let _ = driver.await;
+    }
+
     /// The database's name.
     #[must_use]
     pub fn name(&self) -> &str {

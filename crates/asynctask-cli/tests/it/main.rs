@@ -2,6 +2,7 @@
 
 mod durable;
 mod mcp;
+mod worker;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

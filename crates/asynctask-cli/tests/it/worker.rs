@@ -1,0 +1,306 @@
+//! `asynctask worker` against a real PostgreSQL server: the binary runs the
+//! fleet's tasks, and a killed worker's running task is reported lost once,
+//! by another worker.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use asynctask_fleet::{Fleet, FleetOptions, NewTask, lost_worker_error};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
+use asynctask_test_support::{TestDatabase, assert_gone_async, eventually_with, temp_dir};
+use pretty_assertions::assert_eq;
+
+/// A worker process, killed (by pid) if the test ends before it does.
+struct WorkerProcess {
+    child: Child,
+    log: PathBuf,
+}
+
+impl WorkerProcess {
+    fn start(db: &TestDatabase, config: &Path, name: &str, lease_secs: u32, log: PathBuf) -> Self {
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_asynctask"))
+            .args(["worker", "--config"])
+            .arg(config)
+            .args(["--name", name, "--capacity", "4", "--lease-seconds"])
+            .arg(lease_secs.to_string())
+            .current_dir(config.parent().expect("a directory"))
+            // The database comes from the environment, as a unit file gives it.
+            .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("the worker starts");
+        WorkerProcess { child, log }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(pid: u32, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid, signal).expect("signalled");
+}
+
+async fn status_of(front: &Fleet, id: &str) -> AsyncTaskStatus {
+    front
+        .task(id)
+        .await
+        .expect("read")
+        .expect("exists")
+        .info
+        .status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_run_the_fleets_tasks_and_a_killed_ones_task_is_reported_lost_once() {
+    let db = TestDatabase::create("cli_worker").await;
+    let dir = temp_dir("worker");
+    let pids = dir.path().join("pids");
+    std::fs::create_dir(&pids).expect("made");
+    let echo_config = dir.path().join("echo.toml");
+    std::fs::write(&echo_config, "[subagents.echo]\ncommand = [\"cat\"]\n").expect("written");
+    let slow_config = dir.path().join("slow.toml");
+    std::fs::write(
+        &slow_config,
+        format!(
+            "[subagents.slow]\ncommand = [\"sh\", \"-c\", \"echo $$ > '{}'/\\\"$ASYNCTASK_TASK_ID\\\"; exec sleep 600\"]\n",
+            pids.display()
+        ),
+    )
+    .expect("written");
+
+    let mut front = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    front
+        .set_max_async("ws", MaxAsyncTasks::UNLIMITED)
+        .await
+        .expect("set");
+
+    // Twenty tasks through one worker process: each completed once, with
+    // what its subagent printed, and each result delivered once.
+    let steady = WorkerProcess::start(
+        &db,
+        &echo_config,
+        "steady",
+        2,
+        dir.path().join("steady.log"),
+    );
+    for n in 0..20 {
+        front
+            .submit(NewTask::new(
+                format!("e{n:02}"),
+                "ws",
+                "echo",
+                format!("goal {n}"),
+            ))
+            .await
+            .expect("submitted");
+    }
+    eventually_with(
+        "twenty tasks completed",
+        Duration::from_secs(60),
+        || async {
+            let tasks = front.tasks("ws").await.expect("read");
+            tasks
+                .iter()
+                .all(|t| t.info.status == AsyncTaskStatus::Completed)
+        },
+    )
+    .await;
+    for (n, task) in front.tasks("ws").await.expect("read").iter().enumerate() {
+        let message = task
+            .info
+            .output
+            .as_ref()
+            .and_then(|o| o.final_message.clone());
+        assert_eq!(
+            (message.as_deref(), task.worker.as_deref()),
+            (Some(format!("goal {n}").as_str()), Some("steady")),
+            "{}",
+            steady.log()
+        );
+    }
+    let claim = front.claim_results("ws", 100).await.expect("claims");
+    assert_eq!(claim.tasks().len(), 20);
+    claim.acknowledge().await.expect("acknowledged");
+    let again = front.claim_results("ws", 100).await.expect("claims");
+    assert_eq!(again.tasks().len(), 0, "each result is delivered once");
+    drop(again);
+    let log = steady.log();
+    assert_eq!(log.matches("task ended").count(), 20, "{log}");
+    assert!(!log.contains("refused"), "{log}");
+
+    // A worker killed with SIGKILL mid-task: after its lease, the steady
+    // worker reaps it, and its task is failed as interrupted, once.
+    let doomed = WorkerProcess::start(
+        &db,
+        &slow_config,
+        "doomed",
+        2,
+        dir.path().join("doomed.log"),
+    );
+    front
+        .submit(NewTask::new("s1", "ws", "slow", "take your time"))
+        .await
+        .expect("submitted");
+    let pid_file = pids.join("s1");
+    eventually_with(
+        "the slow subagent started",
+        Duration::from_secs(30),
+        || async { std::fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n')) },
+    )
+    .await;
+    let subagent: u32 = std::fs::read_to_string(&pid_file)
+        .expect("read")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert_eq!(status_of(&front, "s1").await, AsyncTaskStatus::Running);
+    signal(doomed.pid(), nix::sys::signal::Signal::SIGKILL);
+    // The subagent does not outlive its worker (the reaper ends it).
+    assert_gone_async(&[doomed.pid(), subagent], Duration::from_secs(10)).await;
+    eventually_with(
+        "the task is reported interrupted",
+        Duration::from_secs(30),
+        || async { status_of(&front, "s1").await == AsyncTaskStatus::Failed },
+    )
+    .await;
+    let s1 = front.task("s1").await.expect("read").expect("exists");
+    assert_eq!(
+        (s1.info.error, s1.worker.as_deref()),
+        (Some(lost_worker_error("doomed")), Some("doomed"))
+    );
+    let claim = front.claim_results("ws", 100).await.expect("claims");
+    let ids: Vec<&str> = claim.tasks().iter().map(|t| t.info.id.as_str()).collect();
+    assert_eq!(ids, ["s1"]);
+    claim.acknowledge().await.expect("acknowledged");
+    let again = front.claim_results("ws", 100).await.expect("claims");
+    assert_eq!(again.tasks().len(), 0, "reported once");
+    drop(again);
+    assert!(
+        steady.log().contains("reaped the tasks of lost workers"),
+        "{}",
+        steady.log()
+    );
+
+    // SIGTERM stops the steady worker cleanly; nothing is left behind.
+    signal(steady.pid(), nix::sys::signal::Signal::SIGTERM);
+    let mut steady = steady;
+    let status = steady.child.wait().expect("waited");
+    assert!(status.success(), "{status:?}: {}", steady.log());
+    assert_gone_async(
+        &[steady.pid(), doomed.pid(), subagent],
+        Duration::from_secs(10),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cut_off_past_its_lease_ends_its_subagents_and_its_late_end_is_refused() {
+    let db = TestDatabase::create("cli_worker_cut").await;
+    let dir = temp_dir("worker-cut");
+    let pids = dir.path().join("pids");
+    std::fs::create_dir(&pids).expect("made");
+    let config = dir.path().join("asynctask.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[subagents.slow]\ncommand = [\"sh\", \"-c\", \"echo $$ > '{}'/\\\"$ASYNCTASK_TASK_ID\\\"; exec sleep 600\"]\n\
+             [subagents.echo]\ncommand = [\"cat\"]\n",
+            pids.display()
+        ),
+    )
+    .expect("written");
+    {
+        let front = Fleet::connect(db.config(), FleetOptions::new())
+            .await
+            .expect("connects");
+        front
+            .set_max_async("ws", MaxAsyncTasks::UNLIMITED)
+            .await
+            .expect("set");
+    }
+    let worker = WorkerProcess::start(&db, &config, "island", 2, dir.path().join("island.log"));
+    let mut front = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    front
+        .submit(NewTask::new("s1", "ws", "slow", "take your time"))
+        .await
+        .expect("submitted");
+    let pid_file = pids.join("s1");
+    eventually_with(
+        "the slow subagent started",
+        Duration::from_secs(30),
+        || async { std::fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n')) },
+    )
+    .await;
+    let subagent: u32 = std::fs::read_to_string(&pid_file)
+        .expect("read")
+        .trim()
+        .parse()
+        .expect("a pid");
+    drop(front);
+
+    // The link is cut for longer than the lease: the worker cannot renew,
+    // so it ends its subagent itself.
+    db.set_reachable(false).await;
+    assert_gone_async(&[subagent], Duration::from_secs(10)).await;
+    assert!(
+        !asynctask_test_support::process_gone(worker.pid()),
+        "the worker keeps going"
+    );
+    db.set_reachable(true).await;
+
+    // Back on the link: the fleet reports the task interrupted once, the
+    // worker's own late end of it is refused, and it serves again under a
+    // new registration.
+    let mut front = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    eventually_with(
+        "the task is reported interrupted",
+        Duration::from_secs(30),
+        || async { status_of(&front, "s1").await == AsyncTaskStatus::Failed },
+    )
+    .await;
+    let s1 = front.task("s1").await.expect("read").expect("exists");
+    assert_eq!(s1.info.error, Some(lost_worker_error("island")));
+    front
+        .submit(NewTask::new("e1", "ws", "echo", "still here"))
+        .await
+        .expect("submitted");
+    eventually_with(
+        "the worker serves again",
+        Duration::from_secs(30),
+        || async { status_of(&front, "e1").await == AsyncTaskStatus::Completed },
+    )
+    .await;
+    let claim = front.claim_results("ws", 100).await.expect("claims");
+    let ids: Vec<&str> = claim.tasks().iter().map(|t| t.info.id.as_str()).collect();
+    assert_eq!(ids, ["s1", "e1"]);
+    claim.acknowledge().await.expect("acknowledged");
+    let log = worker.log();
+    assert!(log.contains("the lease was lost"), "{log}");
+    assert!(log.contains("the task's end was refused"), "{log}");
+    signal(worker.pid(), nix::sys::signal::Signal::SIGTERM);
+    assert_gone_async(&[worker.pid(), subagent], Duration::from_secs(10)).await;
+}

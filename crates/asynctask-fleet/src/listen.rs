@@ -1,0 +1,117 @@
+//! `FleetListener`: wake-ups through `LISTEN/NOTIFY`, on a connection of its
+//! own.
+
+use std::fmt;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+
+use crate::FleetError;
+
+/// The channel a submission notifies (payload: the task's subagent).
+pub const QUEUED_CHANNEL: &str = "asynctask_queued";
+
+/// The channel a task's end notifies (payload: its workspace): a completion,
+/// a failure, an interruption. Fronts wait on it for results; workers, for a
+/// workspace slot that came free.
+pub const ENDED_CHANNEL: &str = "asynctask_ended";
+
+/// One wake-up: the channel, and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wakeup {
+    /// [`QUEUED_CHANNEL`] or [`ENDED_CHANNEL`].
+    pub channel: String,
+    /// The subagent (queued) or the workspace (ended).
+    pub payload: String,
+}
+
+/// A connection that listens on the fleet's channels and hands each
+/// notification to [`recv`](Self::recv).
+///
+/// Notifications are wake-ups, never the record: one sent while the
+/// listener was disconnected is lost, so after connecting (and after every
+/// reconnect) its owner looks at the database once, and keeps a slow timer
+/// as a fallback.
+pub struct FleetListener {
+    // Kept: the connection ends when its last client is dropped.
+    _client: Client,
+    wakeups: mpsc::UnboundedReceiver<Wakeup>,
+    driver: JoinHandle<()>,
+}
+
+impl fmt::Debug for FleetListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetListener").finish_non_exhaustive()
+    }
+}
+
+impl Drop for FleetListener {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl FleetListener {
+    /// Connects and listens on `channels` (use [`QUEUED_CHANNEL`] and
+    /// [`ENDED_CHANNEL`]).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Connect`], or [`FleetError::Database`] when `LISTEN`
+    /// fails.
+    pub async fn connect(config: &Config, channels: &[&str]) -> Result<Self, FleetError> {
+        let (client, mut connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|source| FleetError::Connect { source })?;
+        let (sender, wakeups) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(async move {
+            // The connection is polled here, so its notifications arrive;
+            // the client's statements go through the same polling.
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notification(note))) => {
+                        let wakeup = Wakeup {
+                            channel: note.channel().to_owned(),
+                            payload: note.payload().to_owned(),
+                        };
+                        if sender.send(wakeup).is_err() {
+                            return;
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(err)) => {
+                        tracing::warn!(error = %err, "the fleet's listening connection ended");
+                        return;
+                    }
+                    None => return,
+                }
+            }
+        });
+        for channel in channels {
+            // A channel is an identifier: quoted, with its quotes doubled.
+            let quoted = channel.replace('"', "\"\"");
+            client
+                .batch_execute(&format!("LISTEN \"{quoted}\""))
+                .await
+                .map_err(FleetError::db("listening for wake-ups"))
+                .inspect_err(|_| driver.abort())?;
+        }
+        Ok(FleetListener {
+            _client: client,
+            wakeups,
+            driver,
+        })
+    }
+
+    /// The next wake-up; `None` once the connection has ended (connect a new
+    /// listener, then look at the database: what was sent meanwhile is lost).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a wake-up not yet returned stays for the next call.
+    pub async fn recv(&mut self) -> Option<Wakeup> {
+        self.wakeups.recv().await
+    }
+}

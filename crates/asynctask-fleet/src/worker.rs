@@ -1,0 +1,683 @@
+//! `Worker`: one machine serving the fleet: it registers, renews its lease,
+//! claims tasks, runs them through a `SubagentRunner`, reports their ends
+//! with the claim's fencing token, and reaps lost workers.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use asynctask_model::OutputObject;
+use asynctask_tools::{SubagentRequest, SubagentRunner};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_postgres::Config;
+use tokio_util::sync::CancellationToken;
+
+use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL};
+use crate::types::{ClaimedTask, WorkerLease, WorkerSpec};
+use crate::{Fleet, FleetError, FleetOptions};
+
+/// The first wait before connecting again; it doubles up to the heartbeat
+/// interval (at most [`MAX_BACKOFF`]).
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The longest wait before connecting again.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long a stopping worker waits for its cancelled subagents to end.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Serves the fleet from this machine, with `runner` running the subagents
+/// its [`WorkerSpec`] names, until told to stop.
+///
+/// [`run`](Self::run) registers (a new lease), then, on a timer of a third
+/// of the lease, renews the lease, [reaps](Fleet::reap_expired) the workers
+/// whose lease expired, and claims what its free slots allow; a submission
+/// or a task's end anywhere in the fleet wakes it at once (`LISTEN/NOTIFY`),
+/// so the timer is only the fallback and an idle worker costs a few
+/// statements per heartbeat.
+///
+/// Each claimed task runs through the runner (a background request, with the
+/// worker's [task timeout](Self::with_task_timeout)); its end is written with
+/// the claim's fencing token. A write the fleet refuses (the claim is no
+/// longer current) is logged and dropped.
+///
+/// The lease is watched on this machine's clock from when each renewal was
+/// sent: if it cannot be renewed before then (the database is unreachable,
+/// or says the lease is gone), the worker ends every running subagent at
+/// once ([`SubagentRunner::terminate_all`], and their cancellation), stops
+/// claiming, and registers anew once they have ended and the database
+/// answers. A lost connection is retried with backoff, and running subagents
+/// keep running meanwhile: their ends are written once it is back.
+pub struct Worker {
+    config: Config,
+    spec: WorkerSpec,
+    runner: Arc<dyn SubagentRunner>,
+    options: FleetOptions,
+    task_timeout: Duration,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The configuration holds the credentials: never shown.
+        f.debug_struct("Worker")
+            .field("spec", &self.spec)
+            .field("task_timeout", &self.task_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A worker on the database `config` names, registering as `spec`,
+    /// running subagents with `runner`, with the database's clock and a
+    /// task timeout of [`SubagentRequest::DEFAULT_TIMEOUT`].
+    #[must_use]
+    pub fn new(config: Config, spec: WorkerSpec, runner: Arc<dyn SubagentRunner>) -> Self {
+        Worker {
+            config,
+            spec,
+            runner,
+            options: FleetOptions::new(),
+            task_timeout: SubagentRequest::DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Replaces the fleet's options (its clock).
+    #[must_use]
+    pub fn with_options(mut self, options: FleetOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Replaces how long one task may run before it is cancelled and failed.
+    #[must_use]
+    pub fn with_task_timeout(mut self, timeout: Duration) -> Self {
+        self.task_timeout = timeout;
+        self
+    }
+
+    /// How often the lease is renewed (a third of it, at least 10 ms):
+    /// also the fallback timer's period, and the longest any one statement
+    /// may take before the connection is given up and made again.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// use asynctask_fleet::{Worker, WorkerSpec};
+    /// # let runner: Arc<dyn asynctask_tools::SubagentRunner> = unimplemented_runner();
+    /// let spec = WorkerSpec::new("build-1", ["tester"]).with_lease(Duration::from_secs(30));
+    /// let worker = Worker::new("host=/run/postgresql".parse()?, spec, runner);
+    /// assert_eq!(worker.heartbeat_interval(), Duration::from_secs(10));
+    /// # fn unimplemented_runner() -> Arc<dyn asynctask_tools::SubagentRunner> {
+    /// #     struct Nothing;
+    /// #     #[async_trait::async_trait]
+    /// #     impl asynctask_tools::SubagentRunner for Nothing {
+    /// #         async fn run(&self, _: asynctask_tools::SubagentRequest, _: tokio_util::sync::CancellationToken)
+    /// #             -> Result<asynctask_model::OutputObject, asynctask_tools::SubagentError> {
+    /// #             Err(asynctask_tools::SubagentError::new("nothing"))
+    /// #         }
+    /// #     }
+    /// #     Arc::new(Nothing)
+    /// # }
+    /// # Ok::<(), tokio_postgres::Error>(())
+    /// ```
+    #[must_use]
+    pub fn heartbeat_interval(&self) -> Duration {
+        (self.spec.lease / 3).max(Duration::from_millis(10))
+    }
+
+    /// Serves until `shutdown` is cancelled. On shutdown its registration
+    /// ends ([`Fleet::retire`]: its running tasks fail with `interrupted:
+    /// worker <name> stopped`) and its subagents are cancelled and awaited
+    /// (a few seconds at most). Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// Only what retrying cannot mend: an invalid [`WorkerSpec`]
+    /// ([`FleetError::Empty`], [`FleetError::InvalidWorker`]) or a database
+    /// with a newer schema ([`FleetError::NewerSchema`]). An unreachable
+    /// database is retried, with backoff, until shutdown.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: cancel `shutdown` instead, and await the end.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), FleetError> {
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let mut state = Serving {
+            worker: self,
+            running: HashMap::new(),
+            unwritten: VecDeque::new(),
+            registration: None,
+            ended_tx,
+            ended_rx,
+        };
+        let result = state.serve(&shutdown).await;
+        state.stop_runs().await;
+        result
+    }
+}
+
+/// How a claimed task ended on this machine.
+#[derive(Debug)]
+enum Outcome {
+    Completed(OutputObject),
+    Failed(String),
+}
+
+/// A claimed task's end, to be written.
+#[derive(Debug)]
+struct Ended {
+    task: ClaimedTask,
+    outcome: Outcome,
+}
+
+/// One registration: its lease, and the watchdog that ends the subagents if
+/// it is not renewed in time.
+struct Registration {
+    lease: WorkerLease,
+    /// When the lease ends on this machine's clock: the send time of the
+    /// last renewal that succeeded, plus the lease (never later than the
+    /// database's own expiry).
+    deadline: Arc<Mutex<Instant>>,
+    /// Cancelled when the lease is lost: every run's token is its child.
+    lost: CancellationToken,
+    watchdog: JoinHandle<()>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.watchdog.abort();
+    }
+}
+
+/// Why a connected session ended.
+enum SessionEnd {
+    Shutdown,
+    Disconnected(FleetError),
+    Fatal(FleetError),
+}
+
+impl From<FleetError> for SessionEnd {
+    fn from(err: FleetError) -> Self {
+        match err {
+            FleetError::Connect { .. } | FleetError::Database { .. } => {
+                SessionEnd::Disconnected(err)
+            }
+            other => SessionEnd::Fatal(other),
+        }
+    }
+}
+
+/// Everything the worker holds while it serves.
+struct Serving {
+    worker: Worker,
+    /// Tasks running here, by id: their cancellation.
+    running: HashMap<String, CancellationToken>,
+    /// Ends not yet written (the connection was down).
+    unwritten: VecDeque<Ended>,
+    registration: Option<Registration>,
+    ended_tx: mpsc::UnboundedSender<Ended>,
+    ended_rx: mpsc::UnboundedReceiver<Ended>,
+}
+
+impl Serving {
+    async fn serve(&mut self, shutdown: &CancellationToken) -> Result<(), FleetError> {
+        let mut backoff = MIN_BACKOFF;
+        let max_backoff = self.worker.heartbeat_interval().min(MAX_BACKOFF);
+        let mut disconnected = false;
+        loop {
+            let connected = tokio::select! {
+                connected = self.connect() => connected,
+                () = shutdown.cancelled() => return Ok(()),
+            };
+            let end = match connected {
+                Ok((mut fleet, mut listener)) => {
+                    if disconnected {
+                        tracing::info!("the fleet's database answers again");
+                    }
+                    backoff = MIN_BACKOFF;
+                    match self.session(&mut fleet, &mut listener, shutdown).await {
+                        SessionEnd::Shutdown => {
+                            self.retire(&fleet).await;
+                            return Ok(());
+                        }
+                        other => other,
+                    }
+                }
+                Err(err) => SessionEnd::from(err),
+            };
+            match end {
+                SessionEnd::Shutdown => return Ok(()),
+                SessionEnd::Fatal(err) => return Err(err),
+                SessionEnd::Disconnected(err) => {
+                    disconnected = true;
+                    tracing::warn!(
+                        error = %err.chain(),
+                        retry_in_ms = backoff.as_millis(),
+                        running = self.running.len(),
+                        "cannot reach the fleet's database; running subagents keep running"
+                    );
+                    if self.wait_offline(backoff, shutdown).await {
+                        return Ok(());
+                    }
+                    backoff = (backoff * 2).min(max_backoff);
+                }
+            }
+        }
+    }
+
+    /// A connection for statements and one for wake-ups.
+    async fn connect(&self) -> Result<(Fleet, FleetListener), FleetError> {
+        let limit = self.worker.heartbeat_interval().max(Duration::from_secs(1));
+        let config = &self.worker.config;
+        let both = async {
+            let fleet = Fleet::connect(config, self.worker.options.clone()).await?;
+            let listener = FleetListener::connect(config, &[QUEUED_CHANNEL, ENDED_CHANNEL]).await?;
+            Ok((fleet, listener))
+        };
+        match tokio::time::timeout(limit, both).await {
+            Ok(result) => result,
+            Err(_) => Err(FleetError::Unreachable { after: limit }),
+        }
+    }
+
+    /// Waits `backoff` while disconnected: runs still end (their ends are
+    /// kept for later), and a lost lease still ends the subagents. Returns
+    /// whether shutdown was asked.
+    async fn wait_offline(&mut self, backoff: Duration, shutdown: &CancellationToken) -> bool {
+        let until = Instant::now() + backoff;
+        loop {
+            let lost = self.lost_token();
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => return false,
+                () = shutdown.cancelled() => return true,
+                () = cancelled(lost.as_ref()) => self.lose_lease("it could not be renewed in time"),
+                Some(ended) = self.ended_rx.recv() => self.record(ended),
+            }
+        }
+    }
+
+    /// One connected session: serves until shutdown or until the
+    /// connection fails.
+    async fn session(
+        &mut self,
+        fleet: &mut Fleet,
+        listener: &mut FleetListener,
+        shutdown: &CancellationToken,
+    ) -> SessionEnd {
+        match self.session_inner(fleet, listener, shutdown).await {
+            Ok(()) => SessionEnd::Shutdown,
+            Err(end) => end,
+        }
+    }
+
+    async fn session_inner(
+        &mut self,
+        fleet: &mut Fleet,
+        listener: &mut FleetListener,
+        shutdown: &CancellationToken,
+    ) -> Result<(), SessionEnd> {
+        let interval = self.worker.heartbeat_interval();
+        // Notifications sent while disconnected are lost: look once now.
+        self.flush(fleet).await?;
+        self.register_if_needed(fleet).await?;
+        self.renew(fleet).await?;
+        self.reap(fleet).await?;
+        self.claim(fleet).await?;
+        let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let lost = self.lost_token();
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Ok(()),
+                () = cancelled(lost.as_ref()) => {
+                    self.lose_lease("it could not be renewed in time");
+                }
+                Some(ended) = self.ended_rx.recv() => {
+                    self.record(ended);
+                    self.flush(fleet).await?;
+                    self.register_if_needed(fleet).await?;
+                    self.claim(fleet).await?;
+                }
+                wakeup = listener.recv() => match wakeup {
+                    Some(wakeup) => {
+                        tracing::trace!(channel = %wakeup.channel, payload = %wakeup.payload, "woken");
+                        self.claim(fleet).await?;
+                    }
+                    None => {
+                        return Err(SessionEnd::Disconnected(FleetError::Unreachable {
+                            after: Duration::ZERO,
+                        }));
+                    }
+                },
+                _ = tick.tick() => {
+                    self.renew(fleet).await?;
+                    self.reap(fleet).await?;
+                    self.register_if_needed(fleet).await?;
+                    self.claim(fleet).await?;
+                }
+            }
+        }
+    }
+
+    /// A statement, given up (as a lost connection) after a heartbeat
+    /// interval: a hung connection must not hold the worker past its lease.
+    async fn db<T>(
+        &self,
+        statement: impl Future<Output = Result<T, FleetError>>,
+    ) -> Result<T, SessionEnd> {
+        let limit = self.worker.heartbeat_interval();
+        match tokio::time::timeout(limit, statement).await {
+            Ok(result) => result.map_err(SessionEnd::from),
+            Err(_) => Err(SessionEnd::Disconnected(FleetError::Unreachable {
+                after: limit,
+            })),
+        }
+    }
+
+    fn lost_token(&self) -> Option<CancellationToken> {
+        self.registration.as_ref().map(|r| r.lost.clone())
+    }
+
+    /// A new registration, once every subagent of the last one has ended.
+    async fn register_if_needed(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
+        if self.registration.is_some() || !self.running.is_empty() {
+            return Ok(());
+        }
+        let sent = Instant::now();
+        let lease = self.db(fleet.register_worker(&self.worker.spec)).await?;
+        let deadline = Arc::new(Mutex::new(sent + self.worker.spec.lease));
+        let lost = CancellationToken::new();
+        let watchdog = tokio::spawn(watch_lease(
+            Arc::clone(&deadline),
+            lost.clone(),
+            Arc::clone(&self.worker.runner),
+        ));
+        tracing::info!(
+            worker = %lease.name,
+            worker_id = lease.worker_id,
+            subagents = ?self.worker.spec.subagents,
+            capacity = self.worker.spec.capacity,
+            "serving the fleet"
+        );
+        self.registration = Some(Registration {
+            lease,
+            deadline,
+            lost,
+            watchdog,
+        });
+        Ok(())
+    }
+
+    /// Renews the lease; one the database says is gone is lost here too.
+    async fn renew(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
+        let Some(registration) = self.registration.as_mut() else {
+            return Ok(());
+        };
+        if registration.lost.is_cancelled() {
+            self.lose_lease("it could not be renewed in time");
+            return Ok(());
+        }
+        let sent = Instant::now();
+        let mut lease = registration.lease.clone();
+        let limit = self.worker.heartbeat_interval();
+        let renewed = match tokio::time::timeout(limit, fleet.heartbeat(&mut lease)).await {
+            Ok(renewed) => renewed,
+            Err(_) => Err(FleetError::Unreachable { after: limit }),
+        };
+        match renewed {
+            Ok(()) => {
+                *registration
+                    .deadline
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = sent + self.worker.spec.lease;
+                registration.lease = lease;
+                Ok(())
+            }
+            Err(FleetError::WorkerLost { .. }) => {
+                self.lose_lease("the fleet says it has expired");
+                Ok(())
+            }
+            Err(err) => Err(SessionEnd::from(err)),
+        }
+    }
+
+    /// Ends every running subagent of a lost lease and forgets the lease;
+    /// claiming stops until a new registration.
+    fn lose_lease(&mut self, why: &str) {
+        let Some(registration) = self.registration.take() else {
+            return;
+        };
+        tracing::error!(
+            worker = %registration.lease.name,
+            running = self.running.len(),
+            "the lease was lost ({why}): ending every running subagent; the fleet reports \
+             their tasks interrupted"
+        );
+        registration.lost.cancel();
+        self.worker.runner.terminate_all();
+    }
+
+    async fn reap(&self, fleet: &Fleet) -> Result<(), SessionEnd> {
+        let interrupted = self.db(fleet.reap_expired()).await?;
+        if !interrupted.is_empty() {
+            tracing::info!(
+                tasks = interrupted.len(),
+                "reaped the tasks of lost workers"
+            );
+        }
+        Ok(())
+    }
+
+    /// Claims what the free slots allow, and starts each task.
+    async fn claim(&mut self, fleet: &mut Fleet) -> Result<(), SessionEnd> {
+        let capacity = usize::try_from(self.worker.spec.capacity).unwrap_or(usize::MAX);
+        let free = capacity.saturating_sub(self.running.len());
+        let Some(registration) = self.registration.as_ref() else {
+            return Ok(());
+        };
+        if free == 0 || registration.lost.is_cancelled() {
+            return Ok(());
+        }
+        let lease = registration.lease.clone();
+        let limit = self.worker.heartbeat_interval();
+        let claimed = match tokio::time::timeout(limit, fleet.claim(&lease, free)).await {
+            Ok(claimed) => claimed,
+            Err(_) => Err(FleetError::Unreachable { after: limit }),
+        };
+        match claimed {
+            Ok(tasks) => {
+                for task in tasks {
+                    self.start(task);
+                }
+                Ok(())
+            }
+            Err(FleetError::WorkerLost { .. }) => {
+                self.lose_lease("the fleet says it has expired");
+                Ok(())
+            }
+            Err(err) => Err(SessionEnd::from(err)),
+        }
+    }
+
+    /// Runs a claimed task in a task of its own; its end comes back on
+    /// `ended_rx`.
+    fn start(&mut self, task: ClaimedTask) {
+        let Some(registration) = self.registration.as_ref() else {
+            return;
+        };
+        let cancel = registration.lost.child_token();
+        self.running.insert(task.id.clone(), cancel.clone());
+        tracing::info!(task = %task.id, subagent = %task.subagent_name, fence = task.fence, "task started");
+        let runner = Arc::clone(&self.worker.runner);
+        let ended = self.ended_tx.clone();
+        let timeout = self.worker.task_timeout;
+        tokio::spawn(async move {
+            let request = SubagentRequest::new(
+                task.id.clone(),
+                task.subagent_name.clone(),
+                task.goal_prompt.clone(),
+            )
+            .with_run_async(true)
+            .with_timeout(timeout);
+            let subagent = task.subagent_name.clone();
+            let run = tokio::spawn(run_one(runner, request, cancel, timeout, subagent));
+            let outcome = match run.await {
+                Ok(outcome) => outcome,
+                Err(err) => Outcome::Failed(format!("the subagent's runner panicked: {err}")),
+            };
+            let _ = ended.send(Ended { task, outcome });
+        });
+    }
+
+    /// Takes a run's end: no longer running, to be written.
+    fn record(&mut self, ended: Ended) {
+        self.running.remove(&ended.task.id);
+        self.unwritten.push_back(ended);
+    }
+
+    /// Writes every end not yet written, with its claim's fencing token; one
+    /// the fleet refuses is logged and dropped.
+    async fn flush(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
+        while let Some(ended) = self.unwritten.front() {
+            let write = async {
+                match &ended.outcome {
+                    Outcome::Completed(output) => fleet.complete(&ended.task, output).await,
+                    Outcome::Failed(error) => fleet.fail(&ended.task, error).await,
+                }
+            };
+            match self.db(write).await {
+                Ok(()) => {
+                    tracing::info!(task = %ended.task.id, outcome = outcome_name(&ended.outcome), "task ended");
+                }
+                Err(SessionEnd::Fatal(FleetError::Fenced { task })) => {
+                    tracing::warn!(
+                        task = %task,
+                        "the task's end was refused: this claim is no longer current (its lease \
+                         expired or it was reported interrupted); dropped"
+                    );
+                }
+                Err(SessionEnd::Fatal(FleetError::Output { task, source })) => {
+                    tracing::error!(task = %task, error = %source, "the task's output cannot be stored; dropped");
+                }
+                Err(end) => return Err(end),
+            }
+            self.unwritten.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Ends the registration of a stopping worker: its running tasks are
+    /// reported interrupted now rather than after its lease.
+    async fn retire(&mut self, fleet: &Fleet) {
+        let Some(registration) = self.registration.take() else {
+            return;
+        };
+        let error = format!("interrupted: worker {} stopped", registration.lease.name);
+        match self.db(fleet.retire(&registration.lease, &error)).await {
+            Ok(interrupted) => tracing::info!(
+                interrupted = interrupted.len(),
+                "stopped: the registration ended"
+            ),
+            Err(_) => tracing::warn!(
+                "stopped without ending the registration: its lease expires on its own"
+            ),
+        }
+        registration.lost.cancel();
+    }
+
+    /// Cancels every run still going and waits (a few seconds at most) for
+    /// their subagents to end.
+    async fn stop_runs(&mut self) {
+        if let Some(registration) = self.registration.take() {
+            registration.lost.cancel();
+        }
+        for cancel in self.running.values() {
+            cancel.cancel();
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        while !self.running.is_empty() {
+            match tokio::time::timeout_at(deadline, self.ended_rx.recv()).await {
+                Ok(Some(ended)) => {
+                    self.running.remove(&ended.task.id);
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if !self.running.is_empty() {
+            self.worker.runner.terminate_all();
+        }
+    }
+}
+
+fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Completed(_) => "completed",
+        Outcome::Failed(_) => "failed",
+    }
+}
+
+/// Runs one request to its end, cancelling it at the timeout.
+async fn run_one(
+    runner: Arc<dyn SubagentRunner>,
+    request: SubagentRequest,
+    cancel: CancellationToken,
+    timeout: Duration,
+    subagent: String,
+) -> Outcome {
+    let run = runner.run(request, cancel.clone());
+    tokio::pin!(run);
+    tokio::select! {
+        result = &mut run => match result {
+            Ok(output) => Outcome::Completed(output),
+            Err(err) if cancel.is_cancelled() => {
+                Outcome::Failed(format!("Subagent '{subagent}' was cancelled: {}", err.message()))
+            }
+            Err(err) => Outcome::Failed(err.message().to_owned()),
+        },
+        () = tokio::time::sleep(timeout) => {
+            cancel.cancel();
+            // The runner ends its subagent's processes on cancel; dropping the
+            // run after the grace ends them too.
+            let _ = tokio::time::timeout(STOP_GRACE, &mut run).await;
+            Outcome::Failed(format!(
+                "Subagent '{subagent}' timed out after {} seconds",
+                timeout.as_secs()
+            ))
+        }
+    }
+}
+
+/// Cancels `lost` and ends the runner's subagents when the deadline passes
+/// without a renewal.
+async fn watch_lease(
+    deadline: Arc<Mutex<Instant>>,
+    lost: CancellationToken,
+    runner: Arc<dyn SubagentRunner>,
+) {
+    loop {
+        let at = *deadline.lock().unwrap_or_else(PoisonError::into_inner);
+        if Instant::now() >= at {
+            break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => {}
+            () = lost.cancelled() => return,
+        }
+    }
+    if !lost.is_cancelled() {
+        lost.cancel();
+        runner.terminate_all();
+    }
+}
+
+/// Completes when `token` is cancelled; never when there is none.
+async fn cancelled(token: Option<&CancellationToken>) {
+    match token {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
