@@ -259,6 +259,32 @@ def test_a_request_whose_id_is_in_use_is_refused(server: LineServer) -> None:
     server.close()
 
 
+def test_a_duplicate_id_leaves_the_request_in_progress_answered_when_the_supervisor_dies(
+    tmp_path: Path,
+) -> None:
+    """Durable: the supervisor refuses a request whose id is in use; the request in
+    progress with that id still waits, and when the supervisor is killed the front
+    answers it (the refusal must not make the front forget it)."""
+    server = LineServer(tmp_path, durable=True)
+    try:
+        server.initialize()
+        server.send(call(20, "task", {"subagent_name": "chatty", "goal_prompt": "x", "async": True}))
+        assert "result" in server.answer(20)
+        waiting = call(21, "wait_async_tasks", {"timeout_seconds": 30})
+        server.send(waiting)
+        server.send(waiting)
+        refused = server.answer(21)
+        assert refused["error"]["code"] == -32600 and "already in use" in refused["error"]["message"], refused
+        os.kill(server.supervisor_pid(), signal.SIGKILL)
+        answered = server.answer(21)
+        assert answered["result"]["isError"] is True, answered
+        assert "supervisor ended while this call ran" in answered["result"]["content"][0]["text"], answered
+        server.ping(22)
+    finally:
+        server.close()
+    assert "panicked" not in (tmp_path / "server-stderr.log").read_text()
+
+
 def test_a_client_that_does_not_read_is_not_read(server: LineServer) -> None:
     """20,000 `tools/list` requests written without reading a byte: the server stops
     reading instead of queueing answers (its memory, and a durable supervisor's, stays

@@ -185,12 +185,20 @@ fn measure(label: &str, config: &Path, extra: &[&str]) {
             "task",
             json!({"subagent_name": "echo", "goal_prompt": "x", "async": true}),
         );
+        // A refused launch (a limit) would leave the loop below waiting for
+        // ever for a result that never comes.
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
         delivered += completions(&answer);
     }
     let launched = started.elapsed();
     while delivered < TASKS {
         let answer = server.call("wait_async_tasks", json!({"timeout_seconds": 30}));
-        delivered += completions(&answer);
+        let arrived = completions(&answer);
+        assert!(
+            arrived > 0,
+            "{delivered} of {TASKS} delivered, then: {answer}"
+        );
+        delivered += arrived;
     }
     let all_delivered = started.elapsed();
     assert_eq!(delivered, TASKS, "every result exactly once");
@@ -330,7 +338,13 @@ fn main() {
         ),
     )
     .expect("the config");
-    let session = ["--max-async-tasks", "-1"];
+    // No limit on running tasks nor on a session's launches (200 by default).
+    let session = [
+        "--max-async-tasks",
+        "-1",
+        "--max-launches-per-session",
+        "-1",
+    ];
     measure("asynctask mcp", &config, &session);
     print_exits(
         "nothing running",
@@ -347,6 +361,8 @@ fn main() {
         "--state-dir",
         &state,
         "--max-async-tasks",
+        "-1",
+        "--max-launches-per-session",
         "-1",
     ];
     measure(

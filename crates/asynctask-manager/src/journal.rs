@@ -31,7 +31,7 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject, TaskUsage};
 /// | change | what the manager does |
 /// |---|---|
 /// | a registration | refused with [`RegisterError::Journal`](crate::RegisterError::Journal): nothing runs that the store does not know |
-/// | `mark_notified` | applied in memory anyway (the result was delivered: it is not offered again) and logged, and written again like a terminal transition. If the process ends first, the store still holds the result undelivered, and it is delivered again after the restart: the one window in which a result may reach the model twice |
+/// | `mark_notified` | applied in memory anyway (the result was delivered: it is not offered again) and logged, and written again like a terminal transition. If the process ends first, the store still holds the result undelivered, and it is delivered again after the restart (one of the windows [`AsyncTaskManager::mark_notified`](crate::AsyncTaskManager::mark_notified) lists in which a result may reach the model twice) |
 /// | a terminal transition | applied in memory anyway (a task must never stay running forever: its slot is free) and logged at error level, but the task is *unrecorded*: its result is not offered for delivery, not markable, and its event not sent, until a write records it — the next change's write, or [`AsyncTaskManager::retry_journal`](crate::AsyncTaskManager::retry_journal) (which `AsyncTaskRuntime` calls with backoff). If the process ends first, the task comes back as interrupted, and the model never saw the result the store lost |
 /// | pruning alone (`set_max_async_tasks`) | applied in memory anyway and logged; written again like a terminal transition (and a restore prunes the store again) |
 ///

@@ -692,12 +692,28 @@ impl AsyncTaskManager {
     ///
     /// Call it only after the delivery succeeded. The mark is journaled before
     /// it is visible, and applied even when the journal cannot record it
-    /// (logged): a delivered result is never offered again. The mark then
-    /// waits in the journal's backlog and is written ahead of the next change,
-    /// or by [`retry_journal`](Self::retry_journal). If the process ends before
-    /// that, the store still holds the result undelivered, and it is delivered
-    /// again after the restart: that is the one window in which a result may
-    /// reach the model twice.
+    /// (logged): this process never offers a delivered result again. The mark
+    /// then waits in the journal's backlog and is written ahead of the next
+    /// change, or by [`retry_journal`](Self::retry_journal).
+    ///
+    /// With a journal, a result reaches the model a second time — restored
+    /// from a store that holds it undelivered — in these windows, and no
+    /// others:
+    ///
+    /// - the process ends after the delivery and before this call (a host
+    ///   that delivers through another process, a relay say, calls it only
+    ///   once told the delivery succeeded: a lost confirmation is this case);
+    /// - the journal could not record the mark, and the process ends before a
+    ///   write does: killed, or shut down while the journal still fails (a
+    ///   full disk), the last [`retry_journal`](Self::retry_journal) failing
+    ///   too;
+    /// - the journal recorded the mark but loses it afterwards: a store that
+    ///   does not flush every change to the disk (`asynctask-store`'s
+    ///   `Durability::ProcessCrash`) rolls back the marks since its last
+    ///   checkpoint on a power loss or a kernel crash.
+    ///
+    /// Without a journal nothing outlives the process, and a marked result is
+    /// never offered again.
     pub fn mark_notified(&self, id: &str) -> bool {
         // An `Err` means marked all the same: the journal catches up later.
         self.try_mark_notified(id).unwrap_or(true)

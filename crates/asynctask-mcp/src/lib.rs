@@ -63,7 +63,9 @@ mod transport;
 mod wait;
 mod wire;
 
-pub use crate::opening::{DropAnswer, Opening, ROOTS_TIMEOUT, answers, open_session};
+pub use crate::opening::{
+    DropAnswer, MAX_OPENING_BYTES, MAX_OPENING_LINES, Opening, ROOTS_TIMEOUT, answers, open_session,
+};
 pub use crate::options::{McpError, McpServerOptions};
 pub use crate::params::{
     DEFAULT_WAIT_SECONDS, EndAsyncTaskParams, MAX_WAIT_SECONDS, WaitAsyncTasksParams,

@@ -7,6 +7,9 @@
 //! project is known, so that answer comes from a stand-in server of the same
 //! code, and the lines read meanwhile are handed on, in order, to the server
 //! that serves the session, whose own answer to `initialize` is dropped.
+//! What an opening keeps is bounded ([`MAX_OPENING_LINES`],
+//! [`MAX_OPENING_BYTES`]): a client that sends more before it lists its roots
+//! is served at once, in the default project.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,10 +20,23 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use crate::server::AsyncTaskMcpServer;
-use crate::wire::{Line, LineReader, MAX_LINE_BYTES};
+use crate::wire::{Line, LineReader, MAX_LINE_BYTES, refuse_too_long};
 
 /// How long a client that declared roots has to list them.
 pub const ROOTS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many of the client's lines an opening keeps while it waits for the
+/// client's roots: with this many, it stops waiting and the session is
+/// served (the server after the opening reads no more than it can answer, and
+/// a client that sends this much before it answers `roots/list` will not
+/// answer it in time).
+pub const MAX_OPENING_LINES: usize = 256;
+
+/// How many bytes of the client's lines an opening keeps while it waits for
+/// the client's roots: once its lines reach this many, it stops waiting and
+/// the session is served. A line is at most [`MAX_LINE_BYTES`], so an opening
+/// holds less than twice this.
+pub const MAX_OPENING_BYTES: usize = MAX_LINE_BYTES;
 
 /// The id of the `roots/list` request an opening sends (a string no client
 /// numbering reaches).
@@ -72,6 +88,12 @@ impl Opening {
 /// two). Otherwise only the first line is read. Every client line read is in
 /// [`Opening::replay`]; the answer to `roots/list` is not.
 ///
+/// A line longer than [`MAX_LINE_BYTES`] is answered here as the serving side
+/// answers one (`-32600`, with the request's id when its head holds one) and
+/// is not kept. Once the lines kept reach [`MAX_OPENING_LINES`] or
+/// [`MAX_OPENING_BYTES`], the opening stops waiting for roots: the project is
+/// the default one, and the serving side reads the lines kept and the rest.
+///
 /// # Errors
 ///
 /// The I/O error of reading the client or writing to it.
@@ -89,7 +111,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut opening = Opening::default();
-    let Some(first) = whole_line(client).await? else {
+    let Some(first) = whole_line(client, to_client).await? else {
         return Ok(opening);
     };
     let declares_roots = serde_json::from_slice::<Value>(&first)
@@ -112,10 +134,13 @@ where
     };
     write_line(to_client, &answer).await?;
     opening.answered = id;
+    let mut kept_bytes = first.len();
     let deadline = tokio::time::Instant::now() + ROOTS_TIMEOUT;
     let mut asked = false;
     loop {
-        let line = match tokio::time::timeout_at(deadline, whole_line(client)).await {
+        // Only the read waits on the deadline: an answer being written is
+        // never cut short.
+        let line = match tokio::time::timeout_at(deadline, client.next()).await {
             Ok(line) => line?,
             Err(_) => {
                 tracing::warn!(
@@ -126,8 +151,13 @@ where
                 return Ok(opening);
             }
         };
-        let Some(line) = line else {
-            return Ok(opening);
+        let line = match line {
+            None => return Ok(opening),
+            Some(Line::TooLong { head, len }) => {
+                answer_too_long(to_client, &head, len).await?;
+                continue;
+            }
+            Some(Line::Whole(line)) => line,
         };
         let message = serde_json::from_slice::<Value>(&line).unwrap_or(Value::Null);
         if message.get("id") == Some(&json!(ROOTS_REQUEST_ID)) && message.get("method").is_none() {
@@ -141,7 +171,16 @@ where
             return Ok(opening);
         }
         let initialized = method(&line).as_deref() == Some("notifications/initialized");
+        kept_bytes += line.len();
         opening.replay.push(line);
+        if opening.replay.len() >= MAX_OPENING_LINES || kept_bytes >= MAX_OPENING_BYTES {
+            tracing::warn!(
+                "the client sent {} lines ({kept_bytes} bytes) before listing its roots; the \
+                 session is served now, and the project is the server's working directory",
+                opening.replay.len()
+            );
+            return Ok(opening);
+        }
         if initialized && !asked {
             let request = json!({"jsonrpc": "2.0", "id": ROOTS_REQUEST_ID, "method": "roots/list"});
             write_line(to_client, request.to_string().as_bytes()).await?;
@@ -150,15 +189,38 @@ where
     }
 }
 
-/// The next whole line; a line too long to be a message is kept as its head
-/// (the serving side answers it).
-async fn whole_line<R: AsyncBufRead + Unpin>(
+/// The next line that is not too long to be a message; one that is, is
+/// answered on `to_client` as the serving side answers it after the opening,
+/// and skipped.
+async fn whole_line<R, W>(
     client: &mut LineReader<R>,
-) -> std::io::Result<Option<Vec<u8>>> {
-    Ok(client.next().await?.map(|line| match line {
-        Line::Whole(line) => line,
-        Line::TooLong { head, .. } => head,
-    }))
+    to_client: &mut W,
+) -> std::io::Result<Option<Vec<u8>>>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        match client.next().await? {
+            None => return Ok(None),
+            Some(Line::Whole(line)) => return Ok(Some(line)),
+            Some(Line::TooLong { head, len }) => answer_too_long(to_client, &head, len).await?,
+        }
+    }
+}
+
+/// Answers a line of `len` bytes, too long to be a message (starting with
+/// `head`), as the serving side does after the opening.
+async fn answer_too_long<W: AsyncWrite + Unpin>(
+    to_client: &mut W,
+    head: &[u8],
+    len: usize,
+) -> std::io::Result<()> {
+    match refuse_too_long(head, len) {
+        Some(refusal) => write_line(to_client, &serde_json::to_vec(&refusal)?).await,
+        // A notification: never answered.
+        None => Ok(()),
+    }
 }
 
 /// The `method` of a JSON-RPC line, if it has one.
@@ -399,6 +461,127 @@ mod tests {
         assert_eq!(written[0]["id"], 0);
         assert_eq!(written[0]["result"]["serverInfo"]["name"], "asynctask");
         assert_eq!(written[1]["method"], "roots/list");
+    }
+
+    /// An `initialize` that declares roots, and `notifications/initialized`.
+    fn roots_opening() -> [Value; 2] {
+        [
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"roots": {"listChanged": true}},
+                "clientInfo": {"name": "t", "version": "1"}
+            }}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ]
+    }
+
+    /// The JSON-RPC messages written in `out`, one a line.
+    fn messages(out: &[u8]) -> Vec<Value> {
+        out.split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).expect("JSON"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn an_opening_keeps_a_bounded_number_of_lines_then_serves() {
+        // The client never lists its roots and never closes its side: without
+        // the bound the opening would keep every line until the timeout.
+        let (mut ours, theirs) = tokio::io::duplex(1 << 20);
+        let mut input = roots_opening()
+            .map(|message| format!("{message}\n"))
+            .concat();
+        for id in 1..=MAX_OPENING_LINES + 10 {
+            input.push_str(&format!(
+                "{}\n",
+                json!({"jsonrpc": "2.0", "id": id, "method": "ping"})
+            ));
+        }
+        ours.write_all(input.as_bytes()).await.expect("written");
+        let mut client = LineReader::new(BufReader::new(theirs), MAX_LINE_BYTES);
+        let mut out = Vec::new();
+        let opening = open_session(&mut client, &mut out, true)
+            .await
+            .expect("opened");
+        assert_eq!(
+            (opening.project, opening.replay.len()),
+            (None, MAX_OPENING_LINES)
+        );
+        // The first unkept line is still the client's next one.
+        let next = match client.next().await.expect("read") {
+            Some(Line::Whole(line)) => serde_json::from_slice::<Value>(&line).expect("JSON"),
+            other => panic!("not a line: {other:?}"),
+        };
+        assert_eq!(next["id"], MAX_OPENING_LINES - 1);
+        drop(ours);
+    }
+
+    #[tokio::test]
+    async fn an_opening_keeps_a_bounded_number_of_bytes_then_serves() {
+        let (mut ours, theirs) = tokio::io::duplex(64 << 20);
+        let mut input = roots_opening()
+            .map(|message| format!("{message}\n"))
+            .concat();
+        let pad = "x".repeat(1 << 20);
+        for id in 1..=20 {
+            input.push_str(&format!(
+                "{}\n",
+                json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": {"pad": pad}})
+            ));
+        }
+        ours.write_all(input.as_bytes()).await.expect("written");
+        let mut client = LineReader::new(BufReader::new(theirs), MAX_LINE_BYTES);
+        let mut out = Vec::new();
+        let opening = open_session(&mut client, &mut out, true)
+            .await
+            .expect("opened");
+        let kept: usize = opening.replay.iter().map(Vec::len).sum();
+        // Two opening lines and fifteen pads stay under the bound; the
+        // sixteenth reaches it.
+        assert_eq!((opening.project, opening.replay.len()), (None, 2 + 16));
+        assert!((MAX_OPENING_BYTES..MAX_OPENING_BYTES + (2 << 20)).contains(&kept));
+        drop(ours);
+    }
+
+    #[tokio::test]
+    async fn a_line_too_long_in_the_opening_gets_the_answer_it_gets_after() {
+        let [initialize, initialized] = roots_opening();
+        let too_long = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{{\"pad\":\"{}\"}}}}",
+            "x".repeat(MAX_LINE_BYTES)
+        );
+        let roots = json!({"jsonrpc": "2.0", "id": ROOTS_REQUEST_ID,
+            "result": {"roots": [{"uri": "file:///work/project"}]}});
+        let input = format!("{too_long}\n{initialize}\n{initialized}\n{too_long}\n{roots}\n");
+        let mut client = LineReader::new(input.as_bytes(), MAX_LINE_BYTES);
+        let mut out = Vec::new();
+        let opening = open_session(&mut client, &mut out, true)
+            .await
+            .expect("opened");
+        assert_eq!(opening.project, Some(PathBuf::from("/work/project")));
+        let replay: Vec<Value> = opening
+            .replay
+            .iter()
+            .map(|line| serde_json::from_slice(line).expect("JSON"))
+            .collect();
+        assert_eq!(replay, [initialize, initialized]);
+        let refusal = json!({"jsonrpc": "2.0", "id": 7, "error": {
+            "code": -32600,
+            "message": format!(
+                "Invalid Request: the message is {} bytes long, more than the {MAX_LINE_BYTES} \
+                 bytes a message may have",
+                too_long.len()
+            ),
+        }});
+        let written = messages(&out);
+        assert_eq!(written.len(), 4, "{written:?}");
+        assert_eq!(written[0], refusal, "the first line");
+        assert_eq!(written[1]["id"], 0);
+        assert_eq!(written[2]["method"], "roots/list");
+        assert_eq!(
+            written[3], refusal,
+            "a line while the opening waits for roots"
+        );
     }
 
     #[tokio::test]

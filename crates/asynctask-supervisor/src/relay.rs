@@ -46,7 +46,9 @@ pub(crate) struct ClientSession {
 struct Known {
     initialize: Option<Vec<u8>>,
     initialized: Option<Vec<u8>>,
-    /// Requests passed to the supervisor and not answered yet: id and method.
+    /// Requests passed to the supervisor and not answered yet: id and method,
+    /// in the order sent. A client may send a request whose id is in use by
+    /// one in progress: both are here until each is answered.
     in_flight: Vec<(Value, String)>,
 }
 
@@ -56,6 +58,9 @@ struct Head {
     method: Option<String>,
     /// The request a `notifications/cancelled` cancels.
     cancelled: Option<Value>,
+    /// An error answer `-32600` (Invalid Request): what the supervisor answers
+    /// at once to a request whose id is in use by one in progress.
+    invalid_request: bool,
 }
 
 fn head(line: &[u8]) -> Option<Head> {
@@ -71,11 +76,40 @@ fn head(line: &[u8]) -> Option<Head> {
                 .map(Value::take)
         })
         .flatten();
+    let invalid_request = message
+        .get("error")
+        .and_then(|error| error.get("code"))
+        .and_then(Value::as_i64)
+        == Some(INVALID_REQUEST);
     Some(Head {
         id: message.remove("id"),
         method,
         cancelled,
+        invalid_request,
     })
+}
+
+/// JSON-RPC's Invalid Request error code.
+const INVALID_REQUEST: i64 = -32600;
+
+impl Known {
+    /// Ends the first request waiting with `id`, if one does.
+    fn remove_first(&mut self, id: &Value) {
+        if let Some(at) = self.in_flight.iter().position(|(waiting, _)| waiting == id) {
+            self.in_flight.remove(at);
+        }
+    }
+
+    /// Ends the last request waiting with `id`, if one does.
+    fn remove_last(&mut self, id: &Value) {
+        if let Some(at) = self
+            .in_flight
+            .iter()
+            .rposition(|(waiting, _)| waiting == id)
+        {
+            self.in_flight.remove(at);
+        }
+    }
 }
 
 impl ClientSession {
@@ -89,14 +123,17 @@ impl ClientSession {
             id,
             method,
             cancelled,
+            ..
         }) = head(line)
         else {
             return;
         };
         let mut known = self.known();
         if let Some(cancelled) = cancelled {
-            // A cancelled request gets no answer: it waits for none.
-            known.in_flight.retain(|(waiting, _)| *waiting != cancelled);
+            // A cancelled request gets no answer: it waits for none. With two
+            // of that id, the first is the one in progress (the supervisor
+            // refuses the second).
+            known.remove_first(&cancelled);
         }
         match (id, method) {
             (Some(_), Some(method)) if method == "initialize" => {
@@ -110,15 +147,25 @@ impl ClientSession {
         }
     }
 
-    /// Notes a line the supervisor sent: an answer ends its request.
+    /// Notes a line the supervisor sent: an answer ends one request of its
+    /// id. When two wait with that id, a `-32600` ends the later one (the
+    /// supervisor refused it at once: its id was in use) and any other answer
+    /// the first; the other still waits, and is answered by the front if the
+    /// supervisor goes away first.
     fn note_supervisor_line(&self, line: &[u8]) {
         if let Some(Head {
             id: Some(id),
             method: None,
+            invalid_request,
             ..
         }) = head(line)
         {
-            self.known().in_flight.retain(|(waiting, _)| *waiting != id);
+            let mut known = self.known();
+            if invalid_request {
+                known.remove_last(&id);
+            } else {
+                known.remove_first(&id);
+            }
         }
     }
 
@@ -386,5 +433,41 @@ mod tests {
             "answered and cancelled requests wait for nothing"
         );
         assert!(session.take_in_flight().is_empty());
+    }
+
+    #[test]
+    fn the_refusal_of_a_duplicate_id_ends_only_the_duplicate() {
+        let session = ClientSession::default();
+        session.note_client_line(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#);
+        session.note_client_line(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        session.note_supervisor_line(
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"request id 1 is already in use"}}"#,
+        );
+        assert_eq!(
+            session.take_in_flight(),
+            [(json!(1), "tools/call".to_owned())],
+            "the request in progress still waits: the front answers it if the supervisor goes"
+        );
+
+        // The first answered before the duplicate's refusal is read: each
+        // answer ends one of them.
+        session.note_client_line(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{}}"#);
+        session.note_client_line(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+        session.note_supervisor_line(br#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+        assert_eq!(
+            std::mem::take(&mut session.known().in_flight),
+            [(json!(2), "tools/list".to_owned())]
+        );
+
+        // A cancel ends the request in progress, not the refused one.
+        session.note_client_line(br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{}}"#);
+        session.note_client_line(br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+        session.note_client_line(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+        );
+        assert_eq!(
+            session.take_in_flight(),
+            [(json!(3), "tools/list".to_owned())]
+        );
     }
 }
