@@ -174,3 +174,25 @@ def test_unknown_ids_and_undeclared_requests_get_the_extensions_errors(client: T
     assert "resultType" not in plain["result"] or plain["result"]["resultType"] == "complete", plain
     assert texts(plain["result"])[0].startswith("Async task launched: subagent 'quick'"), plain
     client.server.close()
+
+
+def test_a_question_is_input_required_and_tasks_update_answers_it_once(client: TasksClient) -> None:
+    client.request("server/discover")
+    task_id = client.launch("asker")
+    asking, _ = client.poll_until(task_id, "input_required")
+    request = asking["inputRequests"]["question-1"]
+    assert request["method"] == "elicitation/create", asking
+    assert request["params"]["message"].endswith("(asker) asks:\nDeploy to production too?"), asking
+    assert request["params"]["requestedSchema"]["properties"]["answer"]["enum"] == ["yes", "no"], asking
+    # Asked of the client alone: no System Note carries the question.
+    listing = client.call("check_async_tasks", {})["result"]
+    assert not any(REMINDER_HEADER in text for text in texts(listing)), listing
+    for answer in ("no", "yes"):
+        response = {"question-1": {"action": "accept", "content": {"answer": answer}}}
+        updated = client.request("tasks/update", {"taskId": task_id, "inputResponses": response})
+        assert updated["result"] == ACK, updated
+    done, _ = client.poll_until(task_id, "completed")
+    final = json.loads(texts(done["result"])[0])["final_message"]
+    assert '"status":"answered","text":"no"' in final, final
+    client.server.close()
+

@@ -31,7 +31,7 @@ use crate::gate::{REQUEST, ReminderGate};
 use crate::session::Session;
 use crate::tasks::{
     Poll, TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
-    declares_tasks, progress, unknown_task,
+    answer_questions, declares_tasks, progress, unknown_task,
 };
 use crate::transport::{AckMode, ServerTransport};
 use crate::wait::{REMINDER_KEY, WaitAsyncTasksTool};
@@ -771,20 +771,25 @@ impl ServerHandler for AsyncTaskMcpServer {
             .ok_or_else(|| unknown_task(&request.task_id))
     }
 
-    /// `tasks/update`: no task of this server ever asks for input, so there
-    /// is nothing to answer; a followed task's update is acknowledged (the
-    /// extension ignores responses to requests that are not outstanding).
+    /// `tasks/update`: answers the questions of the task (`input_required`
+    /// in `tasks/get`) its `inputResponses` name, each exactly once, and
+    /// acknowledges; responses to questions not waiting (any more) change
+    /// nothing, as the extension says.
     async fn update_task(
         &self,
         request: UpdateTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.prune_tasks();
-        if self.gate.handles().holds(&request.task_id) {
-            Ok(())
-        } else {
-            Err(unknown_task(&request.task_id))
+        if !self.gate.handles().holds(&request.task_id) {
+            return Err(unknown_task(&request.task_id));
         }
+        answer_questions(
+            self.runtime.manager(),
+            &request.task_id,
+            &request.input_responses,
+        );
+        Ok(())
     }
 
     /// `tasks/cancel`: cancels the subagent (its process group and all), and

@@ -6,12 +6,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, TaskSnapshot};
+use asynctask_manager::{AsyncTaskManager, PendingQuestion, TaskSnapshot};
 use asynctask_model::AsyncTaskStatus;
 use asynctask_tools::{completion_notification, format_duration, iso_time, truncate_chars};
 use rmcp::model::{
-    CallToolResult, ContentBlock, DetailedTask, ErrorData, JsonObject, RequestMetaObject, Task,
-    TaskPayload, TaskStatus,
+    CallToolResult, ContentBlock, DetailedTask, ElicitRequest, ElicitResult, ErrorData,
+    InputRequest, InputRequests, InputResponses, JsonObject, RequestMetaObject, Task, TaskPayload,
+    TaskStatus,
 };
 
 /// How long a task a client follows as an MCP Task is kept after it was
@@ -199,6 +200,21 @@ impl Poll<'_> {
         };
         if let Some(task) = task.as_ref().filter(|task| !task.status().is_terminal()) {
             let updated = task.started_at().unwrap_or(task.launched_at());
+            if let Some(question) = waiting_question(self.manager, id) {
+                let asks = base(TaskStatus::InputRequired, updated).with_status_message(format!(
+                    "asks, and waits for an answer: {}",
+                    truncate_chars(&question.question.text, STATUS_LINE_CHARS)
+                ));
+                let form = crate::elicit::form(task.subagent_name(), &question);
+                let input_requests = InputRequests::from([(
+                    input_key(&question),
+                    InputRequest::Elicitation(ElicitRequest::new(form)),
+                )]);
+                return Some(DetailedTask::new(
+                    asks,
+                    TaskPayload::InputRequired { input_requests },
+                ));
+            }
             let message = progress(self.manager, task, now);
             let working = base(TaskStatus::Working, updated).with_status_message(message);
             return Some(DetailedTask::new(working, TaskPayload::Working));
@@ -255,6 +271,67 @@ impl Poll<'_> {
             }
         }
     }
+}
+
+/// The oldest question task `id`'s subagent waits to have answered.
+fn waiting_question(manager: &AsyncTaskManager, id: &str) -> Option<PendingQuestion> {
+    if !manager.waits_for_answer(id) {
+        return None;
+    }
+    manager
+        .pending_questions()
+        .into_iter()
+        .find(|question| question.task_id == id)
+}
+
+/// The `inputRequests` key of a question: its number within its task, so
+/// keys are unique over the task's life.
+fn input_key(question: &PendingQuestion) -> String {
+    format!("question-{}", question.number)
+}
+
+/// Answers, from a `tasks/update`'s `inputResponses`, the questions of task
+/// `id` they name (each an `ElicitResult`: accepted with a non-blank
+/// `answer`, or declined). A response to a question not waiting any more
+/// (answered already, by this or another way; withdrawn; timed out), under
+/// a key no question has, or that is no `ElicitResult`, changes nothing: the
+/// extension ignores responses to requests that are not outstanding. Returns
+/// how many questions it answered.
+pub(crate) fn answer_questions(
+    manager: &AsyncTaskManager,
+    id: &str,
+    responses: &InputResponses,
+) -> usize {
+    let waiting: Vec<PendingQuestion> = manager
+        .pending_questions()
+        .into_iter()
+        .filter(|question| question.task_id == id)
+        .collect();
+    let mut answered = 0;
+    for question in waiting {
+        let Some(response) = responses.get(&input_key(&question)) else {
+            continue;
+        };
+        let answer = match serde_json::from_value::<ElicitResult>(response.clone()) {
+            Ok(result) => crate::elicit::answer_of(&result),
+            Err(err) => {
+                tracing::debug!(task_id = id, %err, "an input response that is no ElicitResult");
+                continue;
+            }
+        };
+        let status = answer.status();
+        // Exactly once: the manager takes one answer per question, whoever
+        // gives it (a form, `answer_async_task`, a second update).
+        if manager.answer_pending(&question, answer).is_ok() {
+            tracing::debug!(
+                task_id = id,
+                status,
+                "a question was answered through tasks/update"
+            );
+            answered += 1;
+        }
+    }
+    answered
 }
 
 /// What the first poll of an ended task answers.

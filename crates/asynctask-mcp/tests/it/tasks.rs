@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use asynctask_manager::Question;
 use asynctask_mcp::{McpServerOptions, TASK_POLL_INTERVAL, TASK_TTL, serve_io};
 use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
@@ -15,7 +16,8 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
 /// Sleeps the seconds its goal names, prints `step N` lines as it goes, and
-/// finishes with `slept N`; `fail` fails at once, `print` finishes at once.
+/// finishes with `slept N`; `fail` fails at once, `print` finishes at once,
+/// `ask` asks a question and finishes with the answer.
 struct Sleeper;
 
 #[async_trait::async_trait]
@@ -30,6 +32,21 @@ impl SubagentRunner for Sleeper {
             "print" => {
                 return Ok(OutputObject::new(TerminateReason::Goal)
                     .with_final_message(format!("printed {}", request.task_id)));
+            }
+            "ask" => {
+                let question =
+                    Question::new("Deploy to production too?").with_choices(["yes", "no"]);
+                let answer = tokio::select! {
+                    answer = request.questions.ask(question) => answer,
+                    () = cancel.cancelled() => return Err(SubagentError::new("cancelled")),
+                };
+                return Ok(
+                    OutputObject::new(TerminateReason::Goal).with_final_message(format!(
+                        "{}: {:?}",
+                        answer.status(),
+                        answer.text()
+                    )),
+                );
             }
             _ => {}
         }
@@ -553,4 +570,109 @@ proptest! {
             .expect("runtime");
         runtime.block_on(session(steps))?;
     }
+}
+
+/// Polls task `id` until its status is `status`, the paused clock moving
+/// 10 ms between polls; its last answer.
+async fn poll_until(client: &mut Client, id: &str, status: &str) -> Value {
+    for _ in 0..500 {
+        let polled = client.get(id).await;
+        if polled["result"]["status"] == status {
+            return polled;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("task {id} never became {status}")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_question_is_an_input_request_answered_once_through_tasks_update() {
+    let mut client = Client::start(McpServerOptions::default());
+    let id = task_id(&client.call("task", launch("ask"), true).await);
+    let asking = poll_until(&mut client, &id, "input_required").await;
+    let head: String = id.chars().take(8).collect();
+    assert_eq!(
+        asking["result"]["inputRequests"],
+        json!({"question-1": {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": format!("Background task {head} (sleeper) asks:\nDeploy to production too?"),
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+                    "required": ["answer"],
+                },
+            },
+        }}),
+        "{asking}"
+    );
+    assert_eq!(
+        asking["result"]["statusMessage"],
+        "asks, and waits for an answer: Deploy to production too?"
+    );
+    // No System Note shows the question: the client was asked.
+    let checked = client.call("check_async_tasks", json!({}), true).await;
+    assert_eq!(texts(&checked).len(), 1, "{checked}");
+    assert_eq!(
+        client.get(&id).await["result"],
+        asking["result"],
+        "asked until answered"
+    );
+
+    let answer = json!({"question-1": {"action": "accept", "content": {"answer": "no"}}});
+    let ack = json!({"resultType": "complete"});
+    for _ in 0..2 {
+        let updated = client
+            .request(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": answer}),
+                true,
+            )
+            .await;
+        assert_eq!(updated["result"], ack, "{updated}");
+    }
+    let done = poll_until(&mut client, &id, "completed").await;
+    assert!(
+        texts(&done["result"])[0].contains(r#""final_message": "answered: Some(\"no\")""#),
+        "answered once, with the first answer: {done}"
+    );
+    client.end().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_declined_or_stale_input_response_is_taken_as_the_extension_says() {
+    let mut client = Client::start(McpServerOptions::default());
+    let id = task_id(&client.call("task", launch("ask"), true).await);
+    poll_until(&mut client, &id, "input_required").await;
+    // A key no question has, and a response that is no ElicitResult: ignored.
+    let stale = json!({"question-7": {"action": "accept", "content": {"answer": "yes"}},
+                       "question-1": {"answer": "yes"}});
+    let ignored = client
+        .request(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": stale}),
+            true,
+        )
+        .await;
+    assert_eq!(
+        ignored["result"],
+        json!({"resultType": "complete"}),
+        "{ignored}"
+    );
+    assert_eq!(client.get(&id).await["result"]["status"], "input_required");
+    let declined = json!({"question-1": {"action": "decline"}});
+    client
+        .request(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": declined}),
+            true,
+        )
+        .await;
+    let done = poll_until(&mut client, &id, "completed").await;
+    assert!(
+        texts(&done["result"])[0].contains(r#""final_message": "declined: None""#),
+        "{done}"
+    );
+    client.end().await;
 }
