@@ -8,13 +8,15 @@ takes never rides in a System Note on another tool result too."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import REMINDER_HEADER, LineServer, group_alive, slow_group
+from helpers import REMINDER_HEADER, LineServer, group_alive, process_gone, slow_group
 
 TASKS = "io.modelcontextprotocol/tasks"
 DAY_MS = 24 * 60 * 60 * 1000
@@ -196,3 +198,71 @@ def test_a_question_is_input_required_and_tasks_update_answers_it_once(client: T
     assert '"status":"answered","text":"no"' in final, final
     client.server.close()
 
+
+def durable_client(tmp_path: Path, log: str) -> TasksClient:
+    """A durable front (the workspace's supervisor behind it) on the 2026-07-28
+    protocol, the extension declared."""
+    client = TasksClient(LineServer(tmp_path, durable=True, log=log))
+    found = client.request("server/discover")["result"]
+    assert found["capabilities"]["extensions"][TASKS] == {}, found
+    return client
+
+
+def supervisor_gone(server: LineServer) -> None:
+    """SIGKILLs the workspace's supervisor and waits until it is gone."""
+    pid = server.supervisor_pid()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while not process_gone(pid):
+        assert time.monotonic() < deadline, f"supervisor {pid} outlived SIGKILL"
+        time.sleep(0.02)
+
+
+def test_a_durable_task_resolves_after_the_client_restarts_its_server(tmp_path: Path) -> None:
+    first = durable_client(tmp_path, "front-1.log")
+    task_id = first.launch("quick")
+    # The client goes (its server with it) before the task ends; the supervisor stays.
+    first.server.close(stop_supervisor=False)
+    second = durable_client(tmp_path, "front-2.log")
+    try:
+        # Another tool call of the new session, after the task ended: still followed
+        # as an MCP Task, so no System Note carries its result.
+        deadline = time.monotonic() + WITHIN
+        while True:
+            listing = second.call("check_async_tasks", {})["result"]
+            assert not any(REMINDER_HEADER in text for text in texts(listing)), listing
+            if f"[{task_id[:8]}] quick - completed" in texts(listing)[0]:
+                break
+            assert time.monotonic() < deadline, f"task {task_id} never finished"
+            time.sleep(0.05)
+        done, _ = second.poll_until(task_id, "completed")
+        assert json.loads(texts(done["result"])[0])["agent_id"] == task_id, done
+        assert second.get(task_id)["result"] == done, "a poll again answers the same"
+    finally:
+        second.server.close()
+
+
+def test_a_durable_task_resolves_from_the_store_after_a_supervisor_restart(tmp_path: Path) -> None:
+    first = durable_client(tmp_path, "front-1.log")
+    task_id = first.launch("quick")
+    ended = [first.get(task_id)["result"]["status"]]
+    deadline = time.monotonic() + WITHIN
+    while json.loads(texts(first.call("check_async_tasks", {"task_id": task_id})["result"])[0])["status"] != "completed":
+        assert time.monotonic() < deadline, f"task {task_id} never finished"
+        time.sleep(0.05)
+    assert ended == ["working"], ended
+    first.server.close(stop_supervisor=False)
+    supervisor_gone(first.server)
+    # A new front starts the next supervisor, which reads the task from the store.
+    second = durable_client(tmp_path, "front-2.log")
+    try:
+        done, _ = second.poll_until(task_id, "completed")
+        notification = json.loads(texts(done["result"])[0])
+        assert notification["agent_id"] == task_id and "quick done" in notification["final_message"], done
+        assert second.get(task_id)["result"] == done
+        after = second.call("check_async_tasks", {})["result"]
+        assert not any(REMINDER_HEADER in text for text in texts(after)), after
+        refused = second.request("tasks/get", {"taskId": "no-such-task"})["error"]
+        assert refused["code"] == -32602, refused
+    finally:
+        second.server.close()

@@ -136,8 +136,10 @@ impl ReminderGate {
     }
 
     /// A gate for one of several sessions sharing `ledger`.
+    /// Its client follows MCP Tasks in the set all its sessions share.
     pub(crate) fn for_session(ledger: ClaimLedger, session: Arc<Session>) -> Self {
         ReminderGate {
+            handles: session.followed().clone(),
             session: Some(session),
             ..ReminderGate::new(ledger)
         }

@@ -760,6 +760,9 @@ impl ServerHandler for AsyncTaskMcpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         self.prune_tasks();
+        if !self.follows(&request.task_id) {
+            return Err(unknown_task(&request.task_id));
+        }
         let claim = |task_id: &str| self.gate.answer_task(&context.id, task_id);
         let poll = Poll {
             manager: self.runtime.manager(),
@@ -781,7 +784,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.prune_tasks();
-        if !self.gate.handles().holds(&request.task_id) {
+        if !self.follows(&request.task_id) {
             return Err(unknown_task(&request.task_id));
         }
         answer_questions(
@@ -803,7 +806,7 @@ impl ServerHandler for AsyncTaskMcpServer {
     ) -> Result<(), ErrorData> {
         self.prune_tasks();
         let id = &request.task_id;
-        if !self.gate.handles().holds(id) {
+        if !self.follows(id) {
             return Err(unknown_task(id));
         }
         if self.runtime.manager().cancel_task(id) {
@@ -898,6 +901,22 @@ impl AsyncTaskMcpServer {
             task = task.with_status_message(progress(manager, &snapshot, now));
         }
         CreateTaskResult::new(task)
+    }
+
+    /// Whether this server's client follows task `id` (as a session of a
+    /// durable supervisor: any task of the workspace whose result it may
+    /// take, within its TTL, once polled; see [`TaskHandles::adopt`](crate::tasks::TaskHandles::adopt)).
+    fn follows(&self, id: &str) -> bool {
+        let handles = self.gate.handles();
+        match &self.session {
+            None => handles.holds(id),
+            Some(session) => {
+                let manager = self.runtime.manager();
+                handles.adopt(manager, id, manager.clock().now_ms(), |task| {
+                    session.may_claim(task)
+                })
+            }
+        }
     }
 
     /// Forgets the followed tasks past their TTL; the reminders may take

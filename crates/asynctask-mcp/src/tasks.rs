@@ -56,12 +56,14 @@ pub const TASKS_TASK_DESCRIPTION_LEAD: &str = "Run a subagent that works on its 
     terminate_reason, emitted_vars, final_message). Use check_async_tasks to monitor it.";
 
 /// What a poll of a task whose result was delivered another way (on a tool
-/// result, as a System Note, before the task was followed) answers: the
-/// result is never given twice.
+/// result, as a System Note, before the task was followed; or to a poll
+/// before a durable supervisor restarted, which keeps no answers) answers:
+/// the result is never given twice.
 pub(crate) fn delivered_elsewhere(id: &str) -> String {
     format!(
-        "The result of task {id} was already delivered, in a System Note on an earlier tool \
-         result."
+        "The result of task {id} was already delivered in an earlier response (a System Note \
+         on a tool result, or a poll answered before the server restarted); it is not given \
+         twice."
     )
 }
 
@@ -120,6 +122,36 @@ impl TaskHandles {
     /// Whether the client follows task `id`.
     pub(crate) fn holds(&self, id: &str) -> bool {
         self.lock().contains_key(id)
+    }
+
+    /// Whether task `id` is followed, following it from its launch when the
+    /// registry holds it, `may_take` lets this client take its result, and
+    /// its [`TASK_TTL`] has not passed (or it still runs): a durable
+    /// supervisor restarted from its store knows the tasks, not which of
+    /// them clients followed, so a poll of one resolves it again.
+    pub(crate) fn adopt(
+        &self,
+        manager: &AsyncTaskManager,
+        id: &str,
+        now: u64,
+        may_take: impl Fn(&TaskSnapshot) -> bool,
+    ) -> bool {
+        if self.holds(id) {
+            return true;
+        }
+        let Some(task) = manager.task(id) else {
+            return false;
+        };
+        let live = !task.status().is_terminal()
+            || now.saturating_sub(task.launched_at()) < duration_ms(TASK_TTL);
+        if !live || !may_take(&task) {
+            return false;
+        }
+        self.lock().entry(id.to_owned()).or_insert(Handle {
+            created_at: task.launched_at(),
+            answer: None,
+        });
+        true
     }
 
     /// Forgets the tasks created more than [`TASK_TTL`] before `now` whose
@@ -473,6 +505,44 @@ mod tests {
             })
             .expect("forgotten: a reminder carries it, never lost");
         assert_eq!(claim.task_ids(), ["aaaa0000-1"]);
+    }
+
+    /// A poll of a task the registry holds but no handle follows (a durable
+    /// supervisor restarted from its store) follows it from its launch, when
+    /// the client may take it, while it runs or its TTL has not passed.
+    #[test]
+    fn a_task_of_the_registry_is_adopted_within_its_ttl() {
+        let clock = ManualClock::new(1_000);
+        let manager = manager(&clock);
+        manager.set_max_queued_tasks(MaxQueuedTasks::new(5).expect("valid"));
+        for id in ["aaaa0000-1", "bbbb0000-2", "cccc0000-3"] {
+            manager
+                .register_task(RegisterTaskInput::new(id, "s", "g"))
+                .expect("registered");
+        }
+        manager.complete_task("aaaa0000-1", OutputObject::new(TerminateReason::Goal));
+        clock.advance(duration_ms(TASK_TTL));
+        let handles = TaskHandles::default();
+        let anyone = |_: &TaskSnapshot| true;
+        assert!(
+            !handles.adopt(&manager, "aaaa0000-1", clock.now_ms(), anyone),
+            "ended, and its TTL passed: forgotten"
+        );
+        assert!(
+            handles.adopt(&manager, "bbbb0000-2", clock.now_ms(), anyone),
+            "still runs (queued): followed past its TTL"
+        );
+        assert_eq!(
+            handles.created_at("bbbb0000-2"),
+            Some(1_000),
+            "from its launch"
+        );
+        assert!(
+            !handles.adopt(&manager, "cccc0000-3", clock.now_ms(), |_| false),
+            "another client's to take"
+        );
+        assert!(!handles.adopt(&manager, "nobody", clock.now_ms(), anyone));
+        assert!(handles.holds("bbbb0000-2") && !handles.holds("cccc0000-3"));
     }
 
     /// A poll claims the result once, keeps the answer, and answers the same
