@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -225,3 +227,116 @@ def wait_for_file(path: Path, within: float = 5.0) -> str:
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.02)
     return path.read_text()
+
+
+#: How long any one answer may take to arrive.
+ANSWER_TIMEOUT = 20.0
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "wire", "version": "0"}},
+}
+
+
+class LineServer:
+    """`asynctask mcp` (plain, or a durable front with its own state directory) on
+    pipes the test writes raw bytes to and reads lines from."""
+
+    def __init__(self, tmp_path: Path, durable: bool, log: str = "server-stderr.log") -> None:
+        self.state = tmp_path / "state"
+        self.durable = durable
+        args = [str(binary()), "mcp", "--config", str(CONFIG), "--state-dir", str(self.state)]
+        if durable:
+            args.append("--durable")
+        self.stderr = (tmp_path / log).open("w")
+        self.process = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env={**os.environ, "ASYNCTASK_TEST_DIR": str(tmp_path)},
+        )
+        self.pending = b""
+
+    def write(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def send(self, message: Any) -> None:
+        self.write(json.dumps(message).encode() + b"\n")
+
+    def line(self, timeout: float = ANSWER_TIMEOUT) -> dict[str, Any]:
+        """The next line from the server, as JSON."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no line within {timeout} s; got {self.pending[:200]!r}"
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                assert chunk, "the server closed its stdout"
+                self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def answer(self, id: Any) -> dict[str, Any]:
+        """The answer to request `id` (notifications before it are skipped)."""
+        while True:
+            message = self.line()
+            if "method" not in message:
+                assert message.get("id") == id, f"an answer to {message.get('id')!r} before the one to {id!r}: {message}"
+                return message
+
+    def initialize(self) -> None:
+        self.send(INITIALIZE)
+        assert "result" in self.answer(0)
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def ping(self, id: int) -> None:
+        """The session goes on: a ping is answered."""
+        self.send({"jsonrpc": "2.0", "id": id, "method": "ping"})
+        assert self.answer(id) == {"jsonrpc": "2.0", "id": id, "result": {}}
+
+    def supervisor_pid(self) -> int:
+        done = subprocess.run(
+            [str(binary()), "supervisor", "status", "--json", "--config", str(CONFIG), "--state-dir", str(self.state)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        pid = json.loads(done.stdout)["pid"]
+        assert pid, "no supervisor runs"
+        return pid
+
+    def close(self, stop_supervisor: bool = True) -> None:
+        """Closes stdin; the server (or front) exits by itself; a durable workspace's
+        supervisor is stopped (unless `stop_supervisor` is false: a client that
+        restarts its server)."""
+        if self.process.stdin:
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            status = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail("the server did not exit after its stdin closed")
+        finally:
+            if self.durable and stop_supervisor:
+                stopped = subprocess.run(
+                    [str(binary()), "supervisor", "stop", "--config", str(CONFIG), "--state-dir", str(self.state)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                assert stopped.returncode == 0, stopped.stderr
+            self.stderr.close()
+        assert status == 0, f"exit status {status}"

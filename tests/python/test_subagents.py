@@ -43,6 +43,7 @@ SUBAGENTS = [
     "orphans",
     "quick",
     "slow",
+    "stamp",
     "stubborn",
     "vars",
     "where",

@@ -110,24 +110,9 @@ async fn ask(
         gate: gate.clone(),
         question: Some(mine.clone()),
     };
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: message(&subagent, &mine),
-        requested_schema: schema(&mine),
-    };
-    match create_elicitation(&peer, params).await {
+    match create_elicitation(&peer, form(&subagent, &mine)).await {
         Ok(result) => {
-            let answer = match result.action {
-                ElicitationAction::Accept => result
-                    .content
-                    .as_ref()
-                    .and_then(|content| content.get("answer"))
-                    .and_then(Value::as_str)
-                    .filter(|text| !text.trim().is_empty())
-                    .map_or(Answer::Declined, |text| Answer::Answered(text.to_owned())),
-                // Declined, dismissed, or an action a later protocol adds.
-                _ => Answer::Declined,
-            };
+            let answer = answer_of(&result);
             let status = answer.status();
             // Withdrawn meanwhile (its task ended, or it timed out): nothing
             // waits for the answer any more.
@@ -180,6 +165,32 @@ impl Drop for ReleaseOnDrop {
             self.manager.end_question_claim(&question, false);
             self.gate.notify_changed();
         }
+    }
+}
+
+/// The form that asks `question` of the user: who asks (a task of
+/// `subagent`), the question, and one required `answer`.
+pub(crate) fn form(subagent: &str, question: &PendingQuestion) -> ElicitRequestParams {
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message(subagent, question),
+        requested_schema: schema(question),
+    }
+}
+
+/// The answer a filled form gives: its non-blank `answer` when accepted;
+/// declined, dismissed or empty, `Declined`.
+pub(crate) fn answer_of(result: &ElicitResult) -> Answer {
+    match result.action {
+        ElicitationAction::Accept => result
+            .content
+            .as_ref()
+            .and_then(|content| content.get("answer"))
+            .and_then(Value::as_str)
+            .filter(|text| !text.trim().is_empty())
+            .map_or(Answer::Declined, |text| Answer::Answered(text.to_owned())),
+        // Declined, dismissed, or an action a later protocol adds.
+        _ => Answer::Declined,
     }
 }
 

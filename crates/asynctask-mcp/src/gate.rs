@@ -136,8 +136,10 @@ impl ReminderGate {
     }
 
     /// A gate for one of several sessions sharing `ledger`.
+    /// Its client follows MCP Tasks in the set all its sessions share.
     pub(crate) fn for_session(ledger: ClaimLedger, session: Arc<Session>) -> Self {
         ReminderGate {
+            handles: session.followed().clone(),
             session: Some(session),
             ..ReminderGate::new(ledger)
         }
@@ -488,6 +490,35 @@ mod tests {
         assert_eq!(
             carried(untracked.answer(&id(2), &CancellationToken::new())),
             None
+        );
+        runtime.shutdown().await;
+    }
+
+    /// A client that restarts its server (a new session of the same set)
+    /// still follows its tasks: no reminder of the new session takes them.
+    #[tokio::test]
+    async fn the_sessions_of_one_set_share_the_followed_tasks() {
+        let (runtime, _) = gate_with_finished(&["aaaaaaaa-1", "bbbbbbbb-2"]);
+        let sessions = crate::session::Sessions::on(runtime.claims().clone());
+        let none = std::collections::BTreeSet::new();
+        let first = Arc::new(sessions.join(&none));
+        let gate = ReminderGate::for_session(runtime.claims().clone(), Arc::clone(&first));
+        gate.handles().follow("aaaaaaaa-1", 0);
+        drop((gate, first));
+        let next =
+            ReminderGate::for_session(runtime.claims().clone(), Arc::new(sessions.join(&none)));
+        next.track();
+        assert!(next.handles().holds("aaaaaaaa-1"));
+        assert!(next.open(id(1)));
+        assert_eq!(
+            carried(next.answer(&id(1), &CancellationToken::new())),
+            Some(vec!["bbbbbbbb-2".to_owned()]),
+            "the followed result is the polls' alone"
+        );
+        assert!(next.open(id(2)));
+        assert!(
+            next.answer_task(&id(2), "aaaaaaaa-1"),
+            "a poll of the new session takes it"
         );
         runtime.shutdown().await;
     }

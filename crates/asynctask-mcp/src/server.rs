@@ -30,7 +30,7 @@ pub(crate) use crate::options::{McpError, McpServerOptions};
 use crate::session::Session;
 use crate::tasks::{
     Poll, TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
-    declares_tasks, progress, unknown_task,
+    answer_questions, declares_tasks, progress, unknown_task,
 };
 use crate::transport::{AckMode, ServerTransport};
 use crate::wait::{REMINDER_KEY, WaitAsyncTasksTool};
@@ -602,6 +602,9 @@ impl ServerHandler for AsyncTaskMcpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         self.prune_tasks();
+        if !self.follows(&request.task_id) {
+            return Err(unknown_task(&request.task_id));
+        }
         let claim = |task_id: &str| self.gate.answer_task(&context.id, task_id);
         let poll = Poll {
             manager: self.runtime.manager(),
@@ -613,20 +616,25 @@ impl ServerHandler for AsyncTaskMcpServer {
             .ok_or_else(|| unknown_task(&request.task_id))
     }
 
-    /// `tasks/update`: no task of this server ever asks for input, so there
-    /// is nothing to answer; a followed task's update is acknowledged (the
-    /// extension ignores responses to requests that are not outstanding).
+    /// `tasks/update`: answers the questions of the task (`input_required`
+    /// in `tasks/get`) its `inputResponses` name, each exactly once, and
+    /// acknowledges; responses to questions not waiting (any more) change
+    /// nothing, as the extension says.
     async fn update_task(
         &self,
         request: UpdateTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.prune_tasks();
-        if self.gate.handles().holds(&request.task_id) {
-            Ok(())
-        } else {
-            Err(unknown_task(&request.task_id))
+        if !self.follows(&request.task_id) {
+            return Err(unknown_task(&request.task_id));
         }
+        answer_questions(
+            self.runtime.manager(),
+            &request.task_id,
+            &request.input_responses,
+        );
+        Ok(())
     }
 
     /// `tasks/cancel`: cancels the subagent (its process group and all), and
@@ -640,7 +648,7 @@ impl ServerHandler for AsyncTaskMcpServer {
     ) -> Result<(), ErrorData> {
         self.prune_tasks();
         let id = &request.task_id;
-        if !self.gate.handles().holds(id) {
+        if !self.follows(id) {
             return Err(unknown_task(id));
         }
         if self.runtime.manager().cancel_task(id) {
@@ -735,6 +743,22 @@ impl AsyncTaskMcpServer {
             task = task.with_status_message(progress(manager, &snapshot, now));
         }
         CreateTaskResult::new(task)
+    }
+
+    /// Whether this server's client follows task `id` (as a session of a
+    /// durable supervisor: any task of the workspace whose result it may
+    /// take, within its TTL, once polled; see [`TaskHandles::adopt`](crate::tasks::TaskHandles::adopt)).
+    fn follows(&self, id: &str) -> bool {
+        let handles = self.gate.handles();
+        match &self.session {
+            None => handles.holds(id),
+            Some(session) => {
+                let manager = self.runtime.manager();
+                handles.adopt(manager, id, manager.clock().now_ms(), |task| {
+                    session.may_claim(task)
+                })
+            }
+        }
     }
 
     /// Forgets the followed tasks past their TTL; the reminders may take

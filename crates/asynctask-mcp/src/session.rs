@@ -9,6 +9,8 @@ use asynctask_manager::TaskSnapshot;
 use asynctask_runtime::ClaimLedger;
 use asynctask_tools::{LaunchBudget, Nesting};
 
+use crate::tasks::TaskHandles;
+
 /// The sessions connected to one registry right now (a durable supervisor's
 /// clients), which decides which results each may take.
 ///
@@ -37,6 +39,10 @@ pub struct Sessions {
     /// Told when a session leaves: waiters in the others may claim its
     /// pending results now.
     ledger: Option<ClaimLedger>,
+    /// The tasks clients follow as MCP Tasks, whichever session created
+    /// them: a client that restarts its server (a new session) polls them
+    /// again, and no session's reminder takes their results meanwhile.
+    followed: TaskHandles,
 }
 
 impl Sessions {
@@ -47,6 +53,7 @@ impl Sessions {
         Sessions {
             connected: Arc::default(),
             ledger: Some(ledger),
+            followed: TaskHandles::default(),
         }
     }
 
@@ -158,6 +165,12 @@ impl Session {
     #[must_use]
     pub fn nesting(&self) -> Option<Nesting> {
         self.nesting
+    }
+
+    /// The tasks followed as MCP Tasks by the clients of every session of
+    /// its set.
+    pub(crate) fn followed(&self) -> &TaskHandles {
+        &self.sessions.followed
     }
 
     /// The session's id, recorded as the origin of the tasks it launches.

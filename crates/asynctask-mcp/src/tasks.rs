@@ -6,12 +6,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, TaskSnapshot};
+use asynctask_manager::{AsyncTaskManager, PendingQuestion, TaskSnapshot};
 use asynctask_model::AsyncTaskStatus;
 use asynctask_tools::{completion_notification, format_duration, iso_time, truncate_chars};
 use rmcp::model::{
-    CallToolResult, ContentBlock, DetailedTask, ErrorData, JsonObject, RequestMetaObject, Task,
-    TaskPayload, TaskStatus,
+    CallToolResult, ContentBlock, DetailedTask, ElicitRequest, ElicitResult, ErrorData,
+    InputRequest, InputRequests, InputResponses, JsonObject, RequestMetaObject, Task, TaskPayload,
+    TaskStatus,
 };
 
 /// How long a task a client follows as an MCP Task is kept after it was
@@ -55,12 +56,14 @@ pub const TASKS_TASK_DESCRIPTION_LEAD: &str = "Run a subagent that works on its 
     terminate_reason, emitted_vars, final_message). Use check_async_tasks to monitor it.";
 
 /// What a poll of a task whose result was delivered another way (on a tool
-/// result, as a System Note, before the task was followed) answers: the
-/// result is never given twice.
+/// result, as a System Note, before the task was followed; or to a poll
+/// before a durable supervisor restarted, which keeps no answers) answers:
+/// the result is never given twice.
 pub(crate) fn delivered_elsewhere(id: &str) -> String {
     format!(
-        "The result of task {id} was already delivered, in a System Note on an earlier tool \
-         result."
+        "The result of task {id} was already delivered in an earlier response (a System Note \
+         on a tool result, or a poll answered before the server restarted); it is not given \
+         twice."
     )
 }
 
@@ -119,6 +122,36 @@ impl TaskHandles {
     /// Whether the client follows task `id`.
     pub(crate) fn holds(&self, id: &str) -> bool {
         self.lock().contains_key(id)
+    }
+
+    /// Whether task `id` is followed, following it from its launch when the
+    /// registry holds it, `may_take` lets this client take its result, and
+    /// its [`TASK_TTL`] has not passed (or it still runs): a durable
+    /// supervisor restarted from its store knows the tasks, not which of
+    /// them clients followed, so a poll of one resolves it again.
+    pub(crate) fn adopt(
+        &self,
+        manager: &AsyncTaskManager,
+        id: &str,
+        now: u64,
+        may_take: impl Fn(&TaskSnapshot) -> bool,
+    ) -> bool {
+        if self.holds(id) {
+            return true;
+        }
+        let Some(task) = manager.task(id) else {
+            return false;
+        };
+        let live = !task.status().is_terminal()
+            || now.saturating_sub(task.launched_at()) < duration_ms(TASK_TTL);
+        if !live || !may_take(&task) {
+            return false;
+        }
+        self.lock().entry(id.to_owned()).or_insert(Handle {
+            created_at: task.launched_at(),
+            answer: None,
+        });
+        true
     }
 
     /// Forgets the tasks created more than [`TASK_TTL`] before `now` whose
@@ -199,6 +232,21 @@ impl Poll<'_> {
         };
         if let Some(task) = task.as_ref().filter(|task| !task.status().is_terminal()) {
             let updated = task.started_at().unwrap_or(task.launched_at());
+            if let Some(question) = waiting_question(self.manager, id) {
+                let asks = base(TaskStatus::InputRequired, updated).with_status_message(format!(
+                    "asks, and waits for an answer: {}",
+                    truncate_chars(&question.question.text, STATUS_LINE_CHARS)
+                ));
+                let form = crate::elicit::form(task.subagent_name(), &question);
+                let input_requests = InputRequests::from([(
+                    input_key(&question),
+                    InputRequest::Elicitation(ElicitRequest::new(form)),
+                )]);
+                return Some(DetailedTask::new(
+                    asks,
+                    TaskPayload::InputRequired { input_requests },
+                ));
+            }
             let message = progress(self.manager, task, now);
             let working = base(TaskStatus::Working, updated).with_status_message(message);
             return Some(DetailedTask::new(working, TaskPayload::Working));
@@ -255,6 +303,67 @@ impl Poll<'_> {
             }
         }
     }
+}
+
+/// The oldest question task `id`'s subagent waits to have answered.
+fn waiting_question(manager: &AsyncTaskManager, id: &str) -> Option<PendingQuestion> {
+    if !manager.waits_for_answer(id) {
+        return None;
+    }
+    manager
+        .pending_questions()
+        .into_iter()
+        .find(|question| question.task_id == id)
+}
+
+/// The `inputRequests` key of a question: its number within its task, so
+/// keys are unique over the task's life.
+fn input_key(question: &PendingQuestion) -> String {
+    format!("question-{}", question.number)
+}
+
+/// Answers, from a `tasks/update`'s `inputResponses`, the questions of task
+/// `id` they name (each an `ElicitResult`: accepted with a non-blank
+/// `answer`, or declined). A response to a question not waiting any more
+/// (answered already, by this or another way; withdrawn; timed out), under
+/// a key no question has, or that is no `ElicitResult`, changes nothing: the
+/// extension ignores responses to requests that are not outstanding. Returns
+/// how many questions it answered.
+pub(crate) fn answer_questions(
+    manager: &AsyncTaskManager,
+    id: &str,
+    responses: &InputResponses,
+) -> usize {
+    let waiting: Vec<PendingQuestion> = manager
+        .pending_questions()
+        .into_iter()
+        .filter(|question| question.task_id == id)
+        .collect();
+    let mut answered = 0;
+    for question in waiting {
+        let Some(response) = responses.get(&input_key(&question)) else {
+            continue;
+        };
+        let answer = match serde_json::from_value::<ElicitResult>(response.clone()) {
+            Ok(result) => crate::elicit::answer_of(&result),
+            Err(err) => {
+                tracing::debug!(task_id = id, %err, "an input response that is no ElicitResult");
+                continue;
+            }
+        };
+        let status = answer.status();
+        // Exactly once: the manager takes one answer per question, whoever
+        // gives it (a form, `answer_async_task`, a second update).
+        if manager.answer_pending(&question, answer).is_ok() {
+            tracing::debug!(
+                task_id = id,
+                status,
+                "a question was answered through tasks/update"
+            );
+            answered += 1;
+        }
+    }
+    answered
 }
 
 /// What the first poll of an ended task answers.
@@ -396,6 +505,44 @@ mod tests {
             })
             .expect("forgotten: a reminder carries it, never lost");
         assert_eq!(claim.task_ids(), ["aaaa0000-1"]);
+    }
+
+    /// A poll of a task the registry holds but no handle follows (a durable
+    /// supervisor restarted from its store) follows it from its launch, when
+    /// the client may take it, while it runs or its TTL has not passed.
+    #[test]
+    fn a_task_of_the_registry_is_adopted_within_its_ttl() {
+        let clock = ManualClock::new(1_000);
+        let manager = manager(&clock);
+        manager.set_max_queued_tasks(MaxQueuedTasks::new(5).expect("valid"));
+        for id in ["aaaa0000-1", "bbbb0000-2", "cccc0000-3"] {
+            manager
+                .register_task(RegisterTaskInput::new(id, "s", "g"))
+                .expect("registered");
+        }
+        manager.complete_task("aaaa0000-1", OutputObject::new(TerminateReason::Goal));
+        clock.advance(duration_ms(TASK_TTL));
+        let handles = TaskHandles::default();
+        let anyone = |_: &TaskSnapshot| true;
+        assert!(
+            !handles.adopt(&manager, "aaaa0000-1", clock.now_ms(), anyone),
+            "ended, and its TTL passed: forgotten"
+        );
+        assert!(
+            handles.adopt(&manager, "bbbb0000-2", clock.now_ms(), anyone),
+            "still runs (queued): followed past its TTL"
+        );
+        assert_eq!(
+            handles.created_at("bbbb0000-2"),
+            Some(1_000),
+            "from its launch"
+        );
+        assert!(
+            !handles.adopt(&manager, "cccc0000-3", clock.now_ms(), |_| false),
+            "another client's to take"
+        );
+        assert!(!handles.adopt(&manager, "nobody", clock.now_ms(), anyone));
+        assert!(handles.holds("bbbb0000-2") && !handles.holds("cccc0000-3"));
     }
 
     /// A poll claims the result once, keeps the answer, and answers the same

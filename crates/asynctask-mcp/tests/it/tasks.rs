@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use asynctask_manager::Question;
 use asynctask_mcp::{McpServerOptions, TASK_POLL_INTERVAL, TASK_TTL, serve_io};
 use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
@@ -15,7 +16,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
 /// Sleeps the seconds its goal names, prints `step N` lines as it goes, and
-/// finishes with `slept N`; `fail` fails at once, `print` finishes at once.
+/// finishes with `slept N`; `fail` fails at once, `print` finishes at once,
+/// `ask` asks a question and finishes with `<answer> in <id>` (`declined in
+/// <id>` when declined).
 struct Sleeper;
 
 #[async_trait::async_trait]
@@ -30,6 +33,17 @@ impl SubagentRunner for Sleeper {
             "print" => {
                 return Ok(OutputObject::new(TerminateReason::Goal)
                     .with_final_message(format!("printed {}", request.task_id)));
+            }
+            "ask" => {
+                let question =
+                    Question::new("Deploy to production too?").with_choices(["yes", "no"]);
+                let answer = tokio::select! {
+                    answer = request.questions.ask(question) => answer,
+                    () = cancel.cancelled() => return Err(SubagentError::new("cancelled")),
+                };
+                let said = answer.text().unwrap_or(answer.status());
+                return Ok(OutputObject::new(TerminateReason::Goal)
+                    .with_final_message(format!("{said} in {}", request.task_id)));
             }
             _ => {}
         }
@@ -406,11 +420,15 @@ async fn a_queued_task_says_its_place() {
 }
 
 /// One step of a session: launch as a task or as a plain background task,
-/// poll a task, call another tool, or let time pass (tasks finish).
+/// launch a task whose subagent asks, answer a task's question (through
+/// `tasks/update` or `answer_async_task`), poll a task, call another tool, or
+/// let time pass (tasks finish).
 #[derive(Debug, Clone)]
 enum Step {
     LaunchTask(u8),
     LaunchPlain(u8),
+    LaunchAsk,
+    Answer(usize, bool),
     Poll(usize),
     Check,
     Wait,
@@ -421,11 +439,37 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (0u8..3).prop_map(Step::LaunchTask),
         (0u8..3).prop_map(Step::LaunchPlain),
+        Just(Step::LaunchAsk),
+        ((0usize..8), any::<bool>()).prop_map(|(which, update)| Step::Answer(which, update)),
         (0usize..8).prop_map(Step::Poll),
         Just(Step::Check),
         Just(Step::Wait),
         (0u16..2_500).prop_map(Step::Pass),
     ]
+}
+
+/// Answers task `id`'s question with `answer`, through `tasks/update` or
+/// the `answer_async_task` tool (whose result may carry a System Note).
+async fn answer(client: &mut Client, id: &str, answer: &str, update: bool) -> Option<Value> {
+    if update {
+        let responses = json!({"question-1": {"action": "accept", "content": {"answer": answer}}});
+        let updated = client
+            .request(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": responses}),
+                true,
+            )
+            .await;
+        assert_eq!(
+            updated["result"],
+            json!({"resultType": "complete"}),
+            "{updated}"
+        );
+        None
+    } else {
+        let arguments = json!({"task_id": id, "answer": answer});
+        Some(client.call("answer_async_task", arguments, false).await)
+    }
 }
 
 /// How many times each `final_message` appears, as a first delivery: in
@@ -454,6 +498,8 @@ async fn session(steps: Vec<Step>) -> Result<(), TestCaseError> {
     // A session starts with a request past the discovery.
     client.request("tools/list", json!({}), true).await;
     let mut tasks: Vec<String> = Vec::new();
+    // The tasks whose subagent asks, and every answer sent to each.
+    let mut asking: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     let mut launched = 0usize;
     let mut seen = Seen::default();
     let note = |seen: &mut Seen, response: &Value| {
@@ -489,6 +535,24 @@ async fn session(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     note(&mut seen, &response);
                 }
             }
+            Step::LaunchAsk => {
+                let response = client.call("task", launch("ask"), true).await;
+                launched += 1;
+                let id = task_id(&response);
+                tasks.push(id.clone());
+                asking.insert(id, Vec::new());
+            }
+            Step::Answer(which, update) => {
+                let ids: Vec<String> = asking.keys().cloned().collect();
+                if let Some(id) = ids.get(which % ids.len().max(1)) {
+                    let sent = asking.entry(id.clone()).or_default();
+                    let text = format!("answer{}", sent.len());
+                    sent.push(text.clone());
+                    if let Some(response) = answer(&mut client, id, &text, update).await {
+                        note(&mut seen, &response);
+                    }
+                }
+            }
             Step::Poll(which) => {
                 if let Some(id) = tasks.get(which % tasks.len().max(1)).cloned() {
                     let response = client.get(&id).await;
@@ -507,7 +571,15 @@ async fn session(steps: Vec<Step>) -> Result<(), TestCaseError> {
             Step::Pass(millis) => tokio::time::sleep(Duration::from_millis(millis.into())).await,
         }
     }
-    // Everything ends, every task is polled and the rest is collected.
+    // Every question is answered (again: only the first answer counts),
+    // everything ends, every task is polled and the rest is collected.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    for (id, sent) in &mut asking {
+        sent.push("last".to_owned());
+        if let Some(response) = answer(&mut client, id, "last", true).await {
+            note(&mut seen, &response);
+        }
+    }
     tokio::time::sleep(Duration::from_secs(5)).await;
     for id in tasks.clone() {
         let response = client.get(&id).await;
@@ -523,6 +595,22 @@ async fn session(steps: Vec<Step>) -> Result<(), TestCaseError> {
         *delivered.entry(message.clone()).or_default() += 1;
     }
     prop_assert_eq!(delivered.len(), launched, "{:?}", seen);
+    // Each question took one answer, one that was sent to it.
+    for (id, sent) in &asking {
+        let took: Vec<&String> = delivered
+            .keys()
+            .filter(|message| message.ends_with(&format!(" in {id}")))
+            .collect();
+        prop_assert_eq!(took.len(), 1, "{}: {:?}", id, seen);
+        let said = took[0].trim_end_matches(&format!(" in {id}"));
+        prop_assert!(
+            sent.iter().any(|text| text == said),
+            "{} took {} of {:?}",
+            id,
+            said,
+            sent
+        );
+    }
     for (message, times) in &delivered {
         prop_assert_eq!(
             *times,
@@ -553,4 +641,109 @@ proptest! {
             .expect("runtime");
         runtime.block_on(session(steps))?;
     }
+}
+
+/// Polls task `id` until its status is `status`, the paused clock moving
+/// 10 ms between polls; its last answer.
+async fn poll_until(client: &mut Client, id: &str, status: &str) -> Value {
+    for _ in 0..500 {
+        let polled = client.get(id).await;
+        if polled["result"]["status"] == status {
+            return polled;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("task {id} never became {status}")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_question_is_an_input_request_answered_once_through_tasks_update() {
+    let mut client = Client::start(McpServerOptions::default());
+    let id = task_id(&client.call("task", launch("ask"), true).await);
+    let asking = poll_until(&mut client, &id, "input_required").await;
+    let head: String = id.chars().take(8).collect();
+    assert_eq!(
+        asking["result"]["inputRequests"],
+        json!({"question-1": {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": format!("Background task {head} (sleeper) asks:\nDeploy to production too?"),
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+                    "required": ["answer"],
+                },
+            },
+        }}),
+        "{asking}"
+    );
+    assert_eq!(
+        asking["result"]["statusMessage"],
+        "asks, and waits for an answer: Deploy to production too?"
+    );
+    // No System Note shows the question: the client was asked.
+    let checked = client.call("check_async_tasks", json!({}), true).await;
+    assert_eq!(texts(&checked).len(), 1, "{checked}");
+    assert_eq!(
+        client.get(&id).await["result"],
+        asking["result"],
+        "asked until answered"
+    );
+
+    let answer = json!({"question-1": {"action": "accept", "content": {"answer": "no"}}});
+    let ack = json!({"resultType": "complete"});
+    for _ in 0..2 {
+        let updated = client
+            .request(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": answer}),
+                true,
+            )
+            .await;
+        assert_eq!(updated["result"], ack, "{updated}");
+    }
+    let done = poll_until(&mut client, &id, "completed").await;
+    assert!(
+        texts(&done["result"])[0].contains(&format!(r#""final_message": "no in {id}""#)),
+        "answered once, with the first answer: {done}"
+    );
+    client.end().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_declined_or_stale_input_response_is_taken_as_the_extension_says() {
+    let mut client = Client::start(McpServerOptions::default());
+    let id = task_id(&client.call("task", launch("ask"), true).await);
+    poll_until(&mut client, &id, "input_required").await;
+    // A key no question has, and a response that is no ElicitResult: ignored.
+    let stale = json!({"question-7": {"action": "accept", "content": {"answer": "yes"}},
+                       "question-1": {"answer": "yes"}});
+    let ignored = client
+        .request(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": stale}),
+            true,
+        )
+        .await;
+    assert_eq!(
+        ignored["result"],
+        json!({"resultType": "complete"}),
+        "{ignored}"
+    );
+    assert_eq!(client.get(&id).await["result"]["status"], "input_required");
+    let declined = json!({"question-1": {"action": "decline"}});
+    client
+        .request(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": declined}),
+            true,
+        )
+        .await;
+    let done = poll_until(&mut client, &id, "completed").await;
+    assert!(
+        texts(&done["result"])[0].contains(&format!(r#""final_message": "declined in {id}""#)),
+        "{done}"
+    );
+    client.end().await;
 }
