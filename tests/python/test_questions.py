@@ -6,11 +6,14 @@ answers it, exactly once; the subagent reads the answer on its stdin."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+
+import anyio
 
 import pytest
 
-from helpers import Transcript, connect, launched_id, texts
+from helpers import Transcript, binary, connect, launched_id, texts
 
 pytestmark = pytest.mark.anyio
 
@@ -141,3 +144,85 @@ async def test_a_declined_form_is_a_declined_answer(tmp_path: Path) -> None:
             await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
         result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
         assert '\\"status\\":\\"declined\\"' in result, result
+
+
+async def wait_for_result(transcript: Transcript, task_id: str) -> str:
+    for _ in range(20):
+        for block in transcript.reminders():
+            if '"agent_id": "' + task_id in block:
+                return block
+        await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
+    raise AssertionError(f"no result for {task_id}\n{transcript.dump()}")
+
+
+async def test_a_form_the_client_fails_sends_the_question_to_the_model(tmp_path: Path) -> None:
+    from mcp_types import ErrorData, ElicitRequestParams
+
+    async def fail(_context: object, _params: ElicitRequestParams) -> ErrorData:
+        return ErrorData(code=-32603, message="no forms here after all")
+
+    async with connect("legacy", tmp_path, elicitation_callback=fail) as client:
+        transcript = Transcript(client)
+        launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
+        task_id = launched_id(launched)
+        await wait_for_question(transcript)
+        answered = await transcript.call("answer_async_task", {"task_id": task_id, "answer": "no"})
+        assert not answered.is_error, texts(answered)
+        result = await wait_for_result(transcript, task_id)
+        assert '\\"status\\":\\"answered\\",\\"text\\":\\"no\\"' in result, result
+
+
+async def test_a_question_that_times_out_withdraws_its_form(tmp_path: Path) -> None:
+    """The subagent waits 1 s: it reads `timed_out`, and the form the client still
+    shows is cancelled (its late answer changes nothing)."""
+    from mcp_types import ElicitRequestParams, ElicitResult
+
+    cancelled = anyio.Event()
+
+    async def slow(_context: object, _params: ElicitRequestParams) -> ElicitResult:
+        try:
+            await anyio.sleep(4)
+        except BaseException:
+            cancelled.set()
+            raise
+        return ElicitResult(action="accept", content={"answer": "yes"})
+
+    async with connect("legacy", tmp_path, elicitation_callback=slow) as client:
+        transcript = Transcript(client)
+        launched = await transcript.call("task", {"subagent_name": "impatient", "goal_prompt": "go", "async": True})
+        task_id = launched_id(launched)
+        result = await wait_for_result(transcript, task_id)
+        assert '\\"status\\":\\"timed_out\\"' in result, result
+        with anyio.fail_after(5):
+            await cancelled.wait()
+
+
+async def test_a_durable_session_asks_in_a_form_and_by_a_system_note(tmp_path: Path) -> None:
+    """Questions through the supervisor: a form to a client that takes them, a System
+    Note to one that does not."""
+    from mcp_types import ElicitRequestParams, ElicitResult
+
+    async def allow(_context: object, _params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="accept", content={"answer": "yes"})
+
+    state = tmp_path / "state"
+    durable = ["--durable", "--state-dir", str(state)]
+    try:
+        async with connect("legacy", tmp_path, *durable, elicitation_callback=allow) as client:
+            transcript = Transcript(client)
+            launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
+            result = await wait_for_result(transcript, launched_id(launched))
+            assert '\\"status\\":\\"answered\\",\\"text\\":\\"yes\\"' in result, result
+        async with connect("legacy", tmp_path, *durable) as client:
+            transcript = Transcript(client)
+            launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
+            task_id = launched_id(launched)
+            await wait_for_question(transcript)
+            await transcript.call("answer_async_task", {"task_id": task_id, "decline": True})
+            result = await wait_for_result(transcript, task_id)
+            assert '\\"status\\":\\"declined\\"' in result, result
+    finally:
+        stopped = subprocess.run(
+            [str(binary()), "supervisor", "stop", "--state-dir", str(state)], capture_output=True, text=True, timeout=30
+        )
+        assert stopped.returncode == 0, stopped.stderr

@@ -39,6 +39,7 @@ SUBAGENTS = [
     "chatty",
     "depth",
     "fails",
+    "impatient",
     "listener",
     "orphans",
     "quick",

@@ -181,7 +181,7 @@ enum Command {
 /// `mcp --help`.
 const MCP_ABOUT: &str = "\
 Serve the tools to an MCP client over stdio: task, check_async_tasks, message_async_task, \
-wait_async_tasks and end_async_task.
+answer_async_task, wait_async_tasks and end_async_task.
 
 The project is --project, else the client's first MCP root (when a client that opens with \
 `initialize` declares roots), else the working directory the client started the server in. Subagents \

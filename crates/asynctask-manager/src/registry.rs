@@ -626,6 +626,9 @@ impl Registry {
             .map(|at| at + 1)
     }
 
+    /// Removes the oldest-finished notified tasks until at most the history limit
+    /// of terminal tasks remain — in place, for a registry with no journal to
+    /// tell (what [`prune_plan`](Self::prune_plan) and [`remove`](Self::remove)
     /// do in two steps, without allocating the plan).
     fn prune(&mut self) {
         let limit = self.max.history_limit();

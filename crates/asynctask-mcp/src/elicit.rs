@@ -3,15 +3,16 @@
 //! whose answer goes back to the subagent. A question the client cannot take
 //! goes back to the System Note path.
 
-use asynctask_manager::{Answer, AsyncTaskManager, PendingQuestion, Subscription};
+use std::time::Duration;
+
+use asynctask_manager::{Answer, AsyncTaskManager, PendingQuestion};
 use rmcp::model::{
-    ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationSchema, EnumSchema, ServerRequest,
+    CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationSchema, EnumSchema, ServerRequest,
 };
-use rmcp::service::ServiceError;
+use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleServer};
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::gate::ReminderGate;
@@ -19,7 +20,6 @@ use crate::gate::ReminderGate;
 /// What asks the user while a session is served; dropping it stops asking
 /// (questions in flight go back to the System Note path).
 pub(crate) struct Elicitation {
-    _subscription: Subscription,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -37,53 +37,67 @@ pub(crate) fn client_elicits(peer: &Peer<RoleServer>) -> bool {
         .is_some_and(|elicitation| elicitation.form.is_some() || elicitation.url.is_none())
 }
 
-/// Starts asking the user, through `peer`, each question a task this
-/// session's gate may take asks from now on — when the client declared
-/// elicitation (known once it initialized; a question meanwhile, or to a
-/// client without it, takes the System Note path).
+/// Starts asking the user, through `peer`, every question a task this
+/// session's gate may take waits on — when the client declared elicitation
+/// (known once it initialized; to a client without it, or after a form
+/// failed, questions take the System Note path). Each change of the ledger
+/// (a question asked, a claim ended, a task finished) looks again, so a
+/// question asked while no session was connected, or let go by another
+/// session, is asked too.
 pub(crate) fn start(
     manager: &AsyncTaskManager,
     gate: &ReminderGate,
     peer: Peer<RoleServer>,
 ) -> Elicitation {
-    // Known once the client initialized, which it has when a session is
-    // served: from now on no reminder carries a question.
     gate.ask_in_forms(client_elicits(&peer));
-    let (sender, mut asked) = mpsc::unbounded_channel::<(String, PendingQuestion)>();
-    let subscription = {
-        let gate = gate.clone();
-        manager.on_question(move |task, question| {
-            if gate.may_claim(task) {
-                let _ = sender.send((task.subagent_name().to_owned(), question.clone()));
-            }
-        })
-    };
     let manager = manager.clone();
     let gate = gate.clone();
     let task = tokio::spawn(async move {
         // Aborted with this task: each form waits on its own.
         let mut forms = JoinSet::new();
         loop {
-            tokio::select! {
-                next = asked.recv() => match next {
-                    Some((subagent, question)) => {
-                        forms.spawn(ask(manager.clone(), gate.clone(), peer.clone(), subagent, question));
+            let changed = gate.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !gate.asks_in_forms() {
+                return;
+            }
+            if manager.has_unshown_questions() {
+                for question in manager.pending_questions() {
+                    let Some(task) = manager.task(&question.task_id) else {
+                        continue;
+                    };
+                    if gate.may_claim(&task) {
+                        let subagent = task.subagent_name().to_owned();
+                        forms.spawn(ask(
+                            manager.clone(),
+                            gate.clone(),
+                            peer.clone(),
+                            subagent,
+                            question,
+                        ));
                     }
-                    None => return,
-                },
+                }
+            }
+            tokio::select! {
+                () = &mut changed => {}
                 Some(_) = forms.join_next(), if !forms.is_empty() => {}
             }
         }
     });
-    Elicitation {
-        _subscription: subscription,
-        task,
-    }
+    Elicitation { task }
 }
 
+/// How often a form in flight checks that its question still waits (an
+/// answer through `answer_async_task` or a timeout changes nothing the ledger
+/// sees).
+const STILL_WAITING_CHECK: Duration = Duration::from_secs(1);
+
 /// Puts one question to the user and answers it with what they chose. The
-/// question is held meanwhile, so no System Note shows it too; if the client
-/// cannot take the form, it is let go for the System Note path.
+/// question is held meanwhile, so no System Note shows it too; a question
+/// that stops waiting meanwhile (answered another way, timed out, its task
+/// ended) has its form cancelled; if the client cannot take the form, the
+/// session's questions go to the System Note path from then on.
 async fn ask(
     manager: AsyncTaskManager,
     gate: ReminderGate,
@@ -91,7 +105,7 @@ async fn ask(
     subagent: String,
     question: PendingQuestion,
 ) {
-    if !client_elicits(&peer) {
+    if !gate.asks_in_forms() {
         return;
     }
     let held = manager.claim_questions(|id| id == question.task_id);
@@ -103,44 +117,66 @@ async fn ask(
             manager.end_question_claim(&claimed, false);
         }
     }
-    // Shown already, or held by a response on its way: not ours to ask.
+    // Shown already, or held by another delivery: not ours to ask.
     let Some(mine) = mine else { return };
     let release = ReleaseOnDrop {
         manager: manager.clone(),
         gate: gate.clone(),
         question: Some(mine.clone()),
     };
-    match create_elicitation(&peer, form(&subagent, &mine)).await {
-        Ok(result) => {
+    let request = ServerRequest::ElicitRequest(ElicitRequest::new(form(&subagent, &mine)));
+    let handle = match peer
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(handle) => handle,
+        Err(err) => return form_failed(&gate, &mine, &err.to_string()),
+    };
+    let id = handle.id.clone();
+    let mut response = handle.rx;
+    let response = loop {
+        if !still_waits(&manager, &mine) {
+            let cancel = CancelledNotificationParam::new(
+                Some(id),
+                Some("the question no longer waits for an answer".to_owned()),
+            );
+            let _ = peer.notify_cancelled(cancel).await;
+            release.shown();
+            return;
+        }
+        tokio::select! {
+            response = &mut response => break response,
+            () = tokio::time::sleep(STILL_WAITING_CHECK) => {}
+        }
+    };
+    match response {
+        Ok(Ok(ClientResult::ElicitResult(result))) => {
             let answer = answer_of(&result);
             let status = answer.status();
-            // Withdrawn meanwhile (its task ended, or it timed out): nothing
-            // waits for the answer any more.
+            // Withdrawn meanwhile: nothing waits for the answer any more.
             let taken = manager.answer_pending(&mine, answer).is_ok();
             tracing::debug!(task_id = %mine.task_id, status, taken, "a question was answered through elicitation");
             release.shown();
         }
-        Err(err) => {
-            tracing::warn!(task_id = %mine.task_id, %err, "the client did not take a question as a form; the model is asked instead, from now on");
-            gate.ask_in_forms(false);
-        }
+        Ok(Ok(_)) => form_failed(&gate, &mine, "the client answered with something else"),
+        Ok(Err(err)) => form_failed(&gate, &mine, &err.to_string()),
+        Err(_) => form_failed(&gate, &mine, "the session ended"),
     }
 }
 
-/// Sends `elicitation/create` and waits for the client's answer (what rmcp's
-/// own helper does, without the URL parser its feature brings).
-async fn create_elicitation(
-    peer: &Peer<RoleServer>,
-    params: ElicitRequestParams,
-) -> Result<ElicitResult, ServiceError> {
-    let request = ElicitRequest::new(params);
-    match peer
-        .send_request(ServerRequest::ElicitRequest(request))
-        .await?
-    {
-        ClientResult::ElicitResult(result) => Ok(result),
-        _ => Err(ServiceError::UnexpectedResponse),
-    }
+/// Whether `question` still waits for its answer.
+fn still_waits(manager: &AsyncTaskManager, question: &PendingQuestion) -> bool {
+    manager
+        .pending_questions()
+        .iter()
+        .any(|waiting| waiting.task_id == question.task_id && waiting.number == question.number)
+}
+
+/// The client did not take a form: from now on this session's questions ride
+/// in System Notes (the question itself is let go by its `ReleaseOnDrop`).
+fn form_failed(gate: &ReminderGate, question: &PendingQuestion, why: &str) {
+    tracing::warn!(task_id = %question.task_id, why, "the client did not take a question as a form; the model is asked instead, from now on");
+    gate.ask_in_forms(false);
 }
 
 /// Ends the hold on a question: shown, or (dropped before) let go for the

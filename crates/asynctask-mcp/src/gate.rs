@@ -117,6 +117,11 @@ impl ReminderGate {
         }
     }
 
+    /// Whether questions go to the client as forms.
+    pub(crate) fn asks_in_forms(&self) -> bool {
+        self.forms.load(Ordering::SeqCst)
+    }
+
     /// Whether a reminder may carry the questions of `task`.
     fn may_ask(&self, task: &TaskSnapshot) -> bool {
         !self.forms.load(Ordering::SeqCst) && self.may_claim(task)

@@ -42,7 +42,7 @@ pub struct McpServerOptions {
     /// [`DEFAULT_MAX_DEPTH`](Self::DEFAULT_MAX_DEPTH)).
     pub nesting: Nesting,
     /// How often a long tool call reports progress to a client that asked for it
-    /// (default 5 s; anything under [`MIN_PROGRESS_INTERVAL`] is raised to it).
+    /// (default 5 s; anything under [`MIN_PROGRESS_INTERVAL`](crate::MIN_PROGRESS_INTERVAL) is raised to it).
     pub progress_interval: Duration,
 }
 
@@ -146,7 +146,7 @@ pub enum McpError {
     /// tool): clients would call a name the server does not find.
     #[error("tool '{name}' is listed as '{listed}' in its spec")]
     ToolName {
-        /// The name the tool answers to ([`Tool::name`]).
+        /// The name the tool answers to ([`Tool::name`](asynctask_tools::Tool::name)).
         name: String,
         /// The name its spec gives clients (`ToolSpec::name`).
         listed: String,

@@ -121,9 +121,7 @@ impl Registry {
         all
     }
 
-    /// Removes the oldest-finished notified tasks until at most the history limit
-    /// of terminal tasks remain — in place, for a registry with no journal to
-    /// tell (what [`prune_plan`](Self::prune_plan) and [`remove`](Self::remove)
+    /// The progress handle of task `id` while it runs.
     pub(crate) fn progress(&self, id: &str) -> Option<TaskProgress> {
         let seq = self.slots.get(self.slot_of(id)?)?.seq;
         self.live.get(&seq)?.progress.clone()
