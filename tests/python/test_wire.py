@@ -9,6 +9,8 @@ Each test drives `asynctask mcp` over raw pipes, line by line.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path

@@ -10,6 +10,8 @@ use crate::check_async_tasks::call;
 use crate::redacted;
 
 const ID: &str = "0f3a9c21-5b7e-4c1d-9a2f-6e8d0b4c7a11";
+/// A task beside the list fixture's, whose subagent asks.
+const ASKING: &str = "d3e4f5a6-7b8c-4d9e-a0b1-c2d3e4f5a6b7";
 
 fn asking_task() -> (AsyncTaskManager, Questions) {
     let manager = AsyncTaskManager::default();
@@ -64,6 +66,24 @@ async fn a_decline_is_an_answer_and_a_finished_task_takes_none() {
     manager.cancel_task(ID);
     let late = call(&tool, json!({"task_id": ID, "answer": "eu"})).await;
     insta::assert_snapshot!("answer_to_a_finished_task", redacted(&late, &[]));
+}
+
+#[tokio::test]
+async fn the_list_and_the_peek_show_the_question_a_task_waits_on() {
+    let (manager, _clock) = crate::check_async_tasks::fixture();
+    let (desk, questions) = Questions::channel();
+    manager
+        .register_task(
+            RegisterTaskInput::new(ASKING, "deployer", "Ship the release").with_questions(desk),
+        )
+        .expect("registered");
+    let _asking =
+        questions.ask(Question::new("Deploy to production too?").with_choices(["yes", "no"]));
+    let tool = CheckAsyncTasksTool::new(manager.clone());
+    let list = call(&tool, json!({})).await;
+    insta::assert_snapshot!("list_with_a_question", redacted(&list, &[]));
+    let peek = call(&tool, json!({"task_id": ASKING})).await;
+    insta::assert_snapshot!("peek_with_a_question", redacted(&peek, &[]));
 }
 
 #[tokio::test]
