@@ -4,12 +4,13 @@ limit wait in order, start as slots free, and every result is delivered once."""
 from __future__ import annotations
 
 import re
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from helpers import WAIT_SECONDS, Transcript, connect, launched_id, texts
+from helpers import WAIT_SECONDS, Transcript, binary, connect, launched_id, texts
 
 pytestmark = pytest.mark.anyio
 
@@ -19,7 +20,24 @@ QUEUED_PREFIX = "Async task queued: subagent 'quick'"
 async def test_a_queue_of_20_behind_a_limit_of_2_starts_in_order_and_delivers_every_result_once(
     mode: str, tmp_path: Path
 ) -> None:
-    async with connect(mode, tmp_path, "--max-async-tasks", "2", "--max-queued-tasks", "20") as client:
+    await queue_of_20_behind_2(mode, tmp_path, [], tmp_path / "server-stderr.log")
+
+
+async def test_a_durable_queue_of_20_behind_a_limit_of_2_starts_in_order_and_delivers_every_result_once(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    try:
+        await queue_of_20_behind_2("legacy", tmp_path, ["--durable", "--state-dir", str(state)], state / "supervisor.log")
+    finally:
+        stopped = subprocess.run(
+            [str(binary()), "supervisor", "stop", "--state-dir", str(state)], capture_output=True, text=True, timeout=30
+        )
+        assert stopped.returncode == 0, stopped.stderr
+
+
+async def queue_of_20_behind_2(mode: str, tmp_path: Path, extra: list[str], log_file: Path) -> None:
+    async with connect(mode, tmp_path, "--max-async-tasks", "2", "--max-queued-tasks", "20", *extra) as client:
         transcript = Transcript(client)
         launched: list[str] = []
         for n in range(22):
@@ -57,6 +75,6 @@ async def test_a_queue_of_20_behind_a_limit_of_2_starts_in_order_and_delivers_ev
         # They started in the order they were launched (the server logs each
         # start from the queue; delivered tasks leave the history, so peeking
         # them all is not an option).
-        log = (tmp_path / "server-stderr.log").read_text()
+        log = log_file.read_text()
         starts = re.findall(r"task (\w{8}) \(quick\) started from the queue", log)
         assert starts == [task_id[:8] for task_id in launched[2:]], log
