@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from helpers import (
@@ -526,3 +527,33 @@ async def test_queued_tasks_survive_a_killed_supervisor_and_start_in_order(
     log = workspace.log()
     ends = re.findall(r"task (\w{8}) \(quick\) completed", log)
     assert ends == [task_id[:8] for task_id in queued], log
+
+
+async def test_a_front_warns_of_a_supervisor_of_another_build(tmp_path: Path) -> None:
+    """A supervisor started from another executable (an older install, say) serves
+    on, and the front of this one says so on its stderr, naming the command."""
+    import shutil
+
+    old = tmp_path / "asynctask-old"
+    shutil.copy(binary(), old)  # same bytes, another executable: another build
+    state = tmp_path / "state"
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    supervisor = subprocess.Popen(
+        [str(old), "supervisor", "run", "--config", str(CONFIG), "--state-dir", str(state), "--project", str(project)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not (state / "supervisor.sock").exists() and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        async with connect(MODE, tmp_path, "--durable", "--state-dir", str(state), "--project", str(project)) as client:
+            result = await client.call_tool("check_async_tasks", {})
+            assert not result.is_error
+        log = (tmp_path / "server-stderr.log").read_text()
+        assert "runs another build of asynctask" in log and "asynctask supervisor restart" in log, log
+    finally:
+        supervisor.terminate()
+        supervisor.wait(timeout=15)

@@ -186,6 +186,7 @@ impl ConnectionContext {
             "session": session.id(),
             "protocol": RELAY_PROTOCOL,
             "pid": std::process::id(),
+            "build": crate::protocol::build(),
         });
         write_line(&mut writer, &accepted).await?;
         let mut server =

@@ -351,6 +351,12 @@ pub(crate) async fn open_session(state: &StateDir, project: &Path) -> io::Result
         return Err(Unacknowledged::Protocol(ack.get("protocol").cloned()).into());
     }
     let pid = ack.get("pid").and_then(Value::as_u64);
+    let theirs = ack.get("build").and_then(Value::as_str);
+    if let Some(warning) =
+        crate::protocol::stale_build_warning(crate::protocol::build(), theirs, pid)
+    {
+        tracing::warn!("{warning}");
+    }
     Ok(SessionStream { read, write, pid })
 }
 

@@ -163,6 +163,9 @@ impl Supervisor {
     /// [`SupervisorError::Listen`] when the socket cannot be bound, [`SupervisorError::Signals`]
     /// when signals cannot be listened for.
     pub async fn run(self) -> Result<SupervisorExit, SupervisorError> {
+        // Which build serves: read now, before an upgrade can replace the
+        // executable (a front of another build says so).
+        let _ = crate::protocol::build();
         let socket = self.state.socket();
         let aside = self.state.socket_aside();
         // The lock is ours: a socket file left behind is a dead supervisor's.
