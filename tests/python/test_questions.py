@@ -30,6 +30,15 @@ async def wait_for_question(transcript: Transcript) -> str:
     raise AssertionError(f"no question arrived\n{transcript.dump()}")
 
 
+async def wait_for_result(transcript: Transcript, task_id: str) -> str:
+    for _ in range(20):
+        for block in transcript.reminders():
+            if '"agent_id": "' + task_id in block:
+                return block
+        await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
+    raise AssertionError(f"no result for {task_id}\n{transcript.dump()}")
+
+
 async def test_a_question_rides_once_and_its_answer_reaches_the_subagent(mode: str, tmp_path: Path) -> None:
     async with connect(mode, tmp_path) as client:
         transcript = Transcript(client)
@@ -55,11 +64,7 @@ async def test_a_question_rides_once_and_its_answer_reaches_the_subagent(mode: s
         assert again.is_error, texts(again)
         assert "is not waiting for an answer" in texts(again)[0] or "has already finished" in texts(again)[0]
 
-        for _ in range(20):
-            if any('"agent_id": "' + task_id in block for block in transcript.reminders()):
-                break
-            await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
-        result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
+        result = await wait_for_result(transcript, task_id)
         assert 'answer: {\\"type\\":\\"answer\\",\\"id\\":\\"q1\\",\\"status\\":\\"answered\\",\\"text\\":\\"no\\"}' in result, result
         assert sum(NOTICE in block for block in transcript.reminders()) == 1, transcript.dump()
 
@@ -76,11 +81,7 @@ async def test_a_declined_question_is_an_answer_and_a_bad_answer_is_refused(mode
             assert texts(refused)[0].startswith("Invalid parameters for answer_async_task: "), texts(refused)
         declined = await transcript.call("answer_async_task", {"task_id": task_id, "decline": True})
         assert texts(declined)[0].startswith(f"Async task {task_id} (subagent 'asker') was told you declined"), texts(declined)
-        for _ in range(20):
-            if any('"agent_id": "' + task_id in block for block in transcript.reminders()):
-                break
-            await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
-        result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
+        result = await wait_for_result(transcript, task_id)
         assert '\\"status\\":\\"declined\\"' in result, result
 
 
@@ -115,11 +116,7 @@ async def test_a_client_with_elicitation_answers_in_a_form(tmp_path: Path) -> No
         transcript = Transcript(client)
         launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
         task_id = launched_id(launched)
-        for _ in range(20):
-            if any('"agent_id": "' + task_id in block for block in transcript.reminders()):
-                break
-            await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
-        result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
+        result = await wait_for_result(transcript, task_id)
         assert '\\"status\\":\\"answered\\",\\"text\\":\\"yes\\"' in result, result
         assert len(asked) == 1, asked
         form = asked[0].model_dump(by_alias=True, exclude_none=True)
@@ -138,21 +135,8 @@ async def test_a_declined_form_is_a_declined_answer(tmp_path: Path) -> None:
         transcript = Transcript(client)
         launched = await transcript.call("task", {"subagent_name": "asker", "goal_prompt": "ship it", "async": True})
         task_id = launched_id(launched)
-        for _ in range(20):
-            if any('"agent_id": "' + task_id in block for block in transcript.reminders()):
-                break
-            await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
-        result = next(block for block in transcript.reminders() if '"agent_id": "' + task_id in block)
+        result = await wait_for_result(transcript, task_id)
         assert '\\"status\\":\\"declined\\"' in result, result
-
-
-async def wait_for_result(transcript: Transcript, task_id: str) -> str:
-    for _ in range(20):
-        for block in transcript.reminders():
-            if '"agent_id": "' + task_id in block:
-                return block
-        await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
-    raise AssertionError(f"no result for {task_id}\n{transcript.dump()}")
 
 
 async def test_a_form_the_client_fails_sends_the_question_to_the_model(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ const CASES: u32 = 256;
 /// Cases per round of a long run (progress is printed after each).
 const ROUND_CASES: u32 = 64;
 
-/// The seed of the bounded run: the same sessions on every run.
+/// Where the bounded run's random generator starts: the same sessions on every run.
 const SEED: u64 = 0x6173_796e_6374_6173;
 
 /// The most steps a session's body has.
