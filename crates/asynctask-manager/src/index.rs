@@ -179,14 +179,15 @@ impl IdIndex {
         // id after the last match (a task the caller did not ask about, whose
         // head is likely out of the cache).
         let last = last_head8(prefix);
-        self.from(prefix, last)
+        self.from(prefix)
             .take_while(move |key| key.head8 <= last && key.id().starts_with(prefix))
             .map(IdKey::slot)
     }
 
-    /// The ordered map from the first id not less than `prefix` on (up to the
-    /// ids whose first eight bytes exceed `last`): the ids that start with it
-    /// come first, one after the other.
+    /// The ordered map from the first id not less than `prefix` on: the ids
+    /// that start with it come first, one after the other. The range is
+    /// open-ended (the caller stops at the first id past the prefix): an open
+    /// end costs no second search down the tree.
     ///
     /// The search goes down the tree by the first eight bytes alone; the only
     /// ids before the prefix it can land on share those bytes with it (a
@@ -194,15 +195,12 @@ impl IdIndex {
     /// bytes). It steps over a few; when more share them (ids with a long
     /// common head), it searches by the whole prefix instead, which reads ids
     /// on the way down but stays O(log n).
-    fn from<'a>(&'a self, prefix: &str, last: u64) -> Range<'a, IdKey> {
+    fn from<'a>(&'a self, prefix: &str) -> Range<'a, IdKey> {
         const STEPS: usize = 8;
         let start = IdKey::before(head8(prefix));
-        // Ending the range near its start keeps both of its searches on the
-        // same path down the tree.
-        let end = last.checked_add(1).map_or(Bound::Unbounded, |after| {
-            Bound::Excluded(IdKey::before(after))
-        });
-        let mut range = self.ordered.range((Bound::Included(start), end));
+        let mut range = self
+            .ordered
+            .range((Bound::Included(start), Bound::Unbounded));
         for _ in 0..STEPS {
             let mut ahead = range.clone();
             match ahead.next() {

@@ -388,6 +388,8 @@ impl AsyncTaskManager {
     ) -> Result<TaskSnapshot, RegisterError> {
         let now = self.now();
         let id = (self.journal().is_some()).then(|| input.id.clone());
+        // Only a task that may ask has questions to route.
+        let asks = input.questions.is_some();
         let (registered, drain) = {
             let mut state = self.lock();
             let registered = state
@@ -405,7 +407,9 @@ impl AsyncTaskManager {
         }
         match &registered {
             Ok(task) => {
-                self.hook_questions(task.id());
+                if asks {
+                    self.hook_questions(task.id());
+                }
                 tracing::debug!(task_id = %task.id(), subagent = %task.subagent_name(), reserved, "async task registered");
             }
             Err(RegisterError::Journal(error)) => {
