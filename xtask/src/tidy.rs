@@ -82,6 +82,7 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
             check_source(&text, relative == Path::new(UNSAFE_ALLOWED))
                 .into_iter()
                 .chain(check_length(relative, &text))
+                .chain(check_doc_blocks(relative, &text))
                 .map(|p| format!("{shown}: {p}")),
         );
     }
@@ -126,6 +127,44 @@ const MAX_SOURCE_LINES: usize = 900;
 
 /// The most lines ARCHITECTURE.md may hold: it is a map, read in one sitting.
 const MAX_MAP_LINES: usize = 250;
+
+/// The most lines one doc comment (a run of `///` or `//!` lines) under `src/`
+/// may hold, its example included: a caller reads what they need there, and
+/// a manual belongs in the guide.
+const MAX_DOC_LINES: usize = 39;
+
+/// Each doc comment under `src/` longer than [`MAX_DOC_LINES`].
+fn check_doc_blocks(relative: &Path, text: &str) -> Vec<String> {
+    if !relative.components().any(|part| part.as_os_str() == "src") {
+        return Vec::new();
+    }
+    let mut problems = Vec::new();
+    // (the marker, the line its run starts on, how long it is)
+    let mut run: Option<(&str, usize, usize)> = None;
+    for (number, line) in text.lines().chain([""]).enumerate() {
+        let trimmed = line.trim_start();
+        let marker = ["//!", "///"]
+            .into_iter()
+            .find(|marker| trimmed.starts_with(marker) && !trimmed.starts_with("////"));
+        match (run, marker) {
+            (Some((open, start, length)), Some(marker)) if open == marker => {
+                run = Some((open, start, length + 1));
+            }
+            _ => {
+                if let Some((_, start, length)) = run
+                    && length > MAX_DOC_LINES
+                {
+                    problems.push(format!(
+                        "line {start}: a doc comment of {length} lines, over {MAX_DOC_LINES}: \
+                         say what a caller needs, and move the manual to the guide"
+                    ));
+                }
+                run = marker.map(|marker| (marker, number + 1, 1));
+            }
+        }
+    }
+    problems
+}
 
 /// A source file under `src/` longer than [`MAX_SOURCE_LINES`] before its tests.
 fn check_length(relative: &Path, text: &str) -> Option<String> {
@@ -662,6 +701,19 @@ mod tests {
             None
         );
         assert_eq!(check_map(&"line\n".repeat(MAX_MAP_LINES)), None);
+        let doc = |lines: usize| "/// x\n".repeat(lines);
+        assert!(check_doc_blocks(src, &(doc(MAX_DOC_LINES) + "fn f() {}\n")).is_empty());
+        assert_eq!(
+            check_doc_blocks(src, &format!("//! x\n\n{}", doc(MAX_DOC_LINES + 1))),
+            [
+                "line 3: a doc comment of 40 lines, over 39: say what a caller needs, and move \
+              the manual to the guide"
+            ]
+        );
+        // A module's docs and an item's are two comments, however close.
+        let split = "//! x\n".repeat(20) + &doc(30);
+        assert!(check_doc_blocks(src, &split).is_empty());
+        assert!(check_doc_blocks(Path::new("crates/a/tests/it/x.rs"), &doc(99)).is_empty());
         assert!(check_map(&"line\n".repeat(MAX_MAP_LINES + 1)).is_some());
     }
 

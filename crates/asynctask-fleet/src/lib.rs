@@ -1,39 +1,22 @@
-//! The fleet's shared task registry, on PostgreSQL: tasks submitted by fronts
-//! on any machine wait in one database, and workers on any machine claim and
-//! run them, under the same guarantees one machine gives.
+//! The fleet's task registry, on PostgreSQL: tasks from fronts on any machine
+//! wait in one database and workers on any machine run them, with the
+//! guarantees one machine gives. A [`Fleet`] is one connection. Fronts
+//! [`submit`](Fleet::submit) tasks to a workspace and take results with
+//! [`claim_results`](Fleet::claim_results), held until the [`ResultClaim`] is
+//! acknowledged. Workers
+//! [`register_worker`](Fleet::register_worker) and [`claim`](Fleet::claim)
+//! queued tasks (`FOR UPDATE SKIP LOCKED`) under a lease renewed by
+//! [`heartbeat`](Fleet::heartbeat); each claim's fencing token only grows, and
+//! a write with a stale one is refused ([`FleetError::Fenced`]).
+//! [`reap_expired`](Fleet::reap_expired) fails a lost worker's tasks once. The
+//! schema is versioned ([`SCHEMA_VERSION`]); a newer one is refused untouched.
 //!
-//! A [`Fleet`] is one connection. Fronts [`submit`](Fleet::submit) tasks
-//! (each in a workspace, the project) and take results with
-//! [`claim_results`](Fleet::claim_results): a transaction holds them until
-//! the [`ResultClaim`] is acknowledged, so each is delivered exactly once.
-//! Workers [`register_worker`](Fleet::register_worker) with a name, a
-//! capacity and the subagents they serve, and [`claim`](Fleet::claim) queued
-//! tasks (`FOR UPDATE SKIP LOCKED`: concurrent claimers never take the same
-//! task, nor wait on each other) under a lease renewed by
-//! [`heartbeat`](Fleet::heartbeat). Each claim carries a fencing token that
-//! only grows; [`complete`](Fleet::complete), [`fail`](Fleet::fail) and
-//! [`cancelled`](Fleet::cancelled) are refused ([`FleetError::Fenced`])
-//! unless the token is current and the lease holds.
-//! [`reap_expired`](Fleet::reap_expired) declares lost the workers whose
-//! lease expired and fails their running tasks, `interrupted: worker <name>
-//! lost`, exactly once. A workspace's `task-max-async` holds across every
-//! worker ([`set_max_async`](Fleet::set_max_async)).
+//! A [`Worker`] is a machine's loop: it claims what its capacity allows, runs
+//! each task through a `SubagentRunner`, writes each end with its token, and
+//! ends its subagents when its lease lapses; [`FleetListener`] wakes it.
 //!
-//! The schema is versioned ([`SCHEMA_VERSION`]), migrated at connect, and a
-//! newer one is refused untouched. Time is the database's clock unless
-//! [`FleetOptions::clock`] gives one.
-//!
-//! A [`Worker`] is the loop a machine serves the fleet with: it registers,
-//! renews its lease, claims what its capacity allows, runs each task through
-//! a `SubagentRunner` (the process runner, in `asynctask worker`), writes
-//! each end with its fencing token, reaps lost workers, and ends its
-//! subagents when its lease cannot be renewed. [`FleetListener`] wakes it
-//! (`LISTEN/NOTIFY`: a submission, a task's end); a slow timer is the
-//! fallback.
-//!
-//! Not here yet: TLS (connections are plain: a Unix socket or a trusted
-//! network), `PGPASSWORD`/`.pgpass` (a password goes in the URL), cancel,
-//! steering, questions, progress, whole outputs, the queue's bound.
+//! Not here yet: TLS, `PGPASSWORD`/`.pgpass` (a password goes in the URL),
+//! cancel, steering, questions, progress, whole outputs, the queue's bound.
 //!
 //! # Example
 //!
@@ -44,13 +27,11 @@
 //! let url = "postgresql://asynctask@db.internal/asynctask";
 //! let mut front = Fleet::connect_url(url, FleetOptions::new()).await?;
 //! front.submit(NewTask::new("7f3a09c1", "my-project", "tester", "run the suite")).await?;
-//!
 //! let mut worker = Fleet::connect_url(url, FleetOptions::new()).await?;
 //! let lease = worker.register_worker(&WorkerSpec::new("build-1", ["tester"]).with_capacity(4)).await?;
 //! for task in worker.claim(&lease, 4).await? {
 //!     worker.complete(&task, &OutputObject::new(TerminateReason::Goal)).await?;
 //! }
-//!
 //! let claim = front.claim_results("my-project", 10).await?;
 //! assert_eq!(claim.tasks().len(), 1);
 //! claim.acknowledge().await?; // never offered again

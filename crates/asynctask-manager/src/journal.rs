@@ -7,46 +7,30 @@ use std::sync::Arc;
 
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject, TaskUsage};
 
-/// Where a manager records every change to its registry, so that a store can
-/// rebuild the registry after the process ends (see
-/// [`AsyncTaskManager::restore`](crate::AsyncTaskManager::restore)).
+/// Where a manager records every change to its registry, for a store to
+/// rebuild it after the process ends ([`AsyncTaskManager::restore`](crate::AsyncTaskManager::restore));
+/// what the manager does when a write fails: [`JournalError`].
 ///
 /// # Contract
 ///
-/// - **Journaled before visible**: [`record`](Self::record) is called under the
-///   registry's lock, before any reader sees the change.
+/// - **Journaled before visible**: [`record`](Self::record) runs under the
+///   registry's lock before readers see the change, in order, one at a time.
 /// - **One call, one change**: `entries` is one change and what it pruned;
 ///   record all of them or none (one transaction).
-/// - **In order, one at a time**, from whichever thread makes the change.
-/// - **Short, and no calls back**: every other operation waits while it runs
-///   (one `fsync` is the expected cost); it must not call into the manager, nor
-///   wait for a thread that does. A panic counts as a failed write.
-/// - **Entries can repeat**: a change whose write failed is sent again ahead
-///   of the next one, and a failed write may have been recorded all the same,
-///   so accept a `Finished`, `Notified` or `Removed` whose effect you hold (for
-///   `Notified`, keep the later time).
-///
-/// # When a write fails
-///
-/// | change | what the manager does |
-/// |---|---|
-/// | a registration | refused with [`RegisterError::Journal`](crate::RegisterError::Journal): nothing runs that the store does not know |
-/// | `mark_notified` | applied in memory anyway (the result was delivered: it is not offered again) and logged, and written again like a terminal transition. If the process ends first, the store still holds the result undelivered, and it is delivered again after the restart (one of the windows [`AsyncTaskManager::mark_notified`](crate::AsyncTaskManager::mark_notified) lists in which a result may reach the model twice) |
-/// | a terminal transition | applied in memory anyway (a task must never stay running forever: its slot is free) and logged at error level, but the task is *unrecorded*: its result is not offered for delivery, not markable, and its event not sent, until a write records it — the next change's write, or [`AsyncTaskManager::retry_journal`](crate::AsyncTaskManager::retry_journal) (which `AsyncTaskRuntime` calls with backoff). If the process ends first, the task comes back as interrupted, and the model never saw the result the store lost |
-/// | pruning alone (`set_max_async_tasks`) | applied in memory anyway and logged; written again like a terminal transition (and a restore prunes the store again) |
+/// - **Short, no calls back**: everything waits while it runs (one `fsync` is
+///   fine); never call into the manager. A panic counts as a failed write.
+/// - **Entries can repeat** (a failed write is sent again, and may have been
+///   recorded): accept a `Finished`, `Notified` (keep the later time) or
+///   `Removed` whose effect you hold.
 ///
 /// # Examples
-///
-/// A journal that keeps a log of what it was told:
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
 /// use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, RegisterTaskInput};
 /// use asynctask_model::{ManualClock, MaxAsyncTasks};
-///
 /// #[derive(Default)]
 /// struct Log(Mutex<Vec<String>>);
-///
 /// impl Journal for Log {
 ///     fn record(&self, entries: &[JournalEntry<'_>]) -> Result<(), JournalError> {
 ///         let mut log = self.0.lock().map_err(|_| JournalError::new("poisoned"))?;
@@ -54,9 +38,7 @@ use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, OutputObject, TaskUsage};
 ///         Ok(())
 ///     }
 /// }
-///
-/// let log = Arc::new(Log::default());
-/// let clock = Arc::new(ManualClock::new(1_000));
+/// let (log, clock) = (Arc::new(Log::default()), Arc::new(ManualClock::new(1_000)));
 /// let manager = AsyncTaskManager::restore(MaxAsyncTasks::default(), clock, log.clone(), Vec::new())?;
 /// manager.register_task(RegisterTaskInput::new("a1", "researcher", "find the bug"))?;
 /// manager.cancel_task("a1");
@@ -237,6 +219,15 @@ impl TerminalOutcome<'_> {
 ///
 /// Clones share the source; two values are equal when they are clones of one
 /// error.
+///
+/// # What the manager does then
+///
+/// | change | what the manager does |
+/// |---|---|
+/// | a registration | refused with [`RegisterError::Journal`](crate::RegisterError::Journal): nothing runs that the store does not know |
+/// | `mark_notified` | applied anyway (the result was delivered) and written again ahead of the next change; if the process ends first, the result is delivered again after the restart (a window [`AsyncTaskManager::mark_notified`](crate::AsyncTaskManager::mark_notified) lists) |
+/// | a terminal transition | applied anyway (a task never stays running forever), logged, and the task is *unrecorded* — its result not offered, its event not sent — until a write records it: the next change's, or [`AsyncTaskManager::retry_journal`](crate::AsyncTaskManager::retry_journal). If the process ends first, the task comes back interrupted |
+/// | pruning alone (`set_max_async_tasks`) | applied anyway, logged, written again like a terminal transition |
 ///
 /// # Examples
 ///

@@ -1,6 +1,5 @@
-//! The registry of background subagent tasks.
-//!
-//! The second layer of asynctask, on `asynctask-model`. Its one handle,
+//! The registry of background subagent tasks: the second layer of asynctask,
+//! on `asynctask-model`. Its one handle,
 //! [`AsyncTaskManager`], is the single source of truth about every background
 //! task: the `task` tool registers tasks and reports how they ended, the other
 //! tools and the slash commands read it, delivery listens to its events.
@@ -17,9 +16,8 @@
 //!   before it is visible, and [`restore`](AsyncTaskManager::restore) rebuilds
 //!   the registry from it (`asynctask-store` is one, on SQLite).
 //!
-//! It spawns and awaits nothing, and runs no user code under its lock (the
-//! journal aside: a short synchronous write). [`check_invariants`] lets hosts
-//! assert its invariants in their own property tests.
+//! It spawns and awaits nothing and runs no user code under its lock (but the
+//! journal's short write); hosts assert its invariants with [`check_invariants`].
 //!
 //! # Example
 //!
@@ -34,7 +32,6 @@
 //! manager.register_task(input)?;
 //! let refused = manager.register_task(RegisterTaskInput::new("0b1c", "tester", "run tests"));
 //! assert!(matches!(refused, Err(RegisterError::LimitReached(_))));
-//!
 //! assert!(manager.cancel_task("7f3a09c1"));
 //! assert!(token.is_cancelled(), "the subagent runner is told to stop");
 //! asynctask_manager::check_invariants(&manager)?;

@@ -1,7 +1,5 @@
 //! Fuzzing the server's wire and tools: generated sessions of JSON-RPC lines,
-//! sent to the real server in process, and the properties every session must
-//! keep.
-//!
+//! sent to the real server in process, and the properties every session keeps.
 //! Each case is one session over an in-memory pipe to our transport, under
 //! paused tokio time (a 50 s wait costs nothing): lines before `initialize`,
 //! the `initialize`, up to 24 steps, then a `ping`. A step is a wire line from
@@ -26,8 +24,7 @@
 //! - nothing panics, even in a task whose panic tokio would swallow;
 //! - at the end of its input the server ends, and the runtime shuts down.
 //!
-//! And every served tool must succeed somewhere in the bounded run: a fuzzer
-//! whose calls are all refused proves little.
+//! And every served tool must succeed somewhere in the run.
 //!
 //! `cargo test` runs 256 cases from a fixed seed (`ASYNCTASK_FUZZ_CASES`,
 //! `ASYNCTASK_FUZZ_SEED` change them); `cargo xtask fuzz --minutes N`
@@ -38,8 +35,8 @@
 //! `@task:N` stands for the N-th latest task the session launched (its first
 //! 8 characters): that line is sent once the lines before it are answered, as
 //! a client learns an id from an answer; a `ping` with the id
-//! `fuzz-stall-<n>-<seconds>s` is a stall. Sessions that once failed live in
-//! `fuzz/regressions/`, replayed by every `cargo test`.
+//! `fuzz-stall-<n>-<seconds>s` is a stall. Sessions that once failed, in
+//! `fuzz/regressions/`, are replayed by every `cargo test`.
 
 mod calls;
 mod drive;

@@ -1,32 +1,24 @@
-//! An MCP server that gives any MCP client background subagents.
+//! An MCP server that gives any MCP client background subagents: on
+//! `asynctask-runtime`, it serves the runtime's tools over the Model Context
+//! Protocol (rmcp, on stdio) to Claude Code, Codex CLI, Gemini CLI, Cursor…
 //!
-//! This crate sits on `asynctask-runtime`: it serves the runtime's tools over
-//! the Model Context Protocol (rmcp, on stdio), so a client that speaks MCP —
-//! Claude Code, Codex CLI, Gemini CLI, Cursor — launches subagents in the
-//! background without a line of Rust.
-//!
-//! - [`AsyncTaskMcpServer`] serves `task`, `check_async_tasks`,
-//!   `message_async_task`, and this crate's `wait_async_tasks` and
-//!   `end_async_task`; each tool's list entry is its
+//! - [`AsyncTaskMcpServer`] serves the runtime's tools and this crate's
+//!   `wait_async_tasks` and `end_async_task`, each listed as its
 //!   [`ToolSpec::to_mcp`](asynctask_tools::ToolSpec::to_mcp);
-//! - [`serve_stdio`] is the whole server, as `asynctask mcp` runs it, and
-//!   [`AsyncTaskMcpServer::serve_relayed`] one session of several behind a relay
-//!   (`asynctask-supervisor` builds durable serving on it);
-//! - the wire is ours ([`LineReader`]): every request gets one answer, and a
-//!   client that does not read its answers is not read either.
+//! - [`serve_stdio`] is `asynctask mcp`; [`AsyncTaskMcpServer::serve_relayed`]
+//!   serves one session behind a relay (durable serving builds on it);
+//! - the wire is ours ([`LineReader`]): one answer to every request; a client
+//!   that reads no answers is not read.
 //!
-//! Results **ride on tool results**: after every call that was not cancelled,
-//! the pending `System Note` reminder is its last text block. Each result is
-//! claimed by one call and marked delivered only once the response carrying it
-//! was written (behind a relay: once the relay confirms it); a call cancelled
-//! before that releases it for the next call. A client that declares the MCP
-//! Tasks extension on a `task` call gets a task instead, and its `tasks/get`
-//! polls take that task's result through the same claims ([`TASK_TTL`],
-//! [`TASK_POLL_INTERVAL`]).
+//! Results **ride on tool results**: the pending `System Note` reminder is the
+//! last text block of every call not cancelled. Each result is claimed by one
+//! call and marked delivered once the response carrying it was written (behind
+//! a relay: confirmed); a call cancelled before that releases it. A client that
+//! declares the MCP Tasks extension gets a task for a `task` call, whose
+//! `tasks/get` polls take its result through the same claims ([`TASK_TTL`]).
 //!
-//! What it does not do: run subagents (a
-//! [`SubagentRunner`](asynctask_tools::SubagentRunner) does), serve
-//! `todo_pause`, or write anything to stdout but the protocol.
+//! It runs no subagents (a [`SubagentRunner`](asynctask_tools::SubagentRunner)
+//! does), serves no `todo_pause`, and writes only the protocol to stdout.
 //!
 //! # Example
 //!
@@ -35,7 +27,6 @@
 //! use asynctask_mcp::AsyncTaskMcpServer;
 //! use asynctask_runtime::AsyncTaskRuntime;
 //! use tokio_util::sync::CancellationToken;
-//!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let runtime = Arc::new(AsyncTaskRuntime::builder().build());
 //! let server = AsyncTaskMcpServer::new(Arc::clone(&runtime)).expect("valid tools");

@@ -10,14 +10,12 @@ use serde::Deserialize;
 use crate::toplevel::{ConfigExtension, TopLevel};
 use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 
-/// The subagents a [`ProcessRunner`](crate::ProcessRunner) can run: the
-/// `[subagents.<name>]` tables of a TOML file, and the `roots` their working
+/// The subagents a [`ProcessRunner`](crate::ProcessRunner) can run (the
+/// `[subagents.<name>]` tables of a TOML file) and the `roots` their working
 /// directories must lie under.
 ///
-/// Relative paths in the file (`cwd`, `roots`) are relative to the
-/// **project** the config is loaded for ([`load_in`](Self::load_in)), not to
-/// the file: one config (a user's, say) serves many projects, and each
-/// project's subagents work in that project.
+/// Relative paths (`cwd`, `roots`) are relative to the **project** the config
+/// is loaded for ([`load_in`](Self::load_in)), not to the file.
 ///
 /// ```toml
 /// roots = [".", "/srv/checkouts"]   # default: the project; before any table
@@ -30,18 +28,16 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 /// env = { AGENT_MODEL = "small" }
 /// inherit_env = ["OPENAI_API_KEY"]
 /// stdin = "jsonl"                   # the goal, then messages, as JSON lines (default: "goal")
-///
 /// [subagents.tester]
 /// command = ["sh", "-c", "cargo test 2>&1 | tail -n 50"]
 /// ```
 ///
-/// Unknown keys are errors, so a typo never silently drops a setting. A layer
-/// above the runner that keeps top-level keys of its own in the same file
-/// declares them with a [`ConfigExtension`].
+/// Unknown keys are errors; a layer above that keeps keys of its own in the
+/// file declares them with a [`ConfigExtension`].
 ///
 /// # Examples
 ///
-/// A config built in code (no roots: no restriction on working directories):
+/// Built in code (no roots: working directories are not restricted):
 ///
 /// ```
 /// use asynctask_process::{CommandLine, ProcessRunnerConfig, SubagentCommand, SubagentName};

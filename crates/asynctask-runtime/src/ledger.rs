@@ -96,40 +96,36 @@ struct Inner {
 /// The one place that decides which delivery carries a finished task's result,
 /// so that each result reaches the model exactly once.
 ///
-/// A finished task the model has not been told about is **claimed** by exactly
-/// one delivery at a time. A claim is a value, [`Claim`], owned by whoever
-/// carries it (the auto-trigger's turn in flight, the host's next request, an
-/// MCP response being written), and it ends exactly once, by ownership:
+/// A finished task the model has not been told about is **claimed** by one
+/// delivery at a time: a [`Claim`], owned by whoever carries it (a turn in
+/// flight, the next request, an MCP response being written), which ends
+/// exactly once, by ownership:
 ///
 /// - [`Claim::acknowledge`] consumes it: the delivery succeeded, the tasks are
 ///   marked notified in the registry;
 /// - dropping it (or [`Claim::release`]) releases it: the delivery did not
 ///   happen, the tasks are pending again and the next claim takes them.
 ///
-/// A claim renders its [`Reminder`] from one look at the registry, and carries
-/// exactly the tasks it renders. [`changed`](Self::changed) wakes waiters when
-/// a claim ends or a task finishes, so they look again instead of polling.
+/// A claim renders its [`Reminder`] from one look at the registry and carries
+/// exactly the tasks it renders; [`changed`](Self::changed) wakes waiters when
+/// a claim ends or a task finishes.
 ///
-/// A cheap handle: clones share one ledger. A runtime has one,
-/// [`AsyncTaskRuntime::claims`](crate::AsyncTaskRuntime::claims), shared by
-/// every delivery: a second ledger over the same manager would not see the
-/// first one's claims, and the two could deliver one result twice.
+/// Clones share one ledger. Use the runtime's
+/// ([`AsyncTaskRuntime::claims`](crate::AsyncTaskRuntime::claims)): a second
+/// ledger over the same manager would not see the first one's claims.
 ///
 /// # Examples
 ///
 /// ```
 /// use asynctask_manager::{AsyncTaskManager, RegisterTaskInput};
 /// use asynctask_runtime::{ClaimLedger, ClaimOwner};
-///
 /// let manager = AsyncTaskManager::default();
 /// manager.register_task(RegisterTaskInput::new("0f3a9c21-1", "researcher", "g"))?;
 /// manager.cancel_task("0f3a9c21-1");
 /// let ledger = ClaimLedger::new(manager.clone());
-///
 /// let first = ledger.claim(ClaimOwner::Request).expect("a result is pending");
 /// assert_eq!(first.task_ids(), ["0f3a9c21-1"]);
 /// assert!(ledger.claim(ClaimOwner::Request).is_none(), "claimed by the first");
-///
 /// drop(first); // its response was never sent
 /// let second = ledger.claim(ClaimOwner::Request).expect("released");
 /// second.acknowledge(); // its response was written

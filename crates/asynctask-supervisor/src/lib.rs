@@ -1,7 +1,5 @@
-//! Durable serving: background tasks that outlive the MCP sessions that
-//! launched them.
-//!
-//! This crate sits on `asynctask-mcp`. It serves one workspace's tasks from one
+//! Durable serving, on `asynctask-mcp`: background tasks that outlive the MCP
+//! sessions that launched them. This crate serves one workspace's tasks from one
 //! long-lived process, the [`Supervisor`], which owns the runtime (with a store,
 //! so results survive it too) and the subagents, and listens on a Unix socket in
 //! the workspace's [`StateDir`]. What an MCP client starts (`asynctask mcp

@@ -13,13 +13,10 @@ tokio::task_local! {
 }
 
 /// What a serving layer (an MCP server, say) knows about the tool call being
-/// served, set around the call with [`with_call_context`]. A synchronous `task`
-/// run reports its subagent's output into [`progress`](Self::progress), for
-/// progress notifications (a background task's progress is its own, in the
-/// manager); `task` records [`origin`](Self::origin), who made the call, as the
-/// origin of the tasks it launches, and `check_async_tasks` marks each task
-/// with it; a session's [launch budget](Self::launches) and
-/// [nesting](Self::nesting) cap what the call may launch. Outside any
+/// served, set around the call with [`with_call_context`]: where a synchronous
+/// `task` run reports progress, who made the call ([`origin`](Self::origin),
+/// recorded on the tasks it launches), and the session's caps
+/// ([launches](Self::launches), [nesting](Self::nesting)). Outside any
 /// context: a fresh progress, no origin, the `task` tool's own caps.
 ///
 /// # Examples
@@ -46,7 +43,6 @@ tokio::task_local! {
 /// let params = serde_json::json!({"subagent_name": "chatty", "goal_prompt": "work"});
 /// with_call_context(context.clone(), tool.execute(params, CancellationToken::new())).await;
 /// assert_eq!(context.progress.snapshot().last_line(), Some("step 1 of 2 done"));
-///
 /// let params = serde_json::json!({"subagent_name": "chatty", "goal_prompt": "work", "async": true});
 /// let launched = with_call_context(context, tool.execute(params, CancellationToken::new())).await;
 /// let id = launched.metadata["agentId"].as_str().unwrap();

@@ -89,24 +89,17 @@ impl AsyncTaskManager {
         state.registry.has_backlog() || state.registry.starts_failed()
     }
 
-    /// A manager that journals every change to `journal`, holding `tasks` —
-    /// what the journal's store held, in registration order (an empty `Vec`
-    /// for a new store).
-    ///
-    /// Every index is rebuilt. Tasks stored as running ran in a process that
-    /// has ended, so they come back **failed** with an error that says they
-    /// were interrupted ([`StoredTask::interrupted_error`]), completed now: they
-    /// are pending, and delivered like any other result. Then the history limit
-    /// applies: the oldest-finished notified tasks beyond it are pruned. Both
-    /// are journaled, as one change; if that write fails it is logged and the
-    /// manager is built all the same (as for any terminal transition). No event
-    /// is emitted.
+    /// A manager that journals every change to `journal`, holding `tasks` (what
+    /// its store held, in registration order; empty for a new store). No event
+    /// is emitted. Tasks stored as running ran in a process that has ended: they
+    /// come back **failed**, interrupted ([`StoredTask::interrupted_error`]),
+    /// and are delivered like any other result; then the history limit prunes
+    /// (one journaled change; a failed write is logged, the manager built).
     ///
     /// # Errors
     ///
-    /// [`RestoreError`] when the tasks are not a registry: an empty or repeated
-    /// id, or a task that breaks the model's rules (a completed task without an
-    /// output, say). Nothing is journaled then.
+    /// [`RestoreError`] when the tasks are not a registry (an empty or repeated
+    /// id, a completed task without an output, …); nothing is journaled then.
     ///
     /// # Examples
     ///
@@ -114,8 +107,6 @@ impl AsyncTaskManager {
     /// use std::sync::{Arc, Mutex};
     /// use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, StoredTask};
     /// use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, ManualClock, MaxAsyncTasks};
-    ///
-    /// /// Counts the changes it is told of.
     /// #[derive(Default)]
     /// struct Count(Mutex<usize>);
     /// impl Journal for Count {
@@ -124,17 +115,12 @@ impl AsyncTaskManager {
     ///         Ok(())
     ///     }
     /// }
-    ///
     /// let mut done = AsyncTaskInfo::new("b2", "tester", "run the suite", 1_000);
     /// done.fail("exit status 2", 2_000);
-    /// let stored = vec![
-    ///     StoredTask::new(AsyncTaskInfo::new("a1", "researcher", "map the code", 1_000)).with_process("pid 4242"),
-    ///     StoredTask::new(done),
-    /// ];
-    /// let journal = Arc::new(Count::default());
-    /// let clock = Arc::new(ManualClock::new(9_000));
+    /// let running = AsyncTaskInfo::new("a1", "researcher", "map the code", 1_000);
+    /// let stored = vec![StoredTask::new(running).with_process("pid 4242"), StoredTask::new(done)];
+    /// let (journal, clock) = (Arc::new(Count::default()), Arc::new(ManualClock::new(9_000)));
     /// let manager = AsyncTaskManager::restore(MaxAsyncTasks::default(), clock, journal.clone(), stored)?;
-    ///
     /// let a1 = manager.task("a1").unwrap();
     /// assert_eq!((a1.status(), a1.completed_at()), (AsyncTaskStatus::Failed, Some(9_000)));
     /// assert!(a1.error().unwrap().starts_with("interrupted: the process running this task ended"));
