@@ -83,6 +83,7 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
                 .into_iter()
                 .chain(check_length(relative, &text))
                 .chain(check_doc_blocks(relative, &text))
+                .chain(check_plain_data(relative, &text))
                 .map(|p| format!("{shown}: {p}")),
         );
     }
@@ -127,6 +128,38 @@ const MAX_SOURCE_LINES: usize = 900;
 
 /// The most lines ARCHITECTURE.md may hold: it is a map, read in one sitting.
 const MAX_MAP_LINES: usize = 250;
+
+/// The crate whose sources do no I/O and start no threads: the model is plain
+/// data, and its tokio ban alone would not stop `std` doing either.
+const PLAIN_DATA: &str = "crates/asynctask-model/src";
+
+/// What [`PLAIN_DATA`] sources must not use.
+const IO_AND_THREADS: &[&str] = &[
+    "std::fs",
+    "std::io",
+    "std::net",
+    "std::process",
+    "std::thread",
+];
+
+/// Each line of a [`PLAIN_DATA`] source that uses I/O or threads (comments
+/// aside).
+fn check_plain_data(relative: &Path, text: &str) -> Vec<String> {
+    if !relative.starts_with(PLAIN_DATA) {
+        return Vec::new();
+    }
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .filter_map(|(number, line)| {
+            let used = IO_AND_THREADS.iter().find(|path| line.contains(*path))?;
+            Some(format!(
+                "line {}: `{used}` in the model, which does no I/O and starts no threads",
+                number + 1
+            ))
+        })
+        .collect()
+}
 
 /// The most lines one doc comment (a run of `///` or `//!` lines) under `src/`
 /// may hold, its example included: a caller reads what they need there, and
@@ -714,6 +747,12 @@ mod tests {
         let split = "//! x\n".repeat(20) + &doc(30);
         assert!(check_doc_blocks(src, &split).is_empty());
         assert!(check_doc_blocks(Path::new("crates/a/tests/it/x.rs"), &doc(99)).is_empty());
+        let model = Path::new("crates/asynctask-model/src/task.rs");
+        assert_eq!(
+            check_plain_data(model, "//! x\n// std::fs in a comment\nuse std::thread;\n"),
+            ["line 3: `std::thread` in the model, which does no I/O and starts no threads"]
+        );
+        assert!(check_plain_data(src, "use std::thread;\n").is_empty());
         assert!(check_map(&"line\n".repeat(MAX_MAP_LINES + 1)).is_some());
     }
 

@@ -2,16 +2,20 @@
 //! serve it, as a floor to read the registry's figures against.
 //!
 //! Run with `cargo bench -p asynctask-manager --bench floor`. `Floor` keeps no
-//! more than the cycle needs: one mutex, a hash map from id to slot, an ordered
-//! set of ids for prefixes, a slab of records, and two queues (pending, then
-//! delivered, pruned oldest first past ten). It has none of the registry's
+//! more than the cycle needs: one mutex, a hash map from id to slot (hashbrown
+//! and foldhash, as the registry), an ordered set of ids for prefixes, a slab
+//! of records, and two queues (pending, then delivered, pruned oldest first
+//! past ten). The host's strings move in uncopied, and both indexes hold the
+//! record's shared head. It has none of the registry's
 //! rules — no limit, queue, journal, events, unrecorded tasks, usage or
 //! registration order — so whatever the registry costs above it is the price
 //! of those rules and of sharing heads with snapshots; what both cost is the
 //! shape of the cycle itself (five locked calls, the host's strings and token
 //! freed, a hash table and an ordered index kept, one task pruned a cycle).
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::borrow::Borrow;
+use std::collections::{BTreeSet, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
@@ -55,9 +59,44 @@ fn input(n: u64) -> Input {
 
 /// What never changes after registration, shared with snapshots.
 struct Head {
-    id: Arc<str>,
-    _subagent_name: Box<str>,
-    _goal_prompt: Box<str>,
+    id: String,
+    _subagent_name: String,
+    _goal_prompt: String,
+}
+
+/// A head in an index: hashed, compared and looked up by its id.
+struct Key(Arc<Head>);
+
+impl Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        &self.0.id
+    }
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.id.cmp(&other.0.id)
+    }
 }
 
 /// What a read hands out.
@@ -98,8 +137,8 @@ enum Found {
 
 #[derive(Default)]
 struct State {
-    ids: HashMap<Arc<str>, usize>,
-    ordered: BTreeSet<Arc<str>>,
+    ids: hashbrown::HashMap<Key, usize>,
+    ordered: BTreeSet<Key>,
     slots: Vec<Option<Record>>,
     free: Vec<usize>,
     pending: VecDeque<usize>,
@@ -137,14 +176,13 @@ impl Floor {
         if state.ids.contains_key(input.id.as_str()) {
             return None;
         }
-        let id: Arc<str> = Arc::from(input.id);
         let head = Arc::new(Head {
-            id: Arc::clone(&id),
-            _subagent_name: input.subagent_name.into_boxed_str(),
-            _goal_prompt: input.goal_prompt.into_boxed_str(),
+            id: input.id,
+            _subagent_name: input.subagent_name,
+            _goal_prompt: input.goal_prompt,
         });
         let record = Record {
-            head,
+            head: Arc::clone(&head),
             finished: false,
             token: Some(input.token),
             output: None,
@@ -160,8 +198,8 @@ impl Floor {
                 state.slots.len() - 1
             }
         };
-        state.ids.insert(Arc::clone(&id), slot);
-        state.ordered.insert(id);
+        state.ids.insert(Key(Arc::clone(&head)), slot);
+        state.ordered.insert(Key(head));
         Some(snapshot)
     }
 
@@ -191,8 +229,8 @@ impl Floor {
         let mut matches = state
             .ordered
             .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|id| id.starts_with(prefix))
-            .filter_map(|id| state.record(id).map(Record::snapshot));
+            .take_while(|key| key.0.id.starts_with(prefix))
+            .filter_map(|key| state.record(&key.0.id).map(Record::snapshot));
         match (matches.next(), matches.next()) {
             (None, _) => Found::None,
             (Some(one), None) => Found::One(one),
@@ -226,8 +264,8 @@ impl Floor {
                 break;
             };
             if let Some(record) = state.slots[oldest].take() {
-                state.ids.remove(&*record.head.id);
-                state.ordered.remove(&*record.head.id);
+                state.ids.remove(record.head.id.as_str());
+                state.ordered.remove(record.head.id.as_str());
                 state.free.push(oldest);
             }
         }

@@ -236,7 +236,7 @@ impl AsyncTaskManager {
     }
 
     /// Lets queued tasks start, and starts those the limit admits now, each
-    /// with its [`Started`](TaskEvent::Started) event. A manager holds the
+    /// with its [`Started`](TaskEvent::Started) event. A manager pauses the
     /// starts of a registry it [restored](Self::restore) until this is called,
     /// so that whoever runs subagents subscribes first; otherwise starts
     /// happen by themselves, whenever a running slot frees.
@@ -244,7 +244,7 @@ impl AsyncTaskManager {
         let now = self.now();
         let drain = {
             let mut state = self.lock();
-            state.registry.release_starts();
+            state.registry.resume_starts();
             self.start_waiting(&mut state, now)
         };
         if drain {
@@ -253,7 +253,7 @@ impl AsyncTaskManager {
     }
 
     /// Stops starting queued tasks until [`start_queued`](Self::start_queued):
-    /// a host shutting down holds them before it cancels the running tasks,
+    /// a host shutting down pauses them before it cancels the running tasks,
     /// so that no slot a cancel frees starts a subagent nobody will wait for.
     /// The queued tasks stay queued (a journaled registry starts them after
     /// its restore).
@@ -266,15 +266,15 @@ impl AsyncTaskManager {
     /// manager.set_max_queued_tasks(MaxQueuedTasks::new(5)?);
     /// manager.register_task(RegisterTaskInput::new("a", "tester", "g"))?;
     /// manager.register_task(RegisterTaskInput::new("b", "tester", "g"))?;
-    /// manager.hold_queued();
+    /// manager.pause_starts();
     /// manager.cancel_task("a");
     /// assert_eq!(manager.task("b").unwrap().status(), AsyncTaskStatus::Queued);
     /// manager.start_queued();
     /// assert_eq!(manager.task("b").unwrap().status(), AsyncTaskStatus::Running);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn hold_queued(&self) {
-        self.lock().registry.hold_starts();
+    pub fn pause_starts(&self) {
+        self.lock().registry.pause_starts();
     }
 
     /// Whether this manager journals its changes (it was

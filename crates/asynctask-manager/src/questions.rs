@@ -206,7 +206,7 @@ struct Waiting {
     number: u64,
     question: Question,
     answer: oneshot::Sender<Answer>,
-    /// Held by a claim that may show it to the model.
+    /// Taken by a claim that may show it to the model.
     claimed: bool,
     /// Shown to the model once (a claim carrying it was acknowledged).
     shown: bool,

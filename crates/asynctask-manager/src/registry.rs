@@ -100,7 +100,7 @@ pub(crate) struct Registry {
     queue: TaskList,
     /// Starts wait for the host (a registry just restored, until it asks:
     /// whoever runs subagents must hear of each start).
-    starts_held: bool,
+    starts_paused: bool,
     /// The last write of starts failed: the queue waits for the next change
     /// or a retry, though a slot is free.
     starts_failed: bool,
@@ -132,7 +132,7 @@ impl Registry {
             ids: IdIndex::default(),
             running: TaskList::default(),
             queue: TaskList::default(),
-            starts_held: false,
+            starts_paused: false,
             starts_failed: false,
             pending: BTreeMap::new(),
             delivered: BTreeMap::new(),
@@ -550,7 +550,7 @@ impl Registry {
     /// store does not know), and the queue waits for the next change or a
     /// retry.
     pub(crate) fn start_queued(&mut self, now_ms: u64, journal: Option<&dyn Journal>) -> Started {
-        if self.starts_held || self.queue.len() == 0 {
+        if self.starts_paused || self.queue.len() == 0 {
             return Started::default();
         }
         let room = match self.max.limit() {
@@ -600,15 +600,15 @@ impl Registry {
         self.starts_failed
     }
 
-    /// Lets starts from the queue happen (a restored registry holds them until
+    /// Lets starts from the queue happen (a restored registry pauses them until
     /// the host is ready to run what starts).
-    pub(crate) fn release_starts(&mut self) {
-        self.starts_held = false;
+    pub(crate) fn resume_starts(&mut self) {
+        self.starts_paused = false;
     }
 
-    /// Holds starts from the queue until [`release_starts`](Self::release_starts).
-    pub(crate) fn hold_starts(&mut self) {
-        self.starts_held = true;
+    /// Pauses starts from the queue until [`resume_starts`](Self::resume_starts).
+    pub(crate) fn pause_starts(&mut self) {
+        self.starts_paused = true;
     }
 
     /// The queued tasks, first to start first.

@@ -183,7 +183,7 @@ impl Delivery {
             // Let a burst of completions land, so they share one turn.
             tokio::task::yield_now().await;
             let Some(claim) = self.claim_for_auto_trigger(host.as_ref()) else {
-                if self.finish() {
+                if self.loop_again() {
                     continue;
                 }
                 return;
@@ -269,7 +269,7 @@ impl Delivery {
     }
 
     /// Ends the loop unless something happened meanwhile; `true` means go on.
-    fn finish(&self) -> bool {
+    fn loop_again(&self) -> bool {
         let mut state = self.lock();
         if state.again && !state.stopped {
             state.again = false;

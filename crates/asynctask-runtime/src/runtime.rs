@@ -656,7 +656,7 @@ impl AsyncTaskRuntime {
             // tasks of a journaled registry stay queued and start after the
             // restore; in memory they would never start, so they are
             // cancelled too.
-            self.manager.hold_queued();
+            self.manager.pause_starts();
             for task in self.manager.running_tasks() {
                 self.manager.cancel_task(task.id());
             }

@@ -24,7 +24,7 @@ impl Registry {
         // are held for the host, or wait for a journal that refused them.
         if self.queue.len() > 0
             && self.max.admits(self.admitted().max(self.over_limit))
-            && !self.starts_held
+            && !self.starts_paused
             && !self.starts_failed
         {
             return Err(format!(

@@ -16,7 +16,7 @@ impl Registry {
     /// they become failed with an [interrupted error](StoredTask::interrupted_error)
     /// at `now_ms`, ending after every stored task. Tasks stored as queued stay
     /// queued, in order, their starts held until the host asks
-    /// ([`release_starts`](Registry::release_starts)). Then the history is pruned.
+    /// ([`resume_starts`](Registry::resume_starts)). Then the history is pruned.
     /// The interrupted tasks and the pruning are journaled as one change; a
     /// failed write is returned, and the registry is built all the same (as for
     /// any terminal transition).
@@ -79,7 +79,7 @@ impl Registry {
                     .ids
                     .insert(hash, head, |slot| registry.slots.id(slot));
                 registry.queue.push(&mut registry.slots, slot);
-                registry.starts_held = true;
+                registry.starts_paused = true;
                 continue;
             }
             // `inconsistency` let through only these shapes; the last arm is

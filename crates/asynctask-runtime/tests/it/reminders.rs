@@ -63,7 +63,7 @@ fn queued_tasks_are_tagged_and_counted_apart_from_running_ones() {
     insta::assert_snapshot!("status_summary_queued", service.status_summary());
     let reminder = service.reminder().unwrap();
     insta::assert_snapshot!("reminder_with_a_queue", reminder.text);
-    manager.hold_queued();
+    manager.pause_starts();
     manager.cancel_task("0f3a9c21-5b7e");
     manager.mark_all_notified(
         &manager

@@ -82,32 +82,32 @@ impl Background {
         } = self;
         let token = run.token.clone();
         let mut outcome = run.outcome(deadline, &token).await;
-        if matches!(outcome, Outcome::Finished(_)) && token.is_cancelled() {
+        if matches!(outcome, RunEnd::Finished(_)) && token.is_cancelled() {
             // The runner answered a cancel (the host cancelled the task's token)
             // before this run saw it: the task was cancelled, whatever it returned.
-            outcome = Outcome::Cancelled;
+            outcome = RunEnd::Cancelled;
         }
         match outcome {
-            Outcome::Finished(Ok(output)) => {
+            RunEnd::Finished(Ok(output)) => {
                 tracing::debug!(terminate_reason = %output.terminate_reason, "async task completed");
                 manager.complete_task(&id, output);
             }
-            Outcome::Finished(Err(err)) => {
+            RunEnd::Finished(Err(err)) => {
                 log_failure(&err);
                 manager.fail_task(&id, err.message());
             }
-            Outcome::Panicked(message) | Outcome::Aborted(message) => {
+            RunEnd::Panicked(message) | RunEnd::Aborted(message) => {
                 tracing::warn!(error = %message, "async task failed");
                 manager.fail_task(&id, message);
             }
-            Outcome::TimedOut => {
+            RunEnd::TimedOut => {
                 tracing::warn!(timeout_secs = timeout.as_secs(), "async task timed out");
                 // Fail first: the runner may answer the cancel with a result, and
                 // the timeout must be what the model reads.
                 manager.fail_task(&id, timed_out.text());
                 run.stop().await;
             }
-            Outcome::Cancelled => {
+            RunEnd::Cancelled => {
                 tracing::debug!("async task cancelled");
                 // `false` when `cancel_task` got here first; either way it is
                 // cancelled now.
@@ -158,7 +158,7 @@ impl Drop for EndGuard {
 }
 
 /// How a run ended, as far as the caller is concerned.
-pub(super) enum Outcome {
+pub(super) enum RunEnd {
     /// The runner returned.
     Finished(Result<OutputObject, SubagentError>),
     /// The runner panicked: `subagent panicked: <payload>`.
@@ -214,23 +214,23 @@ impl Run {
         &mut self,
         deadline: Instant,
         cancel: &CancellationToken,
-    ) -> Outcome {
+    ) -> RunEnd {
         let Some(handle) = self.handle.as_mut() else {
-            return Outcome::Aborted(render::RUN_ALREADY_STOPPED.to_owned());
+            return RunEnd::Aborted(render::RUN_ALREADY_STOPPED.to_owned());
         };
         let joined = tokio::select! {
             biased;
             joined = handle => joined,
-            () = tokio::time::sleep_until(deadline) => return Outcome::TimedOut,
-            () = cancel.cancelled() => return Outcome::Cancelled,
+            () = tokio::time::sleep_until(deadline) => return RunEnd::TimedOut,
+            () = cancel.cancelled() => return RunEnd::Cancelled,
         };
         self.handle = None;
         match joined {
-            Ok(result) => Outcome::Finished(result),
+            Ok(result) => RunEnd::Finished(result),
             Err(err) if err.is_panic() => {
-                Outcome::Panicked(render::panicked(panic_message(err.into_panic().as_ref())))
+                RunEnd::Panicked(render::panicked(panic_message(err.into_panic().as_ref())))
             }
-            Err(_) => Outcome::Aborted(render::RUN_ABORTED.to_owned()),
+            Err(_) => RunEnd::Aborted(render::RUN_ABORTED.to_owned()),
         }
     }
 

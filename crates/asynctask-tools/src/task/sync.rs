@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::supervise::{Background, Outcome, Run, TimeoutText, far_future};
+use super::supervise::{Background, Run, RunEnd, TimeoutText, far_future};
 use super::*;
 
 impl TaskTool {
@@ -100,7 +100,7 @@ impl TaskTool {
                 ))
         };
         match outcome {
-            Outcome::Finished(Ok(output)) => {
+            RunEnd::Finished(Ok(output)) => {
                 let display = format!(
                     "Subagent **{name}** finished (`{}`)",
                     output.terminate_reason
@@ -115,7 +115,7 @@ impl TaskTool {
                 let metadata = with_usage(metadata, &task);
                 ToolResult::success(completion_notification(&task), display, metadata)
             }
-            Outcome::Finished(Err(err)) => {
+            RunEnd::Finished(Err(err)) => {
                 supervise::log_failure(&err);
                 let display = format!("Subagent **{name}** failed: {}", err.message());
                 failed(
@@ -125,7 +125,7 @@ impl TaskTool {
                     display,
                 )
             }
-            Outcome::Panicked(message) => {
+            RunEnd::Panicked(message) => {
                 let display = format!("Subagent **{name}** failed: {message}");
                 failed(
                     &mut task,
@@ -134,11 +134,11 @@ impl TaskTool {
                     display,
                 )
             }
-            Outcome::Aborted(message) => {
+            RunEnd::Aborted(message) => {
                 let display = format!("Subagent **{name}** failed: {message}");
                 failed(&mut task, ToolErrorType::ExecutionFailed, message, display)
             }
-            Outcome::TimedOut => {
+            RunEnd::TimedOut => {
                 let message =
                     render::with_output_file(self.timeout_message(&name, timeout), &progress);
                 let display = format!(
@@ -147,7 +147,7 @@ impl TaskTool {
                 );
                 failed(&mut task, ToolErrorType::Timeout, message, display)
             }
-            Outcome::Cancelled => {
+            RunEnd::Cancelled => {
                 task.cancel(now);
                 tracing::debug!(task_id = %id, subagent = %name, "subagent call cancelled");
                 ToolResult::failure(
