@@ -784,8 +784,8 @@ mod tests {
 
     #[test]
     fn a_log_over_the_limit_is_emptied_and_one_under_it_kept() {
-        let dir = std::env::temp_dir().join(format!("asynctask-log-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a directory");
+        let dir = asynctask_test_support::temp_dir("log");
+        let dir = dir.path();
         let (big, small) = (dir.join("big.log"), dir.join("small.log"));
         std::fs::write(&big, vec![b'x'; 2048]).expect("written");
         std::fs::write(&small, vec![b'x'; 1024]).expect("written");
@@ -793,7 +793,6 @@ mod tests {
         empty_if_over(&small, 1024);
         empty_if_over(&dir.join("missing.log"), 1024);
         let sizes = [&big, &small].map(|path| std::fs::metadata(path).expect("there").len());
-        std::fs::remove_dir_all(&dir).expect("removed");
         assert_eq!(sizes, [0, 1024]);
     }
 }
