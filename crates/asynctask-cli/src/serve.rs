@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::CliError;
 use crate::project::{ConfigEnv, FoundConfig, find_config, project_dir};
+use crate::status::no_supervisor;
 pub use crate::status::{status_text, supervisor_status};
 
 /// What `asynctask mcp` and `asynctask supervisor run` are given.
@@ -768,14 +769,6 @@ fn create_state(state: &StateDir) -> Result<(), CliError> {
         path: state.path().to_owned(),
         source,
     })
-}
-
-/// Whether `err` means nobody listens on the socket.
-pub(crate) fn no_supervisor(err: &std::io::Error) -> bool {
-    matches!(
-        err.kind(),
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-    )
 }
 
 #[cfg(test)]

@@ -14,10 +14,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::front::{SessionStream, ask, connect_or_start, open_session};
-use crate::relay::relay;
+use crate::front::{ask, connect_or_start, open_session};
+use crate::options::SupervisorOptions;
+use crate::relay::{SessionStream, relay};
 use crate::state::{StateDir, SupervisorLock};
-use crate::supervisor::{Quiesced, Supervisor, SupervisorExit, SupervisorOptions};
+use crate::supervisor::{Quiesced, Supervisor, SupervisorExit};
 
 /// A private state directory under a fresh temporary one (removed on drop).
 fn temp_state() -> (tempfile::TempDir, StateDir) {
