@@ -205,8 +205,10 @@ def test_durable_checks_sharing_an_id_deliver_a_result_exactly_once(tmp_path: Pa
             assert server.task(task_id)["delivered"] is True, (round, server.task(task_id))
             next_id += 3
         assert refusals > 0, "no round had both requests in progress at once"
+        supervisor = server.supervisor_pid()
     finally:
         server.close()
+    wait_until(lambda: process_gone(supervisor), f"the end of supervisor {supervisor} after `supervisor stop`")
     assert "panicked" not in (tmp_path / "server-stderr.log").read_text()
 
 
