@@ -8,6 +8,7 @@ The binary is ``$ASYNCTASK_BIN`` (``cargo xtask ci`` sets it) or
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -100,12 +101,7 @@ async def connect(
 
 def slow_group(tmp_path: Path, task_id: str) -> int:
     """The process group of task `task_id` of the `slow` subagent (its shell's pid)."""
-    pid_file = tmp_path / f"slow-{task_id}.pid"
-    deadline = time.monotonic() + 5
-    while not (pid_file.is_file() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline, f"`slow` never wrote {pid_file}"
-        time.sleep(0.02)
-    return int(pid_file.read_text())
+    return int(wait_for_file(tmp_path / f"slow-{task_id}.pid"))
 
 
 def group_alive(pgid: int) -> bool:
@@ -132,12 +128,9 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-async def assert_group_ends(pgid: int, within: float = 4.0) -> None:
+async def assert_group_ends(pgid: int) -> None:
     """The subagent's whole process group ends (SIGTERM, SIGKILL after a 2 s grace)."""
-    deadline = time.monotonic() + within
-    while group_alive(pgid):
-        assert time.monotonic() < deadline, f"process group {pgid} of the subagent still runs after {within} s"
-        await anyio.sleep(0.05)
+    await wait_until_async(lambda: not group_alive(pgid), f"the end of the subagent's process group {pgid}")
 
 
 def texts(result: CallToolResult) -> list[str]:
@@ -219,13 +212,41 @@ def process_gone(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].startswith(("Z", "X"))
 
 
-def wait_for_file(path: Path, within: float = 5.0) -> str:
+#: How long a wait for an event waits before it fails: a deadline that turns a hang
+#: into a failure naming what never happened, never a bound on how fast it happens.
+WAIT_DEADLINE = 20.0
+
+
+def wait_until(condition: Callable[[], Any], what: str, within: float = WAIT_DEADLINE, every: float = 0.02) -> Any:
+    """Calls `condition` every `every` seconds until it returns something true, and
+    returns that; fails naming `what` when it has not after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: did not happen within {within} s"
+        time.sleep(every)
+
+
+async def wait_until_async(condition: Callable[[], Any], what: str, within: float = WAIT_DEADLINE) -> Any:
+    """`wait_until` for async tests: sleeps on the event loop between looks, and
+    awaits what `condition` returns when it is awaitable (a call to the server)."""
+    deadline = time.monotonic() + within
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: did not happen within {within} s"
+        await anyio.sleep(0.02)
+
+
+def wait_for_file(path: Path, within: float = WAIT_DEADLINE) -> str:
     """The content of `path` once it exists and is not empty (writers rename it into
     place when done)."""
-    deadline = time.monotonic() + within
-    while not (path.is_file() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+    wait_until(lambda: path.is_file() and path.read_text().strip(), f"{path} appears", within)
     return path.read_text()
 
 
@@ -313,6 +334,18 @@ class LineServer:
         pid = json.loads(done.stdout)["pid"]
         assert pid, "no supervisor runs"
         return pid
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """Task `task_id` as the durable workspace's `supervisor status --json` lists it
+        (an empty dict when it lists no such task)."""
+        done = subprocess.run(
+            [str(binary()), "supervisor", "status", "--json", "--config", str(CONFIG), "--state-dir", str(self.state)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        return next((task for task in json.loads(done.stdout)["tasks"] if task["id"] == task_id), {})
 
     def close(self, stop_supervisor: bool = True) -> None:
         """Closes stdin; the server (or front) exits by itself; a durable workspace's

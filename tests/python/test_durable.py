@@ -16,11 +16,9 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
 from helpers import (
@@ -35,6 +33,8 @@ from helpers import (
     progress_recorder,
     texts,
     wait_for_file,
+    wait_until,
+    wait_until_async,
 )
 
 pytestmark = pytest.mark.anyio
@@ -77,10 +77,7 @@ class Workspace:
         pid = self.pid()
         assert pid, "no supervisor runs"
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while not process_gone(pid):
-            assert time.monotonic() < deadline, f"supervisor {pid} outlived SIGKILL"
-            time.sleep(0.02)
+        wait_until(lambda: process_gone(pid), f"the end of supervisor {pid} after SIGKILL")
         return pid
 
     def log(self) -> str:
@@ -100,14 +97,6 @@ def workspace(tmp_path: Path) -> Iterator[Workspace]:
         os.kill(pid, signal.SIGKILL)
         pytest.fail(f"supervisor {pid} still ran after `supervisor stop` (killed now)")
     assert "panicked" not in workspace.log(), workspace.log()
-
-
-def wait_until(condition, what: str, within: float = 10.0) -> None:
-    """Polls `condition` until it holds; fails naming `what` after `within` seconds."""
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {within} s"
-        time.sleep(0.02)
 
 
 def task_status(workspace: Workspace, task_id: str) -> str | None:
@@ -249,14 +238,12 @@ async def test_a_killed_supervisors_running_task_is_reported_interrupted(
         )
         pids = [int(pid) for pid in wait_for_file(tmp_path / f"orphans-{task_id}.pids").split()]
     killed = workspace.kill()
-    deadline = time.monotonic() + 2.0
-    while not all(process_gone(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            left = [pid for pid in pids if not process_gone(pid)]
-            for pid in left:
+    try:
+        wait_until(lambda: all(process_gone(pid) for pid in pids), f"the end of subagent processes {pids} with their supervisor")
+    finally:
+        for pid in pids:
+            if not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)
-            pytest.fail(f"subagent processes {left} outlived their supervisor by 2 s (killed now)")
-        time.sleep(0.02)
     stored = workspace.status()
     assert stored["pid"] is None and stored["tasks"][0]["status"] == "interrupted", stored
 
@@ -285,10 +272,7 @@ async def test_a_signalled_supervisors_running_task_is_reported_interrupted_once
         pids = [int(pid) for pid in wait_for_file(tmp_path / f"orphans-{task_id}.pids").split()]
     pid = workspace.pid()
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10.0
-    while not process_gone(pid):
-        assert time.monotonic() < deadline, f"supervisor {pid} still runs 10 s after SIGTERM"
-        time.sleep(0.02)
+    wait_until(lambda: process_gone(pid), f"the end of supervisor {pid} after SIGTERM")
     left = [pid for pid in pids if not process_gone(pid)]
     for leftover in left:
         os.kill(leftover, signal.SIGKILL)
@@ -546,9 +530,7 @@ async def test_a_front_warns_of_a_supervisor_of_another_build(tmp_path: Path) ->
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 10
-        while not (state / "supervisor.sock").exists() and time.monotonic() < deadline:
-            await anyio.sleep(0.05)
+        await wait_until_async(lambda: (state / "supervisor.sock").exists(), "the old supervisor's socket")
         async with connect(MODE, tmp_path, "--durable", "--state-dir", str(state), "--project", str(project)) as client:
             result = await client.call_tool("check_async_tasks", {})
             assert not result.is_error

@@ -10,20 +10,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import REMINDER_HEADER, LineServer, group_alive, process_gone, slow_group
+from helpers import REMINDER_HEADER, LineServer, group_alive, process_gone, slow_group, wait_until
 
 TASKS = "io.modelcontextprotocol/tasks"
 DAY_MS = 24 * 60 * 60 * 1000
 POLL_MS = 5_000
 ACK = {"resultType": "complete"}
-#: How long a poll loop waits for a task to change, on the real clock.
-WITHIN = 10.0
 
 
 def meta(tasks: bool) -> dict[str, Any]:
@@ -71,15 +68,26 @@ class TasksClient:
         """Polls `tasks/get` until the task is `status`: its last answer, and every
         status seen on the way."""
         seen = []
-        deadline = time.monotonic() + WITHIN
-        while True:
+
+        def reached() -> dict[str, Any] | None:
             polled = self.get(task_id)["result"]
             assert polled["taskId"] == task_id and polled["resultType"] == "complete", polled
             seen.append(polled["status"])
-            if polled["status"] == status:
-                return polled, seen
-            assert time.monotonic() < deadline, f"task {task_id} never became {status}: {seen}"
-            time.sleep(0.05)
+            return polled if polled["status"] == status else None
+
+        return wait_until(reached, f"task {task_id} becomes {status}", every=0.05), seen
+
+    def listed_completed(self, task_id: str) -> None:
+        """Lists the tasks with `check_async_tasks` until `task_id` is listed completed;
+        no listing carries a System Note (a followed task's result rides on no other
+        tool result)."""
+
+        def completed() -> bool:
+            listing = self.call("check_async_tasks", {})["result"]
+            assert not any(REMINDER_HEADER in text for text in texts(listing)), listing
+            return f"[{task_id[:8]}] quick - completed" in texts(listing)[0]
+
+        wait_until(completed, f"task {task_id} is listed completed", every=0.05)
 
 
 def texts(result: dict[str, Any]) -> list[str]:
@@ -121,14 +129,7 @@ def test_a_result_is_delivered_once_through_tasks_get_never_in_a_system_note(cli
     client.request("server/discover")
     task_id = client.launch("quick")
     # Other tool calls while it runs and after it ended: none carries its result.
-    deadline = time.monotonic() + WITHIN
-    while True:
-        listing = client.call("check_async_tasks", {})["result"]
-        assert not any(REMINDER_HEADER in text for text in texts(listing)), listing
-        if f"[{task_id[:8]}] quick - completed" in texts(listing)[0]:
-            break
-        assert time.monotonic() < deadline, f"task {task_id} never finished"
-        time.sleep(0.05)
+    client.listed_completed(task_id)
     peek = client.call("check_async_tasks", {"task_id": task_id})["result"]
     assert len(texts(peek)) == 1, peek
     done, _ = client.poll_until(task_id, "completed")
@@ -149,10 +150,7 @@ def test_tasks_cancel_ends_the_subagent_and_is_idempotent(client: TasksClient, t
         assert client.request("tasks/cancel", {"taskId": task_id})["result"] == ACK
     cancelled, _ = client.poll_until(task_id, "cancelled")
     assert "result" not in cancelled, cancelled
-    deadline = time.monotonic() + 5
-    while group_alive(group):
-        assert time.monotonic() < deadline, f"process group {group} of the cancelled subagent still runs"
-        time.sleep(0.05)
+    wait_until(lambda: not group_alive(group), f"the end of the cancelled subagent's process group {group}")
     assert client.request("tasks/cancel", {"taskId": task_id})["result"] == ACK, "after its end too"
     listing = client.call("check_async_tasks", {})["result"]
     assert not any(REMINDER_HEADER in text for text in texts(listing)), listing
@@ -212,10 +210,7 @@ def supervisor_gone(server: LineServer) -> None:
     """SIGKILLs the workspace's supervisor and waits until it is gone."""
     pid = server.supervisor_pid()
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while not process_gone(pid):
-        assert time.monotonic() < deadline, f"supervisor {pid} outlived SIGKILL"
-        time.sleep(0.02)
+    wait_until(lambda: process_gone(pid), f"the end of supervisor {pid} after SIGKILL")
 
 
 def test_a_durable_task_resolves_after_the_client_restarts_its_server(tmp_path: Path) -> None:
@@ -227,14 +222,7 @@ def test_a_durable_task_resolves_after_the_client_restarts_its_server(tmp_path: 
     try:
         # Another tool call of the new session, after the task ended: still followed
         # as an MCP Task, so no System Note carries its result.
-        deadline = time.monotonic() + WITHIN
-        while True:
-            listing = second.call("check_async_tasks", {})["result"]
-            assert not any(REMINDER_HEADER in text for text in texts(listing)), listing
-            if f"[{task_id[:8]}] quick - completed" in texts(listing)[0]:
-                break
-            assert time.monotonic() < deadline, f"task {task_id} never finished"
-            time.sleep(0.05)
+        second.listed_completed(task_id)
         done, _ = second.poll_until(task_id, "completed")
         assert json.loads(texts(done["result"])[0])["agent_id"] == task_id, done
         assert second.get(task_id)["result"] == done, "a poll again answers the same"
@@ -246,10 +234,12 @@ def test_a_durable_task_resolves_from_the_store_after_a_supervisor_restart(tmp_p
     first = durable_client(tmp_path, "front-1.log")
     task_id = first.launch("quick")
     ended = [first.get(task_id)["result"]["status"]]
-    deadline = time.monotonic() + WITHIN
-    while json.loads(texts(first.call("check_async_tasks", {"task_id": task_id})["result"])[0])["status"] != "completed":
-        assert time.monotonic() < deadline, f"task {task_id} never finished"
-        time.sleep(0.05)
+    wait_until(
+        lambda: json.loads(texts(first.call("check_async_tasks", {"task_id": task_id})["result"])[0])["status"]
+        == "completed",
+        f"task {task_id}'s end",
+        every=0.05,
+    )
     assert ended == ["working"], ended
     first.server.close(stop_supervisor=False)
     supervisor_gone(first.server)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import pytest
 
-from helpers import CONFIG, binary, process_gone, wait_for_file
+from helpers import CONFIG, binary, process_gone, wait_for_file, wait_until
 
 #: How long the server may take to exit after a signal, here. Claude Code sends
 #: SIGTERM 100 ms after SIGINT and SIGKILL 400 ms after that; how fast the
@@ -315,10 +315,7 @@ def test_a_killed_servers_outputs_are_swept_by_the_next_server(tmp_path: Path) -
         assert abandoned.is_dir(), "SIGKILL runs no code: the outputs stay"
         later = RawServer(tmp_path / "later", "pipe", tmpdir=tmpdir)
         made = output_dir_of(later)
-        deadline = time.monotonic() + 10
-        while abandoned.exists():
-            assert time.monotonic() < deadline, f"{abandoned} was never swept"
-            time.sleep(0.01)
+        wait_until(lambda: not abandoned.exists(), f"the sweep of {abandoned}")
         assert kept.is_dir() and made.is_dir(), "a running server's outputs were swept"
     finally:
         for server in (killed, running, later):

@@ -20,7 +20,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from helpers import CONFIG, binary, connect, launched_id, process_gone, texts
+from helpers import CONFIG, binary, connect, launched_id, process_gone, texts, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -91,17 +91,7 @@ def stop_supervisor(state: Path) -> None:
     if stopped.returncode != 0 and pid:
         os.kill(pid, signal.SIGKILL)
     if pid:
-        deadline = time.monotonic() + 10
-        while not process_gone(pid):
-            assert time.monotonic() < deadline, f"supervisor {pid} did not end"
-            time.sleep(0.02)
-
-
-def wait_until(condition, what: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {within} s"
-        time.sleep(0.02)
+        wait_until(lambda: process_gone(pid), f"the end of supervisor {pid}")
 
 
 async def test_a_durable_workspace_is_the_projects_and_shows_it(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from helpers import (
     launched_id,
     progress_recorder,
     texts,
+    wait_until_async,
 )
 
 pytestmark = pytest.mark.anyio
@@ -146,13 +147,12 @@ async def test_a_running_task_shows_its_latest_output(tmp_path: Path) -> None:
         )
         # Peeks until the subagent has printed (a peek at a running task
         # delivers nothing, so looking again changes nothing).
-        deadline = anyio.current_time() + 20
-        while True:
+        async def printed() -> dict | None:
             peek = await transcript.call("check_async_tasks", {"task_id": task_id})
             details = json.loads(texts(peek)[0])
-            if details.get("recentOutput") or anyio.current_time() > deadline:
-                break
-            await anyio.sleep(0.05)
+            return details if details.get("recentOutput") else None
+
+        details = await wait_until_async(printed, "the subagent's output in a peek")
         assert details["status"] == "running"
         assert re.fullmatch(r"\d+s", details["duration"]), details
         lines = details["recentOutput"]

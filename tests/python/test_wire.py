@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from helpers import LineServer, process_gone
+from helpers import REMINDER_HEADER, LineServer, process_gone, wait_until
 
 
 def rss_kib(pid: int) -> int:
@@ -170,6 +171,51 @@ def test_a_duplicate_id_leaves_the_request_in_progress_answered_when_the_supervi
     finally:
         server.close()
     assert "panicked" not in (tmp_path / "server-stderr.log").read_text()
+
+
+def test_durable_checks_sharing_an_id_deliver_a_result_exactly_once(tmp_path: Path) -> None:
+    """Durable, through the front and the supervisor, round after round: once a task has
+    finished, two `check_async_tasks` calls sharing one id in one write get two answers,
+    exactly one of which carries the result's System Note; the other is the JSON-RPC
+    error (or, when the first was answered before the second was read, a plain
+    listing); a later call does not carry the result again, and the supervisor records
+    it delivered."""
+    server = LineServer(tmp_path, durable=True)
+    try:
+        server.initialize()
+        next_id = 1
+        refusals = 0
+        for round in range(20):
+            server.send(call(next_id, "task", {"subagent_name": "quick", "goal_prompt": "x", "async": True}))
+            launched = server.answer(next_id)
+            task_id = re.search(r"\(ID: ([^)\s]+)\)", launched["result"]["content"][0]["text"]).group(1)
+            wait_until(lambda: server.task(task_id).get("status") == "completed", f"round {round}: task {task_id}'s end")
+            check = json.dumps(call(next_id + 1, "check_async_tasks", {})).encode() + b"\n"
+            server.write(check + check)
+            answers = [server.answer(next_id + 1), server.answer(next_id + 1)]
+            refused = [answer for answer in answers if "error" in answer]
+            assert all(answer["error"]["code"] == -32600 for answer in refused), (round, answers)
+            assert len(refused) <= 1, (round, answers)
+            refusals += len(refused)
+            carried = [answer for answer in answers if carries(answer, task_id)]
+            assert len(carried) == 1 and "result" in carried[0], (round, answers)
+            server.send(call(next_id + 2, "check_async_tasks", {}))
+            later = server.answer(next_id + 2)
+            assert not carries(later, task_id), (round, later)
+            assert server.task(task_id)["delivered"] is True, (round, server.task(task_id))
+            next_id += 3
+        assert refusals > 0, "no round had both requests in progress at once"
+        supervisor = server.supervisor_pid()
+    finally:
+        server.close()
+    wait_until(lambda: process_gone(supervisor), f"the end of supervisor {supervisor} after `supervisor stop`")
+    assert "panicked" not in (tmp_path / "server-stderr.log").read_text()
+
+
+def carries(answer: dict[str, Any], task_id: str) -> bool:
+    """Whether `answer` carries a System Note with task `task_id`'s result."""
+    blocks = answer.get("result", {}).get("content", [])
+    return any(REMINDER_HEADER in block.get("text", "") and task_id in block["text"] for block in blocks)
 
 
 def test_a_client_that_does_not_read_is_not_read(server: LineServer) -> None:

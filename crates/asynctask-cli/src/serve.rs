@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::CliError;
 use crate::project::{ConfigEnv, FoundConfig, find_config, project_dir};
+use crate::status::no_supervisor;
 pub use crate::status::{status_text, supervisor_status};
 
 /// What `asynctask mcp` and `asynctask supervisor run` are given.
@@ -770,22 +771,14 @@ fn create_state(state: &StateDir) -> Result<(), CliError> {
     })
 }
 
-/// Whether `err` means nobody listens on the socket.
-pub(crate) fn no_supervisor(err: &std::io::Error) -> bool {
-    matches!(
-        err.kind(),
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_log_over_the_limit_is_emptied_and_one_under_it_kept() {
-        let dir = std::env::temp_dir().join(format!("asynctask-log-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a directory");
+        let dir = asynctask_test_support::temp_dir("log");
+        let dir = dir.path();
         let (big, small) = (dir.join("big.log"), dir.join("small.log"));
         std::fs::write(&big, vec![b'x'; 2048]).expect("written");
         std::fs::write(&small, vec![b'x'; 1024]).expect("written");
@@ -793,7 +786,6 @@ mod tests {
         empty_if_over(&small, 1024);
         empty_if_over(&dir.join("missing.log"), 1024);
         let sizes = [&big, &small].map(|path| std::fs::metadata(path).expect("there").len());
-        std::fs::remove_dir_all(&dir).expect("removed");
         assert_eq!(sizes, [0, 1024]);
     }
 }

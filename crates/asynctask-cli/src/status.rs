@@ -8,7 +8,14 @@ use asynctask_tools::{format_duration, format_usage};
 use serde_json::{Value, json};
 
 use crate::CliError;
-use crate::serve::no_supervisor;
+
+/// Whether `err` means nobody listens on the socket.
+pub(crate) fn no_supervisor(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+    )
+}
 
 /// `asynctask supervisor status`: the supervisor's pid (`null` when none
 /// runs), its project and its tasks — when none runs, the tasks its store

@@ -635,4 +635,67 @@ mod tests {
             runtime.shutdown().await;
         }
     }
+
+    /// Runs until cancelled.
+    struct Forever;
+
+    #[async_trait::async_trait]
+    impl asynctask_tools::SubagentRunner for Forever {
+        async fn run(
+            &self,
+            _request: asynctask_tools::SubagentRequest,
+            cancel: tokio_util::sync::CancellationToken,
+        ) -> Result<OutputObject, asynctask_tools::SubagentError> {
+            cancel.cancelled().await;
+            Err(asynctask_tools::SubagentError::new("cancelled"))
+        }
+    }
+
+    /// Twenty background launches sharing one id, in one write: each is
+    /// either served (and its task started) or refused with the JSON-RPC
+    /// error before any handler runs; no task starts without an answer.
+    #[tokio::test]
+    async fn launches_sharing_an_id_start_a_task_for_each_answer_and_no_other() {
+        use asynctask_model::MaxAsyncTasks;
+
+        const LAUNCHES: usize = 20;
+        for round in 0..20 {
+            let runtime = Arc::new(
+                AsyncTaskRuntime::builder()
+                    .runner(Arc::new(Forever))
+                    .max_async_tasks(MaxAsyncTasks::UNLIMITED)
+                    .build(),
+            );
+            let (mut lines, mut write) = serve(&runtime).await;
+            let launch = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "task", "arguments": {
+                    "subagent_name": "forever", "goal_prompt": "wait", "async": true}}});
+            write
+                .write_all(format!("{launch}\n").repeat(LAUNCHES).as_bytes())
+                .await
+                .expect("written");
+            let mut answers: Vec<Value> = Vec::new();
+            for _ in 0..LAUNCHES {
+                let line = lines.next_line().await.expect("read").expect("a line");
+                answers.push(serde_json::from_str(&line).expect("JSON"));
+            }
+            let served = answers
+                .iter()
+                .filter(|a| a["result"]["isError"] == Value::Bool(false))
+                .count();
+            let refused = answers
+                .iter()
+                .filter(|a| a["id"] == 7 && a["error"]["code"] == -32600)
+                .count();
+            assert!(served >= 1, "round {round}: {answers:#?}");
+            assert_eq!(served + refused, LAUNCHES, "round {round}: {answers:#?}");
+            assert_eq!(
+                runtime.manager().tasks().len(),
+                served,
+                "round {round}: a task for each launch served and no other"
+            );
+            drop(write);
+            runtime.shutdown().await;
+        }
+    }
 }

@@ -7,7 +7,6 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::toplevel::{ConfigExtension, TopLevel};
 use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 
 /// The subagents a [`ProcessRunner`](crate::ProcessRunner) can run (the
@@ -33,7 +32,7 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 /// ```
 ///
 /// Unknown keys are errors; a layer above that keeps keys of its own in the
-/// file declares them with a [`ConfigExtension`].
+/// file declares them with a [`ConfigExtension`](crate::ConfigExtension).
 ///
 /// # Examples
 ///
@@ -245,7 +244,7 @@ pub struct ConfigPosition {
 
 impl ConfigPosition {
     /// The position of byte `offset` in `text` (clamped to the text).
-    fn of(text: &str, offset: usize) -> Self {
+    pub(crate) fn of(text: &str, offset: usize) -> Self {
         let before = text.get(..offset).unwrap_or(text);
         let line_start = before.rfind('\n').map_or(0, |at| at + 1);
         ConfigPosition {
@@ -410,21 +409,6 @@ impl ProcessRunnerConfig {
         Self::from_toml_str_with::<()>(text, project).map(|(config, ())| config)
     }
 
-    /// [`from_toml_str`](Self::from_toml_str) for a text that also holds the
-    /// top-level keys of `X`, a layer above the runner: the config, and what
-    /// `X` read.
-    ///
-    /// # Errors
-    ///
-    /// Those of [`from_toml_str`](Self::from_toml_str); a key of neither is
-    /// an unknown key.
-    pub fn from_toml_str_with<X: ConfigExtension>(
-        text: &str,
-        project: &Path,
-    ) -> Result<(Self, X), ConfigError> {
-        Self::parse(text, project, Path::new("<string>"))
-    }
-
     /// Reads and parses a config file for a host with no project of its own:
     /// the file's directory is the project (relative `cwd`s and `roots` are
     /// relative to it). A host that works in a project uses
@@ -452,82 +436,12 @@ impl ProcessRunnerConfig {
         Self::load_with::<()>(path).map(|(config, ())| config)
     }
 
-    /// [`load`](Self::load) for a file that also holds the top-level keys of
-    /// `X`, a layer above the runner: the config, and what `X` read.
-    ///
-    /// # Errors
-    ///
-    /// Those of [`load`](Self::load); a key of neither is an unknown key.
-    pub fn load_with<X: ConfigExtension>(path: &Path) -> Result<(Self, X), ConfigError> {
-        // An absolute base keeps relative `cwd`s right even if the host later
-        // changes its own working directory.
-        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
-        let project = absolute.parent().unwrap_or(Path::new("."));
-        Self::load_in(path, project)
-    }
-
-    /// Reads and parses a config file for the project at `project`: relative
-    /// `cwd`s and `roots` are relative to it, it is the default `cwd`, and the
-    /// default root. The file may lie anywhere (a user's config serves every
-    /// project); it also returns what `X`, a layer above the runner, read
-    /// (`()` for nothing).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::path::Path;
-    /// use asynctask_process::ProcessRunnerConfig;
-    ///
-    /// let dir = std::env::temp_dir().join(format!("asynctask-doc-in-{}", std::process::id()));
-    /// std::fs::create_dir_all(dir.join("project/docs"))?;
-    /// let file = dir.join("subagents.toml");
-    /// std::fs::write(&file, "[subagents.a]\ncommand = [\"pwd\"]\ncwd = \"docs\"\n")?;
-    /// let project = dir.join("project").canonicalize()?;
-    /// let (config, ()) = ProcessRunnerConfig::load_in::<()>(&file, &project)?;
-    /// std::fs::remove_dir_all(&dir)?;
-    /// assert_eq!(config.subagents["a"].cwd.as_deref(), Some(project.join("docs").as_path()));
-    /// assert_eq!(config.roots, [project]);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// Those of [`load`](Self::load).
-    pub fn load_in<X: ConfigExtension>(
-        path: &Path,
-        project: &Path,
-    ) -> Result<(Self, X), ConfigError> {
-        let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let text = String::from_utf8(bytes).map_err(|source| ConfigError::NotUtf8 {
-            path: path.to_owned(),
-            source,
-        })?;
-        let project = std::path::absolute(project).unwrap_or_else(|_| project.to_owned());
-        Self::parse(&text, &project, path)
-    }
-
-    fn parse<X: ConfigExtension>(
-        text: &str,
-        project: &Path,
-        origin: &Path,
-    ) -> Result<(Self, X), ConfigError> {
-        let top: TopLevel<X> = toml::from_str(text).map_err(|mut source| {
-            let position = source
-                .span()
-                .map(|span| ConfigPosition::of(text, span.start));
-            // The error's `Display` would quote the line: the position says
-            // where, and the message alone stays on one line.
-            source.set_input(None);
-            ConfigError::Parse {
-                path: origin.to_owned(),
-                position,
-                source: Box::new(source),
-            }
-        })?;
-        let (mut config, extension) = (top.config, top.extension);
+    /// Checks a config just read for the project at `project`, read from
+    /// `origin` (named in errors), and makes its paths absolute: relative
+    /// `cwd`s and `roots` against the project, which is the default root and
+    /// the default `cwd`.
+    pub(crate) fn resolved(mut self, project: &Path, origin: &Path) -> Result<Self, ConfigError> {
+        let config = &mut self;
         let invalid = |message: String| ConfigError::Invalid {
             path: origin.to_owned(),
             message,
@@ -597,7 +511,7 @@ impl ProcessRunnerConfig {
                 )));
             }
         }
-        Ok((config, extension))
+        Ok(self)
     }
 }
 

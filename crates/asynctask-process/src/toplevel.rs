@@ -1,14 +1,15 @@
-//! A config file's top-level table: the runner's keys, and those a layer
-//! above declares ([`ConfigExtension`]), read in one pass so that the parser's
-//! positions reach every error.
+//! Reading a config file: its top-level table, the runner's keys and those a
+//! layer above declares ([`ConfigExtension`]), read in one pass so that the
+//! parser's positions reach every error, then the config's own checks.
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::path::Path;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use crate::config::ProcessRunnerConfig;
+use crate::config::{ConfigError, ConfigPosition, ProcessRunnerConfig};
 
 /// Top-level keys of a config file that a layer above the runner owns (the
 /// `asynctask` command's `durable`, say), read in the same parse as the
@@ -66,6 +67,103 @@ impl ConfigExtension for () {
 impl<'de> Deserialize<'de> for ProcessRunnerConfig {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         TopLevel::<()>::deserialize(deserializer).map(|top| top.config)
+    }
+}
+
+/// Reading a config file's text: its top level, then the config's own checks.
+impl ProcessRunnerConfig {
+    /// [`from_toml_str`](Self::from_toml_str) for a text that also holds the
+    /// top-level keys of `X`, a layer above the runner: the config, and what
+    /// `X` read.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`from_toml_str`](Self::from_toml_str); a key of neither is
+    /// an unknown key.
+    pub fn from_toml_str_with<X: ConfigExtension>(
+        text: &str,
+        project: &Path,
+    ) -> Result<(Self, X), ConfigError> {
+        Self::parse(text, project, Path::new("<string>"))
+    }
+
+    /// [`load`](Self::load) for a file that also holds the top-level keys of
+    /// `X`, a layer above the runner: the config, and what `X` read.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`load`](Self::load); a key of neither is an unknown key.
+    pub fn load_with<X: ConfigExtension>(path: &Path) -> Result<(Self, X), ConfigError> {
+        // An absolute base keeps relative `cwd`s right even if the host later
+        // changes its own working directory.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        let project = absolute.parent().unwrap_or(Path::new("."));
+        Self::load_in(path, project)
+    }
+
+    /// Reads and parses a config file for the project at `project`: relative
+    /// `cwd`s and `roots` are relative to it, it is the default `cwd`, and the
+    /// default root. The file may lie anywhere (a user's config serves every
+    /// project); it also returns what `X`, a layer above the runner, read
+    /// (`()` for nothing).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use asynctask_process::ProcessRunnerConfig;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("asynctask-doc-in-{}", std::process::id()));
+    /// std::fs::create_dir_all(dir.join("project/docs"))?;
+    /// let file = dir.join("subagents.toml");
+    /// std::fs::write(&file, "[subagents.a]\ncommand = [\"pwd\"]\ncwd = \"docs\"\n")?;
+    /// let project = dir.join("project").canonicalize()?;
+    /// let (config, ()) = ProcessRunnerConfig::load_in::<()>(&file, &project)?;
+    /// std::fs::remove_dir_all(&dir)?;
+    /// assert_eq!(config.subagents["a"].cwd.as_deref(), Some(project.join("docs").as_path()));
+    /// assert_eq!(config.roots, [project]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`load`](Self::load).
+    pub fn load_in<X: ConfigExtension>(
+        path: &Path,
+        project: &Path,
+    ) -> Result<(Self, X), ConfigError> {
+        let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|source| ConfigError::NotUtf8 {
+            path: path.to_owned(),
+            source,
+        })?;
+        let project = std::path::absolute(project).unwrap_or_else(|_| project.to_owned());
+        Self::parse(&text, &project, path)
+    }
+
+    fn parse<X: ConfigExtension>(
+        text: &str,
+        project: &Path,
+        origin: &Path,
+    ) -> Result<(Self, X), ConfigError> {
+        let top: TopLevel<X> = toml::from_str(text).map_err(|mut source| {
+            let position = source
+                .span()
+                .map(|span| ConfigPosition::of(text, span.start));
+            // The error's `Display` would quote the line: the position says
+            // where, and the message alone stays on one line.
+            source.set_input(None);
+            ConfigError::Parse {
+                path: origin.to_owned(),
+                position,
+                source: Box::new(source),
+            }
+        })?;
+        let (config, extension) = (top.config, top.extension);
+        Ok((config.resolved(project, origin)?, extension))
     }
 }
 

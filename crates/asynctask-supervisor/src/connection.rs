@@ -14,8 +14,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::options::SupervisorOptions;
 use crate::protocol::RELAY_PROTOCOL;
-use crate::supervisor::SupervisorOptions;
 
 /// How long a connection may take to say what it wants.
 const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);

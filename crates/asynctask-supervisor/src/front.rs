@@ -12,11 +12,10 @@ use asynctask_mcp::{Line, LineReader, MAX_LINE_BYTES, Opening, TerminationSignal
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::error::SupervisorError;
 use crate::protocol::RELAY_PROTOCOL;
-use crate::relay::{ClientSession, Ended, relay};
+use crate::relay::{ClientSession, Ended, SessionStream, relay};
 use crate::state::StateDir;
 
 /// Connects to the supervisor of `state` for `kind` (`session`, `status` or
@@ -305,14 +304,6 @@ impl From<Unacknowledged> for io::Error {
         };
         io::Error::new(kind, why)
     }
-}
-
-/// A session's connection to the supervisor, acknowledged.
-pub(crate) struct SessionStream {
-    pub(crate) read: BufReader<OwnedReadHalf>,
-    pub(crate) write: OwnedWriteHalf,
-    /// The supervisor's pid, as its acknowledgement says.
-    pub(crate) pid: Option<u64>,
 }
 
 /// Connects as a session of `project` and waits for the supervisor to

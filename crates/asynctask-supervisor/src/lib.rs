@@ -40,6 +40,7 @@
 mod connection;
 mod error;
 mod front;
+mod options;
 mod protocol;
 mod relay;
 mod state;
@@ -49,5 +50,6 @@ mod tests;
 
 pub use crate::error::SupervisorError;
 pub use crate::front::{ask, connect, relay_stdio};
+pub use crate::options::SupervisorOptions;
 pub use crate::state::{MAX_SOCKET_PATH, SocketPathTooLong, StateDir, SupervisorLock};
-pub use crate::supervisor::{Supervisor, SupervisorExit, SupervisorOptions};
+pub use crate::supervisor::{Supervisor, SupervisorExit};

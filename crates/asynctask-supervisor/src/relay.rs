@@ -9,11 +9,18 @@ use asynctask_mcp::{
     DELIVERED_NOTIFICATION, Line, LineReader, MAX_LINE_BYTES, OVERSIZED_NOTIFICATION,
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::front::SessionStream;
+/// A session's connection to the supervisor, acknowledged.
+pub(crate) struct SessionStream {
+    pub(crate) read: BufReader<OwnedReadHalf>,
+    pub(crate) write: OwnedWriteHalf,
+    /// The supervisor's pid, as its acknowledgement says.
+    pub(crate) pid: Option<u64>,
+}
 
 /// How long a relay that is ending gives its last writes to the supervisor
 /// (the client's lines it read, and its confirmations) before it exits.

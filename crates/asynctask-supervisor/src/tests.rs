@@ -14,10 +14,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::front::{SessionStream, ask, connect_or_start, open_session};
-use crate::relay::relay;
+use crate::front::{ask, connect_or_start, open_session};
+use crate::options::SupervisorOptions;
+use crate::relay::{SessionStream, relay};
 use crate::state::{StateDir, SupervisorLock};
-use crate::supervisor::{Quiesced, Supervisor, SupervisorExit, SupervisorOptions};
+use crate::supervisor::{Quiesced, Supervisor, SupervisorExit};
 
 /// A private state directory under a fresh temporary one (removed on drop).
 fn temp_state() -> (tempfile::TempDir, StateDir) {
@@ -54,19 +55,14 @@ fn supervisor_of(
 
 /// A raw connection to the supervisor's socket, once it listens.
 async fn connect_raw(state: &StateDir) -> UnixStream {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match UnixStream::connect(state.socket()).await {
-            Ok(stream) => return stream,
-            Err(err) => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the supervisor never listened: {err}"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    let socket = state.socket();
+    let socket = &socket;
+    asynctask_test_support::eventually_some_with(
+        "the supervisor listens",
+        Duration::from_secs(20),
+        move || async move { UnixStream::connect(socket).await.ok() },
+    )
+    .await
 }
 
 /// The next line `stream` reads, waiting at most 10 s.
@@ -430,12 +426,16 @@ async fn a_session_ending_before_it_confirms_leaves_the_result_for_the_next_once
     let carried = first.check(2).await;
     assert!(carries_the_result(&carried), "{carried}");
     drop(first);
-    let mut sessions = 1;
-    while sessions > 0 {
-        let status = ask(&state, "status").await.expect("a status");
-        sessions = status["sessions"].as_u64().expect("a count");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let state_of = &state;
+    asynctask_test_support::eventually_with(
+        "the first session's end",
+        Duration::from_secs(20),
+        move || async move {
+            let status = ask(state_of, "status").await.expect("a status");
+            status["sessions"].as_u64().expect("a count") == 0
+        },
+    )
+    .await;
     assert!(!notified(&runtime), "marked without a confirmation");
     let mut second = LineSession::open(&state).await;
     let again = second.check(2).await;

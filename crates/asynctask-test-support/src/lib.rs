@@ -119,6 +119,54 @@ pub async fn eventually_with<F: Future<Output = bool>>(
     }
 }
 
+/// [`eventually_async`] for a condition that finds something: waits until
+/// `find` returns `Some`, and returns what it found.
+///
+/// # Panics
+///
+/// As [`eventually`].
+pub async fn eventually_some<T>(
+    what: &str,
+    within: Duration,
+    mut find: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(found) = find() {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: did not happen within {within:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`eventually_some`] for a search that is itself a future (a call to a
+/// server, say).
+///
+/// # Panics
+///
+/// As [`eventually`].
+pub async fn eventually_some_with<T, F: Future<Output = Option<T>>>(
+    what: &str,
+    within: Duration,
+    mut find: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(found) = find().await {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: did not happen within {within:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// Whether process `pid` has ended: it is gone, or a zombie (it has ended;
 /// only its parent has yet to reap it). Reads `/proc`, so on a system without
 /// it every process counts as gone: the tests that check processes run on
@@ -199,6 +247,36 @@ mod tests {
         child.wait().expect("reaped");
         assert!(process_gone(pid));
         assert!(!process_gone(std::process::id()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_search_returns_what_it_found_and_fails_naming_what_never_came() {
+        let mut looks = 0;
+        let found = eventually_some("the third look", Duration::from_secs(10), || {
+            looks += 1;
+            (looks == 3).then_some(looks)
+        })
+        .await;
+        assert_eq!(found, 3);
+        let found = eventually_some_with("a found value", Duration::from_secs(10), || async {
+            Some("here")
+        })
+        .await;
+        assert_eq!(found, "here");
+        let never = tokio::spawn(eventually_some(
+            "a value that never comes",
+            Duration::from_secs(1),
+            || None::<u8>,
+        ));
+        let failure = never.await.expect_err("the wait fails").into_panic();
+        let message = failure
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or_default();
+        assert!(
+            message.contains("a value that never comes: did not happen within 1s"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -95,24 +95,17 @@ impl Log {
 
     /// Waits until a line contains `needle`, failing after 20 s.
     fn wait_for(&self, needle: &str) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if self
-                .lines
-                .lock()
-                .expect("log lines")
-                .iter()
-                .any(|line| line.contains(needle))
-            {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no log line with {needle:?} within 20 s: {:?}",
-                self.lines.lock().expect("log lines")
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        asynctask_test_support::eventually(
+            &format!("a log line with {needle:?}"),
+            Duration::from_secs(20),
+            || {
+                self.lines
+                    .lock()
+                    .expect("log lines")
+                    .iter()
+                    .any(|line| line.contains(needle))
+            },
+        );
     }
 }
 
@@ -268,14 +261,17 @@ async fn an_async_result_rides_on_exactly_one_later_result() {
     let id = launched_id(&text[0]);
 
     // Call a read-only tool until the result rides along (as the last block).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let carried = loop {
-        let listed = texts(&call(&client, "check_async_tasks", json!({})).await);
-        if listed.len() > 1 {
-            break listed;
-        }
-        assert!(Instant::now() < deadline, "the result was delivered");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let carried = {
+        let client = &client;
+        asynctask_test_support::eventually_some_with(
+            "the result riding on a check_async_tasks response",
+            Duration::from_secs(20),
+            move || async move {
+                let listed = texts(&call(client, "check_async_tasks", json!({})).await);
+                (listed.len() > 1).then_some(listed)
+            },
+        )
+        .await
     };
     assert_eq!(carried.len(), 2, "{carried:?}");
     assert!(is_reminder(&carried[1]), "{}", carried[1]);

@@ -2,10 +2,10 @@
 //! head and tail within the inline budget; live output; the output directory.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use asynctask_manager::{ProgressSnapshot, TaskProgress};
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+use asynctask_test_support::eventually_async;
 use asynctask_tools::{SubagentRequest, SubagentRunner, whole_output_line};
 use pretty_assertions::assert_eq;
 use tokio_util::sync::CancellationToken;
@@ -183,11 +183,10 @@ async fn a_cancelled_subagent_names_its_stdout() {
     });
     let pids = wait_for_pids(&dir.path().join("pids"), 1).await;
     let file = out.path().join("task-0001.out");
-    let deadline = Instant::now() + RUN_DEADLINE;
-    while std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) < 8 {
-        assert!(Instant::now() < deadline, "no output");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually_async("8 bytes in the output file", RUN_DEADLINE, || {
+        std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) >= 8
+    })
+    .await;
     cancel.cancel();
     let result = within(RUN_DEADLINE, run).await.expect("no panic");
     assert_eq!(
@@ -215,11 +214,12 @@ async fn a_running_subagent_reports_its_latest_output_and_its_file() {
         let request = request("steps", "x").with_progress(progress.clone());
         async move { runner.run(request, CancellationToken::new()).await }
     });
-    let deadline = Instant::now() + RUN_DEADLINE;
-    while progress.snapshot().last_lines != ["one", "two", "thr"] {
-        assert!(Instant::now() < deadline, "{:?}", progress.snapshot());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually_async(
+        "the lines one, two, thr in the progress",
+        RUN_DEADLINE,
+        || progress.snapshot().last_lines == ["one", "two", "thr"],
+    )
+    .await;
     let file = out.path().join("task-0001.out");
     assert_eq!(
         progress.snapshot(),

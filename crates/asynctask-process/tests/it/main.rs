@@ -23,7 +23,7 @@ mod variables;
 
 use std::future::Future;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use asynctask_model::{OutputObject, TerminateReason};
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
@@ -80,8 +80,8 @@ async fn within<T>(deadline: Duration, future: impl Future<Output = T>) -> T {
 
 /// The pids written to `file`, one per line, once there are `count` of them.
 async fn wait_for_pids(file: &Path, count: usize) -> Vec<Pid> {
-    let deadline = Instant::now() + RUN_DEADLINE;
-    loop {
+    let what = format!("{count} pids written to {}", file.display());
+    asynctask_test_support::eventually_some(&what, RUN_DEADLINE, || {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         // Only whole lines: the writer may be mid-line.
         let pids: Vec<Pid> = text
@@ -90,15 +90,9 @@ async fn wait_for_pids(file: &Path, count: usize) -> Vec<Pid> {
             .filter_map(|line| line.trim().parse().ok())
             .map(Pid::from_raw)
             .collect();
-        if pids.len() >= count {
-            return pids;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the child wrote its pids: {text:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (pids.len() >= count).then_some(pids)
+    })
+    .await
 }
 
 /// Whether `pid` is gone: no such process, or a zombie (dead, waiting to be
