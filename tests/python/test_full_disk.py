@@ -16,13 +16,22 @@ import re
 import signal
 import sqlite3
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import CONFIG, REMINDER_HEADER, Transcript, binary, connect, launched_id, process_gone
+from helpers import (
+    CONFIG,
+    REMINDER_HEADER,
+    Transcript,
+    binary,
+    connect,
+    launched_id,
+    process_gone,
+    wait_until,
+    wait_until_async,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -91,26 +100,14 @@ def disk(tmp_path: Path) -> Iterator[FullDisk]:
         pid = disk.status().get("pid")
         stopped = disk.supervisor("stop")
         if pid:
-            deadline = time.monotonic() + 10
-            while not process_gone(pid) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if not process_gone(pid):
-                os.kill(pid, signal.SIGKILL)
-                pytest.fail(f"supervisor {pid} still ran after `supervisor stop` (killed now)")
+            try:
+                wait_until(lambda: process_gone(pid), f"supervisor {pid}'s exit after `supervisor stop`")
+            finally:
+                if not process_gone(pid):
+                    os.kill(pid, signal.SIGKILL)
         # A mount whose last user has just exited can still be busy for a moment.
-        deadline = time.monotonic() + 10
-        while (unmounted := run("umount", str(disk.state))).returncode != 0:
-            assert time.monotonic() < deadline, f"cannot unmount {disk.state}: {unmounted.stderr.strip()}"
-            time.sleep(0.05)
+        wait_until(lambda: run("umount", str(disk.state)).returncode == 0, f"unmounting {disk.state}")
         assert stopped.returncode == 0, stopped.stderr
-
-
-def wait_until(condition, what: str, within: float = 15.0) -> None:
-    """Polls `condition` until it holds; fails naming `what` after `within` seconds."""
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {within} s"
-        time.sleep(0.02)
 
 
 def reminder_ids(transcript: Transcript) -> list[str]:
@@ -139,7 +136,7 @@ async def test_a_result_whose_delivery_cannot_be_recorded_reaches_the_model_once
             await transcript.call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True})
         )
         # The task's end is in the store before the disk fills.
-        wait_until(lambda: (task(disk, task_id) or {}).get("status") == "completed", "the task's end")
+        await wait_until_async(lambda: (task(disk, task_id) or {}).get("status") == "completed", "the task's end")
         disk.fill()
         for _ in range(10):
             await transcript.call("check_async_tasks", {})
@@ -155,8 +152,8 @@ async def test_a_result_whose_delivery_cannot_be_recorded_reaches_the_model_once
         other = launched_id(
             await transcript.call("task", {"subagent_name": "quick", "goal_prompt": "y", "async": True})
         )
-        wait_until(lambda: stored_delivery(disk, task_id) is not None, "the mark's write")
-        wait_until(lambda: (task(disk, other) or {}).get("status") == "completed", "the second task's end")
+        await wait_until_async(lambda: stored_delivery(disk, task_id) is not None, "the mark's write")
+        await wait_until_async(lambda: (task(disk, other) or {}).get("status") == "completed", "the second task's end")
         await transcript.call("check_async_tasks", {})
         assert reminder_ids(transcript) == [task_id, other], transcript.dump()
 
