@@ -22,8 +22,8 @@ It builds nothing: `--binary` (default `$ASYNCTASK_BIN`, else
    (The `claude-tasks` scenario runs Claude Code in an interactive session on a
    pseudo-terminal instead, which declares MCP Tasks: the `task` calls become
    tasks Claude Code polls, their results come as `<task-notification>` turns, a
-   subagent's question is answered in Claude Code's form, and `/exit` ends it;
-   see `run_interactive`.)
+   subagent's question is answered in Claude Code's form, and `/exit` ends it
+   with a third task still running; see `run_interactive`.)
 4. checks that the client called `task` and got the launch text back at once;
    that the subagent's result reached the model exactly once across the whole
    conversation, riding on a later tool result; that the session ended with the
@@ -1128,6 +1128,11 @@ def check_client_output(outcome: Outcome, client: str, stdout_path: Path) -> Non
 ASKER = "asker"
 ASKER_PROMPT = f"Run the {ASKER} subagent in the background with the asynctask tools, then report what it said."
 QUESTION = "Deploy to production too?"
+# The third: a subagent still running when the user types `/exit`.
+SLEEPER = "sleeper"
+SLEEPER_PROMPT = f"Run the {SLEEPER} subagent in the background with the asynctask tools, then report what it said."
+EXIT_DIALOG = "Background work is running"
+EXIT_AND_STOP = "❯ 1. Exit and stop tasks"
 # Keys: the form's fields expand with the right arrow; Enter confirms.
 KEY_RIGHT, KEY_DOWN, KEY_ENTER = "\x1b[C", "\x1b[B", "\r"
 # Claude Code's debug log line for a `tools/call` answered with an MCP Task.
@@ -1153,6 +1158,19 @@ def write_asker_config(setup: Setup, marker: str) -> None:
             f"command = [\"sh\", \"-c\", {json.dumps(script)}]\n"
             f"cwd = {json.dumps(str(setup.work))}\n"
             f"env = {{ HOSTS_DIR = {json.dumps(str(setup.run_dir))}, HOSTS_MARKER = {json.dumps(marker)} }}\n"
+        )
+
+
+def write_sleeper_config(setup: Setup) -> None:
+    """A third subagent, `sleeper`: leaves its pid and sleeps five minutes."""
+    script = 'echo $$ > "$HOSTS_DIR/sleeper.pid"; sleep 300; echo "the sleeper woke up"'
+    with setup.config.open("a") as config:
+        config.write(
+            f"\n[subagents.{SLEEPER}]\n"
+            'description = "Sleeps five minutes"\n'
+            f"command = [\"sh\", \"-c\", {json.dumps(script)}]\n"
+            f"cwd = {json.dumps(str(setup.work))}\n"
+            f"env = {{ HOSTS_DIR = {json.dumps(str(setup.run_dir))} }}\n"
         )
 
 
@@ -1250,6 +1268,14 @@ def last_user_text(record: dict[str, Any]) -> str:
     return fake_model.text_of(users[-1].get("content")) if users else ""
 
 
+def waiting_on(prompt: str) -> Callable[[dict[str, Any]], bool]:
+    """The model's answer that it waits for the task `prompt`'s turn launched."""
+    def test(record: dict[str, Any]) -> bool:
+        return (record.get("kind") == "main" and (record.get("action") or {}).get("text") == fake_model.WAITING_TEXT
+                and prompt in json.dumps((record.get("body") or {}).get("messages")))
+    return test
+
+
 def final_after_notification(marker: str) -> Callable[[dict[str, Any]], bool]:
     """The model's final answer to the new turn that brought `marker`'s task."""
     def test(record: dict[str, Any]) -> bool:
@@ -1265,7 +1291,7 @@ def run_interactive(exe: Path, binary: Path, watch: ProcessWatch, root: Path, ti
     model calls `task` (the client backgrounds it as an MCP Task and polls
     `tasks/get`), the result comes back as a `<task-notification>` turn; then a
     subagent that asks a question, answered in Claude Code's form (`tasks/update`);
-    then `/exit`."""
+    then one that sleeps, and `/exit` with it running (`Exit and stop tasks`)."""
     client = "claude-tasks"
     outcome = Outcome(client)
     run_dir = root / client
@@ -1275,6 +1301,7 @@ def run_interactive(exe: Path, binary: Path, watch: ProcessWatch, root: Path, ti
     asker_marker = f"hosts-answer-{uuid.uuid4().hex[:16]}"
     write_subagents_config(setup)
     write_asker_config(setup, asker_marker)
+    write_sleeper_config(setup)
     outcome.version = client_version(exe, base_env(setup)) + ", interactive"
     model = FakeModelProcess(run_dir, setup.done_file)
     term: Terminal | None = None
@@ -1301,11 +1328,21 @@ def run_interactive(exe: Path, binary: Path, watch: ProcessWatch, root: Path, ti
                 and session.key("move to no", KEY_DOWN, "❯ no", "❯ ◯ no")
                 and session.key("choose no", KEY_ENTER, "❯ Accept")
                 and session.press_until("accept", KEY_ENTER, "↓ to manage", "? for shortcuts")):
-            session.model_request("the asker's result", final_after_notification(asker_marker))
+            if (session.model_request("the asker's result", final_after_notification(asker_marker))
+                    and session.type_line("the third prompt", SLEEPER_PROMPT)
+                    and session.model_request("the sleeper's launch", waiting_on(SLEEPER_PROMPT))
+                    and session.type_line("/exit", "/exit")
+                    and session.screen("the exit dialog", EXIT_DIALOG, since=0)
+                    and session.screen("its first choice", EXIT_AND_STOP, since=0)):
+                # Enter takes the first choice; pressed again if the dialog had not
+                # bound it yet (as the question's form), while Claude Code runs.
+                for _ in range(3):
+                    term.type(KEY_ENTER)
+                    if term.wait(5.0) is not None:
+                        break
         session.deadline = max(session.deadline, time.monotonic() + 30)
-        if term.proc.poll() is None and session.type_line("/exit", "/exit"):
-            if term.wait(max(1.0, session.left())) is None:
-                outcome.fail(f"`/exit` did not end Claude Code; the screen ends with {term.text[-700:]!r}")
+        if term.proc.poll() is None:
+            outcome.fail(f"Claude Code did not exit; the screen ends with {term.text[-700:]!r}")
         if term.proc.poll() is None:
             kill_leftovers(watch.descendants(term.pid))
             term.proc.wait()
@@ -1321,7 +1358,8 @@ def run_interactive(exe: Path, binary: Path, watch: ProcessWatch, root: Path, ti
             indent=1))
         for left in kill_leftovers(procs):
             outcome.fail(f"left running {EXIT_GRACE:.0f} s after Claude Code exited (killed): {describe(left)}")
-        for name, pid_file in ((SUBAGENT, setup.pid_file), (ASKER, run_dir / "asker.pid")):
+        for name, pid_file in ((SUBAGENT, setup.pid_file), (ASKER, run_dir / "asker.pid"),
+                               (SLEEPER, run_dir / "sleeper.pid")):
             if not pid_file.exists():
                 outcome.fail(f"the {name} subagent never ran (no pid file)")
                 continue
@@ -1342,6 +1380,8 @@ def run_interactive(exe: Path, binary: Path, watch: ProcessWatch, root: Path, ti
     log = setup.server_log.read_text() if setup.server_log.exists() else ""
     if f"({ASKER}) completed" not in log:
         outcome.fail(f"the server's log does not show the {ASKER} task completing")
+    if f"({SLEEPER}) cancelled" not in log:
+        outcome.fail(f"the server's log does not show the {SLEEPER} task cancelled at the exit")
     wire = Wire()
     if trace_wire:
         wire = read_wire(setup, wall0, t0, server.pid if server is not None else None)
@@ -1362,7 +1402,11 @@ def check_tasks_wire(outcome: Outcome, wire: Wire) -> None:
         outcome.fail("wire: interactive Claude Code did not declare MCP Tasks")
     polled = {str(((m.get("params") or {}).get("taskId"))) for m in sent if m.get("method") == "tasks/get"}
     if len(polled) < 2:
-        outcome.fail(f"wire: Claude Code polled tasks/get for {len(polled)} task(s), not both")
+        outcome.fail(f"wire: Claude Code polled tasks/get for {len(polled)} task(s), not the two that ended")
+    cancels = [m for m in sent if m.get("method") == "tasks/cancel"]
+    outcome.notes.append(f"wire: tasks/cancel sent {len(cancels)} time(s)"
+                         + (f", for {sorted({str((m.get('params') or {}).get('taskId')) for m in cancels})}"
+                            if cancels else ""))
     if not any(m.get("method") == "tasks/update" for m in sent):
         outcome.fail("wire: the question's answer did not come through tasks/update")
 
@@ -1381,8 +1425,8 @@ def check_tasks_conversation(outcome: Outcome, setup: Setup, records: list[dict[
         return
     outcome.times["first model request"] = main[0]["t"] - t0
     task_calls = [r for r in main if (r.get("action") or {}).get("tool") == "task"]
-    if len(task_calls) != 2:
-        outcome.fail(f"the model called `task` {len(task_calls)} times, not twice (hello, then {ASKER})")
+    if len(task_calls) != 3:
+        outcome.fail(f"the model called `task` {len(task_calls)} times, not 3 ({SUBAGENT}, {ASKER}, {SLEEPER})")
     results: dict[str, dict[str, Any]] = {}
     for record in main:
         for result in fake_model.tool_results("anthropic", record["body"]):
@@ -1435,9 +1479,9 @@ def check_tasks_conversation(outcome: Outcome, setup: Setup, records: list[dict[
         outcome.times["final answer sent"] = finals[-1]["t_end"] - t0
     backgrounded = BACKGROUNDED.findall(setup.claude_debug_log.read_text(errors="replace")) \
         if setup.claude_debug_log.exists() else []
-    if len(backgrounded) != 2:
+    if len(backgrounded) != 3:
         outcome.fail(f"Claude Code's debug log shows {len(backgrounded)} `task` calls answered with an MCP Task, "
-                     "not 2")
+                     "not 3")
     for task_id, local in backgrounded:
         outcome.notes.append(f"Claude Code backgrounded MCP Task {task_id} as its task {local}")
     tools = [r["action"].get("tool") or "text" for r in main if r.get("action")]
