@@ -1219,13 +1219,30 @@ class Session:
         return False
 
     def type_line(self, what: str, line: str) -> bool:
-        """Types `line`, waits until the input box shows it, and presses Enter."""
+        """Types `line` and waits until the input box shows it."""
         since = self.term.mark()
         self.term.type(line)
-        if not self.screen(what, line[-40:], since=since):
+        return self.screen(what, line[-40:], since=since)
+
+    def prompt(self, what: str, line: str, tries: int = 3, wait: float = 10.0) -> bool:
+        """Types the prompt `line` and presses Enter until a request carrying it
+        reaches the model (at most `tries` times, `wait` seconds apart): Enter
+        typed while Claude Code is still finishing a turn can be lost, leaving
+        the prompt in the input box; one pressed again on an empty box does
+        nothing."""
+        if not self.type_line(what, line):
             return False
-        self.term.type(KEY_ENTER)
-        return True
+        def carries(record: dict[str, Any]) -> bool:
+            return line in json.dumps((record.get("body") or {}).get("messages"))
+        for attempt in range(1, tries + 1):
+            self.term.type(KEY_ENTER)
+            if self.model_request(what, carries, within=wait, quiet=True) is not None:
+                if attempt > 1:
+                    self.outcome.notes.append(f"{what}: Enter took {attempt} presses")
+                return True
+        self.outcome.fail(f"{what}: no request carrying it reached the model after {tries} presses of Enter; "
+                          f"the screen ends with {self.term.text[-700:]!r}")
+        return False
 
     def key(self, what: str, key: str, *shows: str) -> bool:
         """Presses `key`, and waits until the screen shows one of `shows` (if any)."""
@@ -1249,15 +1266,18 @@ class Session:
                           f"presses; it ends with {self.term.text[-700:]!r}")
         return False
 
-    def model_request(self, what: str, test: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    def model_request(self, what: str, test: Callable[[dict[str, Any]], bool], within: float | None = None,
+                      quiet: bool = False) -> dict[str, Any] | None:
         """Waits for a request at the fake model that passes `test` (its log is
-        rewritten after each request)."""
+        rewritten after each request), at most `within` seconds (else what is
+        left of the run); a failure of the run unless `quiet`."""
+        deadline = time.monotonic() + min(self.left(), within if within is not None else self.left())
         while True:
             found = next((r for r in self.model.records() if test(r)), None)
-            if found is not None or self.left() <= 0 or self.term.proc.poll() is not None:
+            if found is not None or time.monotonic() >= deadline or self.term.proc.poll() is not None:
                 break
             time.sleep(0.1)
-        if found is None:
+        if found is None and not quiet:
             self.outcome.fail(f"{what}: no such request reached the model in time")
         return found
 
@@ -1319,9 +1339,9 @@ def run_interactive(exe: Path, binary: Path, watch: ProcessWatch, root: Path, ti
         # prompt is typed at once, as a user would: the model may be told the server
         # is still connecting (it then searches its tools with `ToolSearch`).
         if (session.screen("start", "? for shortcuts", since=0)
-                and session.type_line("the first prompt", PROMPT)
+                and session.prompt("the first prompt", PROMPT)
                 and session.model_request("the hello task's result", final_after_notification(setup.marker))
-                and session.type_line("the second prompt", ASKER_PROMPT)
+                and session.prompt("the second prompt", ASKER_PROMPT)
                 and session.screen("the question", QUESTION, since=0)
                 and session.screen("the question's form", "requests your input", since=0)
                 and session.key("open the answer's choices", KEY_RIGHT, "Space to select")
@@ -1329,10 +1349,10 @@ def run_interactive(exe: Path, binary: Path, watch: ProcessWatch, root: Path, ti
                 and session.key("choose no", KEY_ENTER, "❯ Accept")
                 and session.press_until("accept", KEY_ENTER, "↓ to manage", "? for shortcuts")):
             if (session.model_request("the asker's result", final_after_notification(asker_marker))
-                    and session.type_line("the third prompt", SLEEPER_PROMPT)
+                    and session.prompt("the third prompt", SLEEPER_PROMPT)
                     and session.model_request("the sleeper's launch", waiting_on(SLEEPER_PROMPT))
                     and session.type_line("/exit", "/exit")
-                    and session.screen("the exit dialog", EXIT_DIALOG, since=0)
+                    and session.press_until("/exit", KEY_ENTER, EXIT_DIALOG)
                     and session.screen("its first choice", EXIT_AND_STOP, since=0)):
                 # Enter takes the first choice; pressed again if the dialog had not
                 # bound it yet (as the question's form), while Claude Code runs.
