@@ -19,16 +19,26 @@ the next step of the script, worked out from the conversation the request carrie
 
 0. when the asynctask tools are only named, as deferred tools, and a `ToolSearch`
    tool is offered (Claude Code 2.1.331): call `ToolSearch` with
-   `select:<the names of the three tools the script calls>`, as a model does; a
-   deferred tool (`defer_loading: true`) counts as offered only once a
+   `select:<the names of the tools the script calls>`, as a model does; when the
+   request says the asynctask server is still connecting (a prompt typed right
+   after interactive Claude Code started), call `ToolSearch` with the query
+   `asynctask`, as the client's reminder tells the model to (it waits for the
+   server). A deferred tool (`defer_loading: true`) counts as offered only once a
    `tool_reference` to it came back, as in the real API;
-1. call `task` with `async: true` for the configured subagent;
+1. call `task` with `async: true` for the subagent the user's last prompt names
+   (`Run the <name> subagent in the background ...`), else the configured one;
 2. after the `task` result: wait until the subagent has written its done file
    (`--done-file`, plus a short margin so the server has reaped it), then call
    `check_async_tasks`: its result should carry the finished task's result;
 3. after that: call `wait_async_tasks` (nothing is left to wait for, so its result
    must not carry the result a second time);
 4. after that: a final text answer, ending the session.
+
+When the client ran the `task` call as an MCP Task instead (its result says it
+`started server-side task ...`: interactive Claude Code), the model ends its turn
+with a short text saying it waits; once a later user turn carries the client's
+`<task-notification>`, it gives the final answer. A session of several prompts
+follows the script over the calls of its last prompt's turn.
 
 Any other request (a title, a quota probe, token counting, a model list) gets a
 short sensible answer; one that asks for JSON by a schema (Gemini CLI's model
@@ -47,6 +57,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -69,6 +80,17 @@ DONE_FILE_LIMIT = 30.0
 MAX_CALLS = 6
 
 FINAL_TEXT = "All done: the background subagent finished and its result arrived."
+# What the model says when the client moved a `task` call to the background as an MCP
+# Task (Claude Code in an interactive session): it ends its turn and waits for the
+# client's `<task-notification>`.
+WAITING_TEXT = "The subagent runs in the background; I will report its result when it arrives."
+# What the client says in the `task` call's result when it made the call an MCP Task.
+MCP_TASK_STARTED = "started server-side task"
+# The client's new turn carrying a finished MCP Task's result.
+TASK_NOTIFICATION = "<task-notification>"
+# A user's prompt names the subagent to run; the script runs that one (the
+# `--subagent` otherwise).
+PROMPT_SUBAGENT = re.compile(r"Run the (\w+) subagent in the background")
 
 # Claude Code's tool that loads deferred tools' definitions, and the asynctask tools
 # the script calls (what it loads through it).
@@ -131,17 +153,23 @@ class Script:
         self.goal = goal
         self.done_file = done_file
 
-    def next_step(self, calls: list[Call]) -> tuple[str, dict[str, Any] | str]:
-        """("call", {"tool": bare name, "arguments": ...}) or ("text", answer)."""
+    def next_step(self, calls: list[Call], subagent: str | None = None,
+                  notified: bool = False) -> tuple[str, dict[str, Any] | str]:
+        """("call", {"tool": bare name, "arguments": ...}) or ("text", answer).
+        `subagent`: the one the user's prompt names (else `--subagent`);
+        `notified`: a `<task-notification>` came after the last call."""
         ours = [call for call in calls if call.bare is not None]
         if len(ours) >= MAX_CALLS:
             return "text", f"Stopping: {len(ours)} asynctask calls already."
         if not ours:
             return "call", {
                 "tool": "task",
-                "arguments": {"subagent_name": self.subagent, "goal_prompt": self.goal, "async": True},
+                "arguments": {"subagent_name": subagent or self.subagent, "goal_prompt": self.goal, "async": True},
             }
         last = ours[-1]
+        if last.bare == "task" and MCP_TASK_STARTED in (last.output or "") and not last.is_error:
+            # The client runs the call as an MCP Task and brings the result itself.
+            return "text", FINAL_TEXT if notified else WAITING_TEXT
         if last.bare == "task":
             if last.is_error or "Async task launched" not in (last.output or ""):
                 return "text", f"The task tool failed: {(last.output or '')[:500]}"
@@ -220,10 +248,56 @@ def deferred_tools(body: dict[str, Any]) -> list[str]:
     return names
 
 
+def connecting_servers(body: dict[str, Any]) -> list[str]:
+    """The MCP servers an Anthropic request says are still connecting. Interactive
+    Claude Code 2.1.331 sends a prompt typed right after its start before it has
+    the servers' tool lists: the reminder names those servers instead ("The
+    following MCP servers are still connecting ...") and tells the model to call
+    `ToolSearch` with a keyword, which waits for them."""
+    names: list[str] = []
+    for message in body.get("messages") or []:
+        if message.get("role") != "user":
+            continue
+        for block in text_of(message.get("content")).split("<system-reminder>")[1:]:
+            _, found, rest = block.partition("MCP servers are still connecting")
+            if found:
+                # "... will appear shortly:\n<server>\n<server>\n\n<advice>"
+                paragraph = rest.split("</system-reminder>")[0].split("\n\n")[0]
+                names += [line.strip() for line in paragraph.splitlines()[1:] if line.strip()]
+    return names
+
+
 def resolve(tool: str, offered: list[str]) -> str | None:
     """The offered name of asynctask's `tool`."""
     matches = [name for name in offered if bare_tool_name(name) == tool]
     return min(matches, key=len) if matches else None
+
+
+def prompt_turn(messages: list[Any]) -> tuple[int, str | None]:
+    """Where the user's last prompt that names a subagent (`Run the <name> subagent
+    in the background`) starts, and that name; (0, None) without one."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, dict) and message.get("role") == "user":
+            found = PROMPT_SUBAGENT.search(text_of(message.get("content")))
+            if found and TASK_NOTIFICATION not in text_of(message.get("content")):
+                return index, found[1]
+    return 0, None
+
+
+def notified_after_last_call(messages: list[Any]) -> bool:
+    """Whether a user message after the model's last tool call carries a
+    `<task-notification>` (a client's new turn with a finished MCP Task)."""
+    for message in reversed(messages):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if message.get("role") == "assistant" and isinstance(content, list) and any(
+                isinstance(block, dict) and block.get("type") == "tool_use" for block in content):
+            return False
+        if message.get("role") == "user" and TASK_NOTIFICATION in text_of(content):
+            return True
+    return False
 
 
 def anthropic_calls(body: dict[str, Any]) -> list[Call]:
@@ -501,13 +575,17 @@ class Handler(BaseHTTPRequestHandler):
     # -- the script, per API
 
     def decide(self, offered: list[str], calls: list[Call], entry: dict[str, Any],
-               deferred: list[str] | None = None) -> tuple[str, Any]:
+               deferred: list[str] | None = None, turn: tuple[str | None, bool] = (None, False),
+               connecting: list[str] | None = None) -> tuple[str, Any]:
         """The main loop's next step, in the client's names; a side call's answer.
         `deferred`: the tools the request names but does not define (Claude Code's
-        deferred tools, loaded through its `ToolSearch` tool)."""
+        deferred tools, loaded through its `ToolSearch` tool); `turn`: the subagent
+        the user's prompt names and whether a task notification came after the last
+        call (`Script.next_step`); `connecting`: the MCP servers the client says are
+        still connecting."""
         task_tool = resolve("task", offered)
         if task_tool is None:
-            load = self.load_deferred(offered, calls, deferred or [])
+            load = self.load_deferred(offered, calls, deferred or [], connecting or [])
             if load is not None:
                 entry["kind"] = "main"
                 entry["action"] = {"call": TOOL_SEARCH, "tool": TOOL_SEARCH, "arguments": load}
@@ -521,7 +599,7 @@ class Handler(BaseHTTPRequestHandler):
             entry["kind"] = "side"
             return "text", "OK."
         entry["kind"] = "main"
-        kind, step = self.server.script.next_step(calls)
+        kind, step = self.server.script.next_step(calls, *turn)
         if kind == "call":
             name = resolve(step["tool"], offered)
             if name is None:
@@ -533,21 +611,35 @@ class Handler(BaseHTTPRequestHandler):
         return "text", step
 
     @staticmethod
-    def load_deferred(offered: list[str], calls: list[Call], deferred: list[str]) -> dict[str, Any] | None:
+    def load_deferred(offered: list[str], calls: list[Call], deferred: list[str],
+                      connecting: list[str]) -> dict[str, Any] | None:
         """What a model does when the asynctask tools are named but not defined and a
-        `ToolSearch` tool is offered: load the ones the script calls, by name, once."""
+        `ToolSearch` tool is offered: load the ones the script calls, by name, once;
+        when the asynctask server is still connecting (`connecting`), search for its
+        tools by its name, as the client's reminder says."""
         if TOOL_SEARCH not in offered or any(call.name == TOOL_SEARCH for call in calls):
             return None
         names = [name for name in (resolve(tool, deferred) for tool in SCRIPT_TOOLS) if name is not None]
-        if not names:
-            return None
-        return {"query": "select:" + ",".join(names), "max_results": len(names)}
+        if names:
+            return {"query": "select:" + ",".join(names), "max_results": len(names)}
+        if "asynctask" in connecting:
+            return {"query": "asynctask", "max_results": 10}
+        return None
 
     def serve_anthropic(self, body: dict[str, Any], entry: dict[str, Any]) -> None:
         deferred = deferred_tools(body)
         if deferred:
             entry["deferred"] = deferred
-        kind, step = self.decide(anthropic_offered(body), anthropic_calls(body), entry, deferred)
+        # A session of several prompts (interactive Claude Code): the script runs
+        # over the calls of the last prompt's turn, for the subagent it names.
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        start, subagent = prompt_turn(messages)
+        turn_calls = anthropic_calls(dict(body, messages=messages[start:]))
+        turn = (subagent, notified_after_last_call(messages))
+        connecting = connecting_servers(body)
+        if connecting:
+            entry["connecting"] = connecting
+        kind, step = self.decide(anthropic_offered(body), turn_calls, entry, deferred, turn, connecting)
         if kind == "text" and entry["kind"] == "side" and "isNewTopic" in json.dumps(body.get("system", "")):
             step = json.dumps({"isNewTopic": False, "title": None})
         model = body.get("model", "fake-model")

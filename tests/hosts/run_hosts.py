@@ -19,6 +19,11 @@ It builds nothing: `--binary` (default `$ASYNCTASK_BIN`, else
    which the fake model calls `task` with `async: true` (after loading the tools
    with `ToolSearch` where Claude Code defers them), then `check_async_tasks`,
    then `wait_async_tasks`, then answers;
+   (The `claude-tasks` scenario runs Claude Code in an interactive session on a
+   pseudo-terminal instead, which declares MCP Tasks: the `task` calls become
+   tasks Claude Code polls, their results come as `<task-notification>` turns, a
+   subagent's question is answered in Claude Code's form, and `/exit` ends it
+   with a third task still running; see `run_interactive`.)
 4. checks that the client called `task` and got the launch text back at once;
    that the subagent's result reached the model exactly once across the whole
    conversation, riding on a later tool result; that the session ended with the
@@ -77,11 +82,15 @@ sys.path.insert(0, str(HERE))
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 
 import fake_model  # noqa: E402 (the script's own directory, added above)
+from terminal import Terminal  # noqa: E402
 
-CLIENTS = ("claude", "codex", "gemini")
-# What each client is called in the report, and the API its fake model speaks.
-CLIENT_NAMES = {"claude": "Claude Code", "codex": "Codex CLI", "gemini": "Gemini CLI"}
-CLIENT_APIS = {"claude": "anthropic", "codex": "responses", "gemini": "gemini"}
+CLIENTS = ("claude", "codex", "gemini", "claude-tasks")
+# What each client is called in the report, the API its fake model speaks, and the
+# program it runs (`--claude`, `$CLAUDE_BIN`, ...).
+CLIENT_NAMES = {"claude": "Claude Code", "codex": "Codex CLI", "gemini": "Gemini CLI",
+                "claude-tasks": "Claude Code, interactive (MCP Tasks)"}
+CLIENT_APIS = {"claude": "anthropic", "codex": "responses", "gemini": "gemini", "claude-tasks": "anthropic"}
+CLIENT_PROGRAMS = {"claude": "claude", "codex": "codex", "gemini": "gemini", "claude-tasks": "claude"}
 SUBAGENT = "hello"
 PROMPT = "Run the hello subagent in the background with the asynctask tools, then report what it said."
 # The model name the clients send; the fake model answers to any.
@@ -1113,6 +1122,393 @@ def check_client_output(outcome: Outcome, client: str, stdout_path: Path) -> Non
             outcome.fail(f"Gemini CLI's result is an error: {line[:300]}")
 
 
+# ------------------------------------------------- Claude Code, interactive
+
+# The second prompt of the interactive session: a subagent that asks a question.
+ASKER = "asker"
+ASKER_PROMPT = f"Run the {ASKER} subagent in the background with the asynctask tools, then report what it said."
+QUESTION = "Deploy to production too?"
+# The third: a subagent still running when the user types `/exit`.
+SLEEPER = "sleeper"
+SLEEPER_PROMPT = f"Run the {SLEEPER} subagent in the background with the asynctask tools, then report what it said."
+EXIT_DIALOG = "Background work is running"
+EXIT_AND_STOP = "❯ 1. Exit and stop tasks"
+# Keys: the form's fields expand with the right arrow; Enter confirms.
+KEY_RIGHT, KEY_DOWN, KEY_ENTER = "\x1b[C", "\x1b[B", "\r"
+# Claude Code's debug log line for a `tools/call` answered with an MCP Task.
+BACKGROUNDED = re.compile(r"MCP server \"asynctask\": Tool 'task' returned task (\S+) \(working\); backgrounded as (\S+)")
+
+
+def write_asker_config(setup: Setup, marker: str) -> None:
+    """A second subagent, `asker` (`stdin = "jsonl"`): asks `QUESTION` with the
+    choices yes and no, waits for the answer on its stdin, and prints `marker`
+    only when the answer is `no`."""
+    script = (
+        'echo $$ > "$HOSTS_DIR/asker.pid"; read -r goal; '
+        f"printf '%s\\n' '{{\"type\":\"question\",\"id\":\"q1\",\"text\":\"{QUESTION}\",\"choices\":[\"yes\",\"no\"]}}' "
+        '> "$ASYNCTASK_QUESTIONS"; read -r answer; '
+        'case "$answer" in *\'"status":"answered","text":"no"\'*) echo "the answer was no: $HOSTS_MARKER";; '
+        '*) echo "unexpected answer: $answer";; esac'
+    )
+    with setup.config.open("a") as config:
+        config.write(
+            f"\n[subagents.{ASKER}]\n"
+            'description = "Asks whether to deploy to production too, and says the answer"\n'
+            'stdin = "jsonl"\n'
+            f"command = [\"sh\", \"-c\", {json.dumps(script)}]\n"
+            f"cwd = {json.dumps(str(setup.work))}\n"
+            f"env = {{ HOSTS_DIR = {json.dumps(str(setup.run_dir))}, HOSTS_MARKER = {json.dumps(marker)} }}\n"
+        )
+
+
+def write_sleeper_config(setup: Setup) -> None:
+    """A third subagent, `sleeper`: leaves its pid and sleeps five minutes."""
+    script = 'echo $$ > "$HOSTS_DIR/sleeper.pid"; sleep 300; echo "the sleeper woke up"'
+    with setup.config.open("a") as config:
+        config.write(
+            f"\n[subagents.{SLEEPER}]\n"
+            'description = "Sleeps five minutes"\n'
+            f"command = [\"sh\", \"-c\", {json.dumps(script)}]\n"
+            f"cwd = {json.dumps(str(setup.work))}\n"
+            f"env = {{ HOSTS_DIR = {json.dumps(str(setup.run_dir))} }}\n"
+        )
+
+
+def claude_interactive_invocation(setup: Setup, model_url: str) -> Invocation:
+    """`claude` without `-p`, on a terminal, with a prepared `~/.claude.json` in its
+    temporary `HOME` that skips the first-run dialogs instead of answering them:
+    `hasCompletedOnboarding` (else the welcome and theme screens, and a check that
+    reaches for api.anthropic.com), `customApiKeyResponses.approved` holding the
+    API key's last 20 characters (else "Detected a custom API key in your
+    environment ... Do you want to use this API key?", "No" preselected), and the
+    work directory's `hasTrustDialogAccepted` (else "Quick safety check: Is this a
+    project you created or one you trust?")."""
+    headless = claude_invocation(setup, model_url)
+    argv = [arg for arg in headless.argv]
+    del argv[1:3]  # "-p", PROMPT
+    at = argv.index("--output-format")
+    del argv[at : at + 3]  # "--output-format", "stream-json", "--verbose"
+    env = dict(headless.env, TERM="xterm-256color")
+    env.pop("NO_COLOR", None)
+    key = env["ANTHROPIC_API_KEY"]
+    setup.home.mkdir(parents=True, exist_ok=True)
+    (setup.home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True,
+        "theme": "dark",
+        "customApiKeyResponses": {"approved": [key[-20:]], "rejected": []},
+        "projects": {str(setup.work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+    }, indent=2))
+    return Invocation(argv, env)
+
+
+class Session:
+    """The steps of one interactive session, each waiting for what it expects on
+    the screen or at the fake model, within what is left of the run's time."""
+
+    def __init__(self, outcome: Outcome, term: Terminal, model: FakeModelProcess, deadline: float) -> None:
+        self.outcome, self.term, self.model, self.deadline = outcome, term, model, deadline
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def screen(self, what: str, *needles: str, since: int) -> bool:
+        if self.term.wait_for(*needles, timeout=self.left(), since=since) is not None:
+            return True
+        self.outcome.fail(f"{what}: the screen did not show {' or '.join(map(repr, needles))} in time; "
+                          f"it ends with {self.term.text[-700:]!r}")
+        return False
+
+    def type_line(self, what: str, line: str) -> bool:
+        """Types `line` and waits until the input box shows it."""
+        since = self.term.mark()
+        self.term.type(line)
+        return self.screen(what, line[-40:], since=since)
+
+    def prompt(self, what: str, line: str, tries: int = 3, wait: float = 10.0) -> bool:
+        """Types the prompt `line` and presses Enter until a request carrying it
+        reaches the model (at most `tries` times, `wait` seconds apart): Enter
+        typed while Claude Code is still finishing a turn can be lost, leaving
+        the prompt in the input box; one pressed again on an empty box does
+        nothing."""
+        if not self.type_line(what, line):
+            return False
+        def carries(record: dict[str, Any]) -> bool:
+            return line in json.dumps((record.get("body") or {}).get("messages"))
+        for attempt in range(1, tries + 1):
+            self.term.type(KEY_ENTER)
+            if self.model_request(what, carries, within=wait, quiet=True) is not None:
+                if attempt > 1:
+                    self.outcome.notes.append(f"{what}: Enter took {attempt} presses")
+                return True
+        self.outcome.fail(f"{what}: no request carrying it reached the model after {tries} presses of Enter; "
+                          f"the screen ends with {self.term.text[-700:]!r}")
+        return False
+
+    def key(self, what: str, key: str, *shows: str) -> bool:
+        """Presses `key`, and waits until the screen shows one of `shows` (if any)."""
+        since = self.term.mark()
+        self.term.type(key)
+        return not shows or self.screen(what, *shows, since=since)
+
+    def press_until(self, what: str, key: str, *shows: str, tries: int = 3, wait: float = 5.0) -> bool:
+        """Presses `key` until the screen shows one of `shows`, at most `tries`
+        times, `wait` seconds apart: a key that arrives while the program is still
+        moving the focus (its form has drawn the new state, not yet bound the keys
+        to it) can be lost."""
+        for attempt in range(1, tries + 1):
+            since = self.term.mark()
+            self.term.type(key)
+            if self.term.wait_for(*shows, timeout=min(wait, self.left()), since=since) is not None:
+                if attempt > 1:
+                    self.outcome.notes.append(f"{what}: the key took {attempt} presses")
+                return True
+        self.outcome.fail(f"{what}: the screen did not show {' or '.join(map(repr, shows))} after {tries} "
+                          f"presses; it ends with {self.term.text[-700:]!r}")
+        return False
+
+    def model_request(self, what: str, test: Callable[[dict[str, Any]], bool], within: float | None = None,
+                      quiet: bool = False) -> dict[str, Any] | None:
+        """Waits for a request at the fake model that passes `test` (its log is
+        rewritten after each request), at most `within` seconds (else what is
+        left of the run); a failure of the run unless `quiet`."""
+        deadline = time.monotonic() + min(self.left(), within if within is not None else self.left())
+        while True:
+            found = next((r for r in self.model.records() if test(r)), None)
+            if found is not None or time.monotonic() >= deadline or self.term.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        if found is None and not quiet:
+            self.outcome.fail(f"{what}: no such request reached the model in time")
+        return found
+
+
+def last_user_text(record: dict[str, Any]) -> str:
+    messages = (record.get("body") or {}).get("messages") or []
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return fake_model.text_of(users[-1].get("content")) if users else ""
+
+
+def waiting_on(prompt: str) -> Callable[[dict[str, Any]], bool]:
+    """The model's answer that it waits for the task `prompt`'s turn launched."""
+    def test(record: dict[str, Any]) -> bool:
+        return (record.get("kind") == "main" and (record.get("action") or {}).get("text") == fake_model.WAITING_TEXT
+                and prompt in json.dumps((record.get("body") or {}).get("messages")))
+    return test
+
+
+def final_after_notification(marker: str) -> Callable[[dict[str, Any]], bool]:
+    """The model's final answer to the new turn that brought `marker`'s task."""
+    def test(record: dict[str, Any]) -> bool:
+        text = last_user_text(record)
+        return (record.get("kind") == "main" and (record.get("action") or {}).get("text") == fake_model.FINAL_TEXT
+                and fake_model.TASK_NOTIFICATION in text and marker in text)
+    return test
+
+
+def run_interactive(exe: Path, binary: Path, watch: ProcessWatch, root: Path, timeout: float,
+                    trace_wire: bool) -> Outcome:
+    """Interactive Claude Code on a pseudo-terminal, which declares MCP Tasks: the
+    model calls `task` (the client backgrounds it as an MCP Task and polls
+    `tasks/get`), the result comes back as a `<task-notification>` turn; then a
+    subagent that asks a question, answered in Claude Code's form (`tasks/update`);
+    then one that sleeps, and `/exit` with it running (`Exit and stop tasks`)."""
+    client = "claude-tasks"
+    outcome = Outcome(client)
+    run_dir = root / client
+    for sub in ("home", "work", "tmp"):
+        (run_dir / sub).mkdir(parents=True)
+    setup = Setup(client, exe, binary, run_dir, f"hosts-result-{uuid.uuid4().hex[:16]}")
+    asker_marker = f"hosts-answer-{uuid.uuid4().hex[:16]}"
+    write_subagents_config(setup)
+    write_asker_config(setup, asker_marker)
+    write_sleeper_config(setup)
+    outcome.version = client_version(exe, base_env(setup)) + ", interactive"
+    model = FakeModelProcess(run_dir, setup.done_file)
+    term: Terminal | None = None
+    procs: list[Proc] = []
+    wall0, t0 = time.time(), time.monotonic()
+    t_client_exit = t0
+    try:
+        invocation = claude_interactive_invocation(setup, model.url)
+        argv = (strace_argv(setup, False, True) if trace_wire else []) + invocation.argv
+        (run_dir / "command.json").write_text(json.dumps({"argv": argv, "env": invocation.env}, indent=2))
+        wall0, t0 = time.time(), time.monotonic()
+        term = Terminal(argv, invocation.env, setup.work, run_dir / "screen.log")
+        session = Session(outcome, term, model, t0 + timeout)
+        # The prompt box is ready once the status line offers its shortcuts. The
+        # prompt is typed at once, as a user would: the model may be told the server
+        # is still connecting (it then searches its tools with `ToolSearch`).
+        if (session.screen("start", "? for shortcuts", since=0)
+                and session.prompt("the first prompt", PROMPT)
+                and session.model_request("the hello task's result", final_after_notification(setup.marker))
+                and session.prompt("the second prompt", ASKER_PROMPT)
+                and session.screen("the question", QUESTION, since=0)
+                and session.screen("the question's form", "requests your input", since=0)
+                and session.key("open the answer's choices", KEY_RIGHT, "Space to select")
+                and session.key("move to no", KEY_DOWN, "❯ no", "❯ ◯ no")
+                and session.key("choose no", KEY_ENTER, "❯ Accept")
+                and session.press_until("accept", KEY_ENTER, "↓ to manage", "? for shortcuts")):
+            if (session.model_request("the asker's result", final_after_notification(asker_marker))
+                    and session.prompt("the third prompt", SLEEPER_PROMPT)
+                    and session.model_request("the sleeper's launch", waiting_on(SLEEPER_PROMPT))
+                    and session.type_line("/exit", "/exit")
+                    and session.press_until("/exit", KEY_ENTER, EXIT_DIALOG)
+                    and session.screen("its first choice", EXIT_AND_STOP, since=0)):
+                # Enter takes the first choice; pressed again if the dialog had not
+                # bound it yet (as the question's form), while Claude Code runs.
+                for _ in range(3):
+                    term.type(KEY_ENTER)
+                    if term.wait(5.0) is not None:
+                        break
+        session.deadline = max(session.deadline, time.monotonic() + 30)
+        if term.proc.poll() is None:
+            outcome.fail(f"Claude Code did not exit; the screen ends with {term.text[-700:]!r}")
+        if term.proc.poll() is None:
+            kill_leftovers(watch.descendants(term.pid))
+            term.proc.wait()
+        t_client_exit = time.monotonic()
+        rc = term.proc.returncode
+        if rc != 0:
+            outcome.fail(f"Claude Code exited with status {rc}")
+        wait_for_exits(watch, term.pid, EXIT_GRACE)
+        procs = watch.descendants(term.pid)
+        (run_dir / "processes.json").write_text(json.dumps(
+            [{"pid": p.pid, "ppid": p.ppid, "cmdline": p.cmdline, "t_start": rel(p.t_start, t0),
+              "t_exec": rel(p.t_exec, t0), "t_exit": rel(p.t_exit, t0), "ended": p.ended_how()} for p in procs],
+            indent=1))
+        for left in kill_leftovers(procs):
+            outcome.fail(f"left running {EXIT_GRACE:.0f} s after Claude Code exited (killed): {describe(left)}")
+        for name, pid_file in ((SUBAGENT, setup.pid_file), (ASKER, run_dir / "asker.pid"),
+                               (SLEEPER, run_dir / "sleeper.pid")):
+            if not pid_file.exists():
+                outcome.fail(f"the {name} subagent never ran (no pid file)")
+                continue
+            group = int(pid_file.read_text().strip() or 0)
+            if group and group_alive(group):
+                outcome.fail(f"the {name} subagent's process group {group} is still alive (killed)")
+                os.killpg(group, signal.SIGKILL)
+    finally:
+        if term is not None:
+            if term.proc.poll() is None:
+                kill_leftovers(watch.descendants(term.pid))
+                term.proc.wait()
+            term.close()
+        model.stop()
+    records = model.records()
+    check_tasks_conversation(outcome, setup, records, asker_marker, t0, wall0)
+    server = check_processes(outcome, setup, watch, procs, t0, t_client_exit, records)
+    log = setup.server_log.read_text() if setup.server_log.exists() else ""
+    if f"({ASKER}) completed" not in log:
+        outcome.fail(f"the server's log does not show the {ASKER} task completing")
+    if f"({SLEEPER}) cancelled" not in log:
+        outcome.fail(f"the server's log does not show the {SLEEPER} task cancelled at the exit")
+    wire = Wire()
+    if trace_wire:
+        wire = read_wire(setup, wall0, t0, server.pid if server is not None else None)
+        check_wire(outcome, setup, wire, t0)
+        check_tasks_wire(outcome, wire)
+    if server is not None:
+        check_shutdown(outcome, setup, server, t0, wall0, wire)
+    return outcome
+
+
+def check_tasks_wire(outcome: Outcome, wire: Wire) -> None:
+    """Under --trace-wire: Claude Code declared MCP Tasks, polled `tasks/get` for
+    both tasks and answered the question with `tasks/update`."""
+    sent = [m.message for m in wire.messages if m.to_server and isinstance(m.message, dict)]
+    first = next((m for m in sent if "method" in m), {})
+    meta = (first.get("params") or {}).get("_meta") or {}
+    if "not declared" in tasks_declared(meta.get("io.modelcontextprotocol/clientCapabilities")):
+        outcome.fail("wire: interactive Claude Code did not declare MCP Tasks")
+    polled = {str(((m.get("params") or {}).get("taskId"))) for m in sent if m.get("method") == "tasks/get"}
+    if len(polled) < 2:
+        outcome.fail(f"wire: Claude Code polled tasks/get for {len(polled)} task(s), not the two that ended")
+    cancels = [m for m in sent if m.get("method") == "tasks/cancel"]
+    outcome.notes.append(f"wire: tasks/cancel sent {len(cancels)} time(s)"
+                         + (f", for {sorted({str((m.get('params') or {}).get('taskId')) for m in cancels})}"
+                            if cancels else ""))
+    if not any(m.get("method") == "tasks/update" for m in sent):
+        outcome.fail("wire: the question's answer did not come through tasks/update")
+
+
+def check_tasks_conversation(outcome: Outcome, setup: Setup, records: list[dict[str, Any]], asker_marker: str,
+                             t0: float, wall0: float) -> None:
+    """Both `task` calls became MCP Tasks, and each result reached the model
+    exactly once: in a `<task-notification>` turn of its own, never in a tool
+    result (no System Note), counted over the whole conversation."""
+    main = [r for r in records if r.get("kind") == "main"]
+    for record in records:
+        if record.get("error"):
+            outcome.fail(f"model request {record['seq']}: {record['error']}")
+    if not main:
+        outcome.fail("the client never sent the model a request offering the asynctask tools")
+        return
+    outcome.times["first model request"] = main[0]["t"] - t0
+    task_calls = [r for r in main if (r.get("action") or {}).get("tool") == "task"]
+    if len(task_calls) != 3:
+        outcome.fail(f"the model called `task` {len(task_calls)} times, not 3 ({SUBAGENT}, {ASKER}, {SLEEPER})")
+    results: dict[str, dict[str, Any]] = {}
+    for record in main:
+        for result in fake_model.tool_results("anthropic", record["body"]):
+            results.setdefault(result["call_id"], dict(result, seq=record["seq"], t=record["t"]))
+    task_results = [r for r in results.values() if r["tool"] == "task"]
+    for result in task_results:
+        if fake_model.MCP_TASK_STARTED not in (result["text"] or "") or result["is_error"]:
+            outcome.fail(f"Claude Code did not run the `task` call as an MCP Task: {(result['text'] or '')[:300]!r}")
+    if task_results and task_calls:
+        outcome.times["first tool result at the model"] = task_results[0]["t"] - t0
+        outcome.times["`task` call round trip"] = task_results[0]["t"] - task_calls[0]["t_end"]
+    history = (main[-1].get("body") or {}).get("messages") or []
+    for name, marker in ((SUBAGENT, setup.marker), (ASKER, asker_marker)):
+        carriers = [m for m in history if marker in json.dumps(m)]
+        count = sum(json.dumps(m).count(marker) for m in history)
+        in_tools = [r for r in results.values() if marker in (r["text"] or "")]
+        if count != 1 or len(carriers) != 1:
+            outcome.fail(f"the {name} task's result is in the conversation {count} times, not once")
+        if in_tools:
+            outcome.fail(f"the {name} task's result rode on a tool result ({in_tools[0]['tool']}), "
+                         "not only in its task notification")
+        for carrier in carriers:
+            text = fake_model.text_of(carrier.get("content"))
+            if carrier.get("role") != "user" or fake_model.TASK_NOTIFICATION not in text or "<result>" not in text:
+                outcome.fail(f"the {name} task's result did not come as a <task-notification> turn: {text[:300]!r}")
+            if "System Note" in text:
+                outcome.fail(f"the {name} task's result came in a System Note")
+        # Exactly once, request by request: never twice in one, and the first
+        # request holding it is the new turn that brought it.
+        holding = [r for r in main if marker in json.dumps((r.get("body") or {}).get("messages"))]
+        if any(json.dumps((r.get("body") or {}).get("messages")).count(marker) > 1 for r in holding):
+            outcome.fail(f"a request to the model held the {name} task's result more than once")
+        if holding:
+            first = holding[0]
+            if marker not in last_user_text(first):
+                outcome.fail(f"the {name} task's result first reached the model inside the history, "
+                             "not as a new turn")
+            outcome.notes.append(f"the {name} task's result came as a <task-notification> turn "
+                                 f"(model request {first['seq']})")
+            outcome.times[f"{name}: result at the model"] = first["t"] - t0
+            if name == SUBAGENT and setup.done_file.exists():
+                outcome.times["hello: done -> result at the model"] = first["t"] - t0 - (
+                    setup.done_file.stat().st_mtime - wall0)
+    if setup.done_file.exists():
+        outcome.times["subagent done"] = setup.done_file.stat().st_mtime - wall0
+    finals = [r for r in main if (r.get("action") or {}).get("text") == fake_model.FINAL_TEXT]
+    if len(finals) != 2:
+        outcome.fail(f"the model gave its final answer {len(finals)} times, not twice (once per prompt)")
+    else:
+        outcome.times["final answer sent"] = finals[-1]["t_end"] - t0
+    backgrounded = BACKGROUNDED.findall(setup.claude_debug_log.read_text(errors="replace")) \
+        if setup.claude_debug_log.exists() else []
+    if len(backgrounded) != 3:
+        outcome.fail(f"Claude Code's debug log shows {len(backgrounded)} `task` calls answered with an MCP Task, "
+                     "not 3")
+    for task_id, local in backgrounded:
+        outcome.notes.append(f"Claude Code backgrounded MCP Task {task_id} as its task {local}")
+    tools = [r["action"].get("tool") or "text" for r in main if r.get("action")]
+    outcome.notes.append(f"model steps: {' -> '.join(tools)}; {len(main)} main and "
+                         f"{len(records) - len(main) - 1} other requests to the model")
+
+
 # ---------------------------------------------------------------------- main
 
 
@@ -1139,7 +1535,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--client", choices=[*CLIENTS, "all"], action="append",
-                        help="run this client only (repeatable; default: all three, each of which must be installed)")
+                        help="run this client only (repeatable; default: all four scenarios, whose clients must "
+                             "be installed; claude-tasks is Claude Code in an interactive session)")
     parser.add_argument("--binary", default=os.environ.get("ASYNCTASK_BIN") or str(REPO / "target/release/asynctask"),
                         help="the asynctask binary (default: $ASYNCTASK_BIN, else target/release/asynctask)")
     parser.add_argument("--claude", help="the claude executable (default: $CLAUDE_BIN, else claude on PATH)")
@@ -1169,7 +1566,7 @@ def main() -> int:
     # run with --client to leave one out).
     clients: list[tuple[str, Path | None]] = []
     for name in wanted:
-        exe = find_client(name, getattr(args, name))
+        exe = find_client(CLIENT_PROGRAMS[name], getattr(args, CLIENT_PROGRAMS[name]))
         clients.append((name, exe if exe is not None and exe.exists() else None))
 
     watch = ProcessWatch()  # before the namespace: the process events live in the first one
@@ -1183,14 +1580,18 @@ def main() -> int:
         for name, exe in clients:
             if exe is None:
                 outcome = Outcome(name, "not installed", missing=True)
-                outcome.fail(f"{CLIENT_NAMES[name]} is not installed: pass --{name} PATH or set "
-                             f"{name.upper()}_BIN (or leave it out with --client)")
+                program = CLIENT_PROGRAMS[name]
+                outcome.fail(f"{CLIENT_NAMES[name]} is not installed: pass --{program} PATH or set "
+                             f"{program.upper()}_BIN (or leave it out with --client)")
                 outcomes.append(outcome)
                 report(outcome)
                 continue
             try:
-                outcome = run_client(name, exe, binary, watch, root, args.timeout, args.trace_signals,
-                                     args.trace_wire)
+                if name == "claude-tasks":
+                    outcome = run_interactive(exe, binary, watch, root, args.timeout, args.trace_wire)
+                else:
+                    outcome = run_client(name, exe, binary, watch, root, args.timeout, args.trace_signals,
+                                         args.trace_wire)
             except Exception as err:  # noqa: BLE001 (reported as this client's failure)
                 outcome = Outcome(name)
                 outcome.fail(f"the harness failed: {err!r}")

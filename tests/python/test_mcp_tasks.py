@@ -2,8 +2,10 @@
 2026-07-28 protocol speaks it, raw JSON-RPC lines to the binary: the handshake
 advertises the extension; a `task` call that declares it is answered with a task;
 `tasks/get` follows it to `completed` and the whole result; `tasks/cancel` ends the
-subagent and is idempotent; unknown ids get the extension's error; and a result a poll
-takes never rides in a System Note on another tool result too."""
+subagent and is idempotent; unknown ids get the extension's error; a result a poll
+takes never rides in a System Note on another tool result too; and, durable, the tasks
+clients follow keep their results for the polls across a client's and a supervisor's
+restart."""
 
 from __future__ import annotations
 
@@ -254,5 +256,44 @@ def test_a_durable_task_resolves_from_the_store_after_a_supervisor_restart(tmp_p
         assert not any(REMINDER_HEADER in text for text in texts(after)), after
         refused = second.request("tasks/get", {"taskId": "no-such-task"})["error"]
         assert refused["code"] == -32602, refused
+    finally:
+        second.server.close()
+
+
+def test_the_followed_tasks_are_journaled_so_a_supervisor_restart_keeps_their_results_for_the_polls(
+    tmp_path: Path,
+) -> None:
+    """The set of tasks clients follow is in the store: after the supervisor
+    restarts, a new session's tool calls carry no System Note with a followed
+    task's result — neither the one that ended before the restart nor the one the
+    restart interrupted — and the polls get both."""
+    first = durable_client(tmp_path, "front-1.log")
+    ended = first.launch("quick")
+    interrupted = first.launch("slow")
+    group = slow_group(tmp_path, interrupted)
+    deadline = time.monotonic() + WITHIN
+    while json.loads(texts(first.call("check_async_tasks", {"task_id": ended})["result"])[0])["status"] != "completed":
+        assert time.monotonic() < deadline, f"task {ended} never finished"
+        time.sleep(0.05)
+    first.server.close(stop_supervisor=False)
+    supervisor_gone(first.server)
+    deadline = time.monotonic() + WITHIN
+    while group_alive(group):
+        assert time.monotonic() < deadline, f"the slow subagent's group {group} outlived its supervisor"
+        time.sleep(0.05)
+    second = durable_client(tmp_path, "front-2.log")
+    try:
+        # Tool calls first, of a session that follows nothing yet and of one that
+        # does not even declare the extension: neither takes the results.
+        for declares in (True, False, True):
+            listing = second.call("check_async_tasks", {}, tasks=declares)["result"]
+            assert not any(REMINDER_HEADER in text for text in texts(listing)), listing
+        done, _ = second.poll_until(ended, "completed")
+        assert "quick done" in json.loads(texts(done["result"])[0])["final_message"], done
+        failed, _ = second.poll_until(interrupted, "completed")
+        assert failed["result"].get("isError") is True, failed
+        assert "interrupted" in texts(failed["result"])[0], failed
+        after = second.call("check_async_tasks", {})["result"]
+        assert not any(REMINDER_HEADER in text for text in texts(after)), after
     finally:
         second.server.close()

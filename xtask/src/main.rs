@@ -34,8 +34,9 @@ Tasks:
                      10; a bounded run is part of the tests)
   fuzz --replay FILE replay one session (a reproducer under target/fuzz/)
   hosts [ARGS]       the MCP server inside Claude Code, Codex CLI and Gemini CLI
-                     (tests/hosts; not part of ci); ARGS go to run_hosts.py,
-                     e.g. --client codex";
+                     (tests/hosts; not part of ci) with the debug build
+                     (--release: the release build); other ARGS go to
+                     run_hosts.py, e.g. --client codex";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

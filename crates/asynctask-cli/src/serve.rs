@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use asynctask_manager::StoredTask;
+use asynctask_manager::{JournalError, StoredTask};
 use asynctask_mcp::{
-    DropAnswer, LineReader, MAX_LINE_BYTES, McpServerOptions, open_session, serve_io,
+    DropAnswer, FollowJournal, LineReader, MAX_LINE_BYTES, McpServerOptions, open_session, serve_io,
 };
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks, OutputObject};
 use asynctask_process::{ConfigExtension, ProcessRunner, ProcessRunnerConfig};
@@ -418,6 +418,8 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
         let _ = crate::logging::log_to_file(log);
     }
     let (store, restored) = open_store(&state).await?;
+    let store = Arc::new(store);
+    let followed = store.followed()?;
     let count = |status| {
         restored
             .iter()
@@ -446,7 +448,7 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
     let server = options.server_options();
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
-            .journal(Arc::new(store), restored)
+            .journal(store.clone(), restored)
             .runner(Arc::new(runner))
             .max_async_tasks(server.max_async_tasks)
             .max_queued_tasks(server.max_queued_tasks)
@@ -476,10 +478,22 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
         path: state_path,
         source,
     })?
-    .with_project(workspace.project.clone());
+    .with_project(workspace.project.clone())
+    .with_followed(Arc::new(FollowedInStore(store)), followed);
     let exit = supervisor.run().await?;
     tracing::info!("supervisor ended ({exit:?})");
     Ok(Some(exit))
+}
+
+/// The workspace's task store as the journal of the tasks clients follow as MCP
+/// Tasks.
+#[derive(Debug)]
+struct FollowedInStore(Arc<Store>);
+
+impl FollowJournal for FollowedInStore {
+    fn follow(&self, id: &str, since: u64) -> Result<(), JournalError> {
+        self.0.follow(id, since).map_err(JournalError::new)
+    }
 }
 
 /// A supervisor's runner: the config as it is on disk now. Each new run (and

@@ -559,6 +559,8 @@ impl ServerHandler for AsyncTaskMcpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A followed task past its TTL gives its result to this call's reminder.
+        self.prune_tasks();
         let Some(tool) = self.tool(&request.name) else {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool '{}'", request.name),

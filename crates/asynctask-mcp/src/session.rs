@@ -5,11 +5,11 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use asynctask_manager::TaskSnapshot;
+use asynctask_manager::{AsyncTaskManager, TaskSnapshot};
 use asynctask_runtime::ClaimLedger;
 use asynctask_tools::{LaunchBudget, Nesting};
 
-use crate::tasks::TaskHandles;
+use crate::tasks::{FollowJournal, TaskHandles};
 
 /// The sessions connected to one registry right now (a durable supervisor's
 /// clients), which decides which results each may take.
@@ -55,6 +55,27 @@ impl Sessions {
             ledger: Some(ledger),
             followed: TaskHandles::default(),
         }
+    }
+
+    /// The same sessions, whose followed tasks (those clients follow as MCP
+    /// Tasks) are journaled in `journal` and start as `restored` (id, followed
+    /// since: what the journal held when the process started). A durable
+    /// supervisor restarted from its store thus keeps a followed task's result
+    /// for the polls, as before it restarted, until the task's
+    /// [`TASK_TTL`](crate::TASK_TTL) has passed and it has ended; from then on it
+    /// is delivered as any other (a System Note on a tool result). The tasks of
+    /// `restored` already past that, by `manager`'s clock and tasks, are
+    /// forgotten at once. Call it before any session joins.
+    #[must_use]
+    pub fn with_followed(
+        mut self,
+        journal: Arc<dyn FollowJournal>,
+        restored: impl IntoIterator<Item = (String, u64)>,
+        manager: &AsyncTaskManager,
+    ) -> Self {
+        self.followed = TaskHandles::journaled(journal, restored);
+        self.followed.prune(manager, manager.clock().now_ms());
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeSet<String>> {

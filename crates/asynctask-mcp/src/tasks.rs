@@ -3,10 +3,11 @@
 //! texts a client that follows them reads instead of the System Note ones.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, PendingQuestion, TaskSnapshot};
+use asynctask_manager::{AsyncTaskManager, JournalError, PendingQuestion, TaskSnapshot};
 use asynctask_model::AsyncTaskStatus;
 use asynctask_tools::{completion_notification, format_duration, iso_time, truncate_chars};
 use rmcp::model::{
@@ -75,6 +76,46 @@ pub(crate) fn declares_tasks(meta: &RequestMetaObject) -> bool {
         .is_some_and(|capabilities| capabilities.supports_tasks())
 }
 
+/// Where a durable server keeps the set of tasks its clients follow as MCP
+/// Tasks, so that a supervisor restarted from its store still keeps their
+/// results for the polls (within their [`TASK_TTL`]) instead of giving them to
+/// the next tool result as a System Note. The workspace's task store keeps it
+/// beside the tasks.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use asynctask_manager::JournalError;
+/// use asynctask_mcp::{FollowJournal, Sessions};
+///
+/// #[derive(Debug, Default)]
+/// struct Log(Mutex<Vec<(String, u64)>>);
+/// impl FollowJournal for Log {
+///     fn follow(&self, id: &str, since: u64) -> Result<(), JournalError> {
+///         self.0.lock().map_err(|_| JournalError::new("poisoned"))?.push((id.to_owned(), since));
+///         Ok(())
+///     }
+/// }
+///
+/// let manager = asynctask_manager::AsyncTaskManager::default();
+/// // What the store held when the supervisor started: followed since 1_000.
+/// let restored = [("7f3a09c1".to_owned(), 1_000)];
+/// let sessions = Sessions::default().with_followed(Arc::new(Log::default()), restored, &manager);
+/// # drop(sessions);
+/// ```
+pub trait FollowJournal: fmt::Debug + Send + Sync {
+    /// Records that a client follows task `id` as an MCP Task since `since`
+    /// (Unix ms: when it was created as one, or, for a task a poll adopted,
+    /// when it was launched). Recording it again replaces the time.
+    ///
+    /// # Errors
+    ///
+    /// [`JournalError`] when it could not be recorded: the task is still
+    /// followed until the process ends, only not after a restart.
+    fn follow(&self, id: &str, since: u64) -> Result<(), JournalError>;
+}
+
 /// What a poll of an ended task answers, kept once given so later polls
 /// answer the same (the registry may prune the task meanwhile).
 #[derive(Debug, Clone)]
@@ -96,10 +137,11 @@ struct Handle {
 /// The asynctask tasks one client follows as MCP Tasks, by id (an MCP task's
 /// id is its asynctask task's). A cheap handle: the server that answers the
 /// polls and the gate that keeps the followed results out of reminders share
-/// one set.
+/// one set, journaled when a [`FollowJournal`] is given.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TaskHandles {
     inner: Arc<Mutex<HashMap<String, Handle>>>,
+    journal: Option<Arc<dyn FollowJournal>>,
 }
 
 impl TaskHandles {
@@ -108,7 +150,31 @@ impl TaskHandles {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The client follows task `id` from now (`now`, Unix ms).
+    /// The same set, journaled in `journal` from now on, holding the tasks
+    /// `restored` names (id, followed since; what the journal held when the
+    /// process started). Past their TTL they go at the next prune.
+    pub(crate) fn journaled(
+        journal: Arc<dyn FollowJournal>,
+        restored: impl IntoIterator<Item = (String, u64)>,
+    ) -> Self {
+        let handles = restored
+            .into_iter()
+            .map(|(id, created_at)| {
+                let handle = Handle {
+                    created_at,
+                    answer: None,
+                };
+                (id, handle)
+            })
+            .collect();
+        TaskHandles {
+            inner: Arc::new(Mutex::new(handles)),
+            journal: Some(journal),
+        }
+    }
+
+    /// The client follows task `id` from now (`now`, Unix ms); journaled
+    /// before this returns, so before the client hears of the task.
     pub(crate) fn follow(&self, id: &str, now: u64) {
         self.lock().insert(
             id.to_owned(),
@@ -117,6 +183,20 @@ impl TaskHandles {
                 answer: None,
             },
         );
+        self.journal(id, now);
+    }
+
+    fn journal(&self, id: &str, since: u64) {
+        if let Some(journal) = &self.journal
+            && let Err(err) = journal.follow(id, since)
+        {
+            tracing::warn!(
+                task_id = id,
+                error = %err.chain(),
+                "cannot journal that a client follows this task: after a supervisor restart \
+                 its result may ride on a tool result instead of its polls"
+            );
+        }
     }
 
     /// Whether the client follows task `id`.
@@ -147,10 +227,19 @@ impl TaskHandles {
         if !live || !may_take(&task) {
             return false;
         }
-        self.lock().entry(id.to_owned()).or_insert(Handle {
-            created_at: task.launched_at(),
-            answer: None,
-        });
+        let adopted = match self.lock().entry(id.to_owned()) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(Handle {
+                    created_at: task.launched_at(),
+                    answer: None,
+                });
+                true
+            }
+        };
+        if adopted {
+            self.journal(id, task.launched_at());
+        }
         true
     }
 
@@ -505,6 +594,87 @@ mod tests {
             })
             .expect("forgotten: a reminder carries it, never lost");
         assert_eq!(claim.task_ids(), ["aaaa0000-1"]);
+    }
+
+    /// What a journal was told: (id, followed since), in order.
+    #[derive(Debug, Default)]
+    struct Log(Mutex<Vec<(String, u64)>>);
+
+    impl FollowJournal for Log {
+        fn follow(&self, id: &str, since: u64) -> Result<(), JournalError> {
+            self.0
+                .lock()
+                .map_err(|_| JournalError::new("poisoned"))?
+                .push((id.to_owned(), since));
+            Ok(())
+        }
+    }
+
+    /// Journaled, each task followed (created as an MCP Task, or adopted from
+    /// its launch by a poll) is recorded; a set restored from the journal
+    /// keeps the tasks still running or within their TTL — their results stay
+    /// the polls', out of every reminder — and forgets the others at once, whose
+    /// results the reminders then carry.
+    #[test]
+    fn a_journaled_set_records_each_follow_and_restores_the_tasks_within_their_ttl() {
+        let clock = ManualClock::new(1_000);
+        let manager = manager(&clock);
+        manager.set_max_queued_tasks(MaxQueuedTasks::new(5).expect("valid"));
+        for id in ["aaaa0000-1", "bbbb0000-2"] {
+            manager
+                .register_task(RegisterTaskInput::new(id, "s", "g"))
+                .expect("registered");
+        }
+        manager.complete_task("aaaa0000-1", OutputObject::new(TerminateReason::Goal));
+        clock.advance(duration_ms(TASK_TTL));
+        manager
+            .register_task(RegisterTaskInput::new("cccc0000-3", "s", "g"))
+            .expect("registered");
+        manager.complete_task("cccc0000-3", OutputObject::new(TerminateReason::Goal));
+        let log = Arc::new(Log::default());
+        let restored = [
+            ("aaaa0000-1".to_owned(), 1_000),
+            ("bbbb0000-2".to_owned(), 1_000),
+            ("cccc0000-3".to_owned(), clock.now_ms()),
+        ];
+        let handles = TaskHandles::journaled(log.clone(), restored);
+        assert!(handles.prune(&manager, clock.now_ms()));
+        assert!(
+            !handles.holds("aaaa0000-1"),
+            "ended, and its TTL passed: forgotten"
+        );
+        assert!(handles.holds("bbbb0000-2"), "still runs: kept");
+        assert!(handles.holds("cccc0000-3"), "within its TTL: kept");
+        let ledger = ClaimLedger::new(manager.clone());
+        let claim = ledger
+            .claim_matching(asynctask_runtime::ClaimOwner::Request, |task| {
+                !handles.holds(task.id())
+            })
+            .expect("the forgotten one's result rides in a reminder");
+        assert_eq!(
+            claim.task_ids(),
+            ["aaaa0000-1"],
+            "the followed one's does not"
+        );
+        assert_eq!(*log.0.lock().expect("log"), [], "restoring records nothing");
+
+        handles.follow("dddd0000-4", clock.now_ms());
+        manager
+            .register_task(RegisterTaskInput::new("eeee0000-5", "s", "g"))
+            .expect("registered");
+        clock.advance(5);
+        let anyone = |_: &TaskSnapshot| true;
+        assert!(handles.adopt(&manager, "eeee0000-5", clock.now_ms(), anyone));
+        assert!(handles.adopt(&manager, "eeee0000-5", clock.now_ms(), anyone));
+        let launched = clock.now_ms() - 5;
+        assert_eq!(
+            *log.0.lock().expect("log"),
+            [
+                ("dddd0000-4".to_owned(), launched),
+                ("eeee0000-5".to_owned(), launched)
+            ],
+            "each once: created now, adopted from its launch"
+        );
     }
 
     /// A poll of a task the registry holds but no handle follows (a durable

@@ -8,7 +8,8 @@
 //! is still pending, and nothing delivered is delivered again. [`Durability`]
 //! says what a power loss may cost; every [`StoreError`] names the path. The
 //! crate sits beside `asynctask-tools`, on the manager (the runtime never depends
-//! on a database); it keeps nothing but tasks, for one process at a time.
+//! on a database); it keeps nothing but tasks (and which of them clients follow as
+//! MCP Tasks: [`Store::follow`]), for one process at a time.
 //!
 //! # Example
 //!

@@ -13,13 +13,13 @@ use rusqlite::{
 };
 
 use crate::error::StoreError;
-use crate::row::{Row, encode_usage, encode_vars, to_sql};
+use crate::row::{Row, encode_usage, encode_vars, from_sql, to_sql};
 
 /// The schema version this crate reads and writes (`PRAGMA user_version`). A
 /// store with a higher one was written by a newer asynctask and is refused; a
-/// store of version 1 (before queued tasks) or 2 (before usage) is migrated
-/// when opened.
-pub const SCHEMA_VERSION: i64 = 3;
+/// store of version 1 (before queued tasks), 2 (before usage) or 3 (before
+/// followed tasks) is migrated when opened.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The schema, created in one transaction with its version. The `CHECK`s
 /// restate the model's rules, so that no write can store a task the model
@@ -63,6 +63,8 @@ const TASKS_COLUMNS: &str = "
     launch           TEXT,
     -- What a finished task used, as its runner reported it: a JSON object.
     usage            TEXT,
+    -- Since when a client follows it as an MCP Task (NULL: none does).
+    followed_at      INTEGER,
     CHECK ((status IN ('queued', 'running')) = (completed_at IS NULL)),
     CHECK (status NOT IN ('queued', 'running') OR notified_at IS NULL),
     CHECK (status <> 'queued' OR started_at IS NULL),
@@ -99,6 +101,9 @@ ALTER TABLE tasks_v2 RENAME TO tasks;"
 
 /// Version 2 to 3: `usage` (NULL: no task reported any before).
 const MIGRATION_2_TO_3: &str = "ALTER TABLE tasks ADD COLUMN usage TEXT;";
+
+/// Version 3 to 4: `followed_at` (NULL: no client followed a task before).
+const MIGRATION_3_TO_4: &str = "ALTER TABLE tasks ADD COLUMN followed_at INTEGER;";
 
 /// How hard the store works to keep what it was told.
 ///
@@ -298,7 +303,8 @@ impl Store {
         }
         let migration = match version {
             1 => Some(migration_from_1()),
-            2 => Some(MIGRATION_2_TO_3.to_owned()),
+            2 => Some(format!("{MIGRATION_2_TO_3}\n{MIGRATION_3_TO_4}")),
+            3 => Some(MIGRATION_3_TO_4.to_owned()),
             _ => None,
         };
         if let Some(migration) = migration {
@@ -360,6 +366,63 @@ impl Store {
     /// ```
     pub fn load(&self) -> Result<Vec<StoredTask>, StoreError> {
         load_tasks(&self.connection(), &self.path, SCHEMA_VERSION)
+    }
+
+    /// Records that a client follows task `id` as an MCP Task since `since`
+    /// (Unix ms), replacing an earlier time; committed (and, with
+    /// [`Durability::PowerLoss`], flushed) before this returns. A task the
+    /// store does not hold (pruned already) is left as it is. The mark goes
+    /// with its task when the task is removed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] or [`StoreError::Sqlite`] when SQLite fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_manager::{Journal, JournalEntry};
+    /// use asynctask_store::Store;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let (store, _) = Store::open(dir.path().join("tasks.db"))?;
+    /// store.record(&[JournalEntry::Registered {
+    ///     id: "a1", subagent_name: "tester", goal_prompt: "run the suite", launched_at: 1_000, origin: None,
+    ///     queued: false, launch: None,
+    /// }])?;
+    /// store.follow("a1", 1_500)?;
+    /// store.follow("gone", 1_600)?; // no such task: nothing to mark
+    /// assert_eq!(store.followed()?, [("a1".to_owned(), 1_500)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn follow(&self, id: &str, since: u64) -> Result<(), StoreError> {
+        self.connection()
+            .prepare_cached("UPDATE tasks SET followed_at = ?2 WHERE id = ?1")
+            .and_then(|mut update| update.execute(params![id, to_sql(since)]))
+            .map(|_| ())
+            .map_err(|source| self.failed(source))
+    }
+
+    /// The tasks clients follow as MCP Tasks, with the time each is followed
+    /// since (see [`follow`](Self::follow)), in registration order.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] or [`StoreError::Sqlite`] when SQLite fails.
+    pub fn followed(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let connection = self.connection();
+        let mut statement = connection
+            .prepare_cached(
+                "SELECT id, followed_at FROM tasks WHERE followed_at IS NOT NULL ORDER BY seq",
+            )
+            .map_err(|source| self.failed(source))?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, from_sql(row.get::<_, i64>(1)?)))
+            })
+            .map_err(|source| self.failed(source))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(|source| self.failed(source))
     }
 
     /// The tasks the store at `path` holds, read without changing anything:
@@ -426,9 +489,9 @@ impl Store {
                 return Ok(Vec::new());
             }
         }
-        // A store of version 2 (a supervisor of the previous release still
-        // holds it) is read as it is: it has no usage yet.
-        if version != SCHEMA_VERSION && version != 2 {
+        // A store of version 2 or 3 (a supervisor of an earlier release still
+        // holds it) is read as it is: version 2 has no usage yet.
+        if !(2..=SCHEMA_VERSION).contains(&version) {
             return Err(StoreError::NotAStore {
                 path: path.to_owned(),
             });

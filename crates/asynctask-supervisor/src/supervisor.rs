@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::Arc;
 use std::time::Duration;
 
-use asynctask_mcp::{Sessions, TerminationSignals, log_task_ends};
+use asynctask_mcp::{FollowJournal, Sessions, TerminationSignals, log_task_ends};
 use asynctask_runtime::AsyncTaskRuntime;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinSet;
@@ -91,6 +91,23 @@ impl Supervisor {
             project: None,
             _lock: lock,
         })
+    }
+
+    /// Journals the tasks clients follow as MCP Tasks in `journal`, starting
+    /// from `restored` (id, followed since: what the workspace's store held).
+    /// A followed task's result then stays the polls' across a restart of the
+    /// supervisor, until its TTL has passed and it has ended
+    /// ([`Sessions::with_followed`]).
+    #[must_use]
+    pub fn with_followed(
+        mut self,
+        journal: Arc<dyn FollowJournal>,
+        restored: impl IntoIterator<Item = (String, u64)>,
+    ) -> Self {
+        self.sessions = self
+            .sessions
+            .with_followed(journal, restored, self.runtime.manager());
+        self
     }
 
     /// Names the project this supervisor's subagents work in: `status` shows

@@ -1,6 +1,6 @@
 //! Integration tests of `asynctask-store`: opening in good and bad states, the
-//! journal's round trip, crashes at every journal step, and the runtime on a
-//! store.
+//! journal's round trip, crashes at every journal step, the runtime on a
+//! store, and the tasks clients follow as MCP Tasks.
 //!
 //! Tests that need a second process re-execute this very binary with
 //! [`CHILD_ENV`] set, running only the [`child`] test, which then plays the
@@ -9,6 +9,7 @@
 
 mod child;
 mod crash;
+mod followed;
 mod open;
 mod replay;
 mod runtime;

@@ -274,7 +274,7 @@ fn a_version_1_store_is_migrated_keeping_every_task() {
 }
 
 /// The version 2 schema, as stores written before usage hold it.
-const SCHEMA_V2: &str = "
+pub(crate) const SCHEMA_V2: &str = "
 CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) STRICT;
 CREATE TABLE tasks (
     seq              INTEGER PRIMARY KEY,
