@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use asynctask_manager::TaskSnapshot;
-use asynctask_runtime::{Claim, ClaimLedger, ClaimOwner};
+use asynctask_runtime::{Claim, ClaimLedger, ClaimOwner, Reminder};
 
 use crate::session::Session;
 use crate::tasks::TaskHandles;
@@ -172,7 +172,7 @@ impl ReminderGate {
         self.session
             .as_ref()
             .is_none_or(|session| session.may_claim(task))
-            && !self.handles.holds(task.id())
+            && !self.handles.follows(task.id())
     }
 
     /// Claims task `task_id`'s result for request `id` (a `tasks/get` or
@@ -251,10 +251,7 @@ impl ReminderGate {
     /// acknowledged at once. `None` when nothing is pending, `cancel` fired, or
     /// the request was cancelled already or has claimed already (nothing is
     /// appended after a reminder).
-    pub(crate) fn answer_current(
-        &self,
-        cancel: &CancellationToken,
-    ) -> Option<(String, Vec<String>)> {
+    pub(crate) fn answer_current(&self, cancel: &CancellationToken) -> Option<Reminder> {
         match REQUEST.try_with(Clone::clone) {
             Ok(id) => self.answer(&id, cancel),
             Err(_) => self.answer_now(cancel),
@@ -262,7 +259,7 @@ impl ReminderGate {
     }
 
     /// Claims the pending results for request `id`'s response, and returns the
-    /// reminder's text and the ids it carries; the claim waits here for the
+    /// reminder it carries; the claim waits here for the
     /// transport. `None` when nothing is pending, when `cancel` fired, when the
     /// request is not open (cancelled already), or when it holds a claim
     /// already.
@@ -270,11 +267,7 @@ impl ReminderGate {
     /// Without an acking transport ([`track`](Self::track)) no request is
     /// known: the results are claimed and acknowledged at once, delivered by
     /// the response this call is about to send.
-    pub(crate) fn answer(
-        &self,
-        id: &RequestId,
-        cancel: &CancellationToken,
-    ) -> Option<(String, Vec<String>)> {
+    pub(crate) fn answer(&self, id: &RequestId, cancel: &CancellationToken) -> Option<Reminder> {
         if !self.tracked.load(Ordering::SeqCst) {
             return self.answer_now(cancel);
         }
@@ -285,19 +278,19 @@ impl ReminderGate {
             return None;
         }
         let claim = self.claim()?;
-        let carried = (claim.reminder().text.clone(), claim.task_ids().to_vec());
+        let carried = claim.reminder().clone();
         calls.open.insert(id.clone(), Open::Answered(claim));
         Some(carried)
     }
 
     /// Claims the pending results and acknowledges them at once (a call that
     /// does not come through the transport).
-    fn answer_now(&self, cancel: &CancellationToken) -> Option<(String, Vec<String>)> {
+    fn answer_now(&self, cancel: &CancellationToken) -> Option<Reminder> {
         if cancel.is_cancelled() {
             return None;
         }
         let claim = self.claim()?;
-        let carried = (claim.reminder().text.clone(), claim.task_ids().to_vec());
+        let carried = claim.reminder().clone();
         claim.acknowledge();
         Some(carried)
     }
@@ -385,8 +378,8 @@ mod tests {
         runtime.manager().pending_notifications().len()
     }
 
-    fn carried(answer: Option<(String, Vec<String>)>) -> Option<Vec<String>> {
-        answer.map(|(_, ids)| ids)
+    fn carried(answer: Option<Reminder>) -> Option<Vec<String>> {
+        answer.map(|reminder| reminder.task_ids)
     }
 
     #[tokio::test]
@@ -395,7 +388,10 @@ mod tests {
         let live = CancellationToken::new();
         assert!(gate.open(id(1)));
         assert!(gate.open(id(2)));
-        let (text, ids) = gate.answer(&id(1), &live).expect("claimed");
+        let Reminder {
+            text,
+            task_ids: ids,
+        } = gate.answer(&id(1), &live).expect("claimed");
         assert_eq!(ids, ["aaaaaaaa-1", "bbbbbbbb-2"]);
         assert!(
             text.starts_with(
@@ -513,7 +509,7 @@ mod tests {
         let next =
             ReminderGate::for_session(runtime.claims().clone(), Arc::new(sessions.join(&none)));
         next.track();
-        assert!(next.handles().holds("aaaaaaaa-1"));
+        assert!(next.handles().follows("aaaaaaaa-1"));
         assert!(next.open(id(1)));
         assert_eq!(
             carried(next.answer(&id(1), &CancellationToken::new())),
@@ -644,7 +640,7 @@ mod tests {
                             }
                         }
                         Step::Answer(k) => {
-                            if let Some((_, task_ids)) = gate.answer(&id(k as i64), &live) {
+                            if let Some(Reminder { task_ids, .. }) = gate.answer(&id(k as i64), &live) {
                                 carried[k] = task_ids;
                             }
                         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asynctask_manager::{AsyncTaskManager, TaskProgress};
-use asynctask_runtime::AsyncTaskRuntime;
+use asynctask_runtime::{AsyncTaskRuntime, Reminder};
 use asynctask_tools::{
     CallContext, LaunchBudget, Nesting, TASK_DESCRIPTION_LEAD, TaskTool, TodoPauseTool, Tool,
     ToolResult, id_prefix, truncate_chars, with_call_context,
@@ -247,7 +247,7 @@ impl AsyncTaskMcpServer {
         } else {
             self.gate.answer_current(&cancel)
         };
-        Some(finish(result, reminder))
+        Some(with_reminder(result, reminder))
     }
 
     fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
@@ -330,10 +330,10 @@ fn definitions(tools: &[Arc<dyn Tool>]) -> Result<Vec<rmcp::model::Tool>, McpErr
 }
 
 /// The MCP result: the tool's text, then the reminder as the last block.
-fn finish(result: ToolResult, reminder: Option<(String, Vec<String>)>) -> CallToolResult {
+fn with_reminder(result: ToolResult, reminder: Option<Reminder>) -> CallToolResult {
     let mut content = vec![ContentBlock::text(result.llm_content)];
-    if let Some((text, _)) = reminder {
-        content.push(ContentBlock::text(text));
+    if let Some(reminder) = reminder {
+        content.push(ContentBlock::text(reminder.text));
     }
     if result.error.is_some() {
         CallToolResult::error(content)
@@ -591,7 +591,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         } else {
             self.gate.answer(&context.id, &cancel)
         };
-        Ok(finish(result, reminder).into())
+        Ok(with_reminder(result, reminder).into())
     }
 
     /// `tasks/get`: the task's state; once it ended, the whole result the
@@ -753,7 +753,7 @@ impl AsyncTaskMcpServer {
     fn follows(&self, id: &str) -> bool {
         let handles = self.gate.handles();
         match &self.session {
-            None => handles.holds(id),
+            None => handles.follows(id),
             Some(session) => {
                 let manager = self.runtime.manager();
                 handles.adopt(manager, id, manager.clock().now_ms(), |task| {

@@ -200,7 +200,7 @@ impl TaskHandles {
     }
 
     /// Whether the client follows task `id`.
-    pub(crate) fn holds(&self, id: &str) -> bool {
+    pub(crate) fn follows(&self, id: &str) -> bool {
         self.lock().contains_key(id)
     }
 
@@ -216,7 +216,7 @@ impl TaskHandles {
         now: u64,
         may_take: impl Fn(&TaskSnapshot) -> bool,
     ) -> bool {
-        if self.holds(id) {
+        if self.follows(id) {
             return true;
         }
         let Some(task) = manager.task(id) else {
@@ -571,9 +571,9 @@ mod tests {
         assert!(!handles.prune(&manager, clock.now_ms()), "not yet");
         clock.advance(1);
         assert!(handles.prune(&manager, clock.now_ms()), "the unknown one");
-        assert!(!handles.holds("gone0000-1"));
+        assert!(!handles.follows("gone0000-1"));
         assert!(
-            handles.holds("aaaa0000-1"),
+            handles.follows("aaaa0000-1"),
             "still running: kept past its TTL"
         );
         manager.complete_task("aaaa0000-1", OutputObject::new(TerminateReason::Goal));
@@ -581,16 +581,16 @@ mod tests {
         assert!(
             ledger
                 .claim_matching(asynctask_runtime::ClaimOwner::Request, |task| !handles
-                    .holds(task.id()))
+                    .follows(task.id()))
                 .is_none(),
             "followed: no reminder takes it"
         );
         clock.advance(24 * HOUR);
         assert!(handles.prune(&manager, clock.now_ms()));
-        assert!(!handles.holds("aaaa0000-1"));
+        assert!(!handles.follows("aaaa0000-1"));
         let claim = ledger
             .claim_matching(asynctask_runtime::ClaimOwner::Request, |task| {
-                !handles.holds(task.id())
+                !handles.follows(task.id())
             })
             .expect("forgotten: a reminder carries it, never lost");
         assert_eq!(claim.task_ids(), ["aaaa0000-1"]);
@@ -640,15 +640,15 @@ mod tests {
         let handles = TaskHandles::journaled(log.clone(), restored);
         assert!(handles.prune(&manager, clock.now_ms()));
         assert!(
-            !handles.holds("aaaa0000-1"),
+            !handles.follows("aaaa0000-1"),
             "ended, and its TTL passed: forgotten"
         );
-        assert!(handles.holds("bbbb0000-2"), "still runs: kept");
-        assert!(handles.holds("cccc0000-3"), "within its TTL: kept");
+        assert!(handles.follows("bbbb0000-2"), "still runs: kept");
+        assert!(handles.follows("cccc0000-3"), "within its TTL: kept");
         let ledger = ClaimLedger::new(manager.clone());
         let claim = ledger
             .claim_matching(asynctask_runtime::ClaimOwner::Request, |task| {
-                !handles.holds(task.id())
+                !handles.follows(task.id())
             })
             .expect("the forgotten one's result rides in a reminder");
         assert_eq!(
@@ -712,7 +712,7 @@ mod tests {
             "another client's to take"
         );
         assert!(!handles.adopt(&manager, "nobody", clock.now_ms(), anyone));
-        assert!(handles.holds("bbbb0000-2") && !handles.holds("cccc0000-3"));
+        assert!(handles.follows("bbbb0000-2") && !handles.follows("cccc0000-3"));
     }
 
     /// A poll claims the result once, keeps the answer, and answers the same

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::AsyncTaskManager;
+use asynctask_runtime::Reminder;
 use asynctask_tools::{
     LookupError, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec, TypedTool,
     find_task,
@@ -153,7 +154,7 @@ impl TypedTool for WaitAsyncTasksTool {
             changed.as_mut().enable();
             let running = match self.watch(&named) {
                 Watch::Pending => match self.gate.answer_current(&cancel) {
-                    Some((text, task_ids)) => {
+                    Some(Reminder { text, task_ids }) => {
                         let count = task_ids.len();
                         let display = if count == 0 {
                             "An async task asks a question".to_owned()
