@@ -499,7 +499,9 @@ impl Fleet {
     ///
     /// [`FleetError::Fenced`] when the claim is no longer current (the
     /// worker's lease expired, the task was declared interrupted or has
-    /// ended): nothing is written. [`FleetError::Database`].
+    /// ended): nothing is written. Writing the same end again under the
+    /// same claim (a retry after the connection was lost before the answer
+    /// came back) succeeds and changes nothing. [`FleetError::Database`].
     pub async fn complete(
         &self,
         task: &ClaimedTask,
@@ -571,9 +573,24 @@ impl Fleet {
             .map_err(FleetError::db("recording a task's end"))?
             .len();
         if changed == 0 {
-            return Err(FleetError::Fenced {
-                task: task.id.clone(),
-            });
+            // A retry of a write that did commit (the connection was lost
+            // before its answer came back) finds its own end already there
+            // under this claim: it is done, not refused.
+            let already = self
+                .client
+                .query_opt(
+                    "SELECT 1 FROM asynctask_tasks
+                     WHERE id = $1 AND fence = $2 AND status = $3
+                       AND output IS NOT DISTINCT FROM $4 AND error IS NOT DISTINCT FROM $5",
+                    &[&task.id, &task.fence, &status.as_str(), &output, &error],
+                )
+                .await
+                .map_err(FleetError::db("recording a task's end"))?;
+            if already.is_none() {
+                return Err(FleetError::Fenced {
+                    task: task.id.clone(),
+                });
+            }
         }
         Ok(())
     }

@@ -202,9 +202,11 @@ enum SessionEnd {
 impl From<FleetError> for SessionEnd {
     fn from(err: FleetError) -> Self {
         match err {
-            FleetError::Connect { .. } | FleetError::Database { .. } => {
-                SessionEnd::Disconnected(err)
-            }
+            // A statement or a connect that hung past its time (a cut link
+            // drops packets rather than refusing them) is a lost connection too.
+            FleetError::Connect { .. }
+            | FleetError::Database { .. }
+            | FleetError::Unreachable { .. } => SessionEnd::Disconnected(err),
             other => SessionEnd::Fatal(other),
         }
     }
