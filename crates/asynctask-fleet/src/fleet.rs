@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, Clock, MaxAsyncTasks, OutputObject};
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, Config, GenericClient, NoTls, Row};
+use tokio_postgres::{Client, GenericClient, Row};
 
 use crate::types::{ClaimedTask, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec};
-use crate::{FleetError, schema};
+use crate::{DatabaseConfig, FleetError, schema};
 
 /// Where a fleet's time comes from. Every lease is measured on one clock:
 /// the database's, unless a [`Clock`] is given (tests, with a `ManualClock`).
@@ -89,10 +89,7 @@ impl Fleet {
     /// [`FleetError::NewerSchema`] (the database is left untouched), or
     /// [`FleetError::Database`] when the migration fails.
     pub async fn connect_url(url: &str, options: FleetOptions) -> Result<Fleet, FleetError> {
-        let config: Config = url
-            .parse()
-            .map_err(|source| FleetError::BadUrl { source })?;
-        Fleet::connect(&config, options).await
+        Fleet::connect(DatabaseConfig::parse(url)?, options).await
     }
 
     /// [`connect_url`](Self::connect_url) with a parsed configuration.
@@ -100,11 +97,11 @@ impl Fleet {
     /// # Errors
     ///
     /// As [`connect_url`](Self::connect_url).
-    pub async fn connect(config: &Config, options: FleetOptions) -> Result<Fleet, FleetError> {
-        let (mut client, connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|source| FleetError::Connect { source })?;
+    pub async fn connect(
+        config: impl Into<DatabaseConfig>,
+        options: FleetOptions,
+    ) -> Result<Fleet, FleetError> {
+        let (mut client, connection) = config.into().connect().await?;
         let driver = tokio::spawn(async move {
             if let Err(err) = connection.await {
                 tracing::warn!(error = %err, "the connection to the fleet's database ended");

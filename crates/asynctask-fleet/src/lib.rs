@@ -31,9 +31,12 @@
 //! (`LISTEN/NOTIFY`: a submission, a task's end); a slow timer is the
 //! fallback.
 //!
-//! Not here yet: TLS (connections are plain: a Unix socket or a trusted
-//! network), `PGPASSWORD`/`.pgpass` (a password goes in the URL), cancel,
-//! steering, questions, progress, whole outputs, the queue's bound.
+//! A [`DatabaseConfig`] says how to connect: the password from the URL,
+//! else `PGPASSWORD`, else the password file (`.pgpass`); TLS through rustls
+//! with libpq's `sslmode`s, up to `verify-full`.
+//!
+//! Not here yet: cancel, steering, questions, progress, whole outputs, the
+//! queue's bound.
 //!
 //! # Example
 //!
@@ -57,6 +60,7 @@
 //! # Ok(()) }
 //! ```
 
+mod connection;
 mod error;
 mod fleet;
 mod listen;
@@ -64,6 +68,7 @@ mod schema;
 mod types;
 mod worker;
 
+pub use crate::connection::{DatabaseConfig, TlsMode};
 pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
 pub use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL, Wakeup};

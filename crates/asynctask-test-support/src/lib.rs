@@ -40,7 +40,7 @@ mod postgres;
 #[cfg(feature = "postgres")]
 pub use crate::netns::{Host, Network};
 #[cfg(feature = "postgres")]
-pub use crate::postgres::{DATABASE_URL_VAR, TestDatabase};
+pub use crate::postgres::{DATABASE_URL_VAR, ServerSetup, TestDatabase};
 
 /// How often a wait looks again.
 const POLL: Duration = Duration::from_millis(5);

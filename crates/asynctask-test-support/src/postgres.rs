@@ -77,9 +77,25 @@ impl TestDatabase {
     ///
     /// As [`create`](Self::create).
     pub async fn create_in(prefix: &str, network: &crate::Network) -> TestDatabase {
+        Self::create_in_with(prefix, network, ServerSetup::default()).await
+    }
+
+    /// [`create_in`](Self::create_in), with a server set up as `setup`
+    /// says: TLS with a given certificate, a password for connections over
+    /// the links (SCRAM).
+    ///
+    /// # Panics
+    ///
+    /// As [`create`](Self::create).
+    pub async fn create_in_with(
+        prefix: &str,
+        network: &crate::Network,
+        setup: ServerSetup,
+    ) -> TestDatabase {
         let place = Place {
             enter: network.exec_prefix(network.server_namespace()),
             listen: network.server_addresses().join(","),
+            setup,
         };
         match Self::try_create_with(prefix, Some(place)).await {
             Ok(database) => database,
@@ -93,6 +109,9 @@ impl TestDatabase {
 
     async fn try_create_with(prefix: &str, place: Option<Place>) -> Result<TestDatabase, String> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
+        let password = place
+            .as_ref()
+            .and_then(|place| place.setup.password.clone());
         let url = match (&place, std::env::var(DATABASE_URL_VAR)) {
             (None, Ok(url)) if !url.trim().is_empty() => Some(url),
             _ => None,
@@ -139,6 +158,13 @@ impl TestDatabase {
             .batch_execute(&format!("CREATE DATABASE \"{name}\""))
             .await
             .map_err(|err| format!("cannot create database {name}: {err}"))?;
+        if let Some(password) = password {
+            let quoted = password.replace('\'', "''");
+            client
+                .batch_execute(&format!("ALTER ROLE postgres PASSWORD '{quoted}'"))
+                .await
+                .map_err(|err| format!("cannot set the password: {err}"))?;
+        }
         drop(client);
         let _ = driver.await;
         let mut config = admin.clone();
@@ -316,6 +342,35 @@ impl Drop for TestDatabase {
 struct Place {
     enter: Vec<String>,
     listen: String,
+    setup: ServerSetup,
+}
+
+/// How a private cluster in a network is set up beyond the defaults (no
+/// TLS, every connection over a link trusted).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ServerSetup {
+    /// TLS on, with this certificate and private key (PEM).
+    pub tls: Option<(String, String)>,
+    /// Connections over the links must give this password for the role
+    /// `postgres` (SCRAM-SHA-256); the Unix socket is still trusted.
+    pub password: Option<String>,
+}
+
+impl ServerSetup {
+    /// TLS on, with `cert` and `key` (PEM).
+    #[must_use]
+    pub fn with_tls(mut self, cert: impl Into<String>, key: impl Into<String>) -> Self {
+        self.tls = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Connections over the links must give `password`.
+    #[must_use]
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
 }
 
 /// A private cluster: its directory, how its server is started, and the
@@ -408,13 +463,33 @@ impl Cluster {
                 last_line(&String::from_utf8_lossy(&output.stderr))
             ));
         }
-        if place.is_some() {
+        if let Some(place) = &place {
             // Only the network's links reach the server's addresses.
+            let method = if place.setup.password.is_some() {
+                "scram-sha-256"
+            } else {
+                "trust"
+            };
             std::fs::write(
                 data.join("pg_hba.conf"),
-                "local all all trust\nhost all all 10.231.0.0/16 trust\n",
+                format!("local all all trust\nhost all all 10.231.0.0/16 {method}\n"),
             )
             .map_err(|err| format!("cannot write pg_hba.conf: {err}"))?;
+            if let Some((cert, key)) = &place.setup.tls {
+                use std::os::unix::fs::PermissionsExt;
+                for (name, text) in [("server.crt", cert), ("server.key", key)] {
+                    let file = data.join(name);
+                    std::fs::write(&file, text)
+                        .and_then(|()| {
+                            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                        })
+                        .map_err(|err| format!("cannot write {name}: {err}"))?;
+                    if let Some(user) = &user {
+                        std::os::unix::fs::chown(&file, Some(user.uid), Some(user.gid))
+                            .map_err(|err| format!("cannot give {name} to nobody: {err}"))?;
+                    }
+                }
+            }
         }
         let cluster = Cluster {
             socket_dir: dir.path().to_owned(),
@@ -463,6 +538,10 @@ impl Cluster {
             .place
             .as_ref()
             .map_or(String::new(), |place| place.listen.clone());
+        let tls = launch
+            .place
+            .as_ref()
+            .is_some_and(|place| place.setup.tls.is_some());
         // The server dies with the thread that started it (the keeper, which
         // lives as long as the server): a killed test process leaves no server.
         command
@@ -480,6 +559,7 @@ impl Cluster {
             ])
             .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
             .args(["-c", "max_connections=200"])
+            .args(["-c", if tls { "ssl=on" } else { "ssl=off" }])
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_err);

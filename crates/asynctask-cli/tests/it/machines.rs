@@ -16,8 +16,8 @@ use std::time::Duration;
 use asynctask_fleet::{Fleet, FleetOptions, NewTask, lost_worker_error};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_test_support::{
-    Host, Network, TempDir, TestDatabase, assert_gone_async, eventually_with, process_gone,
-    temp_dir,
+    Host, Network, ServerSetup, TempDir, TestDatabase, assert_gone_async, eventually_with,
+    process_gone, temp_dir,
 };
 use pretty_assertions::assert_eq;
 
@@ -58,11 +58,22 @@ impl Drop for WorkerProcess {
 impl Machines {
     /// A network of `hosts` machines and a server reached from each.
     async fn new(label: &str, hosts: usize) -> Machines {
+        Self::with_setup(label, hosts, |_| ServerSetup::default()).await
+    }
+
+    /// [`new`](Self::new), the server set up as `setup` says for the
+    /// server's address on the first link.
+    async fn with_setup(
+        label: &str,
+        hosts: usize,
+        setup: impl FnOnce(&str) -> ServerSetup,
+    ) -> Machines {
         let mut network = Network::new().unwrap_or_else(|err| panic!("{err}"));
         let hosts: Vec<Host> = (0..hosts)
             .map(|_| network.add_host().unwrap_or_else(|err| panic!("{err}")))
             .collect();
-        let db = TestDatabase::create_in(label, &network).await;
+        let setup = setup(&hosts[0].server_address());
+        let db = TestDatabase::create_in_with(label, &network, setup).await;
         let dir = temp_dir(label);
         std::fs::create_dir(dir.path().join("pids")).expect("made");
         let front = Fleet::connect(db.config(), FleetOptions::new())
@@ -107,6 +118,29 @@ impl Machines {
     /// Starts `asynctask worker` on host `host` as `name`, serving the
     /// subagents of `config` (TOML text), and waits until it serves.
     async fn start_worker(&mut self, host: usize, name: &str, config: &str, lease_secs: u32) {
+        let url = self
+            .db
+            .connection_string_via(&self.hosts[host].server_address());
+        let index = self.spawn_worker(host, name, config, lease_secs, &url, &[]);
+        eventually_with(
+            &format!("worker {name} serves the fleet"),
+            Duration::from_secs(30),
+            || async { self.log(index).contains("serving the fleet") },
+        )
+        .await;
+    }
+
+    /// Starts `asynctask worker` on host `host` with the database `url` and
+    /// the variables `env`; returns its index.
+    fn spawn_worker(
+        &mut self,
+        host: usize,
+        name: &str,
+        config: &str,
+        lease_secs: u32,
+        url: &str,
+        env: &[(&str, &str)],
+    ) -> usize {
         let config_path = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config_path, config).expect("written");
         let log = self.dir.path().join(format!("{name}.log"));
@@ -120,10 +154,8 @@ impl Machines {
             .args(["--name", name, "--capacity", "4", "--lease-seconds"])
             .arg(lease_secs.to_string())
             .current_dir(self.dir.path())
-            .env(
-                "ASYNCTASK_DATABASE_URL",
-                self.db.connection_string_via(&host.server_address()),
-            )
+            .env("ASYNCTASK_DATABASE_URL", url)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -135,13 +167,7 @@ impl Machines {
             child,
             log,
         });
-        let index = self.workers.len() - 1;
-        eventually_with(
-            &format!("worker {name} serves the fleet"),
-            Duration::from_secs(30),
-            || async { self.log(index).contains("serving the fleet") },
-        )
-        .await;
+        self.workers.len() - 1
     }
 
     fn log(&self, worker: usize) -> String {
@@ -481,5 +507,97 @@ async fn a_result_reaches_a_client_on_another_machine_after_the_first_closed() {
             .len()
     });
     assert_eq!(again, 0, "delivered once");
+    machines.stop_workers();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_take_passwords_from_the_environment_use_tls_and_never_log_them() {
+    let mut machines = Machines::with_setup("machines_credentials", 1, |address| {
+        let cert = rcgen::generate_simple_self_signed(vec![address.to_owned()]).expect("a cert");
+        ServerSetup::default()
+            .with_tls(cert.cert.pem(), cert.signing_key.serialize_pem())
+            .with_password("pa55-from-env")
+    })
+    .await;
+    let server = machines.hosts[0].server_address();
+    let name = machines.db.name().to_owned();
+    let url = format!("postgresql://postgres@{server}:5432/{name}?sslmode=require");
+    let passfile = machines.dir.path().join("pgpass");
+    std::fs::write(
+        &passfile,
+        format!("{server}:5432:{name}:postgres:pa55-from-env\n"),
+    )
+    .expect("written");
+    std::fs::set_permissions(
+        &passfile,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
+    let passfile = passfile.display().to_string();
+    let echo = "[subagents.echo]\ncommand = [\"cat\"]\n";
+    let from_env =
+        machines.spawn_worker(0, "env", echo, 3, &url, &[("PGPASSWORD", "pa55-from-env")]);
+    let from_file = machines.spawn_worker(0, "file", echo, 3, &url, &[("PGPASSFILE", &passfile)]);
+    let wrong_env = machines.spawn_worker(
+        0,
+        "wrong-env",
+        echo,
+        3,
+        &url,
+        &[("PGPASSWORD", "wrong-pa55-env")],
+    );
+    let in_url =
+        format!("postgresql://postgres:wrong-pa55-url@{server}:5432/{name}?sslmode=require");
+    let wrong_url = machines.spawn_worker(0, "wrong-url", echo, 3, &in_url, &[]);
+    for worker in [from_env, from_file] {
+        eventually_with("the worker serves", Duration::from_secs(30), || async {
+            machines.log(worker).contains("serving the fleet")
+        })
+        .await;
+    }
+    for (worker, password) in [(wrong_env, "wrong-pa55-env"), (wrong_url, "wrong-pa55-url")] {
+        eventually_with("the worker is refused", Duration::from_secs(30), || async {
+            machines
+                .log(worker)
+                .contains("password authentication failed")
+        })
+        .await;
+        let log = machines.log(worker);
+        assert!(!log.contains(password), "{log}");
+        assert!(!log.contains("serving the fleet"), "{log}");
+    }
+    // Work flows over the encrypted links.
+    let mut front = machines.front().await;
+    front
+        .submit(NewTask::new("c1", "ws", "echo", "over TLS"))
+        .await
+        .expect("submitted");
+    eventually_with("the task completed", Duration::from_secs(30), || async {
+        status_of(&front, "c1").await == AsyncTaskStatus::Completed
+    })
+    .await;
+    assert_eq!(deliver_once(&mut front).await, ["c1"]);
+    // The server's view: both serving workers' connections (statements and
+    // wake-ups) are encrypted.
+    let (client, connection) = machines
+        .db
+        .config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("the Unix socket");
+    let driver = tokio::spawn(connection);
+    let row = client
+        .query_one(
+            "SELECT bool_and(s.ssl), count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a \
+             USING (pid) WHERE a.datname = $1 AND a.client_addr IS NOT NULL",
+            &[&name],
+        )
+        .await
+        .expect("answers");
+    // (Refused workers retrying may add connections, encrypted too.)
+    assert!(row.get::<_, bool>(0));
+    assert!(row.get::<_, i64>(1) >= 4);
+    drop(client);
+    let _ = driver.await;
     machines.stop_workers();
 }
