@@ -341,6 +341,14 @@ impl Serving {
                 () = cancelled(lost.as_ref()) => {
                     self.lose_lease("it could not be renewed in time");
                 }
+                // Before the ends and wake-ups: under a steady stream of them
+                // the renewal must not wait (the lease would expire).
+                _ = tick.tick() => {
+                    self.renew(fleet).await?;
+                    self.reap(fleet).await?;
+                    self.register_if_needed(fleet).await?;
+                    self.claim(fleet).await?;
+                }
                 Some(ended) = self.ended_rx.recv() => {
                     self.record(ended);
                     self.flush(fleet).await?;
@@ -358,12 +366,6 @@ impl Serving {
                         }));
                     }
                 },
-                _ = tick.tick() => {
-                    self.renew(fleet).await?;
-                    self.reap(fleet).await?;
-                    self.register_if_needed(fleet).await?;
-                    self.claim(fleet).await?;
-                }
             }
         }
     }

@@ -601,3 +601,41 @@ async fn workers_take_passwords_from_the_environment_use_tls_and_never_log_them(
     let _ = driver.await;
     machines.stop_workers();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_busy_without_pause_still_renews_its_lease() {
+    let mut machines = Machines::new("machines_busy", 1).await;
+    // A one-second lease, and tasks ending and arriving without pause for
+    // several leases: the renewals must not wait behind them.
+    machines
+        .start_worker(0, "busy", "[subagents.quick]\ncommand = [\"true\"]\n", 1)
+        .await;
+    let mut front = machines.front().await;
+    for n in 0..600 {
+        front
+            .submit(NewTask::new(format!("q{n:03}"), "ws", "quick", "x"))
+            .await
+            .expect("submitted");
+    }
+    eventually_with("600 tasks ended", Duration::from_secs(120), || async {
+        let tasks = front.tasks("ws").await.expect("read");
+        tasks.iter().all(|t| {
+            matches!(
+                t.info.status,
+                AsyncTaskStatus::Completed | AsyncTaskStatus::Failed
+            )
+        })
+    })
+    .await;
+    let log = machines.log(0);
+    assert!(!log.contains("the lease was lost"), "{log}");
+    let tasks = front.tasks("ws").await.expect("read");
+    let failed: Vec<_> = tasks
+        .iter()
+        .filter(|t| t.info.status != AsyncTaskStatus::Completed)
+        .map(|t| (t.info.id.clone(), t.info.error.clone()))
+        .collect();
+    assert_eq!(failed, []);
+    assert_eq!(deliver_once(&mut front).await.len(), 600);
+    machines.stop_workers();
+}
