@@ -104,6 +104,7 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     let steps = run_steps(root);
     let leftovers = check_leftovers(tmp);
     remove_test_cluster_memory(tmp);
+    remove_stale_namespaces();
     let _ = std::fs::remove_dir_all(tmp);
     steps?;
     leftovers
@@ -222,6 +223,39 @@ fn remove_test_cluster_memory(tmp: &Path) {
                     pidfile.display()
                 );
             }
+        }
+    }
+}
+
+/// Removes the network namespaces of test processes that were killed. The
+/// tests that simulate machines name theirs `asynctask-<pid>-...` after
+/// the test process, and remove them when they end, failing or not; a
+/// killed test process cannot, and a named namespace outlives it. Those of a
+/// process still running (another run's) are left alone.
+fn remove_stale_namespaces() {
+    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("asynctask-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let removed = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if removed {
+            println!("removed the network namespace {name} of a killed test process");
         }
     }
 }

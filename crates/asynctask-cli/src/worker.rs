@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use asynctask_fleet::{Config, FleetError, Worker, WorkerSpec};
+use asynctask_fleet::{DatabaseConfig, Worker, WorkerSpec};
 use tokio_util::sync::CancellationToken;
 
 use crate::serve::{Workspace, load_runner};
@@ -58,7 +58,7 @@ impl WorkerOptions {
 ///
 /// [`CliError::NoDatabase`] when neither is given, [`CliError::Fleet`]
 /// when it does not parse.
-pub fn database_config(database: Option<&str>) -> Result<Config, CliError> {
+pub fn database_config(database: Option<&str>) -> Result<DatabaseConfig, CliError> {
     let url = match database {
         Some(url) => url.to_owned(),
         None => std::env::var(DATABASE_URL_ENV)
@@ -66,8 +66,7 @@ pub fn database_config(database: Option<&str>) -> Result<Config, CliError> {
             .filter(|url| !url.trim().is_empty())
             .ok_or(CliError::NoDatabase)?,
     };
-    url.parse::<Config>()
-        .map_err(|source| CliError::Fleet(FleetError::BadUrl { source }))
+    DatabaseConfig::parse(&url).map_err(CliError::Fleet)
 }
 
 /// This machine's name, for a worker that is given none.

@@ -20,6 +20,13 @@ pub enum FleetError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// A parameter of the connection string that asynctask reads itself
+    /// (`sslmode`, `sslrootcert`, `passfile`) is invalid, or its quoting is.
+    #[error("the fleet's database URL is not valid: {0}")]
+    InvalidUrl(String),
+    /// TLS cannot be set up (a root certificate file that cannot be read).
+    #[error("TLS to the fleet's database cannot be set up: {0}")]
+    Tls(String),
     /// A query failed (the connection was lost, the server refused it).
     #[error("the fleet's database failed a query ({what})")]
     Database {

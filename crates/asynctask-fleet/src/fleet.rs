@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, Clock, MaxAsyncTasks, OutputObject};
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, Config, GenericClient, NoTls, Row};
+use tokio_postgres::{Client, GenericClient, Row};
 
 use crate::types::{ClaimedTask, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec};
-use crate::{FleetError, schema};
+use crate::{DatabaseConfig, FleetError, schema};
 
 /// Where a fleet's time comes from. Every lease is measured on one clock:
 /// the database's, unless a [`Clock`] is given (tests, with a `ManualClock`).
@@ -89,10 +89,7 @@ impl Fleet {
     /// [`FleetError::NewerSchema`] (the database is left untouched), or
     /// [`FleetError::Database`] when the migration fails.
     pub async fn connect_url(url: &str, options: FleetOptions) -> Result<Fleet, FleetError> {
-        let config: Config = url
-            .parse()
-            .map_err(|source| FleetError::BadUrl { source })?;
-        Fleet::connect(&config, options).await
+        Fleet::connect(DatabaseConfig::parse(url)?, options).await
     }
 
     /// [`connect_url`](Self::connect_url) with a parsed configuration.
@@ -100,11 +97,11 @@ impl Fleet {
     /// # Errors
     ///
     /// As [`connect_url`](Self::connect_url).
-    pub async fn connect(config: &Config, options: FleetOptions) -> Result<Fleet, FleetError> {
-        let (mut client, connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|source| FleetError::Connect { source })?;
+    pub async fn connect(
+        config: impl Into<DatabaseConfig>,
+        options: FleetOptions,
+    ) -> Result<Fleet, FleetError> {
+        let (mut client, connection) = config.into().connect().await?;
         let driver = tokio::spawn(async move {
             if let Err(err) = connection.await {
                 tracing::warn!(error = %err, "the connection to the fleet's database ended");
@@ -499,7 +496,9 @@ impl Fleet {
     ///
     /// [`FleetError::Fenced`] when the claim is no longer current (the
     /// worker's lease expired, the task was declared interrupted or has
-    /// ended): nothing is written. [`FleetError::Database`].
+    /// ended): nothing is written. Writing the same end again under the
+    /// same claim (a retry after the connection was lost before the answer
+    /// came back) succeeds and changes nothing. [`FleetError::Database`].
     pub async fn complete(
         &self,
         task: &ClaimedTask,
@@ -571,9 +570,24 @@ impl Fleet {
             .map_err(FleetError::db("recording a task's end"))?
             .len();
         if changed == 0 {
-            return Err(FleetError::Fenced {
-                task: task.id.clone(),
-            });
+            // A retry of a write that did commit (the connection was lost
+            // before its answer came back) finds its own end already there
+            // under this claim: it is done, not refused.
+            let already = self
+                .client
+                .query_opt(
+                    "SELECT 1 FROM asynctask_tasks
+                     WHERE id = $1 AND fence = $2 AND status = $3
+                       AND output IS NOT DISTINCT FROM $4 AND error IS NOT DISTINCT FROM $5",
+                    &[&task.id, &task.fence, &status.as_str(), &output, &error],
+                )
+                .await
+                .map_err(FleetError::db("recording a task's end"))?;
+            if already.is_none() {
+                return Err(FleetError::Fenced {
+                    task: task.id.clone(),
+                });
+            }
         }
         Ok(())
     }

@@ -3,8 +3,7 @@
 //! guarantees one machine gives. A [`Fleet`] is one connection. Fronts
 //! [`submit`](Fleet::submit) tasks to a workspace and take results with
 //! [`claim_results`](Fleet::claim_results), held until the [`ResultClaim`] is
-//! acknowledged. Workers
-//! [`register_worker`](Fleet::register_worker) and [`claim`](Fleet::claim)
+//! acknowledged. Workers [`register_worker`](Fleet::register_worker) and [`claim`](Fleet::claim)
 //! queued tasks (`FOR UPDATE SKIP LOCKED`) under a lease renewed by
 //! [`heartbeat`](Fleet::heartbeat); each claim's fencing token only grows, and
 //! a write with a stale one is refused ([`FleetError::Fenced`]).
@@ -13,10 +12,11 @@
 //!
 //! A [`Worker`] is a machine's loop: it claims what its capacity allows, runs
 //! each task through a `SubagentRunner`, writes each end with its token, and
-//! ends its subagents when its lease lapses; [`FleetListener`] wakes it.
-//!
-//! Not here yet: TLS, `PGPASSWORD`/`.pgpass` (a password goes in the URL),
-//! cancel, steering, questions, progress, whole outputs, the queue's bound.
+//! ends its subagents when its lease lapses; [`FleetListener`] wakes it. A
+//! [`DatabaseConfig`] says how to connect: the password from the URL, else
+//! `PGPASSWORD`, else the password file; TLS through rustls, up to `verify-full`.
+//! Not here yet: cancel, steering, questions, progress, whole outputs, the
+//! queue's bound.
 //!
 //! # Example
 //!
@@ -38,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+mod connection;
 mod error;
 mod fleet;
 mod listen;
@@ -45,6 +46,7 @@ mod schema;
 mod types;
 mod worker;
 
+pub use crate::connection::{DatabaseConfig, TlsMode};
 pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
 pub use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL, Wakeup};

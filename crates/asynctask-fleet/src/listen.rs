@@ -5,9 +5,9 @@ use std::fmt;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
 
-use crate::FleetError;
+use crate::{DatabaseConfig, FleetError};
 
 /// The channel a submission notifies (payload: the task's subagent).
 pub const QUEUED_CHANNEL: &str = "asynctask_queued";
@@ -60,11 +60,11 @@ impl FleetListener {
     ///
     /// [`FleetError::Connect`], or [`FleetError::Database`] when `LISTEN`
     /// fails.
-    pub async fn connect(config: &Config, channels: &[&str]) -> Result<Self, FleetError> {
-        let (client, mut connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|source| FleetError::Connect { source })?;
+    pub async fn connect(
+        config: impl Into<DatabaseConfig>,
+        channels: &[&str],
+    ) -> Result<Self, FleetError> {
+        let (client, mut connection) = config.into().connect().await?;
         let (sender, wakeups) = mpsc::unbounded_channel();
         let driver = tokio::spawn(async move {
             // The connection is polled here, so its notifications arrive;

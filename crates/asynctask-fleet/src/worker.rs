@@ -12,12 +12,11 @@ use asynctask_tools::{SubagentRequest, SubagentRunner};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
 use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL};
 use crate::types::{ClaimedTask, WorkerLease, WorkerSpec};
-use crate::{Fleet, FleetError, FleetOptions};
+use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
 /// The first wait before connecting again; it doubles up to the heartbeat
 /// interval (at most [`MAX_BACKOFF`]).
@@ -52,7 +51,7 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// answers. A lost connection is retried with backoff, and running subagents
 /// keep running meanwhile: their ends are written once it is back.
 pub struct Worker {
-    config: Config,
+    config: DatabaseConfig,
     spec: WorkerSpec,
     runner: Arc<dyn SubagentRunner>,
     options: FleetOptions,
@@ -74,9 +73,13 @@ impl Worker {
     /// running subagents with `runner`, with the database's clock and a
     /// task timeout of [`SubagentRequest::DEFAULT_TIMEOUT`].
     #[must_use]
-    pub fn new(config: Config, spec: WorkerSpec, runner: Arc<dyn SubagentRunner>) -> Self {
+    pub fn new(
+        config: impl Into<DatabaseConfig>,
+        spec: WorkerSpec,
+        runner: Arc<dyn SubagentRunner>,
+    ) -> Self {
         Worker {
-            config,
+            config: config.into(),
             spec,
             runner,
             options: FleetOptions::new(),
@@ -105,10 +108,10 @@ impl Worker {
     /// ```
     /// # use std::sync::Arc;
     /// # use std::time::Duration;
-    /// use asynctask_fleet::{Worker, WorkerSpec};
+    /// use asynctask_fleet::{DatabaseConfig, Worker, WorkerSpec};
     /// # let runner: Arc<dyn asynctask_tools::SubagentRunner> = unimplemented_runner();
     /// let spec = WorkerSpec::new("build-1", ["tester"]).with_lease(Duration::from_secs(30));
-    /// let worker = Worker::new("host=/run/postgresql".parse()?, spec, runner);
+    /// let worker = Worker::new(DatabaseConfig::parse("host=/run/postgresql")?, spec, runner);
     /// assert_eq!(worker.heartbeat_interval(), Duration::from_secs(10));
     /// # fn unimplemented_runner() -> Arc<dyn asynctask_tools::SubagentRunner> {
     /// #     struct Nothing;
@@ -121,7 +124,7 @@ impl Worker {
     /// #     }
     /// #     Arc::new(Nothing)
     /// # }
-    /// # Ok::<(), tokio_postgres::Error>(())
+    /// # Ok::<(), asynctask_fleet::FleetError>(())
     /// ```
     #[must_use]
     pub fn heartbeat_interval(&self) -> Duration {
@@ -202,9 +205,11 @@ enum SessionEnd {
 impl From<FleetError> for SessionEnd {
     fn from(err: FleetError) -> Self {
         match err {
-            FleetError::Connect { .. } | FleetError::Database { .. } => {
-                SessionEnd::Disconnected(err)
-            }
+            // A statement or a connect that hung past its time (a cut link
+            // drops packets rather than refusing them) is a lost connection too.
+            FleetError::Connect { .. }
+            | FleetError::Database { .. }
+            | FleetError::Unreachable { .. } => SessionEnd::Disconnected(err),
             other => SessionEnd::Fatal(other),
         }
     }
@@ -336,6 +341,14 @@ impl Serving {
                 () = cancelled(lost.as_ref()) => {
                     self.lose_lease("it could not be renewed in time");
                 }
+                // Before the ends and wake-ups: under a steady stream of them
+                // the renewal must not wait (the lease would expire).
+                _ = tick.tick() => {
+                    self.renew(fleet).await?;
+                    self.reap(fleet).await?;
+                    self.register_if_needed(fleet).await?;
+                    self.claim(fleet).await?;
+                }
                 Some(ended) = self.ended_rx.recv() => {
                     self.record(ended);
                     self.flush(fleet).await?;
@@ -353,12 +366,6 @@ impl Serving {
                         }));
                     }
                 },
-                _ = tick.tick() => {
-                    self.renew(fleet).await?;
-                    self.reap(fleet).await?;
-                    self.register_if_needed(fleet).await?;
-                    self.claim(fleet).await?;
-                }
             }
         }
     }

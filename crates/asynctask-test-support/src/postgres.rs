@@ -63,19 +63,73 @@ impl TestDatabase {
         }
     }
 
+    /// Creates a fresh database named after `prefix` on a private cluster of
+    /// its own, started in `network`'s server namespace: it listens on the
+    /// server's end of every link the network has now (port 5432) and on its
+    /// Unix socket, and trusts every connection that reaches it. A host of
+    /// the network reaches it through
+    /// [`connection_string_via`](Self::connection_string_via) its link's
+    /// server address; the test process through [`config`](Self::config)
+    /// (the Unix socket).
+    /// [`DATABASE_URL_VAR`] is not used: the server must be in the network.
+    ///
+    /// # Panics
+    ///
+    /// As [`create`](Self::create).
+    pub async fn create_in(prefix: &str, network: &crate::Network) -> TestDatabase {
+        Self::create_in_with(prefix, network, ServerSetup::default()).await
+    }
+
+    /// [`create_in`](Self::create_in), with a server set up as `setup`
+    /// says: TLS with a given certificate, a password for connections over
+    /// the links (SCRAM).
+    ///
+    /// # Panics
+    ///
+    /// As [`create`](Self::create).
+    pub async fn create_in_with(
+        prefix: &str,
+        network: &crate::Network,
+        setup: ServerSetup,
+    ) -> TestDatabase {
+        let place = Place {
+            enter: network.exec_prefix(network.server_namespace()),
+            listen: network.server_addresses().join(","),
+            setup,
+        };
+        match Self::try_create_with(prefix, Some(place)).await {
+            Ok(database) => database,
+            Err(why) => panic!("no PostgreSQL server for the tests: {why}"),
+        }
+    }
+
     async fn try_create(prefix: &str) -> Result<TestDatabase, String> {
+        Self::try_create_with(prefix, None).await
+    }
+
+    async fn try_create_with(prefix: &str, place: Option<Place>) -> Result<TestDatabase, String> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
-        let (admin, cluster) = match std::env::var(DATABASE_URL_VAR) {
-            Ok(url) if !url.trim().is_empty() => {
+        let password = place
+            .as_ref()
+            .and_then(|place| place.setup.password.clone());
+        let url = match (&place, std::env::var(DATABASE_URL_VAR)) {
+            (None, Ok(url)) if !url.trim().is_empty() => Some(url),
+            _ => None,
+        };
+        let (admin, cluster) = match url {
+            Some(url) => {
                 let admin: Config = url.parse().map_err(|err| {
                     format!("{DATABASE_URL_VAR} is not a connection string: {err}")
                 })?;
                 (admin, None)
             }
-            _ => {
-                let cluster = tokio::task::spawn_blocking(Cluster::shared)
-                    .await
-                    .map_err(|err| format!("starting the cluster panicked: {err}"))??;
+            None => {
+                let cluster = tokio::task::spawn_blocking(move || match place {
+                    None => Cluster::shared(),
+                    Some(place) => Cluster::start(Some(place)).map(Arc::new),
+                })
+                .await
+                .map_err(|err| format!("starting the cluster panicked: {err}"))??;
                 (cluster.admin_config(), Some(cluster))
             }
         };
@@ -104,6 +158,13 @@ impl TestDatabase {
             .batch_execute(&format!("CREATE DATABASE \"{name}\""))
             .await
             .map_err(|err| format!("cannot create database {name}: {err}"))?;
+        if let Some(password) = password {
+            let quoted = password.replace('\'', "''");
+            client
+                .batch_execute(&format!("ALTER ROLE postgres PASSWORD '{quoted}'"))
+                .await
+                .map_err(|err| format!("cannot set the password: {err}"))?;
+        }
         drop(client);
         let _ = driver.await;
         let mut config = admin.clone();
@@ -129,18 +190,34 @@ impl TestDatabase {
     /// environment, never print it.
     #[must_use]
     pub fn connection_string(&self) -> String {
+        self.connection_string_at(None)
+    }
+
+    /// How a host of the network given to [`create_in`](Self::create_in)
+    /// connects to this database: over TCP to `address` (the server's end
+    /// of the host's link), port 5432, as a `key=value` string.
+    #[must_use]
+    pub fn connection_string_via(&self, address: &str) -> String {
+        self.connection_string_at(Some(address))
+    }
+
+    fn connection_string_at(&self, address: Option<&str>) -> String {
         use std::fmt::Write as _;
         let quote = |value: &str| format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"));
         let mut text = String::new();
-        for host in self.config.get_hosts() {
-            let host = match host {
-                tokio_postgres::config::Host::Tcp(name) => name.clone(),
-                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-            };
-            let _ = write!(text, "host={} ", quote(&host));
-        }
-        if let Some(port) = self.config.get_ports().first() {
-            let _ = write!(text, "port={port} ");
+        if let Some(address) = address {
+            let _ = write!(text, "host={} port=5432 ", quote(address));
+        } else {
+            for host in self.config.get_hosts() {
+                let host = match host {
+                    tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                    tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+                };
+                let _ = write!(text, "host={} ", quote(&host));
+            }
+            if let Some(port) = self.config.get_ports().first() {
+                let _ = write!(text, "port={port} ");
+            }
         }
         if let Some(user) = self.config.get_user() {
             let _ = write!(text, "user={} ", quote(user));
@@ -201,7 +278,31 @@ impl TestDatabase {
     /// one (none on a server named by [`DATABASE_URL_VAR`]).
     #[must_use]
     pub fn server_pid(&self) -> Option<u32> {
-        self.cluster.as_ref().map(|cluster| cluster.pid)
+        self.cluster.as_ref().and_then(|cluster| cluster.pid())
+    }
+
+    /// Restarts the server of a private cluster made by
+    /// [`create_in`](Self::create_in) (a fast shutdown, as `pg_ctl restart -m
+    /// fast` does: every connection is cut), and waits until it accepts
+    /// connections again.
+    ///
+    /// # Panics
+    ///
+    /// When this database is not on a cluster of its own, or the server does
+    /// not start again.
+    pub async fn restart_server(&self) {
+        let cluster = self
+            .cluster
+            .clone()
+            .filter(|cluster| cluster.launch.place.is_some())
+            .expect("only a cluster of its own (TestDatabase::create_in) is restarted");
+        tokio::task::spawn_blocking(move || {
+            cluster.stop_server();
+            cluster.start_server()
+        })
+        .await
+        .expect("the restart ran")
+        .unwrap_or_else(|why| panic!("the PostgreSQL server did not restart: {why}"));
     }
 }
 
@@ -234,16 +335,71 @@ impl Drop for TestDatabase {
     }
 }
 
-/// A private cluster: its directory, and the thread that started its server
-/// and stops it.
+/// Where a private cluster runs when not on this process's network: the
+/// command prefix that enters a network namespace, and the addresses to
+/// listen on there.
+#[derive(Debug, Clone)]
+struct Place {
+    enter: Vec<String>,
+    listen: String,
+    setup: ServerSetup,
+}
+
+/// How a private cluster in a network is set up beyond the defaults (no
+/// TLS, every connection over a link trusted).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ServerSetup {
+    /// TLS on, with this certificate and private key (PEM).
+    pub tls: Option<(String, String)>,
+    /// Connections over the links must give this password for the role
+    /// `postgres` (SCRAM-SHA-256); the Unix socket is still trusted.
+    pub password: Option<String>,
+}
+
+impl ServerSetup {
+    /// TLS on, with `cert` and `key` (PEM).
+    #[must_use]
+    pub fn with_tls(mut self, cert: impl Into<String>, key: impl Into<String>) -> Self {
+        self.tls = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Connections over the links must give `password`.
+    #[must_use]
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+}
+
+/// A private cluster: its directory, how its server is started, and the
+/// server now running.
 #[derive(Debug)]
 struct Cluster {
-    pid: u32,
     socket_dir: PathBuf,
-    stop: Mutex<Option<mpsc::Sender<()>>>,
-    keeper: Mutex<Option<JoinHandle<()>>>,
+    launch: Launch,
+    server: Mutex<Option<Server>>,
     // Declared last: removed once the server has stopped.
     _dir: TempDir,
+}
+
+/// How to start a cluster's server.
+#[derive(Debug)]
+struct Launch {
+    postgres: PathBuf,
+    data: PathBuf,
+    log: PathBuf,
+    user: Option<User>,
+    place: Option<Place>,
+}
+
+/// A running server: its pid, and the thread that started it and stops it.
+#[derive(Debug)]
+struct Server {
+    pid: u32,
+    stop: mpsc::Sender<()>,
+    keeper: JoinHandle<()>,
 }
 
 /// The cluster the tests of this process share while any of them runs.
@@ -258,7 +414,7 @@ impl Cluster {
         if let Some(cluster) = shared.upgrade() {
             return Ok(cluster);
         }
-        let cluster = Arc::new(Cluster::start()?);
+        let cluster = Arc::new(Cluster::start(None)?);
         *shared = Arc::downgrade(&cluster);
         Ok(cluster)
     }
@@ -272,7 +428,15 @@ impl Cluster {
         config
     }
 
-    fn start() -> Result<Cluster, String> {
+    fn pid(&self) -> Option<u32> {
+        self.server
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+            .map(|server| server.pid)
+    }
+
+    fn start(place: Option<Place>) -> Result<Cluster, String> {
         let initdb = binary("initdb")?;
         let postgres = binary("postgres")?;
         let dir = crate::temp_dir("pg");
@@ -299,25 +463,103 @@ impl Cluster {
                 last_line(&String::from_utf8_lossy(&output.stderr))
             ));
         }
-        let log = dir.path().join("server.log");
-        let log_file = std::fs::File::create(&log)
-            .map_err(|err| format!("cannot create {}: {err}", log.display()))?;
+        if let Some(place) = &place {
+            // Only the network's links reach the server's addresses.
+            let method = if place.setup.password.is_some() {
+                "scram-sha-256"
+            } else {
+                "trust"
+            };
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                format!("local all all trust\nhost all all 10.231.0.0/16 {method}\n"),
+            )
+            .map_err(|err| format!("cannot write pg_hba.conf: {err}"))?;
+            if let Some((cert, key)) = &place.setup.tls {
+                use std::os::unix::fs::PermissionsExt;
+                for (name, text) in [("server.crt", cert), ("server.key", key)] {
+                    let file = data.join(name);
+                    std::fs::write(&file, text)
+                        .and_then(|()| {
+                            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                        })
+                        .map_err(|err| format!("cannot write {name}: {err}"))?;
+                    if let Some(user) = &user {
+                        std::os::unix::fs::chown(&file, Some(user.uid), Some(user.gid))
+                            .map_err(|err| format!("cannot give {name} to nobody: {err}"))?;
+                    }
+                }
+            }
+        }
+        let cluster = Cluster {
+            socket_dir: dir.path().to_owned(),
+            launch: Launch {
+                postgres,
+                log: dir.path().join("server.log"),
+                data,
+                user,
+                place,
+            },
+            server: Mutex::new(None),
+            _dir: dir,
+        };
+        cluster.start_server()?;
+        Ok(cluster)
+    }
+
+    /// Starts the server and waits until it accepts connections.
+    fn start_server(&self) -> Result<(), String> {
+        let launch = &self.launch;
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&launch.log)
+            .map_err(|err| format!("cannot open {}: {err}", launch.log.display()))?;
         let log_err = log_file
             .try_clone()
-            .map_err(|err| format!("cannot open {}: {err}", log.display()))?;
-        let mut command = as_user(user.as_ref(), Path::new("setpriv"));
+            .map_err(|err| format!("cannot open {}: {err}", launch.log.display()))?;
+        let mut command = match &launch.place {
+            Some(place) => {
+                let mut command = Command::new(&place.enter[0]);
+                command.args(&place.enter[1..]);
+                if let Some(user) = &launch.user {
+                    command
+                        .arg("setpriv")
+                        .arg(format!("--reuid={}", user.uid))
+                        .arg(format!("--regid={}", user.gid))
+                        .args(["--clear-groups", "--"]);
+                }
+                command.arg("setpriv");
+                command
+            }
+            None => as_user(launch.user.as_ref(), Path::new("setpriv")),
+        };
+        let listen = launch
+            .place
+            .as_ref()
+            .map_or(String::new(), |place| place.listen.clone());
+        let tls = launch
+            .place
+            .as_ref()
+            .is_some_and(|place| place.setup.tls.is_some());
         // The server dies with the thread that started it (the keeper, which
-        // lives as long as the cluster): a killed test process leaves no server.
+        // lives as long as the server): a killed test process leaves no server.
         command
             .args(["--pdeathsig", "KILL", "--"])
-            .arg(&postgres)
+            .arg(&launch.postgres)
             .arg("-D")
-            .arg(&data)
+            .arg(&launch.data)
             .arg("-k")
-            .arg(dir.path())
-            .args(["-c", "listen_addresses=", "-c", "fsync=off"])
+            .arg(&self.socket_dir)
+            .args([
+                "-c",
+                &format!("listen_addresses={listen}"),
+                "-c",
+                "fsync=off",
+            ])
             .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
             .args(["-c", "max_connections=200"])
+            .args(["-c", if tls { "ssl=on" } else { "ssl=off" }])
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_err);
@@ -330,25 +572,30 @@ impl Cluster {
         let pid = started_rx
             .recv()
             .map_err(|_| "the cluster's keeper thread ended".to_owned())??;
-        let cluster = Cluster {
+        *self
+            .server
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Server {
             pid,
-            socket_dir: dir.path().to_owned(),
-            stop: Mutex::new(Some(stop_tx)),
-            keeper: Mutex::new(Some(keeper)),
-            _dir: dir,
-        };
-        let pidfile = data.join("postmaster.pid");
+            stop: stop_tx,
+            keeper,
+        });
+        let pidfile = launch.data.join("postmaster.pid");
         let deadline = Instant::now() + DEADLINE;
         loop {
             // The eighth line of postmaster.pid says `ready` once the server
-            // accepts connections.
-            let ready = std::fs::read_to_string(&pidfile)
-                .is_ok_and(|text| text.lines().nth(7).is_some_and(|l| l.trim() == "ready"));
+            // accepts connections; its first is the server's pid.
+            let ready = std::fs::read_to_string(&pidfile).is_ok_and(|text| {
+                text.lines()
+                    .next()
+                    .is_some_and(|l| l.trim() == pid.to_string())
+                    && text.lines().nth(7).is_some_and(|l| l.trim() == "ready")
+            });
             if ready {
-                return Ok(cluster);
+                return Ok(());
             }
             if crate::process_gone(pid) || Instant::now() > deadline {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let text = std::fs::read_to_string(&launch.log).unwrap_or_default();
                 return Err(format!(
                     "the PostgreSQL server did not start: {}",
                     last_line(&text)
@@ -357,21 +604,24 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+
+    /// Stops the server (a fast shutdown, by pid) and waits until it has.
+    fn stop_server(&self) {
+        let server = self
+            .server
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(server) = server {
+            drop(server.stop); // the keeper wakes when the sender is gone
+            let _ = server.keeper.join();
+        }
+    }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let stop = self.stop.lock().map(|mut stop| stop.take()).ok().flatten();
-        drop(stop); // the keeper wakes when the sender is gone
-        let keeper = self
-            .keeper
-            .lock()
-            .map(|mut keeper| keeper.take())
-            .ok()
-            .flatten();
-        if let Some(keeper) = keeper {
-            let _ = keeper.join();
-        }
+        self.stop_server();
     }
 }
 
@@ -439,6 +689,7 @@ fn binary(name: &str) -> Result<PathBuf, String> {
         })
 }
 
+#[derive(Debug)]
 struct User {
     uid: u32,
     gid: u32,
@@ -523,6 +774,45 @@ mod tests {
             // Dropping the last user stopped and reaped the server.
             assert!(crate::process_gone(pid));
         }
+    }
+
+    #[tokio::test]
+    async fn a_cluster_in_a_network_is_reached_over_a_link_and_restarts() {
+        let mut network = crate::Network::new().unwrap_or_else(|err| panic!("{err}"));
+        let host = network.add_host().expect("a host");
+        let db = TestDatabase::create_in("support_net", &network).await;
+        let via = db.connection_string_via(&host.server_address());
+        assert!(!via.contains("password"), "{via}");
+        let ask = |via: String| {
+            network.run_in(&host, move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                runtime.block_on(async move {
+                    let (client, connection) = tokio_postgres::connect(&via, NoTls)
+                        .await
+                        .expect("connects over the link");
+                    let driver = tokio::spawn(connection);
+                    let row = client
+                        .query_one("SELECT host(inet_client_addr())", &[])
+                        .await
+                        .expect("answers");
+                    drop(client);
+                    let _ = driver.await;
+                    row.get::<_, String>(0)
+                })
+            })
+        };
+        assert_eq!(ask(via.clone()), host.address());
+        let before = db.server_pid().expect("a private server");
+        db.restart_server().await;
+        let after = db.server_pid().expect("a private server");
+        assert_ne!(before, after);
+        assert!(crate::process_gone(before));
+        assert_eq!(ask(via), host.address());
+        drop(db);
+        assert!(crate::process_gone(after));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `asynctask` binary as a user runs it: output, exit codes, one-line errors.
 
 mod durable;
+mod machines;
 mod mcp;
 mod worker;
 

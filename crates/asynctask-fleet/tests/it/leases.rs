@@ -42,6 +42,17 @@ async fn an_expired_lease_fences_the_worker_and_its_tasks_are_interrupted_once()
         .complete(&claimed[0], &OutputObject::new(TerminateReason::Goal))
         .await
         .expect("current");
+    // The same end written again under the same claim (a retry whose first
+    // answer was lost) is done, not refused; another end is refused.
+    fleet
+        .complete(&claimed[0], &OutputObject::new(TerminateReason::Goal))
+        .await
+        .expect("the same end again");
+    let other = fleet
+        .fail(&claimed[0], "a different end")
+        .await
+        .expect_err("fenced");
+    assert!(matches!(other, FleetError::Fenced { .. }), "{other:?}");
 
     // Past the lease, before anyone reaped: every write is refused already.
     clock.advance(1_000);

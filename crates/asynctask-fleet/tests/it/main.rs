@@ -3,6 +3,7 @@
 //! delivery.
 
 mod claims;
+mod connection;
 mod delivery;
 mod leases;
 mod schema;
