@@ -59,6 +59,7 @@
 
 mod error;
 mod fleet;
+mod front;
 mod listen;
 mod schema;
 mod types;
@@ -66,7 +67,8 @@ mod worker;
 
 pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
-pub use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL, Wakeup};
+pub use crate::front::{CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_PROGRESS_CHARS};
+pub use crate::listen::{CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL, Wakeup};
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::types::{
     ClaimedTask, DEFAULT_LEASE, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec,

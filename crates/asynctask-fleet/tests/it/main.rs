@@ -4,6 +4,7 @@
 
 mod claims;
 mod delivery;
+mod front;
 mod leases;
 mod schema;
 
