@@ -20,6 +20,7 @@
 
 pub mod demo;
 pub mod doctor;
+pub mod front;
 pub mod logging;
 pub mod project;
 pub mod run;
@@ -204,6 +205,12 @@ pub enum CliError {
     /// The fleet's database refused or failed (never naming its credentials).
     #[error(transparent)]
     Fleet(#[from] asynctask_fleet::FleetError),
+    /// `--durable` and a fleet database were both asked for.
+    #[error(
+        "a front serves a fleet's tasks, which outlive it already: use --durable or a database \
+         (--database, `database` in the config, {DATABASE_URL_ENV}), not both"
+    )]
+    DurableFront,
     /// A fleet command was given no database.
     #[error("no fleet database: pass --database URL or set {DATABASE_URL_ENV}")]
     NoDatabase,

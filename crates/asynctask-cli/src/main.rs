@@ -124,6 +124,11 @@ enum Command {
         /// subagents. Also `durable = true` at the top of the config.
         #[arg(long)]
         durable: bool,
+        /// Serve as a front of a fleet: tasks go to this PostgreSQL database
+        /// and run on its workers (see docs/fleet.md). Also `database = "…"`
+        /// in the config, and $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
     },
     /// Serve a fleet's tasks from this machine: run the subagents the config
     /// names, for tasks stored in a PostgreSQL database (see docs/fleet.md).
@@ -555,8 +560,18 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             .await
         }
         // stdout is the protocol channel from here on: nothing else is printed.
-        Command::Mcp { serve, durable } => {
-            mcp(&serve.options(), durable, &start_supervisor).await?;
+        Command::Mcp {
+            serve,
+            durable,
+            database,
+        } => {
+            mcp(
+                &serve.options(),
+                durable,
+                database.as_deref(),
+                &start_supervisor,
+            )
+            .await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Worker {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use asynctask_tools::SubagentInfo;
 
 use crate::fleet::{TASK_COLUMNS, from_db, non_empty, task_from_row};
-use crate::listen::{CANCEL_CHANNEL, ENDED_CHANNEL};
+use crate::listen::{CANCEL_CHANNEL, ENDED_CHANNEL, PROGRESS_CHANNEL};
 use crate::types::{ClaimedTask, FleetTask, WorkerLease};
 use crate::{Fleet, FleetError};
 
@@ -322,7 +322,9 @@ impl Fleet {
 
     /// Stores a claimed task's last line of progress (cut to
     /// [`MAX_PROGRESS_CHARS`]), with the claim's fencing token: a write for a
-    /// claim no longer current changes nothing.
+    /// claim no longer current changes nothing. Notifies
+    /// [`PROGRESS_CHANNEL`]: the caller rate-limits (the worker writes at
+    /// most once a second per task).
     ///
     /// # Errors
     ///
@@ -330,15 +332,22 @@ impl Fleet {
     /// [`FleetError::Database`].
     pub async fn report_progress(&self, task: &ClaimedTask, line: &str) -> Result<(), FleetError> {
         let line: String = line.chars().take(MAX_PROGRESS_CHARS).collect();
+        // One statement: the fenced write, and the wake-up of the fronts
+        // (sent when it commits).
         let changed = self
             .client
-            .execute(
-                "UPDATE asynctask_tasks SET progress = $3
-                 WHERE id = $1 AND fence = $2 AND status = 'running'",
-                &[&task.id, &task.fence, &line],
+            .query(
+                "WITH reported AS (
+                    UPDATE asynctask_tasks SET progress = $3
+                    WHERE id = $1 AND fence = $2 AND status = 'running'
+                    RETURNING workspace
+                 )
+                 SELECT pg_notify($4, workspace)::text FROM reported",
+                &[&task.id, &task.fence, &line, &PROGRESS_CHANNEL],
             )
             .await
-            .map_err(FleetError::db("storing a task's progress"))?;
+            .map_err(FleetError::db("storing a task's progress"))?
+            .len();
         if changed == 0 {
             return Err(FleetError::Fenced {
                 task: task.id.clone(),

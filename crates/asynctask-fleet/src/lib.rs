@@ -61,6 +61,7 @@ mod error;
 mod fleet;
 mod front;
 mod listen;
+mod remote;
 mod schema;
 mod types;
 mod worker;
@@ -68,11 +69,14 @@ mod worker;
 pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
 pub use crate::front::{CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_PROGRESS_CHARS};
-pub use crate::listen::{CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL, Wakeup};
+pub use crate::listen::{
+    CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUEUED_CHANNEL, Wakeup,
+};
+pub use crate::remote::{DELIVERED_ELSEWHERE, FleetFront, FleetRunner, FrontJournal};
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::types::{
     ClaimedTask, DEFAULT_LEASE, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec,
     lost_worker_error,
 };
-pub use crate::worker::Worker;
+pub use crate::worker::{PROGRESS_INTERVAL, Worker};
 pub use tokio_postgres::Config;

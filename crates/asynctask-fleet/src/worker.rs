@@ -2,11 +2,12 @@
 //! claims tasks, runs them through a `SubagentRunner`, reports their ends
 //! with the claim's fencing token, and reaps lost workers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use asynctask_manager::TaskProgress;
 use asynctask_model::OutputObject;
 use asynctask_tools::{SubagentRequest, SubagentRunner};
 use tokio::sync::mpsc;
@@ -15,7 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
-use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL};
+use crate::listen::{CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL};
 use crate::types::{ClaimedTask, WorkerLease, WorkerSpec};
 use crate::{Fleet, FleetError, FleetOptions};
 
@@ -28,6 +29,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How long a stopping worker waits for its cancelled subagents to end.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How often, at most, a task's last line of progress is written to the
+/// fleet (only when it changed).
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Serves the fleet from this machine, with `runner` running the subagents
 /// its [`WorkerSpec`] names, until told to stop.
@@ -145,6 +150,7 @@ impl Worker {
     /// Not cancel-safe: cancel `shutdown` instead, and await the end.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), FleetError> {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let mut state = Serving {
             worker: self,
             running: HashMap::new(),
@@ -152,6 +158,9 @@ impl Worker {
             registration: None,
             ended_tx,
             ended_rx,
+            cancelling: HashSet::new(),
+            progress_tx,
+            progress_rx,
         };
         let result = state.serve(&shutdown).await;
         state.stop_runs().await;
@@ -164,6 +173,8 @@ impl Worker {
 enum Outcome {
     Completed(OutputObject),
     Failed(String),
+    /// Cancelled because the fleet asked (a front's cancel).
+    Cancelled,
 }
 
 /// A claimed task's end, to be written.
@@ -220,6 +231,11 @@ struct Serving {
     registration: Option<Registration>,
     ended_tx: mpsc::UnboundedSender<Ended>,
     ended_rx: mpsc::UnboundedReceiver<Ended>,
+    /// Running tasks whose cancel the fleet asked for.
+    cancelling: HashSet<String>,
+    /// Lines of progress to write (each task's reporter rate-limits them).
+    progress_tx: mpsc::UnboundedSender<(ClaimedTask, String)>,
+    progress_rx: mpsc::UnboundedReceiver<(ClaimedTask, String)>,
 }
 
 impl Serving {
@@ -274,7 +290,9 @@ impl Serving {
         let config = &self.worker.config;
         let both = async {
             let fleet = Fleet::connect(config, self.worker.options.clone()).await?;
-            let listener = FleetListener::connect(config, &[QUEUED_CHANNEL, ENDED_CHANNEL]).await?;
+            let listener =
+                FleetListener::connect(config, &[QUEUED_CHANNEL, ENDED_CHANNEL, CANCEL_CHANNEL])
+                    .await?;
             Ok((fleet, listener))
         };
         match tokio::time::timeout(limit, both).await {
@@ -325,6 +343,7 @@ impl Serving {
         self.register_if_needed(fleet).await?;
         self.renew(fleet).await?;
         self.reap(fleet).await?;
+        self.cancel_requested(fleet).await?;
         self.claim(fleet).await?;
         let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -342,7 +361,22 @@ impl Serving {
                     self.register_if_needed(fleet).await?;
                     self.claim(fleet).await?;
                 }
+                Some((task, line)) = self.progress_rx.recv() => {
+                    // A claim no longer current (the task ended) writes nothing.
+                    match self.db(fleet.report_progress(&task, &line)).await {
+                        Ok(()) | Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {}
+                        Err(end) => return Err(end),
+                    }
+                }
                 wakeup = listener.recv() => match wakeup {
+                    Some(wakeup) if wakeup.channel == CANCEL_CHANNEL => {
+                        let mine = self.registration.as_ref().is_some_and(|r| {
+                            wakeup.payload == r.lease.worker_id.to_string()
+                        });
+                        if mine {
+                            self.cancel_requested(fleet).await?;
+                        }
+                    }
                     Some(wakeup) => {
                         tracing::trace!(channel = %wakeup.channel, payload = %wakeup.payload, "woken");
                         self.claim(fleet).await?;
@@ -356,6 +390,7 @@ impl Serving {
                 _ = tick.tick() => {
                     self.renew(fleet).await?;
                     self.reap(fleet).await?;
+                    self.cancel_requested(fleet).await?;
                     self.register_if_needed(fleet).await?;
                     self.claim(fleet).await?;
                 }
@@ -472,6 +507,25 @@ impl Serving {
         Ok(())
     }
 
+    /// Cancels the running tasks whose cancel the fleet asked for: their
+    /// subagents end (process groups), and `cancelled` is written with the
+    /// claim's fencing token.
+    async fn cancel_requested(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
+        let Some(registration) = self.registration.as_ref() else {
+            return Ok(());
+        };
+        let lease = registration.lease.clone();
+        for id in self.db(fleet.cancel_requests(&lease)).await? {
+            if let Some(cancel) = self.running.get(&id)
+                && self.cancelling.insert(id.clone())
+            {
+                tracing::info!(task = %id, "cancel asked by the fleet: ending the subagent");
+                cancel.cancel();
+            }
+        }
+        Ok(())
+    }
+
     /// Claims what the free slots allow, and starts each task.
     async fn claim(&mut self, fleet: &mut Fleet) -> Result<(), SessionEnd> {
         let capacity = usize::try_from(self.worker.spec.capacity).unwrap_or(usize::MAX);
@@ -515,6 +569,12 @@ impl Serving {
         let runner = Arc::clone(&self.worker.runner);
         let ended = self.ended_tx.clone();
         let timeout = self.worker.task_timeout;
+        let progress = TaskProgress::new();
+        let reporter = tokio::spawn(report_progress(
+            task.clone(),
+            progress.clone(),
+            self.progress_tx.clone(),
+        ));
         tokio::spawn(async move {
             let request = SubagentRequest::new(
                 task.id.clone(),
@@ -522,10 +582,13 @@ impl Serving {
                 task.goal_prompt.clone(),
             )
             .with_run_async(true)
-            .with_timeout(timeout);
+            .with_timeout(timeout)
+            .with_progress(progress);
             let subagent = task.subagent_name.clone();
             let run = tokio::spawn(run_one(runner, request, cancel, timeout, subagent));
-            let outcome = match run.await {
+            let outcome = run.await;
+            reporter.abort();
+            let outcome = match outcome {
                 Ok(outcome) => outcome,
                 Err(err) => Outcome::Failed(format!("the subagent's runner panicked: {err}")),
             };
@@ -534,8 +597,11 @@ impl Serving {
     }
 
     /// Takes a run's end: no longer running, to be written.
-    fn record(&mut self, ended: Ended) {
+    fn record(&mut self, mut ended: Ended) {
         self.running.remove(&ended.task.id);
+        if self.cancelling.remove(&ended.task.id) && matches!(ended.outcome, Outcome::Failed(_)) {
+            ended.outcome = Outcome::Cancelled;
+        }
         self.unwritten.push_back(ended);
     }
 
@@ -547,6 +613,7 @@ impl Serving {
                 match &ended.outcome {
                     Outcome::Completed(output) => fleet.complete(&ended.task, output).await,
                     Outcome::Failed(error) => fleet.fail(&ended.task, error).await,
+                    Outcome::Cancelled => fleet.cancelled(&ended.task).await,
                 }
             };
             match self.db(write).await {
@@ -617,6 +684,32 @@ fn outcome_name(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::Completed(_) => "completed",
         Outcome::Failed(_) => "failed",
+        Outcome::Cancelled => "cancelled",
+    }
+}
+
+/// Hands the task's last line of progress on when it changed, at most once
+/// every [`PROGRESS_INTERVAL`], until aborted (the run ended).
+async fn report_progress(
+    task: ClaimedTask,
+    progress: TaskProgress,
+    lines: mpsc::UnboundedSender<(ClaimedTask, String)>,
+) {
+    let mut last: Option<String> = None;
+    let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let line = progress.snapshot().last_line().map(str::to_owned);
+        if line.is_some() && line != last {
+            if lines
+                .send((task.clone(), line.clone().unwrap_or_default()))
+                .is_err()
+            {
+                return;
+            }
+            last = line;
+        }
     }
 }
 
