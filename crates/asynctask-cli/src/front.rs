@@ -12,7 +12,7 @@ use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::SyncDetach;
 use tokio_util::sync::CancellationToken;
 
-use crate::worker::host_name;
+use crate::worker::{database_config, host_name};
 use crate::{CliError, DATABASE_URL_ENV};
 
 /// The database a front serves on: `--database`, else `database` in the
@@ -116,4 +116,17 @@ where
     stop.cancel();
     let _ = looping.await;
     Ok(served?)
+}
+
+/// `asynctask fleet status`: the fleet's workers, queues and running tasks,
+/// as text for a human (see [`asynctask_fleet::FleetStatus`]).
+///
+/// # Errors
+///
+/// [`CliError::NoDatabase`] when no database is given, [`CliError::Fleet`]
+/// when it cannot be read.
+pub async fn fleet_status(database: Option<&str>) -> Result<String, CliError> {
+    let config = database_config(database)?;
+    let mut fleet = asynctask_fleet::Fleet::connect(&config, FleetOptions::new()).await?;
+    Ok(fleet.status().await?.to_string())
 }

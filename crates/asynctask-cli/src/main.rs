@@ -153,6 +153,11 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
         lease_seconds: u64,
     },
+    /// Watch a fleet (see docs/fleet.md).
+    Fleet {
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
     /// The project's supervisor, which owns durable tasks (`mcp --durable`
     /// starts it).
     Supervisor {
@@ -217,6 +222,18 @@ enum ConfigCommand {
     Path {
         #[command(flatten)]
         place: WhereArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum FleetCommand {
+    /// Show the workers (name, state, tasks running of capacity, lease,
+    /// subagents), each workspace's queue and the running tasks; read-only.
+    Status {
+        /// The fleet's database (a postgresql:// URL or key=value string).
+        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
     },
 }
 
@@ -598,6 +615,14 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                 stop.cancel();
             });
             asynctask_cli::worker::worker(&options, shutdown).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fleet {
+            command: FleetCommand::Status { database },
+        } => {
+            out(asynctask_cli::front::fleet_status(database.as_deref())
+                .await?
+                .trim_end())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Supervisor { command } => match command {

@@ -63,6 +63,7 @@ mod front;
 mod listen;
 mod remote;
 mod schema;
+mod status;
 mod types;
 mod worker;
 
@@ -74,6 +75,7 @@ pub use crate::listen::{
 };
 pub use crate::remote::{DELIVERED_ELSEWHERE, FleetFront, FleetRunner, FrontJournal};
 pub use crate::schema::SCHEMA_VERSION;
+pub use crate::status::{FleetStatus, RunningTask, WorkerStatus, WorkspaceStatus};
 pub use crate::types::{
     ClaimedTask, DEFAULT_LEASE, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec,
     lost_worker_error,

@@ -167,6 +167,28 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    // `fleet status` shows it.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "status"])
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(text.starts_with("fleet at "), "{text}");
+    assert!(
+        text.contains("\nworkers: 1 live\n  w1 (#1) live: 0/4 running, lease for "),
+        "{text}"
+    );
+    assert!(
+        text.contains("; serves echo, slow\n\nworkspaces: 0\n"),
+        "{text}"
+    );
+
     // The catalog is the live worker's.
     let (front, client) = start_front(&db, dir.path(), "front-a").await;
     let tools = client.list_all_tools().await.expect("listed");
@@ -368,4 +390,18 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         worker.log()
     );
     assert_gone_async(&[front_a, subagent], DEADLINE).await;
+}
+
+#[test]
+fn fleet_status_without_a_database_says_how_to_name_one() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "status"])
+        .env_remove("ASYNCTASK_DATABASE_URL")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "asynctask: no fleet database: pass --database URL or set ASYNCTASK_DATABASE_URL\n"
+    );
 }

@@ -308,3 +308,63 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
     // The old registration has an empty catalog until it registers again.
     assert_eq!(fleet.catalog().await.expect("reads"), []);
 }
+
+#[tokio::test]
+async fn the_status_shows_workers_queues_and_running_tasks() {
+    let db = TestDatabase::create("status").await;
+    let clock = ManualClock::new(1_764_050_000_000);
+    let mut fleet = connect(&db, &clock).await;
+    insta::assert_snapshot!(
+        "status_empty",
+        fleet.status().await.expect("reads").to_string()
+    );
+
+    fleet
+        .set_max_async("team-a", MaxAsyncTasks::new(2).expect("valid"))
+        .await
+        .expect("set");
+    for (id, workspace, subagent) in [
+        ("a1", "team-a", "tester"),
+        ("a2", "team-a", "tester"),
+        ("a3", "team-a", "tester"),
+        ("b1", "team-b", "builder"),
+        ("b2", "team-b", "builder"),
+    ] {
+        fleet
+            .submit(NewTask::new(id, workspace, subagent, "go"))
+            .await
+            .expect("submitted");
+        clock.advance(1_000);
+    }
+    let mut build = fleet
+        .register_worker(
+            &WorkerSpec::new("build-1", ["tester", "builder"])
+                .with_capacity(4)
+                .with_lease(Duration::from_secs(30)),
+        )
+        .await
+        .expect("registered");
+    let claimed = fleet.claim(&build, 3).await.expect("claims");
+    fleet
+        .report_progress(&claimed[0], "running test 3 of 9")
+        .await
+        .expect("current");
+    fleet
+        .complete(&claimed[2], &OutputObject::new(TerminateReason::Goal))
+        .await
+        .expect("current");
+    clock.advance(5_000);
+    fleet
+        .register_worker(&WorkerSpec::new("gone", ["linter"]).with_lease(Duration::from_secs(1)))
+        .await
+        .expect("registered");
+    clock.advance(20_000);
+    fleet.heartbeat(&mut build).await.expect("renewed");
+    clock.advance(20_000);
+    let reaped = fleet.reap_expired().await.expect("reaps");
+    assert_eq!(reaped, []);
+    insta::assert_snapshot!(
+        "status_busy",
+        fleet.status().await.expect("reads").to_string()
+    );
+}
