@@ -340,9 +340,9 @@ impl Fleet {
                 "WITH reported AS (
                     UPDATE asynctask_tasks SET progress = $3
                     WHERE id = $1 AND fence = $2 AND status = 'running'
-                    RETURNING workspace
+                    RETURNING id
                  )
-                 SELECT pg_notify($4, workspace)::text FROM reported",
+                 SELECT pg_notify($4, id)::text FROM reported",
                 &[&task.id, &task.fence, &line, &PROGRESS_CHANNEL],
             )
             .await

@@ -21,8 +21,8 @@ pub const ENDED_CHANNEL: &str = "asynctask_ended";
 /// of the worker that runs it): that worker ends the task's subagent.
 pub const CANCEL_CHANNEL: &str = "asynctask_cancel";
 
-/// The channel a task's new line of progress notifies (payload: its
-/// workspace), at most once a second per task: fronts show it.
+/// The channel a task's new line of progress notifies (payload: its id), at
+/// most once a second per task: the front waiting on it shows it.
 pub const PROGRESS_CHANNEL: &str = "asynctask_progress";
 
 /// One wake-up: the channel, and what it says.
@@ -31,8 +31,8 @@ pub struct Wakeup {
     /// [`QUEUED_CHANNEL`], [`ENDED_CHANNEL`], [`PROGRESS_CHANNEL`] or
     /// [`CANCEL_CHANNEL`].
     pub channel: String,
-    /// The subagent (queued), the workspace (ended, progress) or the worker's
-    /// id (cancel).
+    /// The subagent (queued), the workspace (ended), the task's id
+    /// (progress) or the worker's id (cancel).
     pub payload: String,
 }
 

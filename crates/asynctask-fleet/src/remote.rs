@@ -5,6 +5,7 @@
 //! its loop keeps the front's lease, the live catalog, and adopts the results
 //! of the workspace's fronts that are gone.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use async_trait::async_trait;
 use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, RegisterTaskInput};
 use asynctask_model::{AsyncTaskStatus, OutputObject};
 use asynctask_tools::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
-use tokio::sync::{MappedMutexGuard, MutexGuard, mpsc, watch};
+use tokio::sync::{MappedMutexGuard, MutexGuard, Notify, mpsc, watch};
 use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +28,10 @@ const ADOPT_BATCH: usize = 20;
 
 /// The longest wait before connecting again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long connecting again may take before it counts as a failure (the
+/// connection's lock is held meanwhile).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a model is told of a task whose result went to another front of the
 /// workspace: this front was unreachable past its lease, and another took it.
@@ -90,6 +95,8 @@ struct Shared {
     catalog: Mutex<Vec<SubagentInfo>>,
     /// Bumped at every wake-up: a task's end in the workspace, the timer.
     wakes: watch::Sender<u64>,
+    /// The runs waiting here, by task id: woken alone by their progress.
+    progress: Mutex<HashMap<String, Arc<Notify>>>,
     manager: OnceLock<AsyncTaskManager>,
     marks: mpsc::UnboundedSender<String>,
     marks_rx: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
@@ -141,6 +148,7 @@ impl FleetFront {
                 }),
                 catalog: Mutex::new(catalog),
                 wakes: watch::Sender::new(0),
+                progress: Mutex::default(),
                 manager: OnceLock::new(),
                 marks,
                 marks_rx: Mutex::new(Some(marks_rx)),
@@ -220,11 +228,21 @@ impl FleetFront {
                 tokio::select! {
                     () = stop.cancelled() => break 'connect,
                     wake = listener.recv() => match wake {
+                        Some(wake) if wake.channel == PROGRESS_CHANNEL => {
+                            let run = self
+                                .shared
+                                .progress
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .get(&wake.payload)
+                                .cloned();
+                            if let Some(run) = run {
+                                run.notify_one();
+                            }
+                        }
                         Some(wake) if wake.payload == self.shared.workspace => {
                             self.shared.wakes.send_modify(|n| *n += 1);
-                            if wake.channel == ENDED_CHANNEL {
-                                self.adopt().await;
-                            }
+                            self.adopt().await;
                         }
                         Some(_) => {}
                         None => continue 'connect,
@@ -392,7 +410,12 @@ impl Shared {
         let mut link = self.link.lock().await;
         if link.fleet.as_ref().is_none_or(Fleet::is_closed) {
             link.fleet = None;
-            let fleet = Fleet::connect(&self.config, self.options.clone()).await?;
+            let connect = Fleet::connect(&self.config, self.options.clone());
+            let fleet = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+                .await
+                .map_err(|_| FleetError::Unreachable {
+                    after: CONNECT_TIMEOUT,
+                })??;
             tracing::info!("connected to the fleet again");
             link.fleet = Some(fleet);
         }
@@ -483,6 +506,8 @@ impl SubagentRunner for FleetRunner {
             }
         }
         let mut last_progress: Option<String> = None;
+        let progressed = Arc::new(Notify::new());
+        let _waiting = Waiting::new(shared, &request.task_id, Arc::clone(&progressed));
         loop {
             let read = match shared.fleet().await {
                 Ok((fleet, front)) => fleet.task(&request.task_id).await.map(|t| (t, front)),
@@ -520,6 +545,7 @@ impl SubagentRunner for FleetRunner {
             tokio::select! {
                 () = cancel.cancelled() => break,
                 _ = wakes.changed() => {}
+                () = progressed.notified() => {}
             }
         }
         // Cancelled: by the model (asked of the fleet), or because the server
@@ -558,6 +584,36 @@ impl SubagentRunner for FleetRunner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
         )
+    }
+}
+
+/// A run's entry among those waiting on progress, removed when it ends.
+struct Waiting<'a> {
+    shared: &'a Shared,
+    id: String,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(shared: &'a Shared, id: &str, wake: Arc<Notify>) -> Self {
+        shared
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_owned(), wake);
+        Waiting {
+            shared,
+            id: id.to_owned(),
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
     }
 }
 
