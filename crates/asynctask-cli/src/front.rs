@@ -130,3 +130,20 @@ pub async fn fleet_status(database: Option<&str>) -> Result<String, CliError> {
     let mut fleet = asynctask_fleet::Fleet::connect(&config, FleetOptions::new()).await?;
     Ok(fleet.status().await?.to_string())
 }
+
+/// `asynctask fleet output ID`: the task's whole output as the fleet stores
+/// it (bounded: see [`asynctask_fleet::MAX_STORED_OUTPUT_BYTES`]).
+///
+/// # Errors
+///
+/// [`CliError::NoDatabase`], [`CliError::Fleet`], and
+/// [`CliError::NoStoredOutput`] when the fleet stores none for the task (its
+/// result was not cut, or no such task).
+pub async fn fleet_output(database: Option<&str>, id: &str) -> Result<String, CliError> {
+    let config = database_config(database)?;
+    let fleet = asynctask_fleet::Fleet::connect(&config, FleetOptions::new()).await?;
+    fleet
+        .whole_output(id)
+        .await?
+        .ok_or_else(|| CliError::NoStoredOutput(id.to_owned()))
+}

@@ -211,6 +211,12 @@ pub enum CliError {
          (--database, `database` in the config, {DATABASE_URL_ENV}), not both"
     )]
     DurableFront,
+    /// The fleet stores no whole output for this task.
+    #[error(
+        "the fleet stores no whole output for task {0}: its result was not cut (it is whole), \
+         or no task has this id"
+    )]
+    NoStoredOutput(String),
     /// A fleet command was given no database.
     #[error("no fleet database: pass --database URL or set {DATABASE_URL_ENV}")]
     NoDatabase,

@@ -235,6 +235,16 @@ enum FleetCommand {
         #[arg(long, value_name = "URL")]
         database: Option<String>,
     },
+    /// Print a task's whole output as the fleet stores it (its last MiB),
+    /// when its result was cut.
+    Output {
+        /// The fleet's database (a postgresql:// URL or key=value string).
+        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+        /// The task's id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -623,6 +633,17 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             out(asynctask_cli::front::fleet_status(database.as_deref())
                 .await?
                 .trim_end())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fleet {
+            command: FleetCommand::Output { database, id },
+        } => {
+            let text = asynctask_cli::front::fleet_output(database.as_deref(), &id).await?;
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .map_err(CliError::ClosedStdout)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Supervisor { command } => match command {

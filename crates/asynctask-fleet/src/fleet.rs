@@ -76,7 +76,8 @@ impl Drop for Fleet {
 
 pub(crate) const TASK_COLUMNS: &str = "t.id, t.subagent_name, t.goal_prompt, t.status, t.launched_at, \
      t.started_at, t.completed_at, t.notified_at, t.output, t.error, t.workspace, t.origin, \
-     (SELECT w.name FROM asynctask_workers w WHERE w.id = t.worker_id), t.progress, t.front_id";
+     (SELECT w.name FROM asynctask_workers w WHERE w.id = t.worker_id), t.progress, t.front_id, \
+     t.whole_output_bytes";
 
 impl Fleet {
     /// Connects to the database `url` names (a `postgresql://` URL or a
@@ -224,6 +225,7 @@ impl Fleet {
             worker: None,
             progress: None,
             front: task.front,
+            whole_output_bytes: None,
         })
     }
 
@@ -815,5 +817,6 @@ pub(crate) fn task_from_row(row: &Row) -> Result<FleetTask, FleetError> {
         worker: row.get(12),
         progress: row.get(13),
         front: row.get(14),
+        whole_output_bytes: row.get::<_, Option<i64>>(15).map(from_db),
     })
 }

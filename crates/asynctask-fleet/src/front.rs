@@ -17,6 +17,11 @@ use crate::{Fleet, FleetError};
 /// its tasks are kept for it until it has been unreachable this long.
 pub const DEFAULT_FRONT_LEASE: Duration = Duration::from_secs(30);
 
+/// The most of a task's whole output the fleet stores, in bytes: 1 MiB (a
+/// longer output is stored from a line boundary near its last MiB, after a
+/// note saying how much was left out).
+pub const MAX_STORED_OUTPUT_BYTES: usize = 1024 * 1024;
+
 /// The longest line of progress stored for a task: a longer one is cut (on a
 /// character boundary).
 pub const MAX_PROGRESS_CHARS: usize = 500;
@@ -320,6 +325,57 @@ impl Fleet {
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
+    /// Stores a claimed task's whole output (its last
+    /// [`MAX_STORED_OUTPUT_BYTES`], see [`bound_output`]), `bytes` long in
+    /// all, with the claim's fencing token, for fronts on any machine to read
+    /// ([`whole_output`](Self::whole_output)).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Fenced`] when the claim is no longer current.
+    /// [`FleetError::Database`].
+    pub async fn store_whole_output(
+        &self,
+        task: &ClaimedTask,
+        text: &str,
+        bytes: u64,
+    ) -> Result<(), FleetError> {
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        let stored = bound_output(text);
+        let changed = self
+            .client
+            .execute(
+                "UPDATE asynctask_tasks SET whole_output = $3, whole_output_bytes = $4
+                 WHERE id = $1 AND fence = $2 AND status = 'running'",
+                &[&task.id, &task.fence, &stored.as_ref(), &bytes],
+            )
+            .await
+            .map_err(FleetError::db("storing a task's whole output"))?;
+        if changed == 0 {
+            return Err(FleetError::Fenced {
+                task: task.id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A task's whole output as the fleet stores it (bounded), if it does.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn whole_output(&self, id: &str) -> Result<Option<String>, FleetError> {
+        Ok(self
+            .client
+            .query_opt(
+                "SELECT whole_output FROM asynctask_tasks WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(FleetError::db("reading a task's whole output"))?
+            .and_then(|row| row.get(0)))
+    }
+
     /// Stores a claimed task's last line of progress (cut to
     /// [`MAX_PROGRESS_CHARS`]), with the claim's fencing token: a write for a
     /// claim no longer current changes nothing. Notifies
@@ -355,4 +411,36 @@ impl Fleet {
         }
         Ok(())
     }
+}
+
+/// `text` bounded for storing: whole when it fits in
+/// [`MAX_STORED_OUTPUT_BYTES`], else its end from the first line boundary
+/// that fits, after a note saying how many bytes were left out.
+///
+/// ```
+/// use asynctask_fleet::{MAX_STORED_OUTPUT_BYTES, bound_output};
+/// assert_eq!(bound_output("short"), "short");
+/// let long = "line\n".repeat(MAX_STORED_OUTPUT_BYTES);
+/// let stored = bound_output(&long);
+/// assert!(stored.starts_with("[the first 4194370 bytes are not stored]\nline\n"));
+/// assert!(stored.len() <= MAX_STORED_OUTPUT_BYTES);
+/// assert_eq!(bound_output(&stored), stored, "bounded once");
+/// ```
+#[must_use]
+pub fn bound_output(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_STORED_OUTPUT_BYTES {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    // Room for the note: what is stored stays within the bound.
+    let mut start = text.len() - (MAX_STORED_OUTPUT_BYTES - 64);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    if let Some(newline) = text[start..].find('\n') {
+        start += newline + 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "[the first {start} bytes are not stored]\n{}",
+        &text[start..]
+    ))
 }

@@ -13,12 +13,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, RegisterTaskInput};
 use asynctask_model::{AsyncTaskStatus, OutputObject};
-use asynctask_tools::{SubagentError, SubagentInfo, SubagentRequest, SubagentRunner};
+use asynctask_tools::{
+    SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, WHOLE_OUTPUT_PREFIX,
+};
 use tokio::sync::{MappedMutexGuard, MutexGuard, Notify, mpsc, watch};
 use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
-use crate::front::{CancelRequest, DEFAULT_FRONT_LEASE, FrontLease};
+use crate::front::{CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES};
 use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL};
 use crate::types::NewTask;
 use crate::{Fleet, FleetError, FleetOptions};
@@ -520,14 +522,23 @@ impl SubagentRunner for FleetRunner {
                             return Err(SubagentError::new(DELIVERED_ELSEWHERE));
                         }
                         shared.answered_directly(&request.task_id);
+                        let stored = task.whole_output_bytes;
+                        let point = |text: String| match stored {
+                            Some(bytes) => point_to_fleet(&text, &request.task_id, bytes),
+                            None => text,
+                        };
                         return match task.info.status {
                             AsyncTaskStatus::Completed => {
-                                Ok(task.info.output.unwrap_or_else(empty_output))
+                                let mut output = task.info.output.unwrap_or_else(empty_output);
+                                output.final_message = output.final_message.map(point);
+                                Ok(output)
                             }
                             AsyncTaskStatus::Cancelled => {
                                 Err(SubagentError::new(CANCELLED_IN_FLEET))
                             }
-                            _ => Err(SubagentError::new(task.info.error.unwrap_or_default())),
+                            _ => Err(SubagentError::new(point(
+                                task.info.error.unwrap_or_default(),
+                            ))),
                         };
                     }
                     if task.progress != last_progress {
@@ -643,6 +654,27 @@ impl Journal for FrontJournal {
     }
 }
 
+/// `text` whose last line points to the whole output in a file on the
+/// worker's machine, pointing instead to where any machine of the fleet
+/// reads it (the line keeps its form, so a cut result keeps it whole).
+fn point_to_fleet(text: &str, id: &str, bytes: u64) -> String {
+    match text.rsplit_once('\n') {
+        Some((body, last)) if last.starts_with(WHOLE_OUTPUT_PREFIX) => {
+            format!("{body}\n{}", fleet_output_line(id, bytes))
+        }
+        None if text.starts_with(WHOLE_OUTPUT_PREFIX) => fleet_output_line(id, bytes),
+        _ => text.to_owned(),
+    }
+}
+
+fn fleet_output_line(id: &str, bytes: u64) -> String {
+    let stored = bytes.min(u64::try_from(MAX_STORED_OUTPUT_BYTES).unwrap_or(u64::MAX));
+    format!(
+        "{WHOLE_OUTPUT_PREFIX}`asynctask fleet output {id}` prints it on any machine of the \
+         fleet ({bytes} bytes, the last {stored} of them stored)]"
+    )
+}
+
 fn empty_output() -> OutputObject {
     OutputObject::new(asynctask_model::TerminateReason::Goal)
 }
@@ -674,6 +706,12 @@ mod tests {
                 supported: 2,
             }),
             refused(&FleetError::Empty("a subagent's name")),
+            point_to_fleet(
+                "1\n2\n... [9000 more characters cut]\n[whole output: /tmp/w/a1.out (23893 bytes)]",
+                "a1",
+                23_893,
+            ),
+            point_to_fleet("no pointer here", "a1", 5),
         ];
         insta::assert_snapshot!(texts.join("\n"));
     }

@@ -59,8 +59,9 @@ const MIGRATIONS: &[&str] = &[
         WHERE notified_at IS NULL AND status IN ('completed', 'failed', 'cancelled');",
     // 1 → 2: each worker's catalog (JSON: name and description of each
     // subagent it serves); fronts with their leases, each task's front (the
-    // one its result is kept for while it lives), cancel requests and the
-    // last line of progress.
+    // one its result is kept for while it lives), cancel requests, the last
+    // line of progress, and the whole output (bounded) of a task whose result
+    // was cut.
     "ALTER TABLE asynctask_workers ADD COLUMN catalog text NOT NULL DEFAULT '[]';
      CREATE TABLE asynctask_fronts (
         id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -74,7 +75,9 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE asynctask_tasks
         ADD COLUMN front_id bigint REFERENCES asynctask_fronts (id),
         ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false,
-        ADD COLUMN progress text;
+        ADD COLUMN progress text,
+        ADD COLUMN whole_output text,
+        ADD COLUMN whole_output_bytes bigint;
      CREATE INDEX asynctask_tasks_cancel ON asynctask_tasks (worker_id)
         WHERE status = 'running' AND cancel_requested;",
 ];

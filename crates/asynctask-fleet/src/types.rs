@@ -77,6 +77,10 @@ pub struct FleetTask {
     pub progress: Option<String>,
     /// The front its result is kept for, when one submitted or adopted it.
     pub front: Option<i64>,
+    /// How long its whole output was (bytes), when the fleet stores it
+    /// ([`Fleet::whole_output`](crate::Fleet::whole_output)): its result
+    /// was cut.
+    pub whole_output_bytes: Option<u64>,
 }
 
 /// What a worker registers with.

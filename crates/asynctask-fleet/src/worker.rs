@@ -182,6 +182,9 @@ enum Outcome {
 struct Ended {
     task: ClaimedTask,
     outcome: Outcome,
+    /// The whole output (its end, bounded) and its length in bytes, when
+    /// the result was cut and points to it.
+    whole: Option<(String, u64)>,
 }
 
 /// One registration: its lease, and the watchdog that ends the subagents if
@@ -583,7 +586,7 @@ impl Serving {
             )
             .with_run_async(true)
             .with_timeout(timeout)
-            .with_progress(progress);
+            .with_progress(progress.clone());
             let subagent = task.subagent_name.clone();
             let run = tokio::spawn(run_one(runner, request, cancel, timeout, subagent));
             let outcome = run.await;
@@ -592,7 +595,16 @@ impl Serving {
                 Ok(outcome) => outcome,
                 Err(err) => Outcome::Failed(format!("the subagent's runner panicked: {err}")),
             };
-            let _ = ended.send(Ended { task, outcome });
+            let whole = if points_to_whole_output(&outcome) {
+                read_whole_output(progress.output_file()).await
+            } else {
+                None
+            };
+            let _ = ended.send(Ended {
+                task,
+                outcome,
+                whole,
+            });
         });
     }
 
@@ -609,6 +621,16 @@ impl Serving {
     /// the fleet refuses is logged and dropped.
     async fn flush(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
         while let Some(ended) = self.unwritten.front() {
+            if let Some((text, bytes)) = &ended.whole {
+                // Before the end: a front that reads the end finds it stored.
+                match self
+                    .db(fleet.store_whole_output(&ended.task, text, *bytes))
+                    .await
+                {
+                    Ok(()) | Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {}
+                    Err(end) => return Err(end),
+                }
+            }
             let write = async {
                 match &ended.outcome {
                     Outcome::Completed(output) => fleet.complete(&ended.task, output).await,
@@ -685,6 +707,58 @@ fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Completed(_) => "completed",
         Outcome::Failed(_) => "failed",
         Outcome::Cancelled => "cancelled",
+    }
+}
+
+/// Whether the result's text ends with a pointer to the whole output (it
+/// was cut): a file on this machine, which the fleet stores for the fronts.
+fn points_to_whole_output(outcome: &Outcome) -> bool {
+    let text = match outcome {
+        Outcome::Completed(output) => output.final_message.as_deref(),
+        Outcome::Failed(error) => Some(error.as_str()),
+        Outcome::Cancelled => None,
+    };
+    text.and_then(|text| text.lines().last())
+        .is_some_and(|last| last.starts_with(asynctask_tools::WHOLE_OUTPUT_PREFIX))
+}
+
+/// The end of the file holding a task's whole output (at most
+/// [`MAX_STORED_OUTPUT_BYTES`](crate::MAX_STORED_OUTPUT_BYTES) and a line,
+/// read), and its length; `None` when it cannot be read.
+async fn read_whole_output(path: Option<std::path::PathBuf>) -> Option<(String, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let path = path?;
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<(String, u64)> {
+        let mut file = std::fs::File::open(&path)?;
+        let bytes = file.metadata()?.len();
+        // Room for the note: what is stored stays within the bound.
+        let keep = u64::try_from(crate::MAX_STORED_OUTPUT_BYTES - 64).unwrap_or(u64::MAX);
+        let skipped = bytes.saturating_sub(keep);
+        file.seek(SeekFrom::Start(skipped))?;
+        let mut tail = Vec::new();
+        file.take(keep).read_to_end(&mut tail)?;
+        let text = String::from_utf8_lossy(&tail);
+        if skipped == 0 {
+            return Ok((text.into_owned(), bytes));
+        }
+        // Stored from a line boundary, after a note of what was left out.
+        let (cut, rest) = match text.find('\n') {
+            Some(at) => (at + 1, &text[at + 1..]),
+            None => (0, text.as_ref()),
+        };
+        let left_out = skipped + u64::try_from(cut).unwrap_or(0);
+        Ok((
+            format!("[the first {left_out} bytes are not stored]\n{rest}"),
+            bytes,
+        ))
+    });
+    match read.await {
+        Ok(Ok(whole)) => Some(whole),
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "the task's whole output cannot be read; not stored");
+            None
+        }
+        Err(_) => None,
     }
 }
 

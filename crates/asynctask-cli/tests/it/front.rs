@@ -137,6 +137,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         dir.path().join("worker.toml"),
         format!(
             "[subagents.echo]\ncommand = [\"cat\"]\ndescription = \"Says its goal back\"\n\
+             [subagents.big]\ncommand = [\"seq\", \"1\", \"5000\"]\n\
              [subagents.slow]\ncommand = [\"sh\", \"-c\", \"echo $$ > '{}'/\\\"$ASYNCTASK_TASK_ID\\\"; \
              echo started; exec sleep 600\"]\n",
             pids.display()
@@ -158,7 +159,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         .expect("connects");
     let mut worker = start_worker(&db, dir.path());
     let deadline = tokio::time::Instant::now() + DEADLINE;
-    while fleet.catalog().await.expect("reads").len() != 2 {
+    while fleet.catalog().await.expect("reads").len() != 3 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the worker is not live: {}",
@@ -185,7 +186,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         "{text}"
     );
     assert!(
-        text.contains("; serves echo, slow\n\nworkspaces: 0\n"),
+        text.contains("; serves big, echo, slow\n\nworkspaces: 0\n"),
         "{text}"
     );
 
@@ -198,8 +199,9 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         .expect("task is served");
     let description = task.description.as_deref().unwrap_or_default();
     assert!(
-        description
-            .ends_with("Available subagents (subagent_name):\n- echo: Says its goal back\n- slow"),
+        description.ends_with(
+            "Available subagents (subagent_name):\n- big\n- echo: Says its goal back\n- slow"
+        ),
         "{description}"
     );
     let unknown = call(
@@ -212,7 +214,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         texts(&unknown),
         [
             "Invalid parameters for task: subagent_name: unknown subagent 'nobody'; the available \
-          subagents are: echo, slow"
+          subagents are: big, echo, slow"
         ]
     );
 
@@ -235,6 +237,38 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
     );
     let after = call(&client, "check_async_tasks", json!({})).await;
     assert_eq!(texts(&after).len(), 1, "nothing rides again");
+    // A result cut on the worker points to its whole output in the fleet.
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "big", "goal_prompt": "count", "async": true}),
+    )
+    .await;
+    let big = launched_id(&texts(&launched)[0]);
+    let (_, text) = collect_results(&client, std::slice::from_ref(&big)).await;
+    assert!(
+        text.contains(&format!(
+            "[whole output: `asynctask fleet output {big}` prints it on any machine of the fleet \
+             (23893 bytes, the last 23893 of them stored)]"
+        )),
+        "{text}"
+    );
+    let printed = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "output", &big])
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .output()
+        .expect("runs");
+    assert!(
+        printed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let expected: String = (1..=5000).map(|n| format!("{n}\n")).collect();
+    assert!(
+        printed.stdout == expected.as_bytes(),
+        "the whole output, as the subagent printed it"
+    );
+
     // A synchronous call answers on its own response, and is marked there.
     let sync = texts(
         &call(
@@ -253,7 +287,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
                 .tasks(&dir.path().display().to_string())
                 .await
                 .expect("reads");
-            tasks.len() == 9 && tasks.iter().all(|t| t.info.notified_at.is_some())
+            tasks.len() == 10 && tasks.iter().all(|t| t.info.notified_at.is_some())
         },
     )
     .await;
@@ -261,8 +295,10 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         .tasks(&dir.path().display().to_string())
         .await
         .expect("reads");
-    let sync_id = tasks[8].info.id.clone();
-    for task in &tasks {
+    let sync_id = tasks[9].info.id.clone();
+    let stored = tasks.iter().find(|t| t.info.id == big).expect("held");
+    assert_eq!(stored.whole_output_bytes, Some(23_893));
+    for task in tasks.iter().filter(|t| t.info.subagent_name == "echo") {
         let goal = task.info.goal_prompt.clone();
         let said = task
             .info

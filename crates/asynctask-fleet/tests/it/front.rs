@@ -283,7 +283,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
     client
         .batch_execute(
             "ALTER TABLE asynctask_tasks DROP COLUMN front_id, DROP COLUMN cancel_requested,
-                DROP COLUMN progress;
+                DROP COLUMN progress, DROP COLUMN whole_output, DROP COLUMN whole_output_bytes;
              DROP TABLE asynctask_fronts;
              ALTER TABLE asynctask_workers DROP COLUMN catalog;
              UPDATE asynctask_schema SET version = 1;",
