@@ -110,16 +110,19 @@ fn launched_id(text: &str) -> String {
 }
 
 /// Waits (with `wait_async_tasks`) until every id in `ids` has ridden on a
-/// response, and returns how often each did, and every text read.
-async fn collect_results(client: &Client, ids: &[String]) -> (Vec<usize>, String) {
-    let mut seen = vec![0; ids.len()];
-    let mut all = String::new();
+/// response — `carried` holds the texts of responses read before (a launch's
+/// response carries the results that ended meanwhile) — and returns how often
+/// each did, and every text read.
+async fn collect_results(client: &Client, ids: &[String], carried: &str) -> (Vec<usize>, String) {
+    let count = |text: &str, id: &str| text.matches(&format!("\"agent_id\": \"{id}\"")).count();
+    let mut seen: Vec<usize> = ids.iter().map(|id| count(carried, id)).collect();
+    let mut all = carried.to_owned();
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while seen.contains(&0) {
         assert!(tokio::time::Instant::now() < deadline, "results: {seen:?}");
         for text in texts(&call(client, "wait_async_tasks", json!({"timeout_seconds": 5})).await) {
             for (n, id) in ids.iter().enumerate() {
-                seen[n] += text.matches(&format!("\"agent_id\": \"{id}\"")).count();
+                seen[n] += count(&text, id);
             }
             all.push_str(&text);
         }
@@ -220,17 +223,21 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
 
     // Eight tasks: each result rides on exactly one response.
     let mut ids = Vec::new();
+    let mut carried = String::new();
     for n in 0..8 {
-        let launched = call(
-            &client,
-            "task",
-            json!({"subagent_name": "echo", "goal_prompt": format!("goal {n}"), "async": true}),
-        )
-        .await;
-        ids.push(launched_id(&texts(&launched)[0]));
+        let launched = texts(
+            &call(
+                &client,
+                "task",
+                json!({"subagent_name": "echo", "goal_prompt": format!("goal {n}"), "async": true}),
+            )
+            .await,
+        );
+        ids.push(launched_id(&launched[0]));
+        carried.extend(launched.into_iter().skip(1));
     }
     assert_eq!(
-        collect_results(&client, &ids).await.0,
+        collect_results(&client, &ids, &carried).await.0,
         vec![1; 8],
         "{}",
         front.log()
@@ -245,7 +252,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
     )
     .await;
     let big = launched_id(&texts(&launched)[0]);
-    let (_, text) = collect_results(&client, std::slice::from_ref(&big)).await;
+    let (_, text) = collect_results(&client, std::slice::from_ref(&big), "").await;
     assert!(
         text.contains(&format!(
             "[whole output: `asynctask fleet output {big}` prints it on any machine of the fleet \
@@ -350,7 +357,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         .expect("asks");
     assert_eq!(cancelled, asynctask_fleet::CancelRequest::Requested);
     assert_gone_async(&[subagent], DEADLINE).await;
-    let (seen, all) = collect_results(&client, std::slice::from_ref(&slow)).await;
+    let (seen, all) = collect_results(&client, std::slice::from_ref(&slow), "").await;
     assert_eq!(seen, [1]);
     assert!(
         !all.contains(&sync_id),
