@@ -20,6 +20,7 @@
 
 pub mod demo;
 pub mod doctor;
+pub mod front;
 pub mod logging;
 pub mod project;
 pub mod run;
@@ -204,6 +205,18 @@ pub enum CliError {
     /// The fleet's database refused or failed (never naming its credentials).
     #[error(transparent)]
     Fleet(#[from] asynctask_fleet::FleetError),
+    /// `--durable` and a fleet database were both asked for.
+    #[error(
+        "a front serves a fleet's tasks, which outlive it already: use --durable or a database \
+         (--database, `database` in the config, {DATABASE_URL_ENV}), not both"
+    )]
+    DurableFront,
+    /// The fleet stores no whole output for this task.
+    #[error(
+        "the fleet stores no whole output for task {0}: its result was not cut (it is whole), \
+         or no task has this id"
+    )]
+    NoStoredOutput(String),
     /// A fleet command was given no database.
     #[error("no fleet database: pass --database URL or set {DATABASE_URL_ENV}")]
     NoDatabase,

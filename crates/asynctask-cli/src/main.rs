@@ -124,6 +124,11 @@ enum Command {
         /// subagents. Also `durable = true` at the top of the config.
         #[arg(long)]
         durable: bool,
+        /// Serve as a front of a fleet: tasks go to this PostgreSQL database
+        /// and run on its workers (see docs/fleet.md). Also `database = "…"`
+        /// in the config, and $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
     },
     /// Serve a fleet's tasks from this machine: run the subagents the config
     /// names, for tasks stored in a PostgreSQL database (see docs/fleet.md).
@@ -147,6 +152,11 @@ enum Command {
         /// interrupted this long after it is gone.
         #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
         lease_seconds: u64,
+    },
+    /// Watch a fleet (see docs/fleet.md).
+    Fleet {
+        #[command(subcommand)]
+        command: FleetCommand,
     },
     /// The project's supervisor, which owns durable tasks (`mcp --durable`
     /// starts it).
@@ -212,6 +222,28 @@ enum ConfigCommand {
     Path {
         #[command(flatten)]
         place: WhereArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum FleetCommand {
+    /// Show the workers (name, state, tasks running of capacity, lease,
+    /// subagents), each workspace's queue and the running tasks; read-only.
+    Status {
+        /// The fleet's database (a postgresql:// URL or key=value string).
+        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+    },
+    /// Print a task's whole output as the fleet stores it (its last MiB),
+    /// when its result was cut.
+    Output {
+        /// The fleet's database (a postgresql:// URL or key=value string).
+        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+        /// The task's id.
+        id: String,
     },
 }
 
@@ -555,8 +587,18 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             .await
         }
         // stdout is the protocol channel from here on: nothing else is printed.
-        Command::Mcp { serve, durable } => {
-            mcp(&serve.options(), durable, &start_supervisor).await?;
+        Command::Mcp {
+            serve,
+            durable,
+            database,
+        } => {
+            mcp(
+                &serve.options(),
+                durable,
+                database.as_deref(),
+                &start_supervisor,
+            )
+            .await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Worker {
@@ -583,6 +625,25 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                 stop.cancel();
             });
             asynctask_cli::worker::worker(&options, shutdown).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fleet {
+            command: FleetCommand::Status { database },
+        } => {
+            out(asynctask_cli::front::fleet_status(database.as_deref())
+                .await?
+                .trim_end())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fleet {
+            command: FleetCommand::Output { database, id },
+        } => {
+            let text = asynctask_cli::front::fleet_output(database.as_deref(), &id).await?;
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .map_err(CliError::ClosedStdout)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Supervisor { command } => match command {

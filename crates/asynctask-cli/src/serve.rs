@@ -89,7 +89,7 @@ impl ServeOptions {
         state_dir(self.state_dir.as_deref(), project)
     }
 
-    fn server_options(&self) -> McpServerOptions {
+    pub(crate) fn server_options(&self) -> McpServerOptions {
         McpServerOptions::default()
             .with_sync_detach_after(self.sync_detach_after)
             .with_max_async_tasks(self.max_async_tasks)
@@ -154,20 +154,38 @@ impl Workspace {
 /// assert!(settings.durable);
 /// # Ok::<(), asynctask_process::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CliSettings {
     /// `durable = true`: `asynctask mcp` serves as with `--durable`.
     pub durable: bool,
+    /// `database = "…"`: `asynctask mcp` serves as a fleet's front on this
+    /// database (as with `--database`). Never shown: it may hold a password.
+    pub database: Option<String>,
+    /// `workspace = "…"`: the fleet workspace a front's tasks belong to
+    /// (default: the project's absolute path).
+    pub workspace: Option<String>,
+}
+
+impl std::fmt::Debug for CliSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CliSettings")
+            .field("durable", &self.durable)
+            .field("database", &self.database.as_ref().map(|_| "(hidden)"))
+            .field("workspace", &self.workspace)
+            .finish()
+    }
 }
 
 impl ConfigExtension for CliSettings {
-    const KEYS: &'static [&'static str] = &["durable"];
+    const KEYS: &'static [&'static str] = &["durable", "database", "workspace"];
 
     fn read<'de, D: Deserializer<'de>>(&mut self, key: &str, value: D) -> Result<(), D::Error> {
-        // `durable` is the one key there is.
-        debug_assert_eq!(key, "durable");
-        self.durable = bool::deserialize(value)?;
+        match key {
+            "database" => self.database = Some(String::deserialize(value)?),
+            "workspace" => self.workspace = Some(String::deserialize(value)?),
+            _ => self.durable = bool::deserialize(value)?,
+        }
         Ok(())
     }
 }
@@ -295,6 +313,7 @@ pub type StartSupervisor =
 pub async fn mcp(
     options: &ServeOptions,
     durable: bool,
+    database: Option<&str>,
     start: &StartSupervisor,
 ) -> Result<(), CliError> {
     // Non-blocking pipes when stdin/stdout are FIFOs (as MCP clients launch
@@ -339,6 +358,31 @@ pub async fn mcp(
             "the project is / (the client started the server there and named no root): \
              subagents run in /; give the server --project DIR"
         );
+    }
+    let database = crate::front::front_database(database, settings.database.as_deref())?;
+    if let Some(database) = database {
+        if durable || settings.durable {
+            return Err(CliError::DurableFront);
+        }
+        let replay: Vec<u8> = opening
+            .replay
+            .iter()
+            .flat_map(|line| line.iter().copied().chain([b'\n']))
+            .collect();
+        let (stdin, partial) = client.into_inner();
+        let reader = std::io::Cursor::new(replay)
+            .chain(std::io::Cursor::new(partial))
+            .chain(stdin);
+        let writer = DropAnswer::new(stdout, opening.answered);
+        return crate::front::serve_front(
+            database,
+            settings.workspace.as_deref(),
+            &workspace.project,
+            options.server_options(),
+            reader,
+            writer,
+        )
+        .await;
     }
     if durable || settings.durable {
         let state = options.state(&workspace.project);

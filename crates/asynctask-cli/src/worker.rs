@@ -102,7 +102,11 @@ pub async fn worker(options: &WorkerOptions, shutdown: CancellationToken) -> Res
         workspace.config.path.display(),
         workspace.project.display()
     );
+    // What the fronts show the model: the entries `asynctask mcp` shows for
+    // these subagents.
+    let catalog = asynctask_tools::SubagentRunner::catalog(&runner).unwrap_or_default();
     let spec = WorkerSpec::new(name, subagents)
+        .with_catalog(catalog)
         .with_capacity(options.capacity)
         .with_lease(options.lease);
     Worker::new(database, spec, Arc::new(runner))

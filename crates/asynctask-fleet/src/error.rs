@@ -65,6 +65,13 @@ pub enum FleetError {
         /// The worker's name.
         name: String,
     },
+    /// A front's lease has expired (or it retired): the results kept for it
+    /// may have gone to other fronts. It registers again to go on.
+    #[error("front {name} has lost its lease: its results may go to other fronts")]
+    FrontLost {
+        /// The front's name.
+        name: String,
+    },
     /// A write about a task was refused: the fencing token it carries is no
     /// longer the task's (the worker's lease expired, the task was declared
     /// interrupted, or it has already ended).

@@ -54,9 +54,9 @@ impl fmt::Debug for FleetOptions {
 /// (a transaction is rolled back), never half done. Drop the handle after a
 /// cancelled transaction rather than reuse it.
 pub struct Fleet {
-    client: Client,
+    pub(crate) client: Client,
     driver: JoinHandle<()>,
-    clock: Option<Arc<dyn Clock>>,
+    pub(crate) clock: Option<Arc<dyn Clock>>,
 }
 
 impl fmt::Debug for Fleet {
@@ -74,9 +74,10 @@ impl Drop for Fleet {
     }
 }
 
-const TASK_COLUMNS: &str = "t.id, t.subagent_name, t.goal_prompt, t.status, t.launched_at, \
+pub(crate) const TASK_COLUMNS: &str = "t.id, t.subagent_name, t.goal_prompt, t.status, t.launched_at, \
      t.started_at, t.completed_at, t.notified_at, t.output, t.error, t.workspace, t.origin, \
-     (SELECT w.name FROM asynctask_workers w WHERE w.id = t.worker_id)";
+     (SELECT w.name FROM asynctask_workers w WHERE w.id = t.worker_id), t.progress, t.front_id, \
+     t.whole_output_bytes";
 
 impl Fleet {
     /// Connects to the database `url` names (a `postgresql://` URL or a
@@ -118,8 +119,15 @@ impl Fleet {
         })
     }
 
+    /// Whether the connection has ended (the server went away): the handle
+    /// is of no further use, connect again.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
     /// The fleet's time now, in Unix milliseconds.
-    async fn now(&self, client: &impl GenericClient) -> Result<i64, FleetError> {
+    pub(crate) async fn now(&self, client: &impl GenericClient) -> Result<i64, FleetError> {
         self_now(&self.clock, client).await
     }
 
@@ -172,8 +180,9 @@ impl Fleet {
         let inserted = tx
             .execute(
                 "INSERT INTO asynctask_tasks
-                    (id, workspace, subagent_name, goal_prompt, origin, status, launched_at)
-                 VALUES ($1, $2, $3, $4, $5, 'queued', $6)
+                    (id, workspace, subagent_name, goal_prompt, origin, status, launched_at,
+                     front_id)
+                 VALUES ($1, $2, $3, $4, $5, 'queued', $6, $7)
                  ON CONFLICT (id) DO NOTHING",
                 &[
                     &task.id,
@@ -182,6 +191,7 @@ impl Fleet {
                     &task.goal_prompt,
                     &task.origin,
                     &now,
+                    &task.front,
                 ],
             )
             .await
@@ -210,6 +220,9 @@ impl Fleet {
             workspace: task.workspace,
             origin: task.origin,
             worker: None,
+            progress: None,
+            front: task.front,
+            whole_output_bytes: None,
         })
     }
 
@@ -267,15 +280,25 @@ impl Fleet {
             .ok()
             .filter(|ms| *ms >= 1)
             .ok_or(FleetError::InvalidWorker("its lease must be at least 1 ms"))?;
+        // Names and descriptions only: serializing them cannot fail.
+        let catalog =
+            serde_json::to_string(&spec.published_catalog()).unwrap_or_else(|_| "[]".to_owned());
         let now = self.now(&self.client).await?;
         let row = self
             .client
             .query_one(
                 "INSERT INTO asynctask_workers
-                    (name, capacity, subagents, lease_ms, registered_at, lease_expires_at)
-                 VALUES ($1, $2, $3, $4::bigint, $5::bigint, $5::bigint + $4::bigint)
+                    (name, capacity, subagents, lease_ms, registered_at, lease_expires_at, catalog)
+                 VALUES ($1, $2, $3, $4::bigint, $5::bigint, $5::bigint + $4::bigint, $6)
                  RETURNING id, lease_expires_at",
-                &[&spec.name, &capacity, &spec.subagents, &lease, &now],
+                &[
+                    &spec.name,
+                    &capacity,
+                    &spec.subagents,
+                    &lease,
+                    &now,
+                    &catalog,
+                ],
             )
             .await
             .map_err(FleetError::db("registering a worker"))?;
@@ -642,7 +665,8 @@ impl Fleet {
     }
 
     /// Claims up to `max` undelivered results of a workspace, oldest ended
-    /// first, for one delivery: a transaction holds them (other deliveries
+    /// first, for one delivery (skipping those kept for a live front: see
+    /// [`register_front`](Self::register_front)): a transaction holds them (other deliveries
     /// skip them) until the claim is acknowledged (they are marked notified,
     /// never offered again) or dropped (rolled back: offered again). A front
     /// that dies mid-delivery loses its connection, which rolls back too.
@@ -662,17 +686,21 @@ impl Fleet {
             .transaction()
             .await
             .map_err(FleetError::db("beginning a delivery"))?;
+        let now = self_now(&clock, &tx).await?;
         let rows = tx
             .query(
                 &format!(
                     "SELECT {TASK_COLUMNS} FROM asynctask_tasks t
                      WHERE t.workspace = $1 AND t.notified_at IS NULL
                        AND t.status IN ('completed', 'failed', 'cancelled')
+                       AND NOT EXISTS (SELECT 1 FROM asynctask_fronts f
+                           WHERE f.id = t.front_id AND f.state = 'live'
+                             AND f.lease_expires_at > $3)
                      ORDER BY t.completed_at, t.seq
                      FOR UPDATE SKIP LOCKED
                      LIMIT $2"
                 ),
-                &[&workspace, &limit],
+                &[&workspace, &limit, &now],
             )
             .await
             .map_err(FleetError::db("claiming results"))?;
@@ -733,7 +761,7 @@ impl ResultClaim<'_> {
 }
 
 /// The fleet's time now, on `client` (a transaction's, for one snapshot).
-async fn self_now(
+pub(crate) async fn self_now(
     clock: &Option<Arc<dyn Clock>>,
     client: &impl GenericClient,
 ) -> Result<i64, FleetError> {
@@ -750,7 +778,7 @@ async fn self_now(
     }
 }
 
-fn non_empty(value: &str, what: &'static str) -> Result<(), FleetError> {
+pub(crate) fn non_empty(value: &str, what: &'static str) -> Result<(), FleetError> {
     if value.trim().is_empty() {
         Err(FleetError::Empty(what))
     } else {
@@ -758,15 +786,15 @@ fn non_empty(value: &str, what: &'static str) -> Result<(), FleetError> {
     }
 }
 
-fn to_db(ms: u64) -> i64 {
+pub(crate) fn to_db(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
-fn from_db(ms: i64) -> u64 {
+pub(crate) fn from_db(ms: i64) -> u64 {
     u64::try_from(ms).unwrap_or(0)
 }
 
-fn task_from_row(row: &Row) -> Result<FleetTask, FleetError> {
+pub(crate) fn task_from_row(row: &Row) -> Result<FleetTask, FleetError> {
     let id: String = row.get(0);
     let status = match row.get::<_, &str>(3) {
         "queued" => AsyncTaskStatus::Queued,
@@ -801,5 +829,8 @@ fn task_from_row(row: &Row) -> Result<FleetTask, FleetError> {
         workspace: row.get(10),
         origin: row.get(11),
         worker: row.get(12),
+        progress: row.get(13),
+        front: row.get(14),
+        whole_output_bytes: row.get::<_, Option<i64>>(15).map(from_db),
     })
 }

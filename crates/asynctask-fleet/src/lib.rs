@@ -15,8 +15,8 @@
 //! ends its subagents when its lease lapses; [`FleetListener`] wakes it. A
 //! [`DatabaseConfig`] says how to connect: the password from the URL, else
 //! `PGPASSWORD`, else the password file; TLS through rustls, up to `verify-full`.
-//! Not here yet: cancel, steering, questions, progress, whole outputs, the
-//! queue's bound.
+//! [`FleetFront`] serves `asynctask mcp --database`. Not here yet: steering
+//! messages, questions, the queue's bound.
 //!
 //! # Example
 //!
@@ -41,19 +41,30 @@
 mod connection;
 mod error;
 mod fleet;
+mod front;
 mod listen;
+mod remote;
 mod schema;
+mod status;
 mod types;
 mod worker;
 
 pub use crate::connection::{DatabaseConfig, TlsMode};
 pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
-pub use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL, Wakeup};
+pub use crate::front::{
+    CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_PROGRESS_CHARS, MAX_STORED_OUTPUT_BYTES,
+    bound_output,
+};
+pub use crate::listen::{
+    CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUEUED_CHANNEL, Wakeup,
+};
+pub use crate::remote::{DELIVERED_ELSEWHERE, FleetFront, FleetRunner, FrontJournal};
 pub use crate::schema::SCHEMA_VERSION;
+pub use crate::status::{FleetStatus, RunningTask, WorkerStatus, WorkspaceStatus};
 pub use crate::types::{
     ClaimedTask, DEFAULT_LEASE, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec,
     lost_worker_error,
 };
-pub use crate::worker::Worker;
+pub use crate::worker::{PROGRESS_INTERVAL, Worker};
 pub use tokio_postgres::Config;

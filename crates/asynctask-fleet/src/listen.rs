@@ -17,12 +17,22 @@ pub const QUEUED_CHANNEL: &str = "asynctask_queued";
 /// workspace slot that came free.
 pub const ENDED_CHANNEL: &str = "asynctask_ended";
 
+/// The channel a cancel request for a running task notifies (payload: the id
+/// of the worker that runs it): that worker ends the task's subagent.
+pub const CANCEL_CHANNEL: &str = "asynctask_cancel";
+
+/// The channel a task's new line of progress notifies (payload: its id), at
+/// most once a second per task: the front waiting on it shows it.
+pub const PROGRESS_CHANNEL: &str = "asynctask_progress";
+
 /// One wake-up: the channel, and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wakeup {
-    /// [`QUEUED_CHANNEL`] or [`ENDED_CHANNEL`].
+    /// [`QUEUED_CHANNEL`], [`ENDED_CHANNEL`], [`PROGRESS_CHANNEL`] or
+    /// [`CANCEL_CHANNEL`].
     pub channel: String,
-    /// The subagent (queued) or the workspace (ended).
+    /// The subagent (queued), the workspace (ended), the task's id
+    /// (progress) or the worker's id (cancel).
     pub payload: String,
 }
 

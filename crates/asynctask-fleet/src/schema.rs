@@ -8,7 +8,7 @@ use crate::FleetError;
 /// The schema version this crate reads and writes (the one row of
 /// `asynctask_schema`). A database with a higher one was written by a newer
 /// asynctask and is refused, untouched; a lower one is migrated at connect.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The migrations, in order: entry `n` brings version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -57,6 +57,29 @@ const MIGRATIONS: &[&str] = &[
         WHERE status = 'running';
      CREATE INDEX asynctask_tasks_pending ON asynctask_tasks (workspace, completed_at, seq)
         WHERE notified_at IS NULL AND status IN ('completed', 'failed', 'cancelled');",
+    // 1 → 2: each worker's catalog (JSON: name and description of each
+    // subagent it serves); fronts with their leases, each task's front (the
+    // one its result is kept for while it lives), cancel requests, the last
+    // line of progress, and the whole output (bounded) of a task whose result
+    // was cut.
+    "ALTER TABLE asynctask_workers ADD COLUMN catalog text NOT NULL DEFAULT '[]';
+     CREATE TABLE asynctask_fronts (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        workspace text NOT NULL,
+        name text NOT NULL,
+        lease_ms bigint NOT NULL CHECK (lease_ms > 0),
+        registered_at bigint NOT NULL,
+        lease_expires_at bigint NOT NULL,
+        state text NOT NULL DEFAULT 'live' CHECK (state IN ('live', 'gone'))
+     );
+     ALTER TABLE asynctask_tasks
+        ADD COLUMN front_id bigint REFERENCES asynctask_fronts (id),
+        ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false,
+        ADD COLUMN progress text,
+        ADD COLUMN whole_output text,
+        ADD COLUMN whole_output_bytes bigint;
+     CREATE INDEX asynctask_tasks_cancel ON asynctask_tasks (worker_id)
+        WHERE status = 'running' AND cancel_requested;",
 ];
 
 /// An arbitrary constant: the advisory lock that keeps two processes from

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use asynctask_model::AsyncTaskInfo;
+use asynctask_tools::SubagentInfo;
 
 /// A task a front submits to the fleet: it waits in the queue until a worker
 /// that serves its subagent has a free slot and the workspace is under its
@@ -21,6 +22,9 @@ pub struct NewTask {
     pub goal_prompt: String,
     /// Who launched it (a session), when known.
     pub origin: Option<String>,
+    /// The front that submitted it: its result is kept for that front while
+    /// the front's lease holds.
+    pub front: Option<i64>,
 }
 
 impl NewTask {
@@ -38,7 +42,15 @@ impl NewTask {
             subagent_name: subagent_name.into(),
             goal_prompt: goal_prompt.into(),
             origin: None,
+            front: None,
         }
+    }
+
+    /// Keeps its result for `front` while that front lives.
+    #[must_use]
+    pub fn with_front(mut self, front: &crate::FrontLease) -> Self {
+        self.front = Some(front.front_id);
+        self
     }
 
     /// Sets who launched it.
@@ -61,6 +73,14 @@ pub struct FleetTask {
     pub origin: Option<String>,
     /// The worker that runs or ran it, once claimed.
     pub worker: Option<String>,
+    /// The last line of progress its worker reported, while it ran.
+    pub progress: Option<String>,
+    /// The front its result is kept for, when one submitted or adopted it.
+    pub front: Option<i64>,
+    /// How long its whole output was (bytes), when the fleet stores it
+    /// ([`Fleet::whole_output`](crate::Fleet::whole_output)): its result
+    /// was cut.
+    pub whole_output_bytes: Option<u64>,
 }
 
 /// What a worker registers with.
@@ -74,6 +94,11 @@ pub struct WorkerSpec {
     pub capacity: u32,
     /// The subagents it serves: it is given only their tasks.
     pub subagents: Vec<String>,
+    /// What the model is told of them (name and description), published
+    /// with the registration: the fleet's catalog is the union of the live
+    /// workers' ([`Fleet::catalog`](crate::Fleet::catalog)). A subagent
+    /// served but missing here is published with an empty description.
+    pub catalog: Vec<SubagentInfo>,
     /// How long its lease lasts without a heartbeat (at least 1 ms).
     pub lease: Duration,
 }
@@ -90,8 +115,47 @@ impl WorkerSpec {
             name: name.into(),
             capacity: 1,
             subagents: subagents.into_iter().map(Into::into).collect(),
+            catalog: Vec::new(),
             lease: DEFAULT_LEASE,
         }
+    }
+
+    /// Sets the descriptions published for its subagents (the entries the
+    /// `task` tool lists for them).
+    #[must_use]
+    pub fn with_catalog(mut self, catalog: Vec<SubagentInfo>) -> Self {
+        self.catalog = catalog;
+        self
+    }
+
+    /// The catalog published with the registration: one entry per subagent
+    /// served, in the order served, its description from
+    /// [`catalog`](Self::catalog) (empty when it has none). Messages do not
+    /// travel through the fleet, so no entry takes them.
+    ///
+    /// ```
+    /// use asynctask_fleet::WorkerSpec;
+    /// use asynctask_tools::SubagentInfo;
+    ///
+    /// let spec = WorkerSpec::new("build-1", ["tester", "linter"])
+    ///     .with_catalog(vec![SubagentInfo::new("tester", "Runs the tests").with_messages(true)]);
+    /// let published = spec.published_catalog();
+    /// assert_eq!(published[0], SubagentInfo::new("tester", "Runs the tests"));
+    /// assert_eq!(published[1], SubagentInfo::new("linter", ""));
+    /// ```
+    #[must_use]
+    pub fn published_catalog(&self) -> Vec<SubagentInfo> {
+        self.subagents
+            .iter()
+            .map(|name| {
+                let description = self
+                    .catalog
+                    .iter()
+                    .find(|info| &info.name == name)
+                    .map_or("", |info| info.description.as_str());
+                SubagentInfo::new(name.clone(), description)
+            })
+            .collect()
     }
 
     /// Sets how many tasks it runs at once.

@@ -2,11 +2,12 @@
 //! claims tasks, runs them through a `SubagentRunner`, reports their ends
 //! with the claim's fencing token, and reaps lost workers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use asynctask_manager::TaskProgress;
 use asynctask_model::OutputObject;
 use asynctask_tools::{SubagentRequest, SubagentRunner};
 use tokio::sync::mpsc;
@@ -14,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::listen::{ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL};
+use crate::listen::{CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL};
 use crate::types::{ClaimedTask, WorkerLease, WorkerSpec};
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
@@ -27,6 +28,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How long a stopping worker waits for its cancelled subagents to end.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How often, at most, a task's last line of progress is written to the
+/// fleet (only when it changed).
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Serves the fleet from this machine, with `runner` running the subagents
 /// its [`WorkerSpec`] names, until told to stop.
@@ -148,6 +153,7 @@ impl Worker {
     /// Not cancel-safe: cancel `shutdown` instead, and await the end.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), FleetError> {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let mut state = Serving {
             worker: self,
             running: HashMap::new(),
@@ -155,6 +161,9 @@ impl Worker {
             registration: None,
             ended_tx,
             ended_rx,
+            cancelling: HashSet::new(),
+            progress_tx,
+            progress_rx,
         };
         let result = state.serve(&shutdown).await;
         state.stop_runs().await;
@@ -164,16 +173,21 @@ impl Worker {
 
 /// How a claimed task ended on this machine.
 #[derive(Debug)]
-enum Outcome {
+enum RunEnd {
     Completed(OutputObject),
     Failed(String),
+    /// Cancelled because the fleet asked (a front's cancel).
+    Cancelled,
 }
 
 /// A claimed task's end, to be written.
 #[derive(Debug)]
 struct Ended {
     task: ClaimedTask,
-    outcome: Outcome,
+    outcome: RunEnd,
+    /// The whole output (its end, bounded) and its length in bytes, when
+    /// the result was cut and points to it.
+    whole: Option<(String, u64)>,
 }
 
 /// One registration: its lease, and the watchdog that ends the subagents if
@@ -225,6 +239,11 @@ struct Serving {
     registration: Option<Registration>,
     ended_tx: mpsc::UnboundedSender<Ended>,
     ended_rx: mpsc::UnboundedReceiver<Ended>,
+    /// Running tasks whose cancel the fleet asked for.
+    cancelling: HashSet<String>,
+    /// Lines of progress to write (each task's reporter rate-limits them).
+    progress_tx: mpsc::UnboundedSender<(ClaimedTask, String)>,
+    progress_rx: mpsc::UnboundedReceiver<(ClaimedTask, String)>,
 }
 
 impl Serving {
@@ -279,7 +298,9 @@ impl Serving {
         let config = &self.worker.config;
         let both = async {
             let fleet = Fleet::connect(config, self.worker.options.clone()).await?;
-            let listener = FleetListener::connect(config, &[QUEUED_CHANNEL, ENDED_CHANNEL]).await?;
+            let listener =
+                FleetListener::connect(config, &[QUEUED_CHANNEL, ENDED_CHANNEL, CANCEL_CHANNEL])
+                    .await?;
             Ok((fleet, listener))
         };
         match tokio::time::timeout(limit, both).await {
@@ -330,6 +351,7 @@ impl Serving {
         self.register_if_needed(fleet).await?;
         self.renew(fleet).await?;
         self.reap(fleet).await?;
+        self.cancel_requested(fleet).await?;
         self.claim(fleet).await?;
         let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -346,6 +368,7 @@ impl Serving {
                 _ = tick.tick() => {
                     self.renew(fleet).await?;
                     self.reap(fleet).await?;
+                    self.cancel_requested(fleet).await?;
                     self.register_if_needed(fleet).await?;
                     self.claim(fleet).await?;
                 }
@@ -355,7 +378,22 @@ impl Serving {
                     self.register_if_needed(fleet).await?;
                     self.claim(fleet).await?;
                 }
+                Some((task, line)) = self.progress_rx.recv() => {
+                    // A claim no longer current (the task ended) writes nothing.
+                    match self.db(fleet.report_progress(&task, &line)).await {
+                        Ok(()) | Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {}
+                        Err(end) => return Err(end),
+                    }
+                }
                 wakeup = listener.recv() => match wakeup {
+                    Some(wakeup) if wakeup.channel == CANCEL_CHANNEL => {
+                        let mine = self.registration.as_ref().is_some_and(|r| {
+                            wakeup.payload == r.lease.worker_id.to_string()
+                        });
+                        if mine {
+                            self.cancel_requested(fleet).await?;
+                        }
+                    }
                     Some(wakeup) => {
                         tracing::trace!(channel = %wakeup.channel, payload = %wakeup.payload, "woken");
                         self.claim(fleet).await?;
@@ -479,6 +517,25 @@ impl Serving {
         Ok(())
     }
 
+    /// Cancels the running tasks whose cancel the fleet asked for: their
+    /// subagents end (process groups), and `cancelled` is written with the
+    /// claim's fencing token.
+    async fn cancel_requested(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
+        let Some(registration) = self.registration.as_ref() else {
+            return Ok(());
+        };
+        let lease = registration.lease.clone();
+        for id in self.db(fleet.cancel_requests(&lease)).await? {
+            if let Some(cancel) = self.running.get(&id)
+                && self.cancelling.insert(id.clone())
+            {
+                tracing::info!(task = %id, "cancel asked by the fleet: ending the subagent");
+                cancel.cancel();
+            }
+        }
+        Ok(())
+    }
+
     /// Claims what the free slots allow, and starts each task.
     async fn claim(&mut self, fleet: &mut Fleet) -> Result<(), SessionEnd> {
         let capacity = usize::try_from(self.worker.spec.capacity).unwrap_or(usize::MAX);
@@ -522,6 +579,12 @@ impl Serving {
         let runner = Arc::clone(&self.worker.runner);
         let ended = self.ended_tx.clone();
         let timeout = self.worker.task_timeout;
+        let progress = TaskProgress::new();
+        let reporter = tokio::spawn(report_progress(
+            task.clone(),
+            progress.clone(),
+            self.progress_tx.clone(),
+        ));
         tokio::spawn(async move {
             let request = SubagentRequest::new(
                 task.id.clone(),
@@ -529,20 +592,35 @@ impl Serving {
                 task.goal_prompt.clone(),
             )
             .with_run_async(true)
-            .with_timeout(timeout);
+            .with_timeout(timeout)
+            .with_progress(progress.clone());
             let subagent = task.subagent_name.clone();
             let run = tokio::spawn(run_one(runner, request, cancel, timeout, subagent));
-            let outcome = match run.await {
+            let outcome = run.await;
+            reporter.abort();
+            let outcome = match outcome {
                 Ok(outcome) => outcome,
-                Err(err) => Outcome::Failed(format!("the subagent's runner panicked: {err}")),
+                Err(err) => RunEnd::Failed(format!("the subagent's runner panicked: {err}")),
             };
-            let _ = ended.send(Ended { task, outcome });
+            let whole = if points_to_whole_output(&outcome) {
+                read_whole_output(progress.output_file()).await
+            } else {
+                None
+            };
+            let _ = ended.send(Ended {
+                task,
+                outcome,
+                whole,
+            });
         });
     }
 
     /// Takes a run's end: no longer running, to be written.
-    fn record(&mut self, ended: Ended) {
+    fn record(&mut self, mut ended: Ended) {
         self.running.remove(&ended.task.id);
+        if self.cancelling.remove(&ended.task.id) && matches!(ended.outcome, RunEnd::Failed(_)) {
+            ended.outcome = RunEnd::Cancelled;
+        }
         self.unwritten.push_back(ended);
     }
 
@@ -550,10 +628,21 @@ impl Serving {
     /// the fleet refuses is logged and dropped.
     async fn flush(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
         while let Some(ended) = self.unwritten.front() {
+            if let Some((text, bytes)) = &ended.whole {
+                // Before the end: a front that reads the end finds it stored.
+                match self
+                    .db(fleet.store_whole_output(&ended.task, text, *bytes))
+                    .await
+                {
+                    Ok(()) | Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {}
+                    Err(end) => return Err(end),
+                }
+            }
             let write = async {
                 match &ended.outcome {
-                    Outcome::Completed(output) => fleet.complete(&ended.task, output).await,
-                    Outcome::Failed(error) => fleet.fail(&ended.task, error).await,
+                    RunEnd::Completed(output) => fleet.complete(&ended.task, output).await,
+                    RunEnd::Failed(error) => fleet.fail(&ended.task, error).await,
+                    RunEnd::Cancelled => fleet.cancelled(&ended.task).await,
                 }
             };
             match self.db(write).await {
@@ -620,10 +709,88 @@ impl Serving {
     }
 }
 
-fn outcome_name(outcome: &Outcome) -> &'static str {
+fn outcome_name(outcome: &RunEnd) -> &'static str {
     match outcome {
-        Outcome::Completed(_) => "completed",
-        Outcome::Failed(_) => "failed",
+        RunEnd::Completed(_) => "completed",
+        RunEnd::Failed(_) => "failed",
+        RunEnd::Cancelled => "cancelled",
+    }
+}
+
+/// Whether the result's text ends with a pointer to the whole output (it
+/// was cut): a file on this machine, which the fleet stores for the fronts.
+fn points_to_whole_output(outcome: &RunEnd) -> bool {
+    let text = match outcome {
+        RunEnd::Completed(output) => output.final_message.as_deref(),
+        RunEnd::Failed(error) => Some(error.as_str()),
+        RunEnd::Cancelled => None,
+    };
+    text.and_then(|text| text.lines().last())
+        .is_some_and(|last| last.starts_with(asynctask_tools::WHOLE_OUTPUT_PREFIX))
+}
+
+/// The end of the file holding a task's whole output (at most
+/// [`MAX_STORED_OUTPUT_BYTES`](crate::MAX_STORED_OUTPUT_BYTES) and a line,
+/// read), and its length; `None` when it cannot be read.
+async fn read_whole_output(path: Option<std::path::PathBuf>) -> Option<(String, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let path = path?;
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<(String, u64)> {
+        let mut file = std::fs::File::open(&path)?;
+        let bytes = file.metadata()?.len();
+        // Room for the note: what is stored stays within the bound.
+        let keep = u64::try_from(crate::MAX_STORED_OUTPUT_BYTES - 64).unwrap_or(u64::MAX);
+        let skipped = bytes.saturating_sub(keep);
+        file.seek(SeekFrom::Start(skipped))?;
+        let mut tail = Vec::new();
+        file.take(keep).read_to_end(&mut tail)?;
+        let text = String::from_utf8_lossy(&tail);
+        if skipped == 0 {
+            return Ok((text.into_owned(), bytes));
+        }
+        // Stored from a line boundary, after a note of what was left out.
+        let (cut, rest) = match text.find('\n') {
+            Some(at) => (at + 1, &text[at + 1..]),
+            None => (0, text.as_ref()),
+        };
+        let left_out = skipped + u64::try_from(cut).unwrap_or(0);
+        Ok((
+            format!("[the first {left_out} bytes are not stored]\n{rest}"),
+            bytes,
+        ))
+    });
+    match read.await {
+        Ok(Ok(whole)) => Some(whole),
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "the task's whole output cannot be read; not stored");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Hands the task's last line of progress on when it changed, at most once
+/// every [`PROGRESS_INTERVAL`], until aborted (the run ended).
+async fn report_progress(
+    task: ClaimedTask,
+    progress: TaskProgress,
+    lines: mpsc::UnboundedSender<(ClaimedTask, String)>,
+) {
+    let mut last: Option<String> = None;
+    let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let line = progress.snapshot().last_line().map(str::to_owned);
+        if line.is_some() && line != last {
+            if lines
+                .send((task.clone(), line.clone().unwrap_or_default()))
+                .is_err()
+            {
+                return;
+            }
+            last = line;
+        }
     }
 }
 
@@ -634,23 +801,28 @@ async fn run_one(
     cancel: CancellationToken,
     timeout: Duration,
     subagent: String,
-) -> Outcome {
+) -> RunEnd {
     let run = runner.run(request, cancel.clone());
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => match result {
-            Ok(output) => Outcome::Completed(output),
-            Err(err) if cancel.is_cancelled() => {
-                Outcome::Failed(format!("Subagent '{subagent}' was cancelled: {}", err.message()))
+            Ok(output) => RunEnd::Completed(output),
+            Err(err) => {
+                // The model reads the message; the log keeps the whole chain.
+                tracing::warn!(subagent = %subagent, error = %err.chain(), "the subagent failed");
+                if cancel.is_cancelled() {
+                    RunEnd::Failed(format!("Subagent '{subagent}' was cancelled: {}", err.message()))
+                } else {
+                    RunEnd::Failed(err.message().to_owned())
+                }
             }
-            Err(err) => Outcome::Failed(err.message().to_owned()),
         },
         () = tokio::time::sleep(timeout) => {
             cancel.cancel();
             // The runner ends its subagent's processes on cancel; dropping the
             // run after the grace ends them too.
             let _ = tokio::time::timeout(STOP_GRACE, &mut run).await;
-            Outcome::Failed(format!(
+            RunEnd::Failed(format!(
                 "Subagent '{subagent}' timed out after {} seconds",
                 timeout.as_secs()
             ))

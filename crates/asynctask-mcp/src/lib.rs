@@ -65,7 +65,7 @@ pub use crate::server::{
     AsyncTaskMcpServer, DETACH_FOLLOW_UP, INSTRUCTIONS, MIN_PROGRESS_INTERVAL, TOOLS_TTL,
 };
 pub use crate::session::{Session, Sessions};
-pub use crate::stdio::{TerminationSignals, log_task_ends, serve_io, serve_stdio};
+pub use crate::stdio::{TerminationSignals, log_task_ends, serve_io, serve_runtime, serve_stdio};
 pub use crate::tasks::{
     FollowJournal, TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
 };

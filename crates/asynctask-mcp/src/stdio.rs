@@ -7,6 +7,7 @@ use asynctask_manager::{Subscription, TaskEvent};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{LaunchBudget, SubagentRunner, SyncDetach, id_prefix};
 use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
 
 use crate::options::{McpError, McpServerOptions};
 use crate::server::{AsyncTaskMcpServer, DETACH_FOLLOW_UP};
@@ -122,6 +123,44 @@ where
             )
             .try_build()?,
     );
+    serve_runtime(
+        runtime,
+        runner,
+        options,
+        project,
+        CancellationToken::new(),
+        reader,
+        writer,
+    )
+    .await
+}
+
+/// [`serve_io`] over a runtime the caller built (with a journal of its own,
+/// say) around `runner`. `served` is cancelled once serving has ended (the
+/// client went away, or a signal came), before the runtime shuts down and
+/// cancels its tasks: a runner whose tasks outlive the server (a fleet's
+/// front) tells that end from a model's cancel by it.
+///
+/// # Errors
+///
+/// As [`serve_io`].
+///
+/// # Cancel safety
+///
+/// As [`serve_stdio`].
+pub async fn serve_runtime<R, W>(
+    runtime: Arc<AsyncTaskRuntime>,
+    runner: Arc<dyn SubagentRunner>,
+    options: McpServerOptions,
+    project: Option<std::path::PathBuf>,
+    served: CancellationToken,
+    reader: R,
+    writer: W,
+) -> Result<(), McpError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let _log = log_task_ends(&runtime);
     let mut server = AsyncTaskMcpServer::new(Arc::clone(&runtime))?
         .with_progress_interval(options.progress_interval)
@@ -144,7 +183,9 @@ where
         },
     );
     tracing::info!("MCP server on stdio; subagents: {subagents}");
-    let served = serve(server, &mut signals, reader, writer).await;
+    let ended = serve(server, &mut signals, reader, writer).await;
+    served.cancel();
+    let served = ended;
     if let Ok(Ended::Signal) = served {
         // A client that stops its server with a signal gives it little time
         // (Claude Code: SIGTERM 100 ms after SIGINT, SIGKILL 400 ms later):

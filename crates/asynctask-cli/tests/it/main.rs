@@ -1,6 +1,7 @@
 //! The `asynctask` binary as a user runs it: output, exit codes, one-line errors.
 
 mod durable;
+mod front;
 mod machines;
 mod mcp;
 mod worker;
@@ -272,7 +273,7 @@ fn durable_at_the_top_of_the_config_is_the_commands_own_key() {
         stderr(&output),
         format!(
             "asynctask: invalid config {} at line 1, column 1: unknown field `durabel`, expected \
-             one of `subagents`, `roots`, `inline_budget`, `durable`\n",
+             one of `subagents`, `roots`, `inline_budget`, `durable`, `database`, `workspace`\n",
             unknown.display()
         )
     );

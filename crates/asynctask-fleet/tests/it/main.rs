@@ -5,6 +5,7 @@
 mod claims;
 mod connection;
 mod delivery;
+mod front;
 mod leases;
 mod schema;
 

@@ -1,0 +1,149 @@
+//! `asynctask mcp --database`: the MCP server as a front of a fleet. The same
+//! tools and texts as the plain server; its `task` submits to the fleet's
+//! database, whose workers run the subagents.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use asynctask_fleet::{Config, FleetError, FleetFront, FleetOptions};
+use asynctask_mcp::{DETACH_FOLLOW_UP, McpServerOptions, serve_runtime};
+use asynctask_model::MaxAsyncTasks;
+use asynctask_runtime::AsyncTaskRuntime;
+use asynctask_tools::SyncDetach;
+use tokio_util::sync::CancellationToken;
+
+use crate::worker::{database_config, host_name};
+use crate::{CliError, DATABASE_URL_ENV};
+
+/// The database a front serves on: `--database`, else `database` in the
+/// config, else `$ASYNCTASK_DATABASE_URL`; `None` when none is given (a
+/// plain server). Never logged: it may hold a password.
+///
+/// # Errors
+///
+/// [`CliError::Fleet`] when the one given does not parse.
+pub fn front_database(
+    flag: Option<&str>,
+    config: Option<&str>,
+) -> Result<Option<Config>, CliError> {
+    let env = std::env::var(DATABASE_URL_ENV).ok();
+    let Some(url) = [flag, config, env.as_deref()]
+        .into_iter()
+        .flatten()
+        .find(|url| !url.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    url.parse::<Config>()
+        .map(Some)
+        .map_err(|source| CliError::Fleet(FleetError::BadUrl { source }))
+}
+
+/// The fleet workspace of a front in `project`: the config's `workspace`,
+/// else the project's path.
+///
+/// ```
+/// # use std::path::Path;
+/// use asynctask_cli::front::workspace_name;
+/// assert_eq!(workspace_name(None, Path::new("/work/p")), "/work/p");
+/// assert_eq!(workspace_name(Some("team-a"), Path::new("/work/p")), "team-a");
+/// ```
+#[must_use]
+pub fn workspace_name(configured: Option<&str>, project: &Path) -> String {
+    configured.map_or_else(|| project.display().to_string(), str::to_owned)
+}
+
+/// Serves one MCP session as a front of the fleet on `database`, until the
+/// client goes away or a signal comes; then the deliveries still owed are
+/// marked and the front retires: the results of its tasks still running go
+/// to the next front of the workspace.
+///
+/// The running limit is the fleet's (the workspace's `task-max-async`
+/// across its workers): this server's own is lifted, and a task waiting for a
+/// worker shows as running here.
+///
+/// # Errors
+///
+/// [`CliError::Fleet`] when the database cannot be reached or refuses (a
+/// newer schema); [`CliError`] when the session cannot run.
+pub async fn serve_front<R, W>(
+    database: Config,
+    workspace: Option<&str>,
+    project: &Path,
+    options: McpServerOptions,
+    reader: R,
+    writer: W,
+) -> Result<(), CliError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let workspace = workspace_name(workspace, project);
+    let name = format!("{}:{}", host_name(), std::process::id());
+    let front =
+        Arc::new(FleetFront::connect(database, FleetOptions::new(), &workspace, &name).await?);
+    tracing::info!("serving as a front of the fleet, workspace {workspace}");
+    let runner = front.runner();
+    let runtime = Arc::new(
+        AsyncTaskRuntime::builder()
+            .runner(runner.clone())
+            .max_async_tasks(MaxAsyncTasks::UNLIMITED)
+            .max_queued_tasks(options.max_queued_tasks)
+            .sync_detach(
+                SyncDetach::after(options.sync_detach_after).with_follow_up(DETACH_FOLLOW_UP),
+            )
+            .journal(front.journal(), Vec::new())
+            .try_build()
+            .map_err(asynctask_mcp::McpError::from)?,
+    );
+    front.attach(runtime.manager().clone());
+    let stop = CancellationToken::new();
+    let looping = tokio::spawn({
+        let front = Arc::clone(&front);
+        let stop = stop.clone();
+        async move { front.run(stop).await }
+    });
+    let served = serve_runtime(
+        runtime,
+        runner,
+        options,
+        Some(project.to_path_buf()),
+        front.closing(),
+        reader,
+        writer,
+    )
+    .await;
+    stop.cancel();
+    let _ = looping.await;
+    Ok(served?)
+}
+
+/// `asynctask fleet status`: the fleet's workers, queues and running tasks,
+/// as text for a human (see [`asynctask_fleet::FleetStatus`]).
+///
+/// # Errors
+///
+/// [`CliError::NoDatabase`] when no database is given, [`CliError::Fleet`]
+/// when it cannot be read.
+pub async fn fleet_status(database: Option<&str>) -> Result<String, CliError> {
+    let config = database_config(database)?;
+    let mut fleet = asynctask_fleet::Fleet::connect(&config, FleetOptions::new()).await?;
+    Ok(fleet.status().await?.to_string())
+}
+
+/// `asynctask fleet output ID`: the task's whole output as the fleet stores
+/// it (bounded: see [`asynctask_fleet::MAX_STORED_OUTPUT_BYTES`]).
+///
+/// # Errors
+///
+/// [`CliError::NoDatabase`], [`CliError::Fleet`], and
+/// [`CliError::NoStoredOutput`] when the fleet stores none for the task (its
+/// result was not cut, or no such task).
+pub async fn fleet_output(database: Option<&str>, id: &str) -> Result<String, CliError> {
+    let config = database_config(database)?;
+    let fleet = asynctask_fleet::Fleet::connect(&config, FleetOptions::new()).await?;
+    fleet
+        .whole_output(id)
+        .await?
+        .ok_or_else(|| CliError::NoStoredOutput(id.to_owned()))
+}

@@ -1,0 +1,450 @@
+//! `asynctask mcp --database`: a real front process driven by rmcp's client
+//! over stdio, a real `asynctask worker` process, and a real PostgreSQL. The
+//! front shows the live workers' catalog, its tasks run on the worker, each
+//! result rides on exactly one response, a cancel reaches the worker's
+//! subagent, and the result of a front that closed goes to the next one.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use asynctask_fleet::{Fleet, FleetOptions};
+use asynctask_test_support::{TestDatabase, assert_gone_async, eventually_with, temp_dir};
+use pretty_assertions::assert_eq;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+/// Only a hang takes this long.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+type Client = RunningService<RoleClient, ()>;
+
+/// A process the test started, killed (by pid) if the test ends first.
+struct Started {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl Started {
+    fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn command(db: &TestDatabase, dir: &Path, log: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_asynctask"));
+    command
+        .current_dir(dir)
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(log).expect("log file"))
+        .kill_on_drop(true);
+    command
+}
+
+/// `asynctask worker` serving `echo` and `slow`.
+fn start_worker(db: &TestDatabase, dir: &Path) -> Started {
+    let log = dir.join("worker.log");
+    let child = command(db, dir, &log)
+        .args(["worker", "--config", "worker.toml", "--name", "w1"])
+        .args(["--capacity", "4", "--lease-seconds", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the worker starts");
+    Started { child, log }
+}
+
+/// `asynctask mcp` whose config names the database (`database = "…"`), and
+/// a client connected to it.
+async fn start_front(db: &TestDatabase, dir: &Path, name: &str) -> (Started, Client) {
+    let log = dir.join(format!("{name}.log"));
+    let mut child = command(db, dir, &log)
+        .env_remove("ASYNCTASK_DATABASE_URL")
+        .args(["mcp", "--config", "front.toml"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the front starts");
+    let stdout = child.stdout.take().expect("piped");
+    let stdin = child.stdin.take().expect("piped");
+    let client = ().serve((stdout, stdin)).await.expect("the session starts");
+    (Started { child, log }, client)
+}
+
+async fn call(client: &Client, name: &'static str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments are an object");
+    };
+    client
+        .call_tool(CallToolRequestParams::new(name).with_arguments(arguments))
+        .await
+        .expect("the call is answered")
+}
+
+fn texts(result: &CallToolResult) -> Vec<String> {
+    serde_json::to_value(&result.content)
+        .expect("content serializes")
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .map(|block| block["text"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn launched_id(text: &str) -> String {
+    text.split("(ID: ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("the launch names its id: {text}"))
+        .to_owned()
+}
+
+/// Waits (with `wait_async_tasks`) until every id in `ids` has ridden on a
+/// response — `carried` holds the texts of responses read before (a launch's
+/// response carries the results that ended meanwhile) — and returns how often
+/// each did, and every text read.
+async fn collect_results(client: &Client, ids: &[String], carried: &str) -> (Vec<usize>, String) {
+    let count = |text: &str, id: &str| text.matches(&format!("\"agent_id\": \"{id}\"")).count();
+    let mut seen: Vec<usize> = ids.iter().map(|id| count(carried, id)).collect();
+    let mut all = carried.to_owned();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while seen.contains(&0) {
+        assert!(tokio::time::Instant::now() < deadline, "results: {seen:?}");
+        for text in texts(&call(client, "wait_async_tasks", json!({"timeout_seconds": 5})).await) {
+            for (n, id) in ids.iter().enumerate() {
+                seen[n] += count(&text, id);
+            }
+            all.push_str(&text);
+        }
+    }
+    (seen, all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
+    let db = TestDatabase::create("cli_front").await;
+    let dir = temp_dir("front");
+    let pids = dir.path().join("pids");
+    std::fs::create_dir(&pids).expect("made");
+    std::fs::write(
+        dir.path().join("worker.toml"),
+        format!(
+            "[subagents.echo]\ncommand = [\"cat\"]\ndescription = \"Says its goal back\"\n\
+             [subagents.big]\ncommand = [\"seq\", \"1\", \"5000\"]\n\
+             [subagents.slow]\ncommand = [\"sh\", \"-c\", \"echo $$ > '{}'/\\\"$ASYNCTASK_TASK_ID\\\"; \
+             echo started; exec sleep 600\"]\n",
+            pids.display()
+        ),
+    )
+    .expect("written");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\n"),
+    )
+    .expect("written");
+
+    let fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    let mut worker = start_worker(&db, dir.path());
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while fleet.catalog().await.expect("reads").len() != 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker is not live: {}",
+            worker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // `fleet status` shows it.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "status"])
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(text.starts_with("fleet at "), "{text}");
+    assert!(
+        text.contains("\nworkers: 1 live\n  w1 (#1) live: 0/4 running, lease for "),
+        "{text}"
+    );
+    assert!(
+        text.contains("; serves big, echo, slow\n\nworkspaces: 0\n"),
+        "{text}"
+    );
+
+    // The catalog is the live worker's.
+    let (front, client) = start_front(&db, dir.path(), "front-a").await;
+    let tools = client.list_all_tools().await.expect("listed");
+    let task = tools
+        .iter()
+        .find(|t| t.name == "task")
+        .expect("task is served");
+    let description = task.description.as_deref().unwrap_or_default();
+    assert!(
+        description.ends_with(
+            "Available subagents (subagent_name):\n- big\n- echo: Says its goal back\n- slow"
+        ),
+        "{description}"
+    );
+    let unknown = call(
+        &client,
+        "task",
+        json!({"subagent_name": "nobody", "goal_prompt": "g", "async": true}),
+    )
+    .await;
+    assert_eq!(
+        texts(&unknown),
+        [
+            "Invalid parameters for task: subagent_name: unknown subagent 'nobody'; the available \
+          subagents are: big, echo, slow"
+        ]
+    );
+
+    // Eight tasks: each result rides on exactly one response.
+    let mut ids = Vec::new();
+    let mut carried = String::new();
+    for n in 0..8 {
+        let launched = texts(
+            &call(
+                &client,
+                "task",
+                json!({"subagent_name": "echo", "goal_prompt": format!("goal {n}"), "async": true}),
+            )
+            .await,
+        );
+        ids.push(launched_id(&launched[0]));
+        carried.extend(launched.into_iter().skip(1));
+    }
+    assert_eq!(
+        collect_results(&client, &ids, &carried).await.0,
+        vec![1; 8],
+        "{}",
+        front.log()
+    );
+    let after = call(&client, "check_async_tasks", json!({})).await;
+    assert_eq!(texts(&after).len(), 1, "nothing rides again");
+    // A result cut on the worker points to its whole output in the fleet.
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "big", "goal_prompt": "count", "async": true}),
+    )
+    .await;
+    let big = launched_id(&texts(&launched)[0]);
+    let (_, text) = collect_results(&client, std::slice::from_ref(&big), "").await;
+    assert!(
+        text.contains(&format!(
+            "[whole output: `asynctask fleet output {big}` prints it on any machine of the fleet \
+             (23893 bytes, the last 23893 of them stored)]"
+        )),
+        "{text}"
+    );
+    let printed = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "output", &big])
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .output()
+        .expect("runs");
+    assert!(
+        printed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let expected: String = (1..=5000).map(|n| format!("{n}\n")).collect();
+    assert!(
+        printed.stdout == expected.as_bytes(),
+        "the whole output, as the subagent printed it"
+    );
+
+    // A synchronous call answers on its own response, and is marked there.
+    let sync = texts(
+        &call(
+            &client,
+            "task",
+            json!({"subagent_name": "echo", "goal_prompt": "right away"}),
+        )
+        .await,
+    );
+    assert!(sync[0].contains("right away"), "{sync:?}");
+    eventually_with(
+        "the deliveries are marked in the fleet",
+        DEADLINE,
+        || async {
+            let tasks = fleet
+                .tasks(&dir.path().display().to_string())
+                .await
+                .expect("reads");
+            tasks.len() == 10 && tasks.iter().all(|t| t.info.notified_at.is_some())
+        },
+    )
+    .await;
+    let tasks = fleet
+        .tasks(&dir.path().display().to_string())
+        .await
+        .expect("reads");
+    let sync_id = tasks[9].info.id.clone();
+    let stored = tasks.iter().find(|t| t.info.id == big).expect("held");
+    assert_eq!(stored.whole_output_bytes, Some(23_893));
+    for task in tasks.iter().filter(|t| t.info.subagent_name == "echo") {
+        let goal = task.info.goal_prompt.clone();
+        let said = task
+            .info
+            .output
+            .as_ref()
+            .and_then(|o| o.final_message.clone());
+        assert_eq!((said, task.worker.as_deref()), (Some(goal), Some("w1")));
+    }
+
+    // A task still running when its front closes: its result goes to the
+    // next front of the workspace, once.
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "slow", "goal_prompt": "outlive the front", "async": true}),
+    )
+    .await;
+    let slow = launched_id(&texts(&launched)[0]);
+    let pid_file = pids.join(&slow);
+    eventually_with("the slow subagent started", DEADLINE, || async {
+        std::fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n'))
+    })
+    .await;
+    let subagent: u32 = std::fs::read_to_string(&pid_file)
+        .expect("read")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let front_a = front.pid();
+    client.cancel().await.expect("closed");
+    let mut front = front;
+    let status = front.child.wait().await.expect("waited");
+    assert!(status.success(), "{status:?}: {}", front.log());
+    assert_gone_async(&[front_a], DEADLINE).await;
+    let kept = fleet.task(&slow).await.expect("reads").expect("held");
+    assert_eq!(
+        kept.info.status,
+        asynctask_model::AsyncTaskStatus::Running,
+        "left to the fleet"
+    );
+
+    let (front_b, client) = start_front(&db, dir.path(), "front-b").await;
+    // Its cancel, from the other front, reaches the worker's subagent.
+    let peek = call(&client, "check_async_tasks", json!({})).await;
+    assert_eq!(texts(&peek).len(), 1, "{:?}", texts(&peek));
+    let cancelled = fleet
+        .request_cancel(&dir.path().display().to_string(), &slow)
+        .await
+        .expect("asks");
+    assert_eq!(cancelled, asynctask_fleet::CancelRequest::Requested);
+    assert_gone_async(&[subagent], DEADLINE).await;
+    let (seen, all) = collect_results(&client, std::slice::from_ref(&slow), "").await;
+    assert_eq!(seen, [1]);
+    assert!(
+        !all.contains(&sync_id),
+        "the synchronous result came again: {all}"
+    );
+    let after = call(&client, "check_async_tasks", json!({})).await;
+    assert_eq!(texts(&after).len(), 1, "nothing rides again");
+    let ended = fleet.task(&slow).await.expect("reads").expect("held");
+    assert_eq!(
+        ended.info.status,
+        asynctask_model::AsyncTaskStatus::Cancelled
+    );
+
+    // The front's own cancel reaches the worker too, and the worker's last
+    // line of progress shows in check_async_tasks.
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "slow", "goal_prompt": "be cancelled", "async": true}),
+    )
+    .await;
+    let doomed = launched_id(&texts(&launched)[0]);
+    let pid_file = pids.join(&doomed);
+    eventually_with("the second slow subagent started", DEADLINE, || async {
+        std::fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n'))
+    })
+    .await;
+    let second: u32 = std::fs::read_to_string(&pid_file)
+        .expect("read")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let peek = texts(&call(&client, "check_async_tasks", json!({"task_id": &doomed})).await);
+        if peek[0].contains("\"recentOutput\": [\n    \"started\"\n  ]") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no progress: {peek:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ended = texts(&call(&client, "end_async_task", json!({"task_id": &doomed})).await);
+    assert_eq!(ended[0], format!("Cancelled task: {doomed}"));
+    assert_eq!(ended.len(), 2, "the cancel rides along: {ended:?}");
+    assert_gone_async(&[second], DEADLINE).await;
+    eventually_with("the worker wrote the cancel", DEADLINE, || async {
+        let task = fleet.task(&doomed).await.expect("reads").expect("held");
+        task.info.status == asynctask_model::AsyncTaskStatus::Cancelled
+            && task.info.notified_at.is_some()
+    })
+    .await;
+    let after = call(&client, "check_async_tasks", json!({})).await;
+    assert_eq!(texts(&after).len(), 1, "the cancel is not delivered again");
+
+    client.cancel().await.expect("closed");
+    let mut front_b = front_b;
+    assert!(
+        front_b.child.wait().await.expect("waited").success(),
+        "{}",
+        front_b.log()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(worker.pid()).expect("a pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signalled");
+    assert!(
+        worker.child.wait().await.expect("waited").success(),
+        "{}",
+        worker.log()
+    );
+    assert_gone_async(&[front_a, subagent], DEADLINE).await;
+}
+
+#[test]
+fn fleet_status_without_a_database_says_how_to_name_one() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "status"])
+        .env_remove("ASYNCTASK_DATABASE_URL")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "asynctask: no fleet database: pass --database URL or set ASYNCTASK_DATABASE_URL\n"
+    );
+}

@@ -1,0 +1,718 @@
+//! `FleetFront`: what makes an MCP server a fleet's front. Its
+//! [`FleetRunner`] runs each task by submitting it to the fleet and waiting
+//! for its end; its [`FrontJournal`] marks a result delivered in the database
+//! once the local registry marks it (the response carrying it was written);
+//! its loop keeps the front's lease, the live catalog, and adopts the results
+//! of the workspace's fronts that are gone.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, RegisterTaskInput};
+use asynctask_model::{AsyncTaskStatus, OutputObject};
+use asynctask_tools::{
+    SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, WHOLE_OUTPUT_PREFIX,
+};
+use tokio::sync::{MappedMutexGuard, MutexGuard, Notify, mpsc, watch};
+use tokio_postgres::Config;
+use tokio_util::sync::CancellationToken;
+
+use crate::front::{CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES};
+use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL};
+use crate::types::NewTask;
+use crate::{Fleet, FleetError, FleetOptions};
+
+/// The most results one adoption takes into the front's registry.
+const ADOPT_BATCH: usize = 20;
+
+/// The longest wait before connecting again.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long connecting again may take before it counts as a failure (the
+/// connection's lock is held meanwhile).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a model is told of a task whose result went to another front of the
+/// workspace: this front was unreachable past its lease, and another took it.
+pub const DELIVERED_ELSEWHERE: &str = "its result went to another session of this workspace \
+     (this one was unreachable for longer than its lease)";
+
+/// The error of a task cancelled in the fleet by someone other than this
+/// session (a library host's [`Fleet::request_cancel`]).
+const CANCELLED_IN_FLEET: &str = "cancelled in the fleet, not by this session";
+
+/// The error of a task the model cancelled before it reached the fleet.
+const CANCELLED_BEFORE_SUBMITTED: &str = "cancelled before it reached the fleet";
+
+/// The error of a task the database no longer holds (removed by hand).
+const NO_LONGER_HELD: &str = "the fleet's database no longer holds this task";
+
+/// The error of a task the fleet refused to queue.
+fn refused(err: &FleetError) -> String {
+    format!("the fleet refused the task: {}", err.chain())
+}
+
+/// A front of the fleet: one workspace, one registration, one connection
+/// shared by its tasks, and a listening connection that wakes them.
+///
+/// Build it with [`connect`](Self::connect) (which reads the live catalog
+/// once, so the first `tools/list` shows it), hand [`runner`](Self::runner)
+/// and [`journal`](Self::journal) to the runtime, [`attach`](Self::attach)
+/// the runtime's registry, and keep [`run`](Self::run) going until the
+/// server ends.
+///
+/// Delivery: the result of a task this front submitted is kept for it (no
+/// other front takes it) while its lease holds; the task's run returns it to
+/// the local registry, whose claims put it on exactly one written response;
+/// the registry's mark then reaches the database through the journal. A
+/// front that dies after writing a response and before its mark reached the
+/// database has its result offered again to the next front (the one
+/// at-least-once window, as behind a relay). Results whose front is gone
+/// (retired, or its lease expired) are adopted by the loop — one statement
+/// decides which live front takes each — and put into the local registry as
+/// ended tasks, delivered the same way.
+pub struct FleetFront {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for FleetFront {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The configuration holds the credentials: never shown.
+        f.debug_struct("FleetFront")
+            .field("workspace", &self.shared.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    config: Config,
+    options: FleetOptions,
+    workspace: String,
+    name: String,
+    lease: Duration,
+    link: tokio::sync::Mutex<Link>,
+    catalog: Mutex<Vec<SubagentInfo>>,
+    /// Bumped at every wake-up: a task's end in the workspace, the timer.
+    wakes: watch::Sender<u64>,
+    /// The runs waiting here, by task id: woken alone by their progress.
+    progress: Mutex<HashMap<String, Arc<Notify>>>,
+    manager: OnceLock<AsyncTaskManager>,
+    marks: mpsc::UnboundedSender<String>,
+    marks_rx: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
+    /// Cancelled when the server has stopped serving: a run cancelled after
+    /// it is left running in the fleet (its result goes to another front).
+    closing: CancellationToken,
+}
+
+struct Link {
+    fleet: Option<Fleet>,
+    front: FrontLease,
+}
+
+impl FleetFront {
+    /// Connects to the fleet (migrating its schema), registers a front of
+    /// `workspace` named `name`, and reads the live catalog.
+    ///
+    /// # Errors
+    ///
+    /// What [`Fleet::connect`] and [`Fleet::register_front`] return.
+    pub async fn connect(
+        config: Config,
+        options: FleetOptions,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Self, FleetError> {
+        let fleet = Fleet::connect(&config, options.clone()).await?;
+        let front = fleet
+            .register_front(workspace, name, DEFAULT_FRONT_LEASE)
+            .await?;
+        let catalog = fleet.catalog().await?;
+        let (marks, marks_rx) = mpsc::unbounded_channel();
+        tracing::info!(
+            workspace,
+            front = front.front_id,
+            subagents = %names(&catalog),
+            "registered as a front of the fleet"
+        );
+        Ok(FleetFront {
+            shared: Arc::new(Shared {
+                config,
+                options,
+                workspace: workspace.to_owned(),
+                name: name.to_owned(),
+                lease: DEFAULT_FRONT_LEASE,
+                link: tokio::sync::Mutex::new(Link {
+                    fleet: Some(fleet),
+                    front,
+                }),
+                catalog: Mutex::new(catalog),
+                wakes: watch::Sender::new(0),
+                progress: Mutex::default(),
+                manager: OnceLock::new(),
+                marks,
+                marks_rx: Mutex::new(Some(marks_rx)),
+                closing: CancellationToken::new(),
+            }),
+        })
+    }
+
+    /// The runner the front's `task` tool runs through.
+    #[must_use]
+    pub fn runner(&self) -> Arc<FleetRunner> {
+        Arc::new(FleetRunner {
+            shared: Arc::clone(&self.shared),
+        })
+    }
+
+    /// The journal the front's registry marks deliveries through.
+    #[must_use]
+    pub fn journal(&self) -> Arc<FrontJournal> {
+        Arc::new(FrontJournal {
+            marks: self.shared.marks.clone(),
+        })
+    }
+
+    /// Gives the front its registry: adopted results are put there.
+    pub fn attach(&self, manager: AsyncTaskManager) {
+        let _ = self.shared.manager.set(manager);
+    }
+
+    /// The token to cancel once the server has stopped serving (before its
+    /// runtime shuts down): the runs it cancels are then left to the fleet.
+    #[must_use]
+    pub fn closing(&self) -> CancellationToken {
+        self.shared.closing.clone()
+    }
+
+    /// The front's work until `stop` is cancelled: wake-ups, the lease, the
+    /// catalog, adoption, and marking deliveries; then it writes the marks
+    /// still owed and retires the front, so its results go to other fronts
+    /// at once.
+    pub async fn run(&self, stop: CancellationToken) {
+        let Some(mut marks) = self
+            .shared
+            .marks_rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        else {
+            return;
+        };
+        let interval = (self.shared.lease / 3).max(Duration::from_millis(10));
+        let mut backoff = Duration::from_millis(100);
+        'connect: loop {
+            let mut listener = match FleetListener::connect(
+                &self.shared.config,
+                &[ENDED_CHANNEL, PROGRESS_CHANNEL],
+            )
+            .await
+            {
+                Ok(listener) => listener,
+                Err(err) => {
+                    tracing::warn!(error = %err.chain(), "cannot listen to the fleet; retrying");
+                    tokio::select! {
+                        () = stop.cancelled() => break 'connect,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            backoff = Duration::from_millis(100);
+            // Connected (again): what was notified meanwhile is lost, so look.
+            self.tick().await;
+            let mut timer = tokio::time::interval(interval);
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break 'connect,
+                    wake = listener.recv() => match wake {
+                        Some(wake) if wake.channel == PROGRESS_CHANNEL => {
+                            let run = self
+                                .shared
+                                .progress
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .get(&wake.payload)
+                                .cloned();
+                            if let Some(run) = run {
+                                run.notify_one();
+                            }
+                        }
+                        Some(wake) if wake.payload == self.shared.workspace => {
+                            self.shared.wakes.send_modify(|n| *n += 1);
+                            self.adopt().await;
+                        }
+                        Some(_) => {}
+                        None => continue 'connect,
+                    },
+                    Some(id) = marks.recv() => {
+                        let mut ids = vec![id];
+                        while let Ok(id) = marks.try_recv() {
+                            ids.push(id);
+                        }
+                        self.mark(ids).await;
+                    }
+                    _ = timer.tick() => self.tick().await,
+                }
+            }
+        }
+        let mut ids = Vec::new();
+        while let Ok(id) = marks.try_recv() {
+            ids.push(id);
+        }
+        if !ids.is_empty() {
+            self.mark(ids).await;
+        }
+        if let Ok(link) = self.shared.fleet().await {
+            let front = link.1;
+            if let Err(err) = link.0.retire_front(&front).await {
+                tracing::warn!(error = %err.chain(), "could not retire the front");
+            }
+        }
+    }
+
+    /// The timer's work: renew the lease, refresh the catalog, adopt, wake
+    /// the runs (a fallback for lost notifications).
+    async fn tick(&self) {
+        self.renew().await;
+        let catalog = match self.shared.fleet().await {
+            Ok((fleet, _)) => fleet.catalog().await,
+            Err(err) => Err(err),
+        };
+        match catalog {
+            Ok(catalog) => {
+                *self
+                    .shared
+                    .catalog
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = catalog;
+            }
+            Err(err) => self.shared.failed(&err).await,
+        }
+        self.adopt().await;
+        self.shared.wakes.send_modify(|n| *n += 1);
+    }
+
+    async fn renew(&self) {
+        let mut link = self.shared.link.lock().await;
+        let Link { fleet, front } = &mut *link;
+        let Some(db) = fleet.as_ref() else {
+            return;
+        };
+        match db.front_heartbeat(front).await {
+            Ok(()) => {}
+            Err(FleetError::FrontLost { .. }) => {
+                let old = front.front_id;
+                match db
+                    .register_front(&self.shared.workspace, &self.shared.name, self.shared.lease)
+                    .await
+                {
+                    Ok(new) => {
+                        tracing::warn!(
+                            "the front's lease had expired: registered again; results of its \
+                             tasks may have gone to other fronts"
+                        );
+                        if let Err(err) = db.rebind_front(old, &new).await {
+                            tracing::warn!(error = %err.chain(), "could not keep the front's tasks");
+                        }
+                        *front = new;
+                    }
+                    Err(err) => tracing::warn!(error = %err.chain(), "could not register again"),
+                }
+            }
+            Err(err) => {
+                if db.is_closed() {
+                    *fleet = None;
+                }
+                tracing::warn!(error = %err.chain(), "could not renew the front's lease");
+            }
+        }
+    }
+
+    /// Takes results whose front is gone into the local registry, as ended
+    /// tasks its claims deliver.
+    async fn adopt(&self) {
+        let Some(manager) = self.shared.manager.get() else {
+            return;
+        };
+        let adopted = match self.shared.fleet().await {
+            Ok((fleet, front)) => match fleet.adopt_results(&front, ADOPT_BATCH).await {
+                Ok(adopted) => adopted,
+                Err(err) => {
+                    drop(fleet);
+                    self.shared.failed(&err).await;
+                    return;
+                }
+            },
+            Err(_) => return,
+        };
+        for task in adopted {
+            let info = task.info;
+            if manager.task(&info.id).is_some() {
+                // Already held here (a task of this front's earlier lease).
+                continue;
+            }
+            let input = RegisterTaskInput::new(
+                info.id.clone(),
+                info.subagent_name.clone(),
+                info.goal_prompt.clone(),
+            );
+            if let Err(err) = manager.register_task(input) {
+                tracing::warn!(task = %info.id, error = %err, "could not take an adopted result");
+                continue;
+            }
+            match info.status {
+                AsyncTaskStatus::Completed => {
+                    manager.complete_task(&info.id, info.output.unwrap_or_else(empty_output));
+                }
+                AsyncTaskStatus::Failed => {
+                    manager.fail_task(&info.id, info.error.unwrap_or_default());
+                }
+                _ => {
+                    manager.cancel_task(&info.id);
+                }
+            }
+            tracing::info!(task = %info.id, "took the result of a front that is gone");
+        }
+    }
+
+    async fn mark(&self, ids: Vec<String>) {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.shared.fleet().await {
+                Ok((fleet, _)) => match fleet.mark_notified(&ids).await {
+                    Ok(_) => return,
+                    Err(err) => {
+                        drop(fleet);
+                        self.shared.failed(&err).await;
+                    }
+                },
+                Err(err) => tracing::warn!(error = %err.chain(), "the fleet is unreachable"),
+            }
+            if delay > MAX_BACKOFF * 4 {
+                tracing::error!(
+                    count = ids.len(),
+                    "could not mark delivered results: they may be delivered again"
+                );
+                return;
+            }
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+        }
+    }
+}
+
+impl Shared {
+    /// The connection (made again if it ended), and the front's lease.
+    async fn fleet(&self) -> Result<(MappedMutexGuard<'_, Fleet>, FrontLease), FleetError> {
+        let mut link = self.link.lock().await;
+        if link.fleet.as_ref().is_none_or(Fleet::is_closed) {
+            link.fleet = None;
+            let connect = Fleet::connect(&self.config, self.options.clone());
+            let fleet = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+                .await
+                .map_err(|_| FleetError::Unreachable {
+                    after: CONNECT_TIMEOUT,
+                })??;
+            tracing::info!("connected to the fleet again");
+            link.fleet = Some(fleet);
+        }
+        let front = link.front.clone();
+        let fleet = MutexGuard::try_map(link, |link| link.fleet.as_mut())
+            .map_err(|_| FleetError::Empty("a connection"))?;
+        Ok((fleet, front))
+    }
+
+    /// A run that ends while the local registry does not hold its task (a
+    /// synchronous call, not detached) is answered on the call's own
+    /// response: nothing will mark it, so it is marked now, lest another
+    /// front deliver it again.
+    fn answered_directly(&self, id: &str) {
+        let held = self
+            .manager
+            .get()
+            .is_some_and(|manager| manager.task(id).is_some());
+        if !held {
+            let _ = self.marks.send(id.to_owned());
+        }
+    }
+
+    /// After a failed statement: a connection that ended is made again next time.
+    async fn failed(&self, err: &FleetError) {
+        tracing::warn!(error = %err.chain(), "a statement on the fleet failed");
+        let mut link = self.link.lock().await;
+        if link.fleet.as_ref().is_some_and(Fleet::is_closed) {
+            link.fleet = None;
+        }
+    }
+}
+
+/// Runs each task on the fleet: submits it (kept for this front), waits for
+/// its end (woken by the front's loop), shows the worker's last line of
+/// progress, and asks the fleet to cancel it when the model cancels it.
+pub struct FleetRunner {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for FleetRunner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetRunner")
+            .field("workspace", &self.shared.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl SubagentRunner for FleetRunner {
+    async fn run(
+        &self,
+        request: SubagentRequest,
+        cancel: CancellationToken,
+    ) -> Result<OutputObject, SubagentError> {
+        let shared = &self.shared;
+        let mut wakes = shared.wakes.subscribe();
+        // Submitted, retried while the fleet is unreachable.
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let attempt = match shared.fleet().await {
+                Ok((mut fleet, front)) => {
+                    let task = NewTask::new(
+                        request.task_id.clone(),
+                        shared.workspace.clone(),
+                        request.subagent_name.clone(),
+                        request.goal_prompt.clone(),
+                    )
+                    .with_front(&front);
+                    fleet.submit(task).await.map(drop)
+                }
+                Err(err) => Err(err),
+            };
+            match attempt {
+                // A duplicate: an earlier attempt was written, its answer lost.
+                Ok(()) | Err(FleetError::DuplicateId(_)) => break,
+                Err(err @ (FleetError::Empty(_) | FleetError::NewerSchema { .. })) => {
+                    return Err(SubagentError::new(refused(&err)));
+                }
+                Err(err) => {
+                    shared.failed(&err).await;
+                    tokio::select! {
+                        () = cancel.cancelled() => return Err(SubagentError::new(CANCELLED_BEFORE_SUBMITTED)),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        let mut last_progress: Option<String> = None;
+        let progressed = Arc::new(Notify::new());
+        let _waiting = Waiting::new(shared, &request.task_id, Arc::clone(&progressed));
+        loop {
+            let read = match shared.fleet().await {
+                Ok((fleet, front)) => fleet.task(&request.task_id).await.map(|t| (t, front)),
+                Err(err) => Err(err),
+            };
+            match read {
+                Ok((Some(task), front)) => {
+                    if task.info.status.is_terminal() {
+                        if task.front != Some(front.front_id) {
+                            return Err(SubagentError::new(DELIVERED_ELSEWHERE));
+                        }
+                        shared.answered_directly(&request.task_id);
+                        let stored = task.whole_output_bytes;
+                        let point = |text: String| match stored {
+                            Some(bytes) => point_to_fleet(&text, &request.task_id, bytes),
+                            None => text,
+                        };
+                        return match task.info.status {
+                            AsyncTaskStatus::Completed => {
+                                let mut output = task.info.output.unwrap_or_else(empty_output);
+                                output.final_message = output.final_message.map(point);
+                                Ok(output)
+                            }
+                            AsyncTaskStatus::Cancelled => {
+                                Err(SubagentError::new(CANCELLED_IN_FLEET))
+                            }
+                            _ => Err(SubagentError::new(point(
+                                task.info.error.unwrap_or_default(),
+                            ))),
+                        };
+                    }
+                    if task.progress != last_progress {
+                        if let Some(line) = &task.progress {
+                            request.progress.report(line);
+                        }
+                        last_progress = task.progress;
+                    }
+                }
+                Ok((None, _)) => {
+                    return Err(SubagentError::new(NO_LONGER_HELD));
+                }
+                Err(err) => shared.failed(&err).await,
+            }
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = wakes.changed() => {}
+                () = progressed.notified() => {}
+            }
+        }
+        // Cancelled: by the model (asked of the fleet), or because the server
+        // stopped serving (left to the fleet, its result to another front).
+        // Either way the local task has ended already: this error is not shown.
+        if !shared.closing.is_cancelled() {
+            shared.answered_directly(&request.task_id);
+            match shared.fleet().await {
+                Ok((fleet, _)) => {
+                    match fleet
+                        .request_cancel(&shared.workspace, &request.task_id)
+                        .await
+                    {
+                        Ok(CancelRequest::Requested) => {
+                            tracing::info!(task = %request.task_id, "asked the fleet to cancel");
+                        }
+                        Ok(_) => {}
+                        Err(err) => {
+                            tracing::warn!(task = %request.task_id, error = %err.chain(), "could not cancel in the fleet");
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(task = %request.task_id, error = %err.chain(), "could not cancel in the fleet");
+                }
+            }
+        }
+        Err(SubagentError::new("cancelled"))
+    }
+
+    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        Some(
+            self.shared
+                .catalog
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        )
+    }
+}
+
+/// A run's entry among those waiting on progress, removed when it ends.
+struct Waiting<'a> {
+    shared: &'a Shared,
+    id: String,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(shared: &'a Shared, id: &str, wake: Arc<Notify>) -> Self {
+        shared
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_owned(), wake);
+        Waiting {
+            shared,
+            id: id.to_owned(),
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+/// The front registry's journal: it records nothing but deliveries, which it
+/// hands to the front's loop to mark in the database (the tasks themselves
+/// are the database's).
+pub struct FrontJournal {
+    marks: mpsc::UnboundedSender<String>,
+}
+
+impl fmt::Debug for FrontJournal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrontJournal").finish_non_exhaustive()
+    }
+}
+
+impl Journal for FrontJournal {
+    fn record(&self, entries: &[JournalEntry<'_>]) -> Result<(), JournalError> {
+        for entry in entries {
+            if let JournalEntry::Notified { id, .. } = entry {
+                // The loop has ended only once the server has: nothing is
+                // marked after, and the result is offered again.
+                let _ = self.marks.send((*id).to_owned());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `text` whose last line points to the whole output in a file on the
+/// worker's machine, pointing instead to where any machine of the fleet
+/// reads it (the line keeps its form, so a cut result keeps it whole).
+fn point_to_fleet(text: &str, id: &str, bytes: u64) -> String {
+    match text.rsplit_once('\n') {
+        Some((body, last)) if last.starts_with(WHOLE_OUTPUT_PREFIX) => {
+            format!("{body}\n{}", fleet_output_line(id, bytes))
+        }
+        None if text.starts_with(WHOLE_OUTPUT_PREFIX) => fleet_output_line(id, bytes),
+        _ => text.to_owned(),
+    }
+}
+
+fn fleet_output_line(id: &str, bytes: u64) -> String {
+    let stored = bytes.min(u64::try_from(MAX_STORED_OUTPUT_BYTES).unwrap_or(u64::MAX));
+    format!(
+        "{WHOLE_OUTPUT_PREFIX}`asynctask fleet output {id}` prints it on any machine of the \
+         fleet ({bytes} bytes, the last {stored} of them stored)]"
+    )
+}
+
+fn empty_output() -> OutputObject {
+    OutputObject::new(asynctask_model::TerminateReason::Goal)
+}
+
+fn names(catalog: &[SubagentInfo]) -> String {
+    if catalog.is_empty() {
+        return "none (no live worker)".to_owned();
+    }
+    catalog
+        .iter()
+        .map(|info| info.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_errors_a_model_may_read_of_a_fleet_task() {
+        let texts = [
+            DELIVERED_ELSEWHERE.to_owned(),
+            CANCELLED_IN_FLEET.to_owned(),
+            CANCELLED_BEFORE_SUBMITTED.to_owned(),
+            NO_LONGER_HELD.to_owned(),
+            refused(&FleetError::NewerSchema {
+                found: 3,
+                supported: 2,
+            }),
+            refused(&FleetError::Empty("a subagent's name")),
+            point_to_fleet(
+                "1\n2\n... [9000 more characters cut]\n[whole output: /tmp/w/a1.out (23893 bytes)]",
+                "a1",
+                23_893,
+            ),
+            point_to_fleet("no pointer here", "a1", 5),
+        ];
+        insta::assert_snapshot!(texts.join("\n"));
+    }
+}
