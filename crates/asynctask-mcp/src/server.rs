@@ -493,6 +493,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
         let mut info = self.get_info();
+        self.note_client(&context.meta);
         if declares_tasks(&context.meta) {
             info = info.with_instructions(TASKS_INSTRUCTIONS);
         }
@@ -538,6 +539,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.note_client(&context.meta);
         let mut result =
             ListToolsResult::with_all_items(self.list_for(declares_tasks(&context.meta)));
         let modern = context
@@ -559,8 +561,9 @@ impl ServerHandler for AsyncTaskMcpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // A followed task past its TTL gives its result to this call's reminder.
+        // Forgets the followed tasks past their TTL (a poll of one is refused).
         self.prune_tasks();
+        self.note_client(&context.meta);
         let Some(tool) = self.tool(&request.name) else {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool '{}'", request.name),
@@ -604,6 +607,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         self.prune_tasks();
+        self.note_client(&context.meta);
         if !self.follows(&request.task_id) {
             return Err(unknown_task(&request.task_id));
         }
@@ -763,8 +767,21 @@ impl AsyncTaskMcpServer {
         }
     }
 
+    /// Notes that this server's session has a client that polls the tasks
+    /// it follows, when a request's `meta` declares the extension: while one
+    /// is connected, a followed result waits a while for a poll (see
+    /// [`TaskHandles::holds`](crate::tasks::TaskHandles::holds)).
+    fn note_client(&self, meta: &rmcp::model::RequestMetaObject) {
+        if let Some(session) = &self.session
+            && declares_tasks(meta)
+        {
+            session.declare_tasks();
+        }
+    }
+
     /// Forgets the followed tasks past their TTL; the reminders may take
-    /// what no poll took, so their waiters look again.
+    /// what no poll took (long since: see [`TASK_RESULT_HOLD`](crate::TASK_RESULT_HOLD)),
+    /// so their waiters look again.
     fn prune_tasks(&self) {
         let manager = self.runtime.manager();
         if self.gate.handles().prune(manager, manager.clock().now_ms()) {

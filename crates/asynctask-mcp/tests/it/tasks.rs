@@ -6,11 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asynctask_manager::Question;
-use asynctask_mcp::{McpServerOptions, TASK_POLL_INTERVAL, TASK_TTL, serve_io};
-use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_mcp::{
+    AsyncTaskMcpServer, McpServerOptions, TASK_POLL_INTERVAL, TASK_RESULT_HOLD, TASK_TTL, serve_io,
+};
+use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
+use rmcp::ServiceExt as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
@@ -96,6 +100,28 @@ impl Client {
             serve_io(Arc::new(Sleeper), options, None, read, write)
                 .await
                 .expect("served");
+        });
+        let (read, write) = tokio::io::split(client_end);
+        Client {
+            lines: tokio::io::BufReader::new(read).lines(),
+            write,
+            next_id: 1,
+            served,
+        }
+    }
+
+    /// A client of a server over `runtime` (one on a manual clock, say),
+    /// served as rmcp serves any server: a result counts as delivered as its
+    /// response is handed on.
+    fn serving(runtime: Arc<AsyncTaskRuntime>) -> Client {
+        let server = AsyncTaskMcpServer::new(runtime).expect("valid tools");
+        let (client_end, server_end) = tokio::io::duplex(1 << 20);
+        let served = tokio::spawn(async move {
+            let service = server
+                .serve(tokio::io::split(server_end))
+                .await
+                .expect("served");
+            let _ = service.waiting().await;
         });
         let (read, write) = tokio::io::split(client_end);
         Client {
@@ -746,4 +772,80 @@ async fn a_declined_or_stale_input_response_is_taken_as_the_extension_says() {
         "{done}"
     );
     client.end().await;
+}
+
+/// A runtime of the `Sleeper` on a manual clock, without a running limit.
+fn on_manual_clock(clock: &ManualClock) -> Arc<AsyncTaskRuntime> {
+    Arc::new(
+        AsyncTaskRuntime::builder()
+            .runner(Arc::new(Sleeper))
+            .clock(Arc::new(clock.clone()))
+            .max_async_tasks(MaxAsyncTasks::UNLIMITED)
+            .build(),
+    )
+}
+
+/// Waits until task `id` has ended, as the registry says.
+async fn ended(runtime: &AsyncTaskRuntime, id: &str) {
+    asynctask_test_support::eventually_async(
+        &format!("the end of task {id}"),
+        Duration::from_secs(10),
+        || {
+            runtime
+                .manager()
+                .task(id)
+                .is_some_and(|task| task.status().is_terminal())
+        },
+    )
+    .await;
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).expect("small")
+}
+
+/// A followed task that ended and that no poll took within
+/// `TASK_RESULT_HOLD` (its client stopped polling: it exited) goes back to
+/// the System Notes, once; a poll that comes later says it was delivered
+/// elsewhere, while a poll within the hold took the other task's result.
+#[tokio::test(start_paused = true)]
+async fn a_result_no_poll_takes_within_the_hold_rides_in_a_system_note_once() {
+    let clock = ManualClock::new(1_000_000);
+    let runtime = on_manual_clock(&clock);
+    let mut client = Client::serving(Arc::clone(&runtime));
+    let polled = task_id(&client.call("task", launch("print"), true).await);
+    let left = task_id(&client.call("task", launch("print"), true).await);
+    ended(&runtime, &polled).await;
+    ended(&runtime, &left).await;
+    clock.advance(millis(TASK_RESULT_HOLD) - 1);
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    assert_eq!(texts(&checked).len(), 1, "still held: {checked}");
+    let taken = client.get(&polled).await;
+    assert_eq!(taken["result"]["status"], "completed", "{taken}");
+    assert!(texts(&taken["result"])[0].contains(&format!("printed {polled}")));
+
+    clock.advance(1);
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    let note = texts(&checked);
+    assert_eq!(note.len(), 2, "{checked}");
+    assert!(note[1].contains("System Note"), "{checked}");
+    assert_eq!(
+        messages(&note[1]),
+        [format!("printed {left}")],
+        "the one no poll took"
+    );
+    let again = client.call("check_async_tasks", json!({}), true).await;
+    assert_eq!(texts(&again).len(), 1, "once: {again}");
+    let late = client.get(&left).await;
+    assert_eq!(late["result"]["status"], "completed", "{late}");
+    let text = format!(
+        "The result of task {left} was already delivered in an earlier response (a System Note \
+         on a tool result, or a poll answered before the server restarted); it is not given \
+         twice."
+    );
+    assert_eq!(late["result"]["statusMessage"], json!(text), "{late}");
+    assert_eq!(texts(&late["result"]), [text]);
+    assert_eq!(client.get(&polled).await["result"], taken["result"]);
+    client.end().await;
+    runtime.shutdown().await;
 }
