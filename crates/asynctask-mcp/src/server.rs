@@ -8,8 +8,8 @@ use std::time::Duration;
 use asynctask_manager::{AsyncTaskManager, TaskProgress};
 use asynctask_runtime::{AsyncTaskRuntime, Reminder};
 use asynctask_tools::{
-    CallContext, LaunchBudget, Nesting, TASK_DESCRIPTION_LEAD, TaskTool, TodoPauseTool, Tool,
-    ToolResult, id_prefix, truncate_chars, with_call_context,
+    AnswerAsyncTaskTool, CallContext, LaunchBudget, Nesting, TASK_DESCRIPTION_LEAD, TaskTool,
+    TodoPauseTool, Tool, ToolResult, id_prefix, truncate_chars, with_call_context,
 };
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
@@ -29,8 +29,8 @@ use crate::gate::{REQUEST, ReminderGate};
 pub(crate) use crate::options::{McpError, McpServerOptions};
 use crate::session::Session;
 use crate::tasks::{
-    Poll, TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
-    answer_questions, declares_tasks, progress, unknown_task,
+    Poll, TASK_POLL_INTERVAL, TASK_TTL, TASKS_ANSWER_DESCRIPTION, TASKS_INSTRUCTIONS,
+    TASKS_TASK_DESCRIPTION_LEAD, answer_questions, declares_tasks, progress, unknown_task,
 };
 use crate::transport::{AckMode, ServerTransport};
 use crate::wait::{REMINDER_KEY, WaitAsyncTasksTool};
@@ -529,7 +529,9 @@ impl ServerHandler for AsyncTaskMcpServer {
 
     /// The tools. To a request that declares the tasks extension, the
     /// `task` tool's description says the client runs each call in the
-    /// background, and `wait_async_tasks` is left out: the client brings
+    /// background, `answer_async_task`'s that the client asks the user its
+    /// tasks' questions (no System Note shows them), and `wait_async_tasks`
+    /// is left out: the client brings
     /// each result itself, and a wait would only hold the model's turn. On
     /// the 2026-07-28 protocol the list says how long it stays fresh
     /// ([`TOOLS_TTL`]) and that it is the user's own (it names their
@@ -805,6 +807,9 @@ impl AsyncTaskMcpServer {
                     let description =
                         description.replacen(TASK_DESCRIPTION_LEAD, TASKS_TASK_DESCRIPTION_LEAD, 1);
                     tool.description = Some(description.into());
+                }
+                if tool.name == AnswerAsyncTaskTool::NAME {
+                    tool.description = Some(TASKS_ANSWER_DESCRIPTION.into());
                 }
                 tool
             })

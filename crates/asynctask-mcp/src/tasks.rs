@@ -75,6 +75,18 @@ pub const TASKS_TASK_DESCRIPTION_LEAD: &str = "Run a subagent that works on its 
     difference here); when it finishes, its result is brought to you as JSON (agent_id, \
     terminate_reason, emitted_vars, final_message). Use check_async_tasks to monitor it.";
 
+/// The `answer_async_task` tool's description for a client that declared
+/// the tasks extension: its tasks' questions reach it as `input_required`
+/// tasks (a form for the user), never in a System Note.
+pub const TASKS_ANSWER_DESCRIPTION: &str = "Answer the question a running background task's \
+    subagent asked. Your client asks the user such a question in a form of its own and brings \
+    the answer itself; check_async_tasks shows the questions still waiting. Use this tool when \
+    the user tells you the answer, or the form was put off and you can answer it. The subagent \
+    waits for the answer and goes on with it; each question takes one answer, whoever gives it \
+    first. Give answer (one of its choices, when it gave some), or decline: true when you \
+    cannot answer (the subagent is told you declined). If you need the user's input, ask the \
+    user first.";
+
 /// What a poll of a task whose result was delivered another way (on a tool
 /// result, as a System Note: before the task was followed, or once no poll
 /// took it within [`TASK_RESULT_HOLD`]; or to a poll before a durable

@@ -250,8 +250,18 @@ async fn the_handshake_advertises_the_extension_and_fits_the_client() {
             .starts_with(asynctask_mcp::TASKS_TASK_DESCRIPTION_LEAD),
         "{task}"
     );
+    let answer = &listed["result"]["tools"][3];
+    assert_eq!(answer["name"], "answer_async_task");
+    assert_eq!(
+        answer["description"],
+        json!(asynctask_mcp::TASKS_ANSWER_DESCRIPTION)
+    );
     let plain = client.request("tools/list", json!({}), false).await;
     assert_eq!(plain["result"]["tools"].as_array().map(Vec::len), Some(6));
+    let plain_answer = plain["result"]["tools"][3]["description"]
+        .as_str()
+        .expect("a description");
+    assert!(plain_answer.contains("System Note"), "{plain_answer}");
     client.end().await;
 }
 
