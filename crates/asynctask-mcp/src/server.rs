@@ -9,7 +9,7 @@ use asynctask_manager::{AsyncTaskManager, TaskProgress};
 use asynctask_runtime::{AsyncTaskRuntime, Reminder};
 use asynctask_tools::{
     AnswerAsyncTaskTool, CallContext, LaunchBudget, Nesting, TASK_DESCRIPTION_LEAD, TaskTool,
-    TodoPauseTool, Tool, ToolResult, id_prefix, truncate_chars, with_call_context,
+    TodoPauseTool, Tool, ToolResult, id_prefix, new_task_id, truncate_chars, with_call_context,
 };
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
@@ -577,18 +577,29 @@ impl ServerHandler for AsyncTaskMcpServer {
         if as_task && let Value::Object(object) = &mut arguments {
             object.insert("async".to_owned(), Value::Bool(true));
         }
+        // Followed before the launch: a subagent that ends at once never
+        // leaves its result for a System Note of a concurrent call.
+        let manager = self.runtime.manager();
+        let task = as_task.then(|| {
+            let (id, now) = (new_task_id(manager), manager.clock().now_ms());
+            self.gate.handles().hold(&id, now);
+            (id, now)
+        });
         // `cancel` fires when rmcp cancels `ct` (on `notifications/cancelled` for
         // this request) or when the client goes away (`calls`, cancelled by the
         // transport at end of input: rmcp itself would wait 5 s first).
         let cancel = self.calls.child_token();
+        let task_id = task.as_ref().map(|(id, _)| id.clone());
         let result = self
-            .run_tool(tool, &request.name, arguments, &context, &cancel)
+            .run_tool(tool, &request.name, arguments, &context, &cancel, task_id)
             .await;
-        if as_task
-            && result.error.is_none()
-            && let Some(id) = result.metadata.get("agentId").and_then(Value::as_str)
-        {
-            return Ok(CallToolResponse::Task(self.create_task(id)));
+        if let Some((id, now)) = task {
+            let launched = result.error.is_none()
+                && result.metadata.get("agentId").and_then(Value::as_str) == Some(id.as_str());
+            if launched {
+                return Ok(CallToolResponse::Task(self.create_task(&id, now)));
+            }
+            self.gate.handles().unfollow(&id);
         }
         // Claimed for this request; acknowledged by the transport once written.
         let reminder = if is_reminder(&result) {
@@ -684,10 +695,14 @@ impl AsyncTaskMcpServer {
         arguments: Value,
         context: &RequestContext<RoleServer>,
         cancel: &CancellationToken,
+        task_id: Option<String>,
     ) -> ToolResult {
         let scope = ProgressScope::of(name, &arguments, self.session.as_deref());
         let call_progress = TaskProgress::new();
         let mut call = CallContext::new().with_progress(call_progress.clone());
+        if let Some(id) = task_id {
+            call = call.with_task_id(id);
+        }
         if let Some(session) = &self.session {
             call = call.with_origin(session.id());
         }
@@ -735,12 +750,12 @@ impl AsyncTaskMcpServer {
         }
     }
 
-    /// Follows task `id` as an MCP Task from now, and the answer that says
-    /// so: working, with its place in the queue or how long it has run.
-    fn create_task(&self, id: &str) -> CreateTaskResult {
+    /// Journals task `id`, followed as an MCP Task since `now` (its launch),
+    /// and the answer that says so: working, with its place in the queue or
+    /// how long it has run.
+    fn create_task(&self, id: &str, now: u64) -> CreateTaskResult {
         let manager = self.runtime.manager();
-        let now = manager.clock().now_ms();
-        self.gate.handles().follow(id, now);
+        self.gate.handles().journal(id, now);
         let created = asynctask_tools::iso_time(now);
         let mut task = rmcp::model::Task::new(id, TaskStatus::Working, created.clone(), created)
             .with_ttl_ms(u64::try_from(TASK_TTL.as_millis()).unwrap_or(u64::MAX))

@@ -88,7 +88,7 @@ pub const TASKS_ANSWER_DESCRIPTION: &str = "Answer the question a running backgr
     user first.";
 
 /// What a poll of a task whose result was delivered another way (on a tool
-/// result, as a System Note: before the task was followed, or once no poll
+/// result, as a System Note: before a poll adopted the task, or once no poll
 /// took it within [`TASK_RESULT_HOLD`]; or to a poll before a durable
 /// supervisor restarted, which keeps no answers) answers: the result is
 /// never given twice.
@@ -213,8 +213,19 @@ impl TaskHandles {
     }
 
     /// The client follows task `id` from now (`now`, Unix ms); journaled
-    /// before this returns, so before the client hears of the task.
+    /// before this returns. (The server holds, launches, then journals.)
+    #[cfg(test)]
     pub(crate) fn follow(&self, id: &str, now: u64) {
+        self.hold(id, now);
+        self.journal(id, now);
+    }
+
+    /// The client follows task `id` from `now`, not journaled yet: a task
+    /// about to be launched under that id (the journal marks registered
+    /// tasks only), whose result no reminder may take from its launch on.
+    /// [`journal`](Self::journal) it once launched, or
+    /// [`unfollow`](Self::unfollow) it when the launch was refused.
+    pub(crate) fn hold(&self, id: &str, now: u64) {
         self.lock().insert(
             id.to_owned(),
             Handle {
@@ -223,10 +234,16 @@ impl TaskHandles {
                 answer: None,
             },
         );
-        self.journal(id, now);
     }
 
-    fn journal(&self, id: &str, since: u64) {
+    /// Forgets task `id` (one whose launch was refused: no such task).
+    pub(crate) fn unfollow(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Records in the journal, when there is one, that task `id` is followed
+    /// since `since`.
+    pub(crate) fn journal(&self, id: &str, since: u64) {
         if let Some(journal) = &self.journal
             && let Err(err) = journal.follow(id, since)
         {

@@ -132,7 +132,8 @@ impl Client {
         }
     }
 
-    async fn request(&mut self, method: &str, mut params: Value, tasks: bool) -> Value {
+    /// Writes a request without waiting for its answer; its id.
+    async fn send(&mut self, method: &str, mut params: Value, tasks: bool) -> u64 {
         params["_meta"] = meta(tasks);
         let id = self.next_id;
         self.next_id += 1;
@@ -141,6 +142,29 @@ impl Client {
             .write_all(format!("{line}\n").as_bytes())
             .await
             .expect("written");
+        id
+    }
+
+    /// The answers to the `count` requests written last, by id, in any order.
+    async fn answers(&mut self, count: usize) -> std::collections::BTreeMap<u64, Value> {
+        let mut answers = std::collections::BTreeMap::new();
+        while answers.len() < count {
+            let line = self
+                .lines
+                .next_line()
+                .await
+                .expect("readable")
+                .expect("a response");
+            let message: Value = serde_json::from_str(&line).expect("JSON");
+            if let Some(id) = message["id"].as_u64() {
+                answers.insert(id, message);
+            }
+        }
+        answers
+    }
+
+    async fn request(&mut self, method: &str, params: Value, tasks: bool) -> Value {
+        let id = self.send(method, params, tasks).await;
         loop {
             let line = self
                 .lines
@@ -858,4 +882,70 @@ async fn a_result_no_poll_takes_within_the_hold_rides_in_a_system_note_once() {
     assert_eq!(client.get(&polled).await["result"], taken["result"]);
     client.end().await;
     runtime.shutdown().await;
+}
+
+/// A task is followed before its launch can finish: launches of subagents
+/// that end at once, written together with other tool calls (waits, which
+/// wake the moment a task ends, and listings: in flight at once, on several
+/// threads), never leave a result to a System Note; each arrives through
+/// `tasks/get`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_ending_at_once_is_followed_before_a_concurrent_call_can_take_it() {
+    let options = McpServerOptions::default()
+        .with_max_async_tasks(MaxAsyncTasks::UNLIMITED)
+        .with_max_launches_per_session(None);
+    let mut client = Client::start(options);
+    client.request("tools/list", json!({}), true).await;
+    // Something runs: the waits wait.
+    let mut running = launch("60");
+    running["async"] = json!(true);
+    client.call("task", running, false).await;
+    let (mut launches, mut checks) = (Vec::new(), Vec::new());
+    for _ in 0..8 {
+        let wait = json!({"name": "wait_async_tasks", "arguments": {"timeout_seconds": 1}});
+        checks.push(client.send("tools/call", wait, false).await);
+    }
+    for _ in 0..16 {
+        launches.push(
+            client
+                .send(
+                    "tools/call",
+                    json!({"name": "task", "arguments": launch("print")}),
+                    true,
+                )
+                .await,
+        );
+        for _ in 0..3 {
+            let check = json!({"name": "check_async_tasks", "arguments": {}});
+            checks.push(client.send("tools/call", check, false).await);
+        }
+    }
+    let answers = client.answers(launches.len() + checks.len()).await;
+    for id in &checks {
+        let checked = &answers[id];
+        assert_eq!(texts(checked).len(), 1, "no System Note: {checked}");
+    }
+    // Not paused: the subagents run on other threads.
+    let client = tokio::sync::Mutex::new(client);
+    for id in &launches {
+        let task = task_id(&answers[id]);
+        let done = asynctask_test_support::eventually_some_with(
+            &format!("task {task} completed"),
+            Duration::from_secs(10),
+            || async {
+                let polled = client.lock().await.get(&task).await;
+                (polled["result"]["status"] == "completed").then_some(polled)
+            },
+        )
+        .await;
+        assert_eq!(
+            messages(&texts(&done["result"])[0]),
+            [format!("printed {task}")],
+            "through tasks/get: {done}"
+        );
+    }
+    let mut client = client.into_inner();
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    assert_eq!(texts(&checked).len(), 1, "{checked}");
+    client.end().await;
 }
