@@ -949,3 +949,49 @@ async fn a_task_ending_at_once_is_followed_before_a_concurrent_call_can_take_it(
     assert_eq!(texts(&checked).len(), 1, "{checked}");
     client.end().await;
 }
+
+/// `ttlMs` over the wire: a task is answered within its TTL, and while it
+/// runs past it; once its TTL has passed and it has ended, a poll gets
+/// `-32602`, and a result no poll took arrives in a System Note.
+#[tokio::test(start_paused = true)]
+async fn past_its_ttl_an_ended_task_is_forgotten_and_its_result_rides_in_a_system_note() {
+    let clock = ManualClock::new(1_000_000);
+    let runtime = on_manual_clock(&clock);
+    let mut client = Client::serving(Arc::clone(&runtime));
+    let quick = task_id(&client.call("task", launch("print"), true).await);
+    let long = task_id(&client.call("task", launch("60"), true).await);
+    ended(&runtime, &quick).await;
+    clock.advance(millis(TASK_TTL) - 1);
+    let taken = client.get(&quick).await;
+    assert_eq!(taken["result"]["status"], "completed", "{taken}");
+    clock.advance(1);
+    for id in [&quick, &long] {
+        let polled = client.get(id).await;
+        let expected = if *id == quick { None } else { Some("working") };
+        assert_eq!(
+            polled["result"]["status"].as_str(),
+            expected,
+            "forgotten once ended, kept while it runs: {polled}"
+        );
+    }
+    let forgotten = client.get(&quick).await;
+    assert_eq!(forgotten["error"]["code"], -32602, "{forgotten}");
+
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    ended(&runtime, &long).await;
+    let refused = client.get(&long).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let message = refused["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("forgotten once its ttlMs passed"),
+        "{message}"
+    );
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    let note = texts(&checked);
+    assert_eq!(note.len(), 2, "{checked}");
+    assert_eq!(messages(&note[1]), [format!("slept 60 in {long}")]);
+    let again = client.call("check_async_tasks", json!({}), false).await;
+    assert_eq!(texts(&again).len(), 1, "once: {again}");
+    client.end().await;
+    runtime.shutdown().await;
+}
