@@ -168,6 +168,9 @@ struct Handle {
     held_from: u64,
     /// What its polls answer once it ended and a poll took its result.
     answer: Option<Answer>,
+    /// What a poll last saw it doing (its last output line, or the question
+    /// it asks) and when a poll first saw that: its `lastUpdatedAt`.
+    seen: Option<(String, u64)>,
 }
 
 /// The asynctask tasks one client follows as MCP Tasks, by id (an MCP task's
@@ -202,6 +205,7 @@ impl TaskHandles {
                     created_at,
                     held_from: now,
                     answer: None,
+                    seen: None,
                 };
                 (id, handle)
             })
@@ -232,6 +236,7 @@ impl TaskHandles {
                 created_at: now,
                 held_from: now,
                 answer: None,
+                seen: None,
             },
         );
     }
@@ -332,6 +337,7 @@ impl TaskHandles {
                     created_at: task.launched_at(),
                     held_from: now,
                     answer: None,
+                    seen: None,
                 });
                 true
             }
@@ -377,6 +383,22 @@ impl TaskHandles {
         self.lock().get(id).and_then(|handle| handle.answer.clone())
     }
 
+    /// When a poll first saw task `id` doing `doing` (`now`, when this poll
+    /// is the first).
+    fn seen(&self, id: &str, doing: String, now: u64) -> u64 {
+        let mut handles = self.lock();
+        let Some(handle) = handles.get_mut(id) else {
+            return now;
+        };
+        match &handle.seen {
+            Some((seen, at)) if *seen == doing => *at,
+            _ => {
+                handle.seen = Some((doing, now));
+                now
+            }
+        }
+    }
+
     fn keep_answer(&self, id: &str, answer: Answer) {
         if let Some(handle) = self.lock().get_mut(id) {
             handle.answer = Some(answer);
@@ -419,8 +441,12 @@ impl Poll<'_> {
                 .with_poll_interval_ms(duration_ms(TASK_POLL_INTERVAL))
         };
         if let Some(task) = task.as_ref().filter(|task| !task.status().is_terminal()) {
-            let updated = task.started_at().unwrap_or(task.launched_at());
+            // Updated when it was queued or started, and when a poll first
+            // saw a new output line or question.
+            let moved = task.started_at().unwrap_or(task.launched_at());
             if let Some(question) = waiting_question(self.manager, id) {
+                let asks = format!("asks question {}", question.number);
+                let updated = self.handles.seen(id, asks, now).max(moved);
                 let asks = base(TaskStatus::InputRequired, updated).with_status_message(format!(
                     "asks, and waits for an answer: {}",
                     truncate_chars(&question.question.text, STATUS_LINE_CHARS)
@@ -435,6 +461,9 @@ impl Poll<'_> {
                     TaskPayload::InputRequired { input_requests },
                 ));
             }
+            let updated = last_line(self.manager, id)
+                .filter(|_| task.status() != AsyncTaskStatus::Queued)
+                .map_or(moved, |line| self.handles.seen(id, line, now).max(moved));
             let message = progress(self.manager, task, now);
             let working = base(TaskStatus::Working, updated).with_status_message(message);
             return Some(DetailedTask::new(working, TaskPayload::Working));
@@ -609,18 +638,22 @@ pub(crate) fn progress(manager: &AsyncTaskManager, task: &TaskSnapshot, now: u64
         );
     }
     let ran = format_duration(task.started_at().unwrap_or(task.launched_at()), now);
-    let line = manager.progress(task.id()).and_then(|progress| {
-        let snapshot = progress.snapshot();
-        let line = snapshot.last_line()?.trim_end().to_owned();
-        (!line.trim().is_empty()).then_some(line)
-    });
-    match line {
+    match last_line(manager, task.id()) {
         Some(line) => format!(
             "running for {ran}; last output: {}",
             truncate_chars(&line, STATUS_LINE_CHARS)
         ),
         None => format!("running for {ran}; no output yet"),
     }
+}
+
+/// The last line task `id`'s subagent printed, unless blank.
+fn last_line(manager: &AsyncTaskManager, id: &str) -> Option<String> {
+    manager.progress(id).and_then(|progress| {
+        let snapshot = progress.snapshot();
+        let line = snapshot.last_line()?.trim_end().to_owned();
+        (!line.trim().is_empty()).then_some(line)
+    })
 }
 
 fn to_object(result: &CallToolResult) -> JsonObject {

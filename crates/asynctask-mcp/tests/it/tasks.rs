@@ -995,3 +995,37 @@ async fn past_its_ttl_an_ended_task_is_forgotten_and_its_result_rides_in_a_syste
     client.end().await;
     runtime.shutdown().await;
 }
+
+/// `lastUpdatedAt` moves with the task: when a poll first sees a new output
+/// line, not while the same line stands.
+#[tokio::test(start_paused = true)]
+async fn last_updated_at_moves_with_the_output() {
+    let clock = ManualClock::new(1_000_000);
+    let runtime = on_manual_clock(&clock);
+    let mut client = Client::serving(Arc::clone(&runtime));
+    let created = client.call("task", launch("3"), true).await;
+    let id = task_id(&created);
+    let at = |ms: u64| json!(asynctask_tools::iso_time(ms));
+    assert_eq!(created["result"]["lastUpdatedAt"], at(1_000_000));
+    let progress = runtime.manager().progress(&id).expect("running");
+    let printed = |line: &'static str| {
+        let progress = progress.clone();
+        move || progress.snapshot().last_line() == Some(line)
+    };
+    asynctask_test_support::eventually_async("step 0", Duration::from_secs(5), printed("step 0"))
+        .await;
+    clock.advance(1_000);
+    let first = client.get(&id).await;
+    assert_eq!(first["result"]["lastUpdatedAt"], at(1_001_000), "{first}");
+    clock.advance(1_000);
+    let same = client.get(&id).await;
+    assert_eq!(same["result"]["lastUpdatedAt"], at(1_001_000), "{same}");
+    asynctask_test_support::eventually_async("step 1", Duration::from_secs(5), printed("step 1"))
+        .await;
+    clock.advance(500);
+    let moved = client.get(&id).await;
+    assert_eq!(moved["result"]["lastUpdatedAt"], at(1_002_500), "{moved}");
+    assert_eq!(moved["result"]["createdAt"], at(1_000_000));
+    client.end().await;
+    runtime.shutdown().await;
+}
