@@ -199,6 +199,11 @@ def test_a_question_is_input_required_and_tasks_update_answers_it_once(client: T
     client.server.close()
 
 
+def status_of(client: TasksClient, task_id: str) -> str:
+    """Task `task_id`'s status as `check_async_tasks` shows it."""
+    return json.loads(texts(client.call("check_async_tasks", {"task_id": task_id})["result"])[0])["status"]
+
+
 def durable_client(tmp_path: Path, log: str) -> TasksClient:
     """A durable front (the workspace's supervisor behind it) on the 2026-07-28
     protocol, the extension declared."""
@@ -236,12 +241,7 @@ def test_a_durable_task_resolves_from_the_store_after_a_supervisor_restart(tmp_p
     first = durable_client(tmp_path, "front-1.log")
     task_id = first.launch("quick")
     ended = [first.get(task_id)["result"]["status"]]
-    wait_until(
-        lambda: json.loads(texts(first.call("check_async_tasks", {"task_id": task_id})["result"])[0])["status"]
-        == "completed",
-        f"task {task_id}'s end",
-        every=0.05,
-    )
+    wait_until(lambda: status_of(first, task_id) == "completed", f"task {task_id}'s end", every=0.05)
     assert ended == ["working"], ended
     first.server.close(stop_supervisor=False)
     supervisor_gone(first.server)
@@ -271,16 +271,10 @@ def test_the_followed_tasks_are_journaled_so_a_supervisor_restart_keeps_their_re
     ended = first.launch("quick")
     interrupted = first.launch("slow")
     group = slow_group(tmp_path, interrupted)
-    deadline = time.monotonic() + WITHIN
-    while json.loads(texts(first.call("check_async_tasks", {"task_id": ended})["result"])[0])["status"] != "completed":
-        assert time.monotonic() < deadline, f"task {ended} never finished"
-        time.sleep(0.05)
+    wait_until(lambda: status_of(first, ended) == "completed", f"task {ended}'s end", every=0.05)
     first.server.close(stop_supervisor=False)
     supervisor_gone(first.server)
-    deadline = time.monotonic() + WITHIN
-    while group_alive(group):
-        assert time.monotonic() < deadline, f"the slow subagent's group {group} outlived its supervisor"
-        time.sleep(0.05)
+    wait_until(lambda: not group_alive(group), f"the end of the slow subagent's group {group} with its supervisor")
     second = durable_client(tmp_path, "front-2.log")
     try:
         # Tool calls first, of a session that follows nothing yet and of one that
@@ -297,3 +291,71 @@ def test_the_followed_tasks_are_journaled_so_a_supervisor_restart_keeps_their_re
         assert not any(REMINDER_HEADER in text for text in texts(after)), after
     finally:
         second.server.close()
+
+
+def interrupted(client: TasksClient) -> None:
+    """Ends a durable front as Claude Code does when it exits: SIGINT (then SIGTERM,
+    when it is still there). The front exits at once and leaves its tasks to the
+    supervisor."""
+    client.server.process.send_signal(signal.SIGINT)
+    status = client.server.process.wait(timeout=10)
+    client.server.stderr.close()
+    assert status == 0, f"exit status {status}"
+
+
+def test_a_durable_task_survives_sigint_to_its_front_and_resolves_through_the_next_front(tmp_path: Path) -> None:
+    """Claude Code ends its server with SIGINT, not end of input: the supervisor runs
+    the followed task on, and the next front's polls follow it — here through a
+    question, answered with `tasks/update` — to its result."""
+    first = durable_client(tmp_path, "front-1.log")
+    task_id = first.launch("asker")
+    first.poll_until(task_id, "input_required")
+    interrupted(first)
+    second = durable_client(tmp_path, "front-2.log")
+    try:
+        second.poll_until(task_id, "input_required")
+        response = {"question-1": {"action": "accept", "content": {"answer": "yes"}}}
+        assert second.request("tasks/update", {"taskId": task_id, "inputResponses": response})["result"] == ACK
+        done, _ = second.poll_until(task_id, "completed")
+        final = json.loads(texts(done["result"])[0])["final_message"]
+        assert '"status":"answered","text":"yes"' in final, final
+        after = second.call("check_async_tasks", {})["result"]
+        assert not any(REMINDER_HEADER in text for text in texts(after)), after
+    finally:
+        second.server.close()
+
+
+def test_a_durable_result_nobody_polls_any_more_rides_in_a_system_note_once(tmp_path: Path) -> None:
+    """A client that exits ("Exit and stop tasks", "Move to background and exit")
+    polls its task no more, and its durable front leaves the task to the supervisor:
+    once no session whose client polls is connected, the result rides in a System
+    Note on another session's tool result — exactly once — and a poll that comes
+    later says it was delivered elsewhere."""
+    first = durable_client(tmp_path, "front-1.log")
+    task_id = first.launch("quick")
+    # Its client connected, the ended task's result waits for its poll.
+    first.listed_completed(task_id)
+    interrupted(first)
+    plain = TasksClient(LineServer(tmp_path, durable=True, log="front-2.log"))
+    try:
+        plain.request("server/discover", tasks=False)
+
+        def noted() -> list[str] | None:
+            listing = texts(plain.call("check_async_tasks", {}, tasks=False)["result"])
+            return listing[1:] or None
+
+        note = wait_until(noted, f"task {task_id}'s result in a System Note", every=0.05)
+        assert len(note) == 1 and REMINDER_HEADER in note[0] and task_id in note[0], note
+        assert "quick done" in note[0], note
+        again = plain.call("check_async_tasks", {}, tasks=False)["result"]
+        assert len(texts(again)) == 1, again
+        late = durable_client(tmp_path, "front-3.log")
+        try:
+            polled = late.get(task_id)["result"]
+            assert polled["status"] == "completed", polled
+            assert "already delivered in an earlier response" in polled["statusMessage"], polled
+            assert texts(polled["result"]) == [polled["statusMessage"]], polled
+        finally:
+            late.server.close(stop_supervisor=False)
+    finally:
+        plain.server.close()

@@ -167,12 +167,29 @@ impl ReminderGate {
 
     /// Whether a reminder of this gate's session may take `task`'s result:
     /// one its session may take (every result, when the gate serves no
-    /// session of several) that no `tasks/get` of its client follows.
+    /// session of several) that no `tasks/get` of its client holds (see
+    /// [`TaskHandles::holds`]: a followed task that ended goes to the
+    /// reminders once no poll took it for a while).
     pub(crate) fn may_claim(&self, task: &TaskSnapshot) -> bool {
+        let now = self.ledger.manager().clock().now_ms();
+        // A server of its own serves its one client, which polls while it is
+        // connected; of several sessions, one whose client declared the
+        // extension may poll.
+        let polled = self
+            .session
+            .as_ref()
+            .is_none_or(|session| session.any_polls());
         self.session
             .as_ref()
             .is_none_or(|session| session.may_claim(task))
-            && !self.handles.follows(task.id())
+            && !self.handles.holds(task, now, polled)
+    }
+
+    /// How long until a followed result no poll took goes to the reminders
+    /// (a waiter looks again then); `None` when none waits for that.
+    pub(crate) fn next_release(&self) -> Option<std::time::Duration> {
+        let manager = self.ledger.manager();
+        self.handles.next_release(manager, manager.clock().now_ms())
     }
 
     /// Claims task `task_id`'s result for request `id` (a `tasks/get` or
@@ -496,18 +513,24 @@ mod tests {
     }
 
     /// A client that restarts its server (a new session of the same set)
-    /// still follows its tasks: no reminder of the new session takes them.
+    /// still follows its tasks: no reminder of the new session takes them,
+    /// while a session whose client polls is connected; once none is, a
+    /// reminder takes what no poll took.
     #[tokio::test]
     async fn the_sessions_of_one_set_share_the_followed_tasks() {
-        let (runtime, _) = gate_with_finished(&["aaaaaaaa-1", "bbbbbbbb-2"]);
+        let (runtime, _) = gate_with_finished(&["aaaaaaaa-1", "bbbbbbbb-2", "cccccccc-3"]);
         let sessions = crate::session::Sessions::on(runtime.claims().clone());
         let none = std::collections::BTreeSet::new();
         let first = Arc::new(sessions.join(&none));
+        first.declare_tasks();
         let gate = ReminderGate::for_session(runtime.claims().clone(), Arc::clone(&first));
-        gate.handles().follow("aaaaaaaa-1", 0);
+        let now = runtime.manager().clock().now_ms();
+        gate.handles().follow("aaaaaaaa-1", now);
+        gate.handles().follow("cccccccc-3", now);
         drop((gate, first));
-        let next =
-            ReminderGate::for_session(runtime.claims().clone(), Arc::new(sessions.join(&none)));
+        let polling = Arc::new(sessions.join(&none));
+        polling.declare_tasks();
+        let next = ReminderGate::for_session(runtime.claims().clone(), Arc::clone(&polling));
         next.track();
         assert!(next.handles().follows("aaaaaaaa-1"));
         assert!(next.open(id(1)));
@@ -520,6 +543,19 @@ mod tests {
         assert!(
             next.answer_task(&id(2), "aaaaaaaa-1"),
             "a poll of the new session takes it"
+        );
+        for request in [1, 2] {
+            if let Some(claim) = next.answered(&id(request)) {
+                claim.acknowledge();
+            }
+        }
+        drop((next, polling));
+        let plain =
+            ReminderGate::for_session(runtime.claims().clone(), Arc::new(sessions.join(&none)));
+        assert_eq!(
+            carried(plain.answer(&id(1), &CancellationToken::new())),
+            Some(vec!["cccccccc-3".to_owned()]),
+            "no client that polls is connected: a reminder takes it"
         );
         runtime.shutdown().await;
     }

@@ -67,7 +67,8 @@ pub use crate::server::{
 pub use crate::session::{Session, Sessions};
 pub use crate::stdio::{TerminationSignals, log_task_ends, serve_io, serve_runtime, serve_stdio};
 pub use crate::tasks::{
-    FollowJournal, TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
+    FollowJournal, TASK_POLL_INTERVAL, TASK_RESULT_HOLD, TASK_TTL, TASKS_ANSWER_DESCRIPTION,
+    TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
 };
 pub use crate::transport::{DELIVERED_NOTIFICATION, OVERSIZED_NOTIFICATION};
 pub use crate::wait::REMINDER_KEY;

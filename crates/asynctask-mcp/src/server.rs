@@ -8,8 +8,8 @@ use std::time::Duration;
 use asynctask_manager::{AsyncTaskManager, TaskProgress};
 use asynctask_runtime::{AsyncTaskRuntime, Reminder};
 use asynctask_tools::{
-    CallContext, LaunchBudget, Nesting, TASK_DESCRIPTION_LEAD, TaskTool, TodoPauseTool, Tool,
-    ToolResult, id_prefix, truncate_chars, with_call_context,
+    AnswerAsyncTaskTool, CallContext, LaunchBudget, Nesting, TASK_DESCRIPTION_LEAD, TaskTool,
+    TodoPauseTool, Tool, ToolResult, id_prefix, new_task_id, truncate_chars, with_call_context,
 };
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
@@ -29,8 +29,8 @@ use crate::gate::{REQUEST, ReminderGate};
 pub(crate) use crate::options::{McpError, McpServerOptions};
 use crate::session::Session;
 use crate::tasks::{
-    Poll, TASK_POLL_INTERVAL, TASK_TTL, TASKS_INSTRUCTIONS, TASKS_TASK_DESCRIPTION_LEAD,
-    answer_questions, declares_tasks, progress, unknown_task,
+    Poll, TASK_POLL_INTERVAL, TASK_TTL, TASKS_ANSWER_DESCRIPTION, TASKS_INSTRUCTIONS,
+    TASKS_TASK_DESCRIPTION_LEAD, answer_questions, declares_tasks, progress, unknown_task,
 };
 use crate::transport::{AckMode, ServerTransport};
 use crate::wait::{REMINDER_KEY, WaitAsyncTasksTool};
@@ -493,6 +493,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
         let mut info = self.get_info();
+        self.note_client(&context.meta);
         if declares_tasks(&context.meta) {
             info = info.with_instructions(TASKS_INSTRUCTIONS);
         }
@@ -528,7 +529,9 @@ impl ServerHandler for AsyncTaskMcpServer {
 
     /// The tools. To a request that declares the tasks extension, the
     /// `task` tool's description says the client runs each call in the
-    /// background, and `wait_async_tasks` is left out: the client brings
+    /// background, `answer_async_task`'s that the client asks the user its
+    /// tasks' questions (no System Note shows them), and `wait_async_tasks`
+    /// is left out: the client brings
     /// each result itself, and a wait would only hold the model's turn. On
     /// the 2026-07-28 protocol the list says how long it stays fresh
     /// ([`TOOLS_TTL`]) and that it is the user's own (it names their
@@ -538,6 +541,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.note_client(&context.meta);
         let mut result =
             ListToolsResult::with_all_items(self.list_for(declares_tasks(&context.meta)));
         let modern = context
@@ -559,8 +563,9 @@ impl ServerHandler for AsyncTaskMcpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // A followed task past its TTL gives its result to this call's reminder.
+        // Forgets the followed tasks past their TTL (a poll of one is refused).
         self.prune_tasks();
+        self.note_client(&context.meta);
         let Some(tool) = self.tool(&request.name) else {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool '{}'", request.name),
@@ -572,18 +577,29 @@ impl ServerHandler for AsyncTaskMcpServer {
         if as_task && let Value::Object(object) = &mut arguments {
             object.insert("async".to_owned(), Value::Bool(true));
         }
+        // Followed before the launch: a subagent that ends at once never
+        // leaves its result for a System Note of a concurrent call.
+        let manager = self.runtime.manager();
+        let task = as_task.then(|| {
+            let (id, now) = (new_task_id(manager), manager.clock().now_ms());
+            self.gate.handles().hold(&id, now);
+            (id, now)
+        });
         // `cancel` fires when rmcp cancels `ct` (on `notifications/cancelled` for
         // this request) or when the client goes away (`calls`, cancelled by the
         // transport at end of input: rmcp itself would wait 5 s first).
         let cancel = self.calls.child_token();
+        let task_id = task.as_ref().map(|(id, _)| id.clone());
         let result = self
-            .run_tool(tool, &request.name, arguments, &context, &cancel)
+            .run_tool(tool, &request.name, arguments, &context, &cancel, task_id)
             .await;
-        if as_task
-            && result.error.is_none()
-            && let Some(id) = result.metadata.get("agentId").and_then(Value::as_str)
-        {
-            return Ok(CallToolResponse::Task(self.create_task(id)));
+        if let Some((id, now)) = task {
+            let launched = result.error.is_none()
+                && result.metadata.get("agentId").and_then(Value::as_str) == Some(id.as_str());
+            if launched {
+                return Ok(CallToolResponse::Task(self.create_task(&id, now)));
+            }
+            self.gate.handles().unfollow(&id);
         }
         // Claimed for this request; acknowledged by the transport once written.
         let reminder = if is_reminder(&result) {
@@ -604,6 +620,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         self.prune_tasks();
+        self.note_client(&context.meta);
         if !self.follows(&request.task_id) {
             return Err(unknown_task(&request.task_id));
         }
@@ -678,10 +695,14 @@ impl AsyncTaskMcpServer {
         arguments: Value,
         context: &RequestContext<RoleServer>,
         cancel: &CancellationToken,
+        task_id: Option<String>,
     ) -> ToolResult {
         let scope = ProgressScope::of(name, &arguments, self.session.as_deref());
         let call_progress = TaskProgress::new();
         let mut call = CallContext::new().with_progress(call_progress.clone());
+        if let Some(id) = task_id {
+            call = call.with_task_id(id);
+        }
         if let Some(session) = &self.session {
             call = call.with_origin(session.id());
         }
@@ -729,12 +750,12 @@ impl AsyncTaskMcpServer {
         }
     }
 
-    /// Follows task `id` as an MCP Task from now, and the answer that says
-    /// so: working, with its place in the queue or how long it has run.
-    fn create_task(&self, id: &str) -> CreateTaskResult {
+    /// Journals task `id`, followed as an MCP Task since `now` (its launch),
+    /// and the answer that says so: working, with its place in the queue or
+    /// how long it has run.
+    fn create_task(&self, id: &str, now: u64) -> CreateTaskResult {
         let manager = self.runtime.manager();
-        let now = manager.clock().now_ms();
-        self.gate.handles().follow(id, now);
+        self.gate.handles().journal(id, now);
         let created = asynctask_tools::iso_time(now);
         let mut task = rmcp::model::Task::new(id, TaskStatus::Working, created.clone(), created)
             .with_ttl_ms(u64::try_from(TASK_TTL.as_millis()).unwrap_or(u64::MAX))
@@ -763,8 +784,21 @@ impl AsyncTaskMcpServer {
         }
     }
 
+    /// Notes that this server's session has a client that polls the tasks
+    /// it follows, when a request's `meta` declares the extension: while one
+    /// is connected, a followed result waits a while for a poll (see
+    /// [`TaskHandles::holds`](crate::tasks::TaskHandles::holds)).
+    fn note_client(&self, meta: &rmcp::model::RequestMetaObject) {
+        if let Some(session) = &self.session
+            && declares_tasks(meta)
+        {
+            session.declare_tasks();
+        }
+    }
+
     /// Forgets the followed tasks past their TTL; the reminders may take
-    /// what no poll took, so their waiters look again.
+    /// what no poll took (long since: see [`TASK_RESULT_HOLD`](crate::TASK_RESULT_HOLD)),
+    /// so their waiters look again.
     fn prune_tasks(&self) {
         let manager = self.runtime.manager();
         if self.gate.handles().prune(manager, manager.clock().now_ms()) {
@@ -788,6 +822,9 @@ impl AsyncTaskMcpServer {
                     let description =
                         description.replacen(TASK_DESCRIPTION_LEAD, TASKS_TASK_DESCRIPTION_LEAD, 1);
                     tool.description = Some(description.into());
+                }
+                if tool.name == AnswerAsyncTaskTool::NAME {
+                    tool.description = Some(TASKS_ANSWER_DESCRIPTION.into());
                 }
                 tool
             })

@@ -1,7 +1,7 @@
 //! Sessions sharing one registry (a durable supervisor's clients): who is
 //! connected, and which results each may claim.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -35,7 +35,9 @@ use crate::tasks::{FollowJournal, TaskHandles};
 /// ```
 #[derive(Clone, Default)]
 pub struct Sessions {
-    connected: Arc<Mutex<BTreeSet<String>>>,
+    /// By id, each with whether its client declared the tasks extension
+    /// (it polls the tasks it follows).
+    connected: Arc<Mutex<BTreeMap<String, bool>>>,
     /// Told when a session leaves: waiters in the others may claim its
     /// pending results now.
     ledger: Option<ClaimLedger>,
@@ -61,9 +63,11 @@ impl Sessions {
     /// Tasks) are journaled in `journal` and start as `restored` (id, followed
     /// since: what the journal held when the process started). A durable
     /// supervisor restarted from its store thus keeps a followed task's result
-    /// for the polls, as before it restarted, until the task's
-    /// [`TASK_TTL`](crate::TASK_TTL) has passed and it has ended; from then on it
-    /// is delivered as any other (a System Note on a tool result). The tasks of
+    /// for the polls, as before it restarted, for
+    /// [`TASK_RESULT_HOLD`](crate::TASK_RESULT_HOLD) from its start (or the
+    /// task's end, when later), and keeps polls answering until the task's
+    /// [`TASK_TTL`](crate::TASK_TTL) has passed and it has ended; a result no
+    /// poll took is delivered as any other (a System Note on a tool result). The tasks of
     /// `restored` already past that, by `manager`'s clock and tasks, are
     /// forgotten at once. Call it before any session joins.
     #[must_use]
@@ -73,12 +77,13 @@ impl Sessions {
         restored: impl IntoIterator<Item = (String, u64)>,
         manager: &AsyncTaskManager,
     ) -> Self {
-        self.followed = TaskHandles::journaled(journal, restored);
+        let now = manager.clock().now_ms();
+        self.followed = TaskHandles::journaled(journal, restored, now);
         self.followed.prune(manager, manager.clock().now_ms());
         self
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeSet<String>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, bool>> {
         // A set of names, consistent after every statement.
         self.connected
             .lock()
@@ -104,11 +109,11 @@ impl Sessions {
         let mut connected = self.lock();
         let id = loop {
             let id = draw();
-            if !recorded.contains(&id) && !connected.contains(&id) {
+            if !recorded.contains(&id) && !connected.contains_key(&id) {
                 break id;
             }
         };
-        connected.insert(id.clone());
+        connected.insert(id.clone(), false);
         drop(connected);
         Session {
             id,
@@ -131,13 +136,19 @@ impl Sessions {
     }
 
     fn is_connected(&self, id: &str) -> bool {
-        self.lock().contains(id)
+        self.lock().contains_key(id)
+    }
+
+    /// Whether a connected session's client declared the tasks extension:
+    /// someone may still poll the tasks clients follow.
+    pub(crate) fn any_polls(&self) -> bool {
+        self.lock().values().any(|declared| *declared)
     }
 }
 
 impl fmt::Debug for Sessions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.lock().iter()).finish()
+        f.debug_set().entries(self.lock().keys()).finish()
     }
 }
 
@@ -186,6 +197,20 @@ impl Session {
     #[must_use]
     pub fn nesting(&self) -> Option<Nesting> {
         self.nesting
+    }
+
+    /// Its client declared the tasks extension (on a request): it polls the
+    /// tasks it follows.
+    pub(crate) fn declare_tasks(&self) {
+        if let Some(declared) = self.sessions.lock().get_mut(&self.id) {
+            *declared = true;
+        }
+    }
+
+    /// Whether a session of its set (itself included) has a client that
+    /// declared the tasks extension.
+    pub(crate) fn any_polls(&self) -> bool {
+        self.sessions.any_polls()
     }
 
     /// The tasks followed as MCP Tasks by the clients of every session of

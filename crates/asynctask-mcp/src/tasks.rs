@@ -21,8 +21,8 @@ use rmcp::model::{
 /// timeout (30 minutes by default), after waiting its turn in the queue — and
 /// a client polls until it ends, so a day is far past any task's end; what a
 /// task keeps once answered is one bounded result. Past it, and once its task
-/// has ended, the task is forgotten: a poll then gets `-32602`, and a result
-/// no poll took rides on the next tool result as a System Note instead.
+/// has ended, the task is forgotten: a poll then gets `-32602`. (A result no
+/// poll took rode on a tool result long before: see [`TASK_RESULT_HOLD`].)
 ///
 /// ```
 /// assert_eq!(asynctask_mcp::TASK_TTL.as_secs(), 86_400);
@@ -40,6 +40,25 @@ pub const TASK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// ```
 pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long the result of a followed task that ended waits for a poll before
+/// it is delivered as any other (a System Note on a tool result,
+/// `wait_async_tasks`): six [`TASK_POLL_INTERVAL`]s, 30 s, counted from the
+/// task's end (or, when later, from when this process began to follow it: a
+/// restarted supervisor gives the polls the same time). A client that follows
+/// a task polls every 5 s, so one that still follows it takes the result
+/// within one interval; six with no poll taking it mean nobody polls it any
+/// more (the client exited, stopping or backgrounding its tasks, and a
+/// durable supervisor runs them on), not a poll that came late on a busy
+/// machine or a front that restarts. Held for the whole [`TASK_TTL`] instead,
+/// such a result would reach the model a day late; 30 s is little against a
+/// subagent's minutes. Still exactly once: a poll that comes later answers
+/// that the result was delivered elsewhere.
+///
+/// ```
+/// assert_eq!(asynctask_mcp::TASK_RESULT_HOLD.as_secs(), 30);
+/// ```
+pub const TASK_RESULT_HOLD: Duration = Duration::from_secs(6 * 5);
+
 /// The server's `instructions` for a client that declared the tasks
 /// extension: it runs each `task` call as a background task of its own and
 /// brings the result itself, so no System Note is promised.
@@ -56,10 +75,23 @@ pub const TASKS_TASK_DESCRIPTION_LEAD: &str = "Run a subagent that works on its 
     difference here); when it finishes, its result is brought to you as JSON (agent_id, \
     terminate_reason, emitted_vars, final_message). Use check_async_tasks to monitor it.";
 
+/// The `answer_async_task` tool's description for a client that declared
+/// the tasks extension: its tasks' questions reach it as `input_required`
+/// tasks (a form for the user), never in a System Note.
+pub const TASKS_ANSWER_DESCRIPTION: &str = "Answer the question a running background task's \
+    subagent asked. Your client asks the user such a question in a form of its own and brings \
+    the answer itself; check_async_tasks shows the questions still waiting. Use this tool when \
+    the user tells you the answer, or the form was put off and you can answer it. The subagent \
+    waits for the answer and goes on with it; each question takes one answer, whoever gives it \
+    first. Give answer (one of its choices, when it gave some), or decline: true when you \
+    cannot answer (the subagent is told you declined). If you need the user's input, ask the \
+    user first.";
+
 /// What a poll of a task whose result was delivered another way (on a tool
-/// result, as a System Note, before the task was followed; or to a poll
-/// before a durable supervisor restarted, which keeps no answers) answers:
-/// the result is never given twice.
+/// result, as a System Note: before a poll adopted the task, or once no poll
+/// took it within [`TASK_RESULT_HOLD`]; or to a poll before a durable
+/// supervisor restarted, which keeps no answers) answers: the result is
+/// never given twice.
 pub(crate) fn delivered_elsewhere(id: &str) -> String {
     format!(
         "The result of task {id} was already delivered in an earlier response (a System Note \
@@ -130,8 +162,15 @@ enum Answer {
 struct Handle {
     /// When the task was created as an MCP Task (Unix ms, the manager's clock).
     created_at: u64,
+    /// When this process began to follow it (created, adopted or restored):
+    /// its result is held for the polls [`TASK_RESULT_HOLD`] from this or
+    /// from the task's end, whichever is later.
+    held_from: u64,
     /// What its polls answer once it ended and a poll took its result.
     answer: Option<Answer>,
+    /// What a poll last saw it doing (its last output line, or the question
+    /// it asks) and when a poll first saw that: its `lastUpdatedAt`.
+    seen: Option<(String, u64)>,
 }
 
 /// The asynctask tasks one client follows as MCP Tasks, by id (an MCP task's
@@ -152,17 +191,21 @@ impl TaskHandles {
 
     /// The same set, journaled in `journal` from now on, holding the tasks
     /// `restored` names (id, followed since; what the journal held when the
-    /// process started). Past their TTL they go at the next prune.
+    /// process started), held for the polls from `now`. Past their TTL they
+    /// go at the next prune.
     pub(crate) fn journaled(
         journal: Arc<dyn FollowJournal>,
         restored: impl IntoIterator<Item = (String, u64)>,
+        now: u64,
     ) -> Self {
         let handles = restored
             .into_iter()
             .map(|(id, created_at)| {
                 let handle = Handle {
                     created_at,
+                    held_from: now,
                     answer: None,
+                    seen: None,
                 };
                 (id, handle)
             })
@@ -174,19 +217,38 @@ impl TaskHandles {
     }
 
     /// The client follows task `id` from now (`now`, Unix ms); journaled
-    /// before this returns, so before the client hears of the task.
+    /// before this returns. (The server holds, launches, then journals.)
+    #[cfg(test)]
     pub(crate) fn follow(&self, id: &str, now: u64) {
+        self.hold(id, now);
+        self.journal(id, now);
+    }
+
+    /// The client follows task `id` from `now`, not journaled yet: a task
+    /// about to be launched under that id (the journal marks registered
+    /// tasks only), whose result no reminder may take from its launch on.
+    /// [`journal`](Self::journal) it once launched, or
+    /// [`unfollow`](Self::unfollow) it when the launch was refused.
+    pub(crate) fn hold(&self, id: &str, now: u64) {
         self.lock().insert(
             id.to_owned(),
             Handle {
                 created_at: now,
+                held_from: now,
                 answer: None,
+                seen: None,
             },
         );
-        self.journal(id, now);
     }
 
-    fn journal(&self, id: &str, since: u64) {
+    /// Forgets task `id` (one whose launch was refused: no such task).
+    pub(crate) fn unfollow(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Records in the journal, when there is one, that task `id` is followed
+    /// since `since`.
+    pub(crate) fn journal(&self, id: &str, since: u64) {
         if let Some(journal) = &self.journal
             && let Err(err) = journal.follow(id, since)
         {
@@ -202,6 +264,47 @@ impl TaskHandles {
     /// Whether the client follows task `id`.
     pub(crate) fn follows(&self, id: &str) -> bool {
         self.lock().contains_key(id)
+    }
+
+    /// Whether `task`'s result is held for the polls at `now`, out of every
+    /// reminder: the client follows it, and it runs, or it ended less than
+    /// [`TASK_RESULT_HOLD`] ago (counted from when this process began to
+    /// follow it, when later) and a client that may poll it is connected
+    /// (`polled`). Else nobody polls it any more: the reminders may take it,
+    /// through the same ledger as a poll.
+    pub(crate) fn holds(&self, task: &TaskSnapshot, now: u64, polled: bool) -> bool {
+        let Some(held_from) = self.lock().get(task.id()).map(|handle| handle.held_from) else {
+            return false;
+        };
+        match task.completed_at() {
+            Some(ended) if task.status().is_terminal() => {
+                polled && now < release_at(ended, held_from)
+            }
+            _ => true,
+        }
+    }
+
+    /// How long until the next followed task that ended is no longer held
+    /// for the polls (see [`holds`](Self::holds)); `None` when none waits.
+    pub(crate) fn next_release(&self, manager: &AsyncTaskManager, now: u64) -> Option<Duration> {
+        let held: Vec<(String, u64)> = self
+            .lock()
+            .iter()
+            .filter(|(_, handle)| handle.answer.is_none())
+            .map(|(id, handle)| (id.clone(), handle.held_from))
+            .collect();
+        // Read outside the lock: the manager's lock comes before this one.
+        held.into_iter()
+            .filter_map(|(id, held_from)| {
+                let task = manager.task(&id)?;
+                let ended = task
+                    .completed_at()
+                    .filter(|_| task.status().is_terminal())?;
+                let release = release_at(ended, held_from);
+                (release > now && task.notified_at().is_none()).then_some(release - now)
+            })
+            .min()
+            .map(Duration::from_millis)
     }
 
     /// Whether task `id` is followed, following it from its launch when the
@@ -232,7 +335,9 @@ impl TaskHandles {
             std::collections::hash_map::Entry::Vacant(entry) => {
                 entry.insert(Handle {
                     created_at: task.launched_at(),
+                    held_from: now,
                     answer: None,
+                    seen: None,
                 });
                 true
             }
@@ -278,6 +383,22 @@ impl TaskHandles {
         self.lock().get(id).and_then(|handle| handle.answer.clone())
     }
 
+    /// When a poll first saw task `id` doing `doing` (`now`, when this poll
+    /// is the first).
+    fn seen(&self, id: &str, doing: String, now: u64) -> u64 {
+        let mut handles = self.lock();
+        let Some(handle) = handles.get_mut(id) else {
+            return now;
+        };
+        match &handle.seen {
+            Some((seen, at)) if *seen == doing => *at,
+            _ => {
+                handle.seen = Some((doing, now));
+                now
+            }
+        }
+    }
+
     fn keep_answer(&self, id: &str, answer: Answer) {
         if let Some(handle) = self.lock().get_mut(id) {
             handle.answer = Some(answer);
@@ -320,8 +441,12 @@ impl Poll<'_> {
                 .with_poll_interval_ms(duration_ms(TASK_POLL_INTERVAL))
         };
         if let Some(task) = task.as_ref().filter(|task| !task.status().is_terminal()) {
-            let updated = task.started_at().unwrap_or(task.launched_at());
+            // Updated when it was queued or started, and when a poll first
+            // saw a new output line or question.
+            let moved = task.started_at().unwrap_or(task.launched_at());
             if let Some(question) = waiting_question(self.manager, id) {
+                let asks = format!("asks question {}", question.number);
+                let updated = self.handles.seen(id, asks, now).max(moved);
                 let asks = base(TaskStatus::InputRequired, updated).with_status_message(format!(
                     "asks, and waits for an answer: {}",
                     truncate_chars(&question.question.text, STATUS_LINE_CHARS)
@@ -336,6 +461,9 @@ impl Poll<'_> {
                     TaskPayload::InputRequired { input_requests },
                 ));
             }
+            let updated = last_line(self.manager, id)
+                .filter(|_| task.status() != AsyncTaskStatus::Queued)
+                .map_or(moved, |line| self.handles.seen(id, line, now).max(moved));
             let message = progress(self.manager, task, now);
             let working = base(TaskStatus::Working, updated).with_status_message(message);
             return Some(DetailedTask::new(working, TaskPayload::Working));
@@ -510,12 +638,7 @@ pub(crate) fn progress(manager: &AsyncTaskManager, task: &TaskSnapshot, now: u64
         );
     }
     let ran = format_duration(task.started_at().unwrap_or(task.launched_at()), now);
-    let line = manager.progress(task.id()).and_then(|progress| {
-        let snapshot = progress.snapshot();
-        let line = snapshot.last_line()?.trim_end().to_owned();
-        (!line.trim().is_empty()).then_some(line)
-    });
-    match line {
+    match last_line(manager, task.id()) {
         Some(line) => format!(
             "running for {ran}; last output: {}",
             truncate_chars(&line, STATUS_LINE_CHARS)
@@ -524,12 +647,29 @@ pub(crate) fn progress(manager: &AsyncTaskManager, task: &TaskSnapshot, now: u64
     }
 }
 
+/// The last line task `id`'s subagent printed, unless blank.
+fn last_line(manager: &AsyncTaskManager, id: &str) -> Option<String> {
+    manager.progress(id).and_then(|progress| {
+        let snapshot = progress.snapshot();
+        let line = snapshot.last_line()?.trim_end().to_owned();
+        (!line.trim().is_empty()).then_some(line)
+    })
+}
+
 fn to_object(result: &CallToolResult) -> JsonObject {
     match serde_json::to_value(result) {
         Ok(serde_json::Value::Object(object)) => object,
         // A CallToolResult is an object of plain data.
         _ => JsonObject::new(),
     }
+}
+
+/// When the result of a task that ended at `ended`, followed by this process
+/// since `held_from`, stops being held for the polls.
+fn release_at(ended: u64, held_from: u64) -> u64 {
+    ended
+        .max(held_from)
+        .saturating_add(duration_ms(TASK_RESULT_HOLD))
 }
 
 fn duration_ms(duration: Duration) -> u64 {
@@ -596,6 +736,74 @@ mod tests {
         assert_eq!(claim.task_ids(), ["aaaa0000-1"]);
     }
 
+    /// An ended task's result is held for the polls for `TASK_RESULT_HOLD`
+    /// from its end, or from when this process began to follow it when
+    /// later (a restored set); a running task's as long as it runs; and a
+    /// waiter is told when the next hold ends.
+    #[test]
+    fn an_ended_tasks_result_is_held_for_the_polls_a_while_then_released() {
+        let clock = ManualClock::new(1_000);
+        let manager = manager(&clock);
+        manager.set_max_queued_tasks(MaxQueuedTasks::new(5).expect("valid"));
+        for id in ["aaaa0000-1", "bbbb0000-2"] {
+            manager
+                .register_task(RegisterTaskInput::new(id, "s", "g"))
+                .expect("registered");
+        }
+        let hold = duration_ms(TASK_RESULT_HOLD);
+        let handles = TaskHandles::journaled(
+            Arc::new(Log::default()),
+            [("bbbb0000-2".to_owned(), 500)],
+            clock.now_ms() + 10,
+        );
+        handles.follow("aaaa0000-1", clock.now_ms());
+        let task = |id: &str| manager.task(id).expect("held");
+        assert_eq!(handles.next_release(&manager, clock.now_ms()), None);
+        clock.advance(2 * hold);
+        assert!(
+            handles.holds(&task("aaaa0000-1"), clock.now_ms(), true),
+            "runs"
+        );
+        assert!(handles.holds(&task("aaaa0000-1"), clock.now_ms(), false));
+        manager.complete_task("aaaa0000-1", OutputObject::new(TerminateReason::Goal));
+        manager.complete_task("bbbb0000-2", OutputObject::new(TerminateReason::Goal));
+        let ended = clock.now_ms();
+        assert_eq!(
+            handles.next_release(&manager, ended),
+            Some(TASK_RESULT_HOLD)
+        );
+        clock.advance(hold - 1);
+        assert!(handles.holds(&task("aaaa0000-1"), clock.now_ms(), true));
+        assert_eq!(
+            handles.next_release(&manager, clock.now_ms()),
+            Some(Duration::from_millis(1))
+        );
+        clock.advance(1);
+        assert!(!handles.holds(&task("aaaa0000-1"), clock.now_ms(), true));
+        assert!(!handles.holds(&task("bbbb0000-2"), clock.now_ms(), true));
+        assert!(handles.follows("aaaa0000-1"), "still answered by a poll");
+        assert_eq!(handles.next_release(&manager, clock.now_ms()), None);
+
+        // Restored after the task ended: held from the restore.
+        let restored = TaskHandles::journaled(
+            Arc::new(Log::default()),
+            [("aaaa0000-1".to_owned(), 1_000)],
+            clock.now_ms(),
+        );
+        let now = clock.now_ms();
+        assert!(restored.holds(&task("aaaa0000-1"), now + hold - 1, true));
+        assert!(!restored.holds(&task("aaaa0000-1"), now + hold, true));
+        assert!(
+            !restored.holds(&task("aaaa0000-1"), now, false),
+            "no client that polls is connected: released at once"
+        );
+        assert!(
+            !restored.holds(&task("bbbb0000-2"), clock.now_ms(), true),
+            "not followed"
+        );
+        assert_eq!(ended + hold, clock.now_ms());
+    }
+
     /// What a journal was told: (id, followed since), in order.
     #[derive(Debug, Default)]
     struct Log(Mutex<Vec<(String, u64)>>);
@@ -637,7 +845,7 @@ mod tests {
             ("bbbb0000-2".to_owned(), 1_000),
             ("cccc0000-3".to_owned(), clock.now_ms()),
         ];
-        let handles = TaskHandles::journaled(log.clone(), restored);
+        let handles = TaskHandles::journaled(log.clone(), restored, clock.now_ms());
         assert!(handles.prune(&manager, clock.now_ms()));
         assert!(
             !handles.follows("aaaa0000-1"),

@@ -194,10 +194,14 @@ impl TypedTool for WaitAsyncTasksTool {
                 }
                 Watch::Running(running) => running,
             };
+            // No event marks a followed result no poll took going to the
+            // reminders: look again when it does.
+            let release = self.gate.next_release();
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => break,
                 () = &mut changed => {}
+                () = tokio::time::sleep(release.unwrap_or_default()), if release.is_some() => {}
                 () = tokio::time::sleep_until(deadline) => {
                     let text = format!(
                         "No async task finished within {seconds} seconds; {running} still running."

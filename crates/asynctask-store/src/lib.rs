@@ -6,10 +6,9 @@
 //! runtime builder's `journal`: a task that was running when the last process
 //! died comes back failed as interrupted, a result the model was not told about
 //! is still pending, and nothing delivered is delivered again. [`Durability`]
-//! says what a power loss may cost; every [`StoreError`] names the path. The
-//! crate sits beside `asynctask-tools`, on the manager (the runtime never depends
-//! on a database); it keeps nothing but tasks (and which of them clients follow as
-//! MCP Tasks: [`Store::follow`]), for one process at a time.
+//! says what a power loss may cost; every [`StoreError`] names the path. On the
+//! manager (the runtime never needs a database), it keeps nothing but tasks (and
+//! which ones clients follow as MCP Tasks: [`Store::follow`]), one process at a time.
 //!
 //! # Example
 //!

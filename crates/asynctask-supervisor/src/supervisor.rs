@@ -96,7 +96,7 @@ impl Supervisor {
     /// Journals the tasks clients follow as MCP Tasks in `journal`, starting
     /// from `restored` (id, followed since: what the workspace's store held).
     /// A followed task's result then stays the polls' across a restart of the
-    /// supervisor, until its TTL has passed and it has ended
+    /// supervisor, for a while after the restart or its end
     /// ([`Sessions::with_followed`]).
     #[must_use]
     pub fn with_followed(

@@ -65,6 +65,12 @@ pub struct CallContext {
     /// The project the serving layer's subagents work in, when it has one:
     /// `check_async_tasks` shows it in a task's details.
     pub project: Option<std::path::PathBuf>,
+    /// The id the task a `task` call launches takes, drawn by the serving
+    /// layer with [`new_task_id`](crate::new_task_id) when it must know the
+    /// id before the launch can finish (one that follows the task as its
+    /// client's own, before its result could go anywhere else); `None`: the
+    /// tool draws one.
+    pub task_id: Option<String>,
 }
 
 impl CallContext {
@@ -107,6 +113,14 @@ impl CallContext {
     #[must_use]
     pub fn with_project(mut self, project: impl Into<std::path::PathBuf>) -> Self {
         self.project = Some(project.into());
+        self
+    }
+
+    /// Gives the task the call launches the id `id` (see
+    /// [`task_id`](Self::task_id)).
+    #[must_use]
+    pub fn with_task_id(mut self, id: impl Into<String>) -> Self {
+        self.task_id = Some(id.into());
         self
     }
 

@@ -6,11 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asynctask_manager::Question;
-use asynctask_mcp::{McpServerOptions, TASK_POLL_INTERVAL, TASK_TTL, serve_io};
-use asynctask_model::{MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_mcp::{
+    AsyncTaskMcpServer, McpServerOptions, TASK_POLL_INTERVAL, TASK_RESULT_HOLD, TASK_TTL, serve_io,
+};
+use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
+use rmcp::ServiceExt as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
@@ -106,7 +110,30 @@ impl Client {
         }
     }
 
-    async fn request(&mut self, method: &str, mut params: Value, tasks: bool) -> Value {
+    /// A client of a server over `runtime` (one on a manual clock, say),
+    /// served as rmcp serves any server: a result counts as delivered as its
+    /// response is handed on.
+    fn serving(runtime: Arc<AsyncTaskRuntime>) -> Client {
+        let server = AsyncTaskMcpServer::new(runtime).expect("valid tools");
+        let (client_end, server_end) = tokio::io::duplex(1 << 20);
+        let served = tokio::spawn(async move {
+            let service = server
+                .serve(tokio::io::split(server_end))
+                .await
+                .expect("served");
+            let _ = service.waiting().await;
+        });
+        let (read, write) = tokio::io::split(client_end);
+        Client {
+            lines: tokio::io::BufReader::new(read).lines(),
+            write,
+            next_id: 1,
+            served,
+        }
+    }
+
+    /// Writes a request without waiting for its answer; its id.
+    async fn send(&mut self, method: &str, mut params: Value, tasks: bool) -> u64 {
         params["_meta"] = meta(tasks);
         let id = self.next_id;
         self.next_id += 1;
@@ -115,6 +142,29 @@ impl Client {
             .write_all(format!("{line}\n").as_bytes())
             .await
             .expect("written");
+        id
+    }
+
+    /// The answers to the `count` requests written last, by id, in any order.
+    async fn answers(&mut self, count: usize) -> std::collections::BTreeMap<u64, Value> {
+        let mut answers = std::collections::BTreeMap::new();
+        while answers.len() < count {
+            let line = self
+                .lines
+                .next_line()
+                .await
+                .expect("readable")
+                .expect("a response");
+            let message: Value = serde_json::from_str(&line).expect("JSON");
+            if let Some(id) = message["id"].as_u64() {
+                answers.insert(id, message);
+            }
+        }
+        answers
+    }
+
+    async fn request(&mut self, method: &str, params: Value, tasks: bool) -> Value {
+        let id = self.send(method, params, tasks).await;
         loop {
             let line = self
                 .lines
@@ -224,8 +274,18 @@ async fn the_handshake_advertises_the_extension_and_fits_the_client() {
             .starts_with(asynctask_mcp::TASKS_TASK_DESCRIPTION_LEAD),
         "{task}"
     );
+    let answer = &listed["result"]["tools"][3];
+    assert_eq!(answer["name"], "answer_async_task");
+    assert_eq!(
+        answer["description"],
+        json!(asynctask_mcp::TASKS_ANSWER_DESCRIPTION)
+    );
     let plain = client.request("tools/list", json!({}), false).await;
     assert_eq!(plain["result"]["tools"].as_array().map(Vec::len), Some(6));
+    let plain_answer = plain["result"]["tools"][3]["description"]
+        .as_str()
+        .expect("a description");
+    assert!(plain_answer.contains("System Note"), "{plain_answer}");
     client.end().await;
 }
 
@@ -746,4 +806,226 @@ async fn a_declined_or_stale_input_response_is_taken_as_the_extension_says() {
         "{done}"
     );
     client.end().await;
+}
+
+/// A runtime of the `Sleeper` on a manual clock, without a running limit.
+fn on_manual_clock(clock: &ManualClock) -> Arc<AsyncTaskRuntime> {
+    Arc::new(
+        AsyncTaskRuntime::builder()
+            .runner(Arc::new(Sleeper))
+            .clock(Arc::new(clock.clone()))
+            .max_async_tasks(MaxAsyncTasks::UNLIMITED)
+            .build(),
+    )
+}
+
+/// Waits until task `id` has ended, as the registry says.
+async fn ended(runtime: &AsyncTaskRuntime, id: &str) {
+    asynctask_test_support::eventually_async(
+        &format!("the end of task {id}"),
+        Duration::from_secs(10),
+        || {
+            runtime
+                .manager()
+                .task(id)
+                .is_some_and(|task| task.status().is_terminal())
+        },
+    )
+    .await;
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).expect("small")
+}
+
+/// A followed task that ended and that no poll took within
+/// `TASK_RESULT_HOLD` (its client stopped polling: it exited) goes back to
+/// the System Notes, once; a poll that comes later says it was delivered
+/// elsewhere, while a poll within the hold took the other task's result.
+#[tokio::test(start_paused = true)]
+async fn a_result_no_poll_takes_within_the_hold_rides_in_a_system_note_once() {
+    let clock = ManualClock::new(1_000_000);
+    let runtime = on_manual_clock(&clock);
+    let mut client = Client::serving(Arc::clone(&runtime));
+    let polled = task_id(&client.call("task", launch("print"), true).await);
+    let left = task_id(&client.call("task", launch("print"), true).await);
+    ended(&runtime, &polled).await;
+    ended(&runtime, &left).await;
+    clock.advance(millis(TASK_RESULT_HOLD) - 1);
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    assert_eq!(texts(&checked).len(), 1, "still held: {checked}");
+    let taken = client.get(&polled).await;
+    assert_eq!(taken["result"]["status"], "completed", "{taken}");
+    assert!(texts(&taken["result"])[0].contains(&format!("printed {polled}")));
+
+    clock.advance(1);
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    let note = texts(&checked);
+    assert_eq!(note.len(), 2, "{checked}");
+    assert!(note[1].contains("System Note"), "{checked}");
+    assert_eq!(
+        messages(&note[1]),
+        [format!("printed {left}")],
+        "the one no poll took"
+    );
+    let again = client.call("check_async_tasks", json!({}), true).await;
+    assert_eq!(texts(&again).len(), 1, "once: {again}");
+    let late = client.get(&left).await;
+    assert_eq!(late["result"]["status"], "completed", "{late}");
+    let text = format!(
+        "The result of task {left} was already delivered in an earlier response (a System Note \
+         on a tool result, or a poll answered before the server restarted); it is not given \
+         twice."
+    );
+    assert_eq!(late["result"]["statusMessage"], json!(text), "{late}");
+    assert_eq!(texts(&late["result"]), [text]);
+    assert_eq!(client.get(&polled).await["result"], taken["result"]);
+    client.end().await;
+    runtime.shutdown().await;
+}
+
+/// A task is followed before its launch can finish: launches of subagents
+/// that end at once, written together with other tool calls (waits, which
+/// wake the moment a task ends, and listings: in flight at once, on several
+/// threads), never leave a result to a System Note; each arrives through
+/// `tasks/get`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_ending_at_once_is_followed_before_a_concurrent_call_can_take_it() {
+    let options = McpServerOptions::default()
+        .with_max_async_tasks(MaxAsyncTasks::UNLIMITED)
+        .with_max_launches_per_session(None);
+    let mut client = Client::start(options);
+    client.request("tools/list", json!({}), true).await;
+    // Something runs: the waits wait.
+    let mut running = launch("60");
+    running["async"] = json!(true);
+    client.call("task", running, false).await;
+    let (mut launches, mut checks) = (Vec::new(), Vec::new());
+    for _ in 0..8 {
+        let wait = json!({"name": "wait_async_tasks", "arguments": {"timeout_seconds": 1}});
+        checks.push(client.send("tools/call", wait, false).await);
+    }
+    for _ in 0..16 {
+        launches.push(
+            client
+                .send(
+                    "tools/call",
+                    json!({"name": "task", "arguments": launch("print")}),
+                    true,
+                )
+                .await,
+        );
+        for _ in 0..3 {
+            let check = json!({"name": "check_async_tasks", "arguments": {}});
+            checks.push(client.send("tools/call", check, false).await);
+        }
+    }
+    let answers = client.answers(launches.len() + checks.len()).await;
+    for id in &checks {
+        let checked = &answers[id];
+        assert_eq!(texts(checked).len(), 1, "no System Note: {checked}");
+    }
+    // Not paused: the subagents run on other threads.
+    let client = tokio::sync::Mutex::new(client);
+    for id in &launches {
+        let task = task_id(&answers[id]);
+        let done = asynctask_test_support::eventually_some_with(
+            &format!("task {task} completed"),
+            Duration::from_secs(10),
+            || async {
+                let polled = client.lock().await.get(&task).await;
+                (polled["result"]["status"] == "completed").then_some(polled)
+            },
+        )
+        .await;
+        assert_eq!(
+            messages(&texts(&done["result"])[0]),
+            [format!("printed {task}")],
+            "through tasks/get: {done}"
+        );
+    }
+    let mut client = client.into_inner();
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    assert_eq!(texts(&checked).len(), 1, "{checked}");
+    client.end().await;
+}
+
+/// `ttlMs` over the wire: a task is answered within its TTL, and while it
+/// runs past it; once its TTL has passed and it has ended, a poll gets
+/// `-32602`, and a result no poll took arrives in a System Note.
+#[tokio::test(start_paused = true)]
+async fn past_its_ttl_an_ended_task_is_forgotten_and_its_result_rides_in_a_system_note() {
+    let clock = ManualClock::new(1_000_000);
+    let runtime = on_manual_clock(&clock);
+    let mut client = Client::serving(Arc::clone(&runtime));
+    let quick = task_id(&client.call("task", launch("print"), true).await);
+    let long = task_id(&client.call("task", launch("60"), true).await);
+    ended(&runtime, &quick).await;
+    clock.advance(millis(TASK_TTL) - 1);
+    let taken = client.get(&quick).await;
+    assert_eq!(taken["result"]["status"], "completed", "{taken}");
+    clock.advance(1);
+    for id in [&quick, &long] {
+        let polled = client.get(id).await;
+        let expected = if *id == quick { None } else { Some("working") };
+        assert_eq!(
+            polled["result"]["status"].as_str(),
+            expected,
+            "forgotten once ended, kept while it runs: {polled}"
+        );
+    }
+    let forgotten = client.get(&quick).await;
+    assert_eq!(forgotten["error"]["code"], -32602, "{forgotten}");
+
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    ended(&runtime, &long).await;
+    let refused = client.get(&long).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let message = refused["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("forgotten once its ttlMs passed"),
+        "{message}"
+    );
+    let checked = client.call("check_async_tasks", json!({}), false).await;
+    let note = texts(&checked);
+    assert_eq!(note.len(), 2, "{checked}");
+    assert_eq!(messages(&note[1]), [format!("slept 60 in {long}")]);
+    let again = client.call("check_async_tasks", json!({}), false).await;
+    assert_eq!(texts(&again).len(), 1, "once: {again}");
+    client.end().await;
+    runtime.shutdown().await;
+}
+
+/// `lastUpdatedAt` moves with the task: when a poll first sees a new output
+/// line, not while the same line stands.
+#[tokio::test(start_paused = true)]
+async fn last_updated_at_moves_with_the_output() {
+    let clock = ManualClock::new(1_000_000);
+    let runtime = on_manual_clock(&clock);
+    let mut client = Client::serving(Arc::clone(&runtime));
+    let created = client.call("task", launch("3"), true).await;
+    let id = task_id(&created);
+    let at = |ms: u64| json!(asynctask_tools::iso_time(ms));
+    assert_eq!(created["result"]["lastUpdatedAt"], at(1_000_000));
+    let progress = runtime.manager().progress(&id).expect("running");
+    let printed = |line: &'static str| {
+        let progress = progress.clone();
+        move || progress.snapshot().last_line() == Some(line)
+    };
+    asynctask_test_support::eventually_async("step 0", Duration::from_secs(5), printed("step 0"))
+        .await;
+    clock.advance(1_000);
+    let first = client.get(&id).await;
+    assert_eq!(first["result"]["lastUpdatedAt"], at(1_001_000), "{first}");
+    clock.advance(1_000);
+    let same = client.get(&id).await;
+    assert_eq!(same["result"]["lastUpdatedAt"], at(1_001_000), "{same}");
+    asynctask_test_support::eventually_async("step 1", Duration::from_secs(5), printed("step 1"))
+        .await;
+    clock.advance(500);
+    let moved = client.get(&id).await;
+    assert_eq!(moved["result"]["lastUpdatedAt"], at(1_002_500), "{moved}");
+    assert_eq!(moved["result"]["createdAt"], at(1_000_000));
+    client.end().await;
+    runtime.shutdown().await;
 }

@@ -63,6 +63,10 @@ fn instructions_and_the_detach_follow_up() {
         "tasks_task_description_lead",
         asynctask_mcp::TASKS_TASK_DESCRIPTION_LEAD
     );
+    insta::assert_snapshot!(
+        "tasks_answer_description",
+        asynctask_mcp::TASKS_ANSWER_DESCRIPTION
+    );
 }
 
 #[tokio::test(start_paused = true)]

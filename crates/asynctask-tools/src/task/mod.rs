@@ -477,7 +477,8 @@ impl TaskTool {
 
 impl TaskTool {
     /// The request for the runner — defaults filled in, the timeout resolved and
-    /// capped, a fresh id whose first 8 characters no held task shares, a
+    /// capped, a fresh id whose first 8 characters no held task shares (the
+    /// call context's, when it gives one), a
     /// progress handle and an inbox — and the inbox's sender, for the registry.
     fn request(
         &self,
@@ -504,21 +505,21 @@ impl TaskTool {
             .timeout_seconds
             .map_or(self.timeouts.default, |t| t.resolve(self.timeouts))
             .min(self.timeouts.max);
-        let request = SubagentRequest::new(
-            new_task_id(&self.manager),
-            params.subagent_name,
-            params.goal_prompt,
-        )
-        .with_behaviour_prompts(params.behaviour_prompts.unwrap_or_default())
-        .with_tool_whitelist(params.tool_whitelist)
-        .with_output_spec(params.output_spec.unwrap_or_default())
-        .with_context(params.context.unwrap_or_default())
-        .with_timeout(timeout)
-        .with_run_async(run_async)
-        .with_depth(depth)
-        .with_progress(progress)
-        .with_inbox(inbox)
-        .with_questions(Questions::channel().1);
+        // The serving layer's id, when it drew one to know it first.
+        let id = CallContext::current()
+            .and_then(|context| context.task_id)
+            .unwrap_or_else(|| new_task_id(&self.manager));
+        let request = SubagentRequest::new(id, params.subagent_name, params.goal_prompt)
+            .with_behaviour_prompts(params.behaviour_prompts.unwrap_or_default())
+            .with_tool_whitelist(params.tool_whitelist)
+            .with_output_spec(params.output_spec.unwrap_or_default())
+            .with_context(params.context.unwrap_or_default())
+            .with_timeout(timeout)
+            .with_run_async(run_async)
+            .with_depth(depth)
+            .with_progress(progress)
+            .with_inbox(inbox)
+            .with_questions(Questions::channel().1);
         (request, sender)
     }
 
