@@ -7,6 +7,7 @@ mod connection;
 mod delivery;
 mod front;
 mod leases;
+mod orphans;
 mod schema;
 
 use std::sync::Arc;
