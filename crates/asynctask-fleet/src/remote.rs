@@ -17,13 +17,12 @@ use asynctask_tools::{
     SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, WHOLE_OUTPUT_PREFIX,
 };
 use tokio::sync::{MappedMutexGuard, MutexGuard, Notify, mpsc, watch};
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
 use crate::front::{CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES};
 use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL};
 use crate::types::NewTask;
-use crate::{Fleet, FleetError, FleetOptions};
+use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
 /// The most results one adoption takes into the front's registry.
 const ADOPT_BATCH: usize = 20;
@@ -88,7 +87,7 @@ impl fmt::Debug for FleetFront {
 }
 
 struct Shared {
-    config: Config,
+    config: DatabaseConfig,
     options: FleetOptions,
     workspace: String,
     name: String,
@@ -120,11 +119,12 @@ impl FleetFront {
     ///
     /// What [`Fleet::connect`] and [`Fleet::register_front`] return.
     pub async fn connect(
-        config: Config,
+        config: impl Into<DatabaseConfig>,
         options: FleetOptions,
         workspace: &str,
         name: &str,
     ) -> Result<Self, FleetError> {
+        let config = config.into();
         let fleet = Fleet::connect(&config, options.clone()).await?;
         let front = fleet
             .register_front(workspace, name, DEFAULT_FRONT_LEASE)
