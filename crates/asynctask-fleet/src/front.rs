@@ -43,6 +43,20 @@ pub struct FrontLease {
     pub expires_at: u64,
 }
 
+/// Whom an ended task's result is kept for, as a front asks before taking
+/// it ([`Fleet::result_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResultFor {
+    /// This front, whose lease holds: it may deliver the result.
+    This,
+    /// Another front (it adopted the result), or none: not this front's.
+    Another,
+    /// This front, but its lease has lapsed (another front may adopt the
+    /// result at any moment): register again and rebind before taking it.
+    Lapsed,
+}
+
 /// What a cancel request found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -222,6 +236,9 @@ impl Fleet {
                           AND NOT EXISTS (SELECT 1 FROM asynctask_fronts f
                               WHERE f.id = t.front_id AND f.state = 'live'
                                 AND f.lease_expires_at > $3)
+                          AND EXISTS (SELECT 1 FROM asynctask_fronts me
+                              WHERE me.id = $2 AND me.state = 'live'
+                                AND me.lease_expires_at > $3)
                         ORDER BY t.completed_at, t.seq
                         FOR UPDATE OF t SKIP LOCKED
                         LIMIT $4
@@ -237,6 +254,43 @@ impl Fleet {
             .await
             .map_err(FleetError::db("adopting results"))?;
         rows.iter().map(task_from_row).collect()
+    }
+
+    /// Whether the ended task `id`'s result is `front`'s to deliver: kept
+    /// for it and its lease live, both read in one statement under the
+    /// task's row lock (an adoption running meanwhile is waited for, and one
+    /// after sees the front live), so a front whose lease lapsed never takes
+    /// a result another front adopts. `None` when no task has that id.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn result_for(
+        &self,
+        front: &FrontLease,
+        id: &str,
+    ) -> Result<Option<ResultFor>, FleetError> {
+        let now = self.now(&self.client).await?;
+        let row = self
+            .client
+            .query_opt(
+                "SELECT t.front_id IS NOT DISTINCT FROM $2, f.id IS NOT NULL
+                 FROM asynctask_tasks t
+                 LEFT JOIN asynctask_fronts f
+                   ON f.id = $2 AND f.state = 'live' AND f.lease_expires_at > $3
+                 WHERE t.id = $1
+                 FOR UPDATE OF t",
+                &[&id, &front.front_id, &now],
+            )
+            .await
+            .map_err(FleetError::db("reading whom a result is for"))?;
+        Ok(
+            row.map(|row| match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
+                (false, _) => ResultFor::Another,
+                (true, true) => ResultFor::This,
+                (true, false) => ResultFor::Lapsed,
+            }),
+        )
     }
 
     /// Marks these tasks' results delivered (those not marked yet): never

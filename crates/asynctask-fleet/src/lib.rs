@@ -55,7 +55,7 @@ pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
 pub use crate::front::{
     CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_PROGRESS_CHARS, MAX_STORED_OUTPUT_BYTES,
-    bound_output,
+    ResultFor, bound_output,
 };
 pub use crate::listen::{
     CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUEUED_CHANNEL, Wakeup,

@@ -19,7 +19,9 @@ use asynctask_tools::{
 use tokio::sync::{MappedMutexGuard, MutexGuard, Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::front::{CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES};
+use crate::front::{
+    CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor,
+};
 use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL};
 use crate::types::NewTask;
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
@@ -275,12 +277,17 @@ impl FleetFront {
         }
     }
 
-    /// The timer's work: renew the lease, refresh the catalog, adopt, wake
-    /// the runs (a fallback for lost notifications).
+    /// The timer's work: renew the lease, reap the workers whose lease
+    /// expired (a fleet whose only worker was killed has no worker to reap
+    /// it), refresh the catalog, adopt, wake the runs (a fallback for lost
+    /// notifications).
     async fn tick(&self) {
-        self.renew().await;
+        self.shared.renew().await;
         let catalog = match self.shared.fleet().await {
-            Ok((fleet, _)) => fleet.catalog().await,
+            Ok((fleet, _)) => match fleet.reap_expired().await {
+                Ok(_) => fleet.catalog().await,
+                Err(err) => Err(err),
+            },
             Err(err) => Err(err),
         };
         match catalog {
@@ -295,42 +302,6 @@ impl FleetFront {
         }
         self.adopt().await;
         self.shared.wakes.send_modify(|n| *n += 1);
-    }
-
-    async fn renew(&self) {
-        let mut link = self.shared.link.lock().await;
-        let Link { fleet, front } = &mut *link;
-        let Some(db) = fleet.as_ref() else {
-            return;
-        };
-        match db.front_heartbeat(front).await {
-            Ok(()) => {}
-            Err(FleetError::FrontLost { .. }) => {
-                let old = front.front_id;
-                match db
-                    .register_front(&self.shared.workspace, &self.shared.name, self.shared.lease)
-                    .await
-                {
-                    Ok(new) => {
-                        tracing::warn!(
-                            "the front's lease had expired: registered again; results of its \
-                             tasks may have gone to other fronts"
-                        );
-                        if let Err(err) = db.rebind_front(old, &new).await {
-                            tracing::warn!(error = %err.chain(), "could not keep the front's tasks");
-                        }
-                        *front = new;
-                    }
-                    Err(err) => tracing::warn!(error = %err.chain(), "could not register again"),
-                }
-            }
-            Err(err) => {
-                if db.is_closed() {
-                    *fleet = None;
-                }
-                tracing::warn!(error = %err.chain(), "could not renew the front's lease");
-            }
-        }
     }
 
     /// Takes results whose front is gone into the local registry, as ended
@@ -407,6 +378,44 @@ impl FleetFront {
 }
 
 impl Shared {
+    /// Renews the front's lease; once it has lapsed, registers again and
+    /// keeps the tasks no other front adopted meanwhile.
+    async fn renew(&self) {
+        let mut link = self.link.lock().await;
+        let Link { fleet, front } = &mut *link;
+        let Some(db) = fleet.as_ref() else {
+            return;
+        };
+        match db.front_heartbeat(front).await {
+            Ok(()) => {}
+            Err(FleetError::FrontLost { .. }) => {
+                let old = front.front_id;
+                match db
+                    .register_front(&self.workspace, &self.name, self.lease)
+                    .await
+                {
+                    Ok(new) => {
+                        tracing::warn!(
+                            "the front's lease had expired: registered again; results of its \
+                             tasks may have gone to other fronts"
+                        );
+                        if let Err(err) = db.rebind_front(old, &new).await {
+                            tracing::warn!(error = %err.chain(), "could not keep the front's tasks");
+                        }
+                        *front = new;
+                    }
+                    Err(err) => tracing::warn!(error = %err.chain(), "could not register again"),
+                }
+            }
+            Err(err) => {
+                if db.is_closed() {
+                    *fleet = None;
+                }
+                tracing::warn!(error = %err.chain(), "could not renew the front's lease");
+            }
+        }
+    }
+
     /// The connection (made again if it ended), and the front's lease.
     async fn fleet(&self) -> Result<(MappedMutexGuard<'_, Fleet>, FrontLease), FleetError> {
         let mut link = self.link.lock().await;
@@ -510,15 +519,25 @@ impl SubagentRunner for FleetRunner {
         let mut last_progress: Option<String> = None;
         let progressed = Arc::new(Notify::new());
         let _waiting = Waiting::new(shared, &request.task_id, Arc::clone(&progressed));
+        let mut lapsed = false;
         loop {
             let read = match shared.fleet().await {
-                Ok((fleet, front)) => fleet.task(&request.task_id).await.map(|t| (t, front)),
+                Ok((fleet, front)) => read_task(&fleet, &front, &request.task_id).await,
                 Err(err) => Err(err),
             };
             match read {
-                Ok((Some(task), front)) => {
+                // Lapsed: registered again (keeping what no other front
+                // adopted) before looking again, once without waiting.
+                Ok((Some(_), Some(ResultFor::Lapsed))) => {
+                    shared.renew().await;
+                    if !std::mem::replace(&mut lapsed, true) {
+                        continue;
+                    }
+                }
+                Ok((Some(task), kept)) => {
+                    lapsed = false;
                     if task.info.status.is_terminal() {
-                        if task.front != Some(front.front_id) {
+                        if kept != Some(ResultFor::This) {
                             return Err(SubagentError::new(DELIVERED_ELSEWHERE));
                         }
                         shared.answered_directly(&request.task_id);
@@ -596,6 +615,21 @@ impl SubagentRunner for FleetRunner {
                 .clone(),
         )
     }
+}
+
+/// The task `id`, and once it has ended, whether its result is `front`'s to
+/// take ([`Fleet::result_for`]: read with the front's lease).
+async fn read_task(
+    fleet: &Fleet,
+    front: &FrontLease,
+    id: &str,
+) -> Result<(Option<crate::FleetTask>, Option<ResultFor>), FleetError> {
+    let task = fleet.task(id).await?;
+    let kept = match &task {
+        Some(task) if task.info.status.is_terminal() => fleet.result_for(front, id).await?,
+        _ => None,
+    };
+    Ok((task, kept))
 }
 
 /// A run's entry among those waiting on progress, removed when it ends.

@@ -6,6 +6,7 @@ mod claims;
 mod connection;
 mod delivery;
 mod front;
+mod front_leases;
 mod leases;
 mod orphans;
 mod schema;
