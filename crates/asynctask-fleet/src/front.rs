@@ -396,12 +396,16 @@ impl Fleet {
     ) -> Result<(), FleetError> {
         let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
         let stored = bound_output(text);
+        let now = self.now(&self.client).await?;
+        // Fenced as an end is: the claim current and the worker's lease live.
         let changed = self
             .client
             .execute(
-                "UPDATE asynctask_tasks SET whole_output = $3, whole_output_bytes = $4
-                 WHERE id = $1 AND fence = $2 AND status = 'running'",
-                &[&task.id, &task.fence, &stored.as_ref(), &bytes],
+                "UPDATE asynctask_tasks t SET whole_output = $3, whole_output_bytes = $4
+                 FROM asynctask_workers w
+                 WHERE t.id = $1 AND t.fence = $2 AND t.status = 'running'
+                   AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $5",
+                &[&task.id, &task.fence, &stored.as_ref(), &bytes, &now],
             )
             .await
             .map_err(FleetError::db("storing a task's whole output"))?;
@@ -442,18 +446,22 @@ impl Fleet {
     /// [`FleetError::Database`].
     pub async fn report_progress(&self, task: &ClaimedTask, line: &str) -> Result<(), FleetError> {
         let line: String = line.chars().take(MAX_PROGRESS_CHARS).collect();
-        // One statement: the fenced write, and the wake-up of the fronts
-        // (sent when it commits).
+        let now = self.now(&self.client).await?;
+        // One statement: the fenced write (the claim current and the
+        // worker's lease live), and the wake-up of the fronts (sent when it
+        // commits).
         let changed = self
             .client
             .query(
                 "WITH reported AS (
-                    UPDATE asynctask_tasks SET progress = $3
-                    WHERE id = $1 AND fence = $2 AND status = 'running'
-                    RETURNING id
+                    UPDATE asynctask_tasks t SET progress = $3
+                    FROM asynctask_workers w
+                    WHERE t.id = $1 AND t.fence = $2 AND t.status = 'running'
+                      AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $5
+                    RETURNING t.id
                  )
                  SELECT pg_notify($4, id)::text FROM reported",
-                &[&task.id, &task.fence, &line, &PROGRESS_CHANNEL],
+                &[&task.id, &task.fence, &line, &PROGRESS_CHANNEL, &now],
             )
             .await
             .map_err(FleetError::db("storing a task's progress"))?
