@@ -61,7 +61,9 @@ pub fn workspace_name(configured: Option<&str>, project: &Path) -> String {
 ///
 /// The running limit is the fleet's (the workspace's `task-max-async`
 /// across its workers): this server's own is lifted, and a task waiting for a
-/// worker shows as running here.
+/// worker shows as running here. `max_async`, when given (`--max-async-tasks`),
+/// is set as the workspace's limit when the front starts: of two fronts that
+/// disagree, the last to start wins.
 ///
 /// # Errors
 ///
@@ -71,6 +73,7 @@ pub async fn serve_front<R, W>(
     database: DatabaseConfig,
     workspace: Option<&str>,
     project: &Path,
+    max_async: Option<MaxAsyncTasks>,
     options: McpServerOptions,
     reader: R,
     writer: W,
@@ -83,6 +86,13 @@ where
     let name = format!("{}:{}", host_name(), std::process::id());
     let front =
         Arc::new(FleetFront::connect(database, FleetOptions::new(), &workspace, &name).await?);
+    if let Some(max) = max_async {
+        front.set_max_async(max).await?;
+        tracing::info!(
+            max = max.get(),
+            "set the workspace's task-max-async across the fleet"
+        );
+    }
     tracing::info!("serving as a front of the fleet, workspace {workspace}");
     let runner = front.runner();
     let runtime = Arc::new(

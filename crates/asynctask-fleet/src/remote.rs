@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, RegisterTaskInput};
-use asynctask_model::{AsyncTaskStatus, OutputObject};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use asynctask_tools::{
     SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, WHOLE_OUTPUT_PREFIX,
 };
@@ -159,6 +159,17 @@ impl FleetFront {
                 closing: CancellationToken::new(),
             }),
         })
+    }
+
+    /// Sets the front's workspace's `task-max-async` across the fleet
+    /// ([`Fleet::set_max_async`]).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`], or the connection's errors.
+    pub async fn set_max_async(&self, max: MaxAsyncTasks) -> Result<(), FleetError> {
+        let (fleet, _) = self.shared.fleet().await?;
+        fleet.set_max_async(&self.shared.workspace, max).await
     }
 
     /// The runner the front's `task` tool runs through.

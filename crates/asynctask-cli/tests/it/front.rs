@@ -64,10 +64,21 @@ fn start_worker(db: &TestDatabase, dir: &Path) -> Started {
 /// `asynctask mcp` whose config names the database (`database = "…"`), and
 /// a client connected to it.
 async fn start_front(db: &TestDatabase, dir: &Path, name: &str) -> (Started, Client) {
+    start_front_with(db, dir, name, &[]).await
+}
+
+/// [`start_front`] with more arguments.
+async fn start_front_with(
+    db: &TestDatabase,
+    dir: &Path,
+    name: &str,
+    args: &[&str],
+) -> (Started, Client) {
     let log = dir.join(format!("{name}.log"));
     let mut child = command(db, dir, &log)
         .env_remove("ASYNCTASK_DATABASE_URL")
         .args(["mcp", "--config", "front.toml"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -447,4 +458,58 @@ fn fleet_status_without_a_database_says_how_to_name_one() {
         String::from_utf8_lossy(&output.stderr),
         "asynctask: no fleet database: pass --database URL or set ASYNCTASK_DATABASE_URL\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fleet() {
+    let db = TestDatabase::create("cli_front_max").await;
+    let dir = temp_dir("front-max");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\nworkspace = \"team\"\n"),
+    )
+    .expect("written");
+    let limit = async || {
+        let (client, connection) = db
+            .config()
+            .connect(tokio_postgres::NoTls)
+            .await
+            .expect("connects");
+        let driver = tokio::spawn(connection);
+        let row = client
+            .query_opt(
+                "SELECT max_async FROM asynctask_workspaces WHERE name = 'team'",
+                &[],
+            )
+            .await
+            .expect("reads");
+        drop(client);
+        let _ = driver.await;
+        row.map(|row| row.get::<_, i32>(0))
+    };
+    // Not given: the fleet's limit is left alone.
+    let (mut front, client) = start_front(&db, dir.path(), "plain").await;
+    assert_eq!(limit().await, None);
+    client.cancel().await.expect("closed");
+    assert!(
+        front.child.wait().await.expect("waited").success(),
+        "{}",
+        front.log()
+    );
+    // Given: set for the workspace when the front starts; the last wins.
+    for max in ["2", "-1"] {
+        let (mut front, client) =
+            start_front_with(&db, dir.path(), "given", &["--max-async-tasks", max]).await;
+        assert_eq!(limit().await.map(|n| n.to_string()).as_deref(), Some(max));
+        client.cancel().await.expect("closed");
+        assert!(
+            front.child.wait().await.expect("waited").success(),
+            "{}",
+            front.log()
+        );
+    }
 }
