@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use asynctask_manager::QueueFull;
+use asynctask_model::MaxQueuedTasks;
 use asynctask_tools::SubagentInfo;
 
 use crate::fleet::{TASK_COLUMNS, from_db, non_empty, task_from_row};
@@ -16,6 +18,9 @@ use crate::{Fleet, FleetError};
 /// The lease a front registers with unless told otherwise: the results of
 /// its tasks are kept for it until it has been unreachable this long.
 pub const DEFAULT_FRONT_LEASE: Duration = Duration::from_secs(30);
+
+/// A workspace's `task-max-async` until one is set (the schema's default).
+const DEFAULT_MAX_ASYNC: i64 = 5;
 
 /// The most of a task's whole output the fleet stores, in bytes: 1 MiB (a
 /// longer output is stored from a line boundary near its last MiB, after a
@@ -291,6 +296,45 @@ impl Fleet {
                 (true, false) => ResultFor::Lapsed,
             }),
         )
+    }
+
+    /// Whether `workspace` holds as many tasks as its `task-max-async` and a
+    /// queue of `max_queued` allow: its queued and running tasks (those of
+    /// front `front` aside, which counts `own` itself) against the sum. The
+    /// refusal to give when it does; `None` when a launch fits, or the
+    /// workspace's limit is unlimited (no queue either, as on one machine).
+    /// A check, not a reservation: fronts launching at the same moment may
+    /// each pass it.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn queue_full(
+        &self,
+        workspace: &str,
+        front: i64,
+        own: usize,
+        max_queued: MaxQueuedTasks,
+    ) -> Result<Option<QueueFull>, FleetError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT w.max_async, (SELECT count(*) FROM asynctask_tasks t
+                     WHERE t.workspace = w.name AND t.status IN ('queued', 'running')
+                       AND t.front_id IS DISTINCT FROM $2)
+                 FROM asynctask_workspaces w WHERE w.name = $1",
+                &[&workspace, &front],
+            )
+            .await
+            .map_err(FleetError::db("counting a workspace's tasks"))?;
+        let (max, others): (i64, i64) = match row {
+            Some(row) => (i64::from(row.get::<_, i32>(0)), row.get(1)),
+            None => (DEFAULT_MAX_ASYNC, 0),
+        };
+        let held = others.saturating_add(i64::try_from(own).unwrap_or(i64::MAX));
+        let max_queued = i64::try_from(max_queued.get()).unwrap_or(i64::MAX);
+        Ok((max >= 0 && held >= max.saturating_add(max_queued))
+            .then_some(QueueFull { max, max_queued }))
     }
 
     /// Marks these tasks' results delivered (those not marked yet): never

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, RegisterTaskInput};
+use asynctask_manager::{
+    AsyncTaskManager, Journal, JournalEntry, JournalError, QueueFull, RegisterTaskInput,
+};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use asynctask_tools::{
     SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, WHOLE_OUTPUT_PREFIX,
@@ -615,6 +617,32 @@ impl SubagentRunner for FleetRunner {
             }
         }
         Err(SubagentError::new("cancelled"))
+    }
+
+    /// The workspace's limit and the front's queue bound, across the
+    /// fleet: refused when the workspace already holds both's worth of
+    /// tasks. An unreachable fleet admits (the submission then waits).
+    async fn admit_background(&self) -> Result<(), QueueFull> {
+        let Some(manager) = self.shared.manager.get() else {
+            return Ok(());
+        };
+        let (own, max_queued) = (manager.counts().running, manager.max_queued_tasks());
+        let full = match self.shared.fleet().await {
+            Ok((fleet, front)) => {
+                fleet
+                    .queue_full(&self.shared.workspace, front.front_id, own, max_queued)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        match full {
+            Ok(None) => Ok(()),
+            Ok(Some(full)) => Err(full),
+            Err(err) => {
+                self.shared.failed(&err).await;
+                Ok(())
+            }
+        }
     }
 
     fn catalog(&self) -> Option<Vec<SubagentInfo>> {

@@ -513,3 +513,70 @@ async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fle
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_past_the_fleet_s_limit_and_queue_is_refused_as_on_one_machine() {
+    let db = TestDatabase::create("cli_front_queue").await;
+    let dir = temp_dir("front-queue");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\nworkspace = \"team\"\n"),
+    )
+    .expect("written");
+    // A live worker that claims nothing: launches wait in the database.
+    let fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    fleet
+        .register_worker(
+            &asynctask_fleet::WorkerSpec::new("idle", ["echo"])
+                .with_lease(Duration::from_secs(600)),
+        )
+        .await
+        .expect("registered");
+    let (mut front, client) = start_front_with(
+        &db,
+        dir.path(),
+        "front",
+        &["--max-async-tasks", "1", "--max-queued-tasks", "1"],
+    )
+    .await;
+    let launch = async || {
+        let result = call(
+            &client,
+            "task",
+            json!({"subagent_name": "echo", "goal_prompt": "hi", "async": true}),
+        )
+        .await;
+        texts(&result)[0].clone()
+    };
+    for held in 1..=2 {
+        let text = launch().await;
+        assert!(text.contains("(ID: "), "launched: {text}");
+        eventually_with("the launch reaches the database", DEADLINE, || async {
+            fleet.tasks("team").await.expect("reads").len() == held
+        })
+        .await;
+    }
+    assert_eq!(
+        launch().await,
+        "Max async tasks (1) reached, and the queue of 1 waiting tasks is full. Wait for a task \
+         to finish and check progress with 'check_async_tasks', run this subagent synchronously \
+         (without async: true), or try again later."
+    );
+    assert_eq!(
+        fleet.tasks("team").await.expect("reads").len(),
+        2,
+        "nothing submitted"
+    );
+    client.cancel().await.expect("closed");
+    assert!(
+        front.child.wait().await.expect("waited").success(),
+        "{}",
+        front.log()
+    );
+}
