@@ -332,7 +332,7 @@ impl Fleet {
             None => (DEFAULT_MAX_ASYNC, 0),
         };
         let held = others.saturating_add(i64::try_from(own).unwrap_or(i64::MAX));
-        let max_queued = i64::try_from(max_queued.get()).unwrap_or(i64::MAX);
+        let max_queued = max_queued.get();
         Ok((max >= 0 && held >= max.saturating_add(max_queued))
             .then_some(QueueFull { max, max_queued }))
     }
