@@ -100,6 +100,9 @@ struct Shared {
     catalog: Mutex<Vec<SubagentInfo>>,
     /// Bumped at every wake-up: a task's end in the workspace, the timer.
     wakes: watch::Sender<u64>,
+    /// Bumped whenever the statement connection is made again: the listening
+    /// connection, which may hang silently on the same cut link, is too.
+    reconnects: watch::Sender<u64>,
     /// The runs waiting here, by task id: woken alone by their progress.
     progress: Mutex<HashMap<String, Arc<Notify>>>,
     manager: OnceLock<AsyncTaskManager>,
@@ -154,6 +157,7 @@ impl FleetFront {
                 }),
                 catalog: Mutex::new(catalog),
                 wakes: watch::Sender::new(0),
+                reconnects: watch::Sender::new(0),
                 progress: Mutex::default(),
                 manager: OnceLock::new(),
                 marks,
@@ -219,12 +223,18 @@ impl FleetFront {
         let interval = (self.shared.lease / 3).max(Duration::from_millis(10));
         let mut backoff = Duration::from_millis(100);
         'connect: loop {
-            let mut listener = match FleetListener::connect(
-                &self.shared.config,
-                &[ENDED_CHANNEL, PROGRESS_CHANNEL],
-            )
-            .await
-            {
+            let mut reconnected = self.shared.reconnects.subscribe();
+            let listen = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                FleetListener::connect(&self.shared.config, &[ENDED_CHANNEL, PROGRESS_CHANNEL]),
+            );
+            let listening = tokio::select! {
+                () = stop.cancelled() => break 'connect,
+                listening = listen => listening.unwrap_or(Err(FleetError::Unreachable {
+                    after: CONNECT_TIMEOUT,
+                })),
+            };
+            let mut listener = match listening {
                 Ok(listener) => listener,
                 Err(err) => {
                     tracing::warn!(error = %err.chain(), "cannot listen to the fleet; retrying");
@@ -272,6 +282,8 @@ impl FleetFront {
                         self.mark(ids).await;
                     }
                     _ = timer.tick() => self.tick().await,
+                    // The statement connection was made again: listen anew.
+                    _ = reconnected.changed() => continue 'connect,
                 }
             }
         }
@@ -442,6 +454,7 @@ impl Shared {
                 })??;
             tracing::info!("connected to the fleet again");
             link.fleet = Some(fleet);
+            self.reconnects.send_modify(|n| *n += 1);
         }
         let front = link.front.clone();
         let fleet = MutexGuard::try_map(link, |link| link.fleet.as_mut())

@@ -131,6 +131,70 @@ async fn a_front_reaps_the_workers_whose_lease_expired() {
     looping.await.expect("the loop ends");
 }
 
+#[tokio::test]
+async fn a_front_listens_anew_when_its_statement_connection_is_made_again() {
+    let db = TestDatabase::create("relisten").await;
+    let front = FleetFront::connect(db.config(), FleetOptions::new(), "ws", "front")
+        .await
+        .expect("a front");
+    let stop = CancellationToken::new();
+    let front = Arc::new(front);
+    let looping = tokio::spawn({
+        let (front, stop) = (Arc::clone(&front), stop.clone());
+        async move { front.run(stop).await }
+    });
+    let (admin, connection) = db
+        .config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    let driver = tokio::spawn(connection);
+    let backends = |listening: bool| {
+        let admin = &admin;
+        let name = db.name().to_owned();
+        async move {
+            admin
+                .query(
+                    "SELECT pid FROM pg_stat_activity
+                     WHERE datname = $1 AND pid <> pg_backend_pid()
+                       AND (query LIKE 'LISTEN%') = $2",
+                    &[&name, &listening],
+                )
+                .await
+                .expect("reads")
+                .iter()
+                .map(|row| row.get::<_, i32>(0))
+                .collect::<Vec<_>>()
+        }
+    };
+    let listener = eventually_some_with("the front listens", Duration::from_secs(20), || async {
+        backends(true).await.first().copied()
+    })
+    .await;
+    // The statement connection ends (as on a cut link, found by a statement
+    // timing out), and is made again by the next statement.
+    for pid in backends(false).await {
+        admin
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .expect("terminated");
+    }
+    eventually_some_with(
+        "the front listens anew",
+        Duration::from_secs(20),
+        || async {
+            let _ = front.set_max_async(MaxAsyncTasks::UNLIMITED).await;
+            let now = backends(true).await;
+            (now.len() == 1 && now[0] != listener).then_some(())
+        },
+    )
+    .await;
+    stop.cancel();
+    looping.await.expect("the loop ends");
+    drop(admin);
+    let _ = driver.await;
+}
+
 /// The id of the live front named `name`.
 async fn fleet_row(db: &TestDatabase, name: &str) -> i64 {
     let (client, connection) = db
