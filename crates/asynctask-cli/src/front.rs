@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use asynctask_fleet::{Config, FleetError, FleetFront, FleetOptions};
+use asynctask_fleet::{DatabaseConfig, FleetFront, FleetOptions};
 use asynctask_mcp::{DETACH_FOLLOW_UP, McpServerOptions, serve_runtime};
 use asynctask_model::MaxAsyncTasks;
 use asynctask_runtime::AsyncTaskRuntime;
@@ -21,11 +21,12 @@ use crate::{CliError, DATABASE_URL_ENV};
 ///
 /// # Errors
 ///
-/// [`CliError::Fleet`] when the one given does not parse.
+/// [`CliError::Fleet`] when the one given does not parse (as a worker's:
+/// libpq's `sslmode`, `sslrootcert` and `passfile` included).
 pub fn front_database(
     flag: Option<&str>,
     config: Option<&str>,
-) -> Result<Option<Config>, CliError> {
+) -> Result<Option<DatabaseConfig>, CliError> {
     let env = std::env::var(DATABASE_URL_ENV).ok();
     let Some(url) = [flag, config, env.as_deref()]
         .into_iter()
@@ -34,9 +35,9 @@ pub fn front_database(
     else {
         return Ok(None);
     };
-    url.parse::<Config>()
+    DatabaseConfig::parse(url)
         .map(Some)
-        .map_err(|source| CliError::Fleet(FleetError::BadUrl { source }))
+        .map_err(CliError::Fleet)
 }
 
 /// The fleet workspace of a front in `project`: the config's `workspace`,
@@ -60,16 +61,19 @@ pub fn workspace_name(configured: Option<&str>, project: &Path) -> String {
 ///
 /// The running limit is the fleet's (the workspace's `task-max-async`
 /// across its workers): this server's own is lifted, and a task waiting for a
-/// worker shows as running here.
+/// worker shows as running here. `max_async`, when given (`--max-async-tasks`),
+/// is set as the workspace's limit when the front starts: of two fronts that
+/// disagree, the last to start wins.
 ///
 /// # Errors
 ///
 /// [`CliError::Fleet`] when the database cannot be reached or refuses (a
 /// newer schema); [`CliError`] when the session cannot run.
 pub async fn serve_front<R, W>(
-    database: Config,
+    database: DatabaseConfig,
     workspace: Option<&str>,
     project: &Path,
+    max_async: Option<MaxAsyncTasks>,
     options: McpServerOptions,
     reader: R,
     writer: W,
@@ -82,6 +86,13 @@ where
     let name = format!("{}:{}", host_name(), std::process::id());
     let front =
         Arc::new(FleetFront::connect(database, FleetOptions::new(), &workspace, &name).await?);
+    if let Some(max) = max_async {
+        front.set_max_async(max).await?;
+        tracing::info!(
+            max = max.get(),
+            "set the workspace's task-max-async across the fleet"
+        );
+    }
     tracing::info!("serving as a front of the fleet, workspace {workspace}");
     let runner = front.runner();
     let runtime = Arc::new(
@@ -146,4 +157,26 @@ pub async fn fleet_output(database: Option<&str>, id: &str) -> Result<String, Cl
         .whole_output(id)
         .await?
         .ok_or_else(|| CliError::NoStoredOutput(id.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use asynctask_fleet::TlsMode;
+
+    use super::front_database;
+
+    #[test]
+    fn a_front_reads_libpq_s_tls_and_password_file_parameters() {
+        let url = "postgresql://asynctask@db.internal/asynctask?sslmode=verify-full\
+                   &sslrootcert=/etc/asynctask/ca.pem&passfile=/etc/asynctask/pgpass";
+        let config = front_database(Some(url), None)
+            .expect("parses")
+            .expect("a database");
+        assert_eq!(config.tls_mode(), TlsMode::VerifyFull);
+        let config = front_database(None, Some("host=db sslmode=verify-ca sslrootcert=system"))
+            .expect("parses")
+            .expect("a database");
+        assert_eq!(config.tls_mode(), TlsMode::VerifyCa);
+        assert!(front_database(Some("host=db sslmode=allow"), None).is_err());
+    }
 }

@@ -378,6 +378,7 @@ impl ServeArgs {
             .and_then(|chars| usize::try_from(chars).ok());
         if let Some(max) = self.max_async_tasks {
             options.max_async_tasks = max;
+            options.max_async_tasks_given = true;
         }
         if let Some(max) = self.max_queued_tasks {
             options.max_queued_tasks = max;

@@ -42,6 +42,9 @@ pub struct ServeOptions {
     pub sync_detach_after: Duration,
     /// The running limit.
     pub max_async_tasks: MaxAsyncTasks,
+    /// Whether the running limit was given (`--max-async-tasks`): a front
+    /// then sets it as its workspace's `task-max-async` across the fleet.
+    pub max_async_tasks_given: bool,
     /// How many launches past the running limit wait in a queue.
     pub max_queued_tasks: MaxQueuedTasks,
     /// How many subagents one session may launch in all (`None`: no cap).
@@ -65,6 +68,7 @@ impl Default for ServeOptions {
             project: None,
             sync_detach_after: McpServerOptions::default().sync_detach_after,
             max_async_tasks: MaxAsyncTasks::default(),
+            max_async_tasks_given: false,
             max_queued_tasks: McpServerOptions::DEFAULT_MAX_QUEUED_TASKS,
             max_launches_per_session: Some(McpServerOptions::DEFAULT_MAX_LAUNCHES),
             max_depth: McpServerOptions::DEFAULT_MAX_DEPTH,
@@ -378,6 +382,9 @@ pub async fn mcp(
             database,
             settings.workspace.as_deref(),
             &workspace.project,
+            options
+                .max_async_tasks_given
+                .then_some(options.max_async_tasks),
             options.server_options(),
             reader,
             writer,

@@ -396,10 +396,13 @@ impl Fleet {
     /// workspace's running tasks under the workspace's row lock, and gives
     /// the task a new fencing token.
     ///
+    /// A claim that fails after others committed returns those (and logs
+    /// the failure): a committed claim is never dropped on the floor.
+    ///
     /// # Errors
     ///
-    /// [`FleetError::WorkerLost`] when the worker's lease has expired;
-    /// [`FleetError::Database`].
+    /// When the first claim fails: [`FleetError::WorkerLost`] when the
+    /// worker's lease has expired; [`FleetError::Database`].
     pub async fn claim(
         &mut self,
         lease: &WorkerLease,
@@ -407,9 +410,15 @@ impl Fleet {
     ) -> Result<Vec<ClaimedTask>, FleetError> {
         let mut claimed = Vec::new();
         while claimed.len() < max {
-            match self.claim_one(lease).await? {
-                Some(task) => claimed.push(task),
-                None => break,
+            match self.claim_one(lease).await {
+                Ok(Some(task)) => claimed.push(task),
+                Ok(None) => break,
+                Err(err) if claimed.is_empty() => return Err(err),
+                Err(err) => {
+                    tracing::warn!(error = %err.chain(), claimed = claimed.len(),
+                        "a claim failed: keeping those already made");
+                    break;
+                }
             }
         }
         Ok(claimed)

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use asynctask_manager::QueueFull;
+use asynctask_model::MaxQueuedTasks;
 use asynctask_tools::SubagentInfo;
 
 use crate::fleet::{TASK_COLUMNS, from_db, non_empty, task_from_row};
@@ -16,6 +18,9 @@ use crate::{Fleet, FleetError};
 /// The lease a front registers with unless told otherwise: the results of
 /// its tasks are kept for it until it has been unreachable this long.
 pub const DEFAULT_FRONT_LEASE: Duration = Duration::from_secs(30);
+
+/// A workspace's `task-max-async` until one is set (the schema's default).
+const DEFAULT_MAX_ASYNC: i64 = 5;
 
 /// The most of a task's whole output the fleet stores, in bytes: 1 MiB (a
 /// longer output is stored from a line boundary near its last MiB, after a
@@ -41,6 +46,20 @@ pub struct FrontLease {
     /// When the lease expires unless renewed, in Unix milliseconds of the
     /// fleet's clock.
     pub expires_at: u64,
+}
+
+/// Whom an ended task's result is kept for, as a front asks before taking
+/// it ([`Fleet::result_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResultFor {
+    /// This front, whose lease holds: it may deliver the result.
+    This,
+    /// Another front (it adopted the result), or none: not this front's.
+    Another,
+    /// This front, but its lease has lapsed (another front may adopt the
+    /// result at any moment): register again and rebind before taking it.
+    Lapsed,
 }
 
 /// What a cancel request found.
@@ -222,6 +241,9 @@ impl Fleet {
                           AND NOT EXISTS (SELECT 1 FROM asynctask_fronts f
                               WHERE f.id = t.front_id AND f.state = 'live'
                                 AND f.lease_expires_at > $3)
+                          AND EXISTS (SELECT 1 FROM asynctask_fronts me
+                              WHERE me.id = $2 AND me.state = 'live'
+                                AND me.lease_expires_at > $3)
                         ORDER BY t.completed_at, t.seq
                         FOR UPDATE OF t SKIP LOCKED
                         LIMIT $4
@@ -237,6 +259,82 @@ impl Fleet {
             .await
             .map_err(FleetError::db("adopting results"))?;
         rows.iter().map(task_from_row).collect()
+    }
+
+    /// Whether the ended task `id`'s result is `front`'s to deliver: kept
+    /// for it and its lease live, both read in one statement under the
+    /// task's row lock (an adoption running meanwhile is waited for, and one
+    /// after sees the front live), so a front whose lease lapsed never takes
+    /// a result another front adopts. `None` when no task has that id.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn result_for(
+        &self,
+        front: &FrontLease,
+        id: &str,
+    ) -> Result<Option<ResultFor>, FleetError> {
+        let now = self.now(&self.client).await?;
+        let row = self
+            .client
+            .query_opt(
+                "SELECT t.front_id IS NOT DISTINCT FROM $2, f.id IS NOT NULL
+                 FROM asynctask_tasks t
+                 LEFT JOIN asynctask_fronts f
+                   ON f.id = $2 AND f.state = 'live' AND f.lease_expires_at > $3
+                 WHERE t.id = $1
+                 FOR UPDATE OF t",
+                &[&id, &front.front_id, &now],
+            )
+            .await
+            .map_err(FleetError::db("reading whom a result is for"))?;
+        Ok(
+            row.map(|row| match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
+                (false, _) => ResultFor::Another,
+                (true, true) => ResultFor::This,
+                (true, false) => ResultFor::Lapsed,
+            }),
+        )
+    }
+
+    /// Whether `workspace` holds as many tasks as its `task-max-async` and a
+    /// queue of `max_queued` allow: its queued and running tasks (those of
+    /// front `front` aside, which counts `own` itself) against the sum. The
+    /// refusal to give when it does; `None` when a launch fits, or the
+    /// workspace's limit is unlimited (no queue either, as on one machine).
+    /// A check, not a reservation: fronts launching at the same moment may
+    /// each pass it.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn queue_full(
+        &self,
+        workspace: &str,
+        front: i64,
+        own: usize,
+        max_queued: MaxQueuedTasks,
+    ) -> Result<Option<QueueFull>, FleetError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT w.max_async, (SELECT count(*) FROM asynctask_tasks t
+                     WHERE t.workspace = w.name AND t.status IN ('queued', 'running')
+                       AND t.front_id IS DISTINCT FROM $2)
+                 FROM asynctask_workspaces w WHERE w.name = $1",
+                &[&workspace, &front],
+            )
+            .await
+            .map_err(FleetError::db("counting a workspace's tasks"))?;
+        let (max, others): (i64, i64) = match row {
+            Some(row) => (i64::from(row.get::<_, i32>(0)), row.get(1)),
+            None => (DEFAULT_MAX_ASYNC, 0),
+        };
+        let held = others.saturating_add(i64::try_from(own).unwrap_or(i64::MAX));
+        let max_queued = max_queued.get();
+        Ok((max >= 0 && held >= max.saturating_add(max_queued))
+            .then_some(QueueFull { max, max_queued }))
     }
 
     /// Marks these tasks' results delivered (those not marked yet): never
@@ -342,12 +440,16 @@ impl Fleet {
     ) -> Result<(), FleetError> {
         let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
         let stored = bound_output(text);
+        let now = self.now(&self.client).await?;
+        // Fenced as an end is: the claim current and the worker's lease live.
         let changed = self
             .client
             .execute(
-                "UPDATE asynctask_tasks SET whole_output = $3, whole_output_bytes = $4
-                 WHERE id = $1 AND fence = $2 AND status = 'running'",
-                &[&task.id, &task.fence, &stored.as_ref(), &bytes],
+                "UPDATE asynctask_tasks t SET whole_output = $3, whole_output_bytes = $4
+                 FROM asynctask_workers w
+                 WHERE t.id = $1 AND t.fence = $2 AND t.status = 'running'
+                   AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $5",
+                &[&task.id, &task.fence, &stored.as_ref(), &bytes, &now],
             )
             .await
             .map_err(FleetError::db("storing a task's whole output"))?;
@@ -388,18 +490,22 @@ impl Fleet {
     /// [`FleetError::Database`].
     pub async fn report_progress(&self, task: &ClaimedTask, line: &str) -> Result<(), FleetError> {
         let line: String = line.chars().take(MAX_PROGRESS_CHARS).collect();
-        // One statement: the fenced write, and the wake-up of the fronts
-        // (sent when it commits).
+        let now = self.now(&self.client).await?;
+        // One statement: the fenced write (the claim current and the
+        // worker's lease live), and the wake-up of the fronts (sent when it
+        // commits).
         let changed = self
             .client
             .query(
                 "WITH reported AS (
-                    UPDATE asynctask_tasks SET progress = $3
-                    WHERE id = $1 AND fence = $2 AND status = 'running'
-                    RETURNING id
+                    UPDATE asynctask_tasks t SET progress = $3
+                    FROM asynctask_workers w
+                    WHERE t.id = $1 AND t.fence = $2 AND t.status = 'running'
+                      AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $5
+                    RETURNING t.id
                  )
                  SELECT pg_notify($4, id)::text FROM reported",
-                &[&task.id, &task.fence, &line, &PROGRESS_CHANNEL],
+                &[&task.id, &task.fence, &line, &PROGRESS_CHANNEL, &now],
             )
             .await
             .map_err(FleetError::db("storing a task's progress"))?

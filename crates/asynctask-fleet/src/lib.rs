@@ -43,6 +43,7 @@ mod error;
 mod fleet;
 mod front;
 mod listen;
+mod orphans;
 mod remote;
 mod schema;
 mod status;
@@ -54,7 +55,7 @@ pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
 pub use crate::front::{
     CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_PROGRESS_CHARS, MAX_STORED_OUTPUT_BYTES,
-    bound_output,
+    ResultFor, bound_output,
 };
 pub use crate::listen::{
     CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUEUED_CHANNEL, Wakeup,
@@ -64,7 +65,7 @@ pub use crate::schema::SCHEMA_VERSION;
 pub use crate::status::{FleetStatus, RunningTask, WorkerStatus, WorkspaceStatus};
 pub use crate::types::{
     ClaimedTask, DEFAULT_LEASE, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec,
-    lost_worker_error,
+    lost_worker_error, untracked_task_error,
 };
 pub use crate::worker::{PROGRESS_INTERVAL, Worker};
 pub use tokio_postgres::Config;

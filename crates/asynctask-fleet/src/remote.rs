@@ -11,19 +11,22 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use asynctask_manager::{AsyncTaskManager, Journal, JournalEntry, JournalError, RegisterTaskInput};
-use asynctask_model::{AsyncTaskStatus, OutputObject};
+use asynctask_manager::{
+    AsyncTaskManager, Journal, JournalEntry, JournalError, QueueFull, RegisterTaskInput,
+};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use asynctask_tools::{
     SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, WHOLE_OUTPUT_PREFIX,
 };
 use tokio::sync::{MappedMutexGuard, MutexGuard, Notify, mpsc, watch};
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
-use crate::front::{CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES};
+use crate::front::{
+    CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor,
+};
 use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL};
 use crate::types::NewTask;
-use crate::{Fleet, FleetError, FleetOptions};
+use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
 /// The most results one adoption takes into the front's registry.
 const ADOPT_BATCH: usize = 20;
@@ -88,7 +91,7 @@ impl fmt::Debug for FleetFront {
 }
 
 struct Shared {
-    config: Config,
+    config: DatabaseConfig,
     options: FleetOptions,
     workspace: String,
     name: String,
@@ -97,6 +100,9 @@ struct Shared {
     catalog: Mutex<Vec<SubagentInfo>>,
     /// Bumped at every wake-up: a task's end in the workspace, the timer.
     wakes: watch::Sender<u64>,
+    /// Bumped whenever the statement connection is made again: the listening
+    /// connection, which may hang silently on the same cut link, is too.
+    reconnects: watch::Sender<u64>,
     /// The runs waiting here, by task id: woken alone by their progress.
     progress: Mutex<HashMap<String, Arc<Notify>>>,
     manager: OnceLock<AsyncTaskManager>,
@@ -120,11 +126,12 @@ impl FleetFront {
     ///
     /// What [`Fleet::connect`] and [`Fleet::register_front`] return.
     pub async fn connect(
-        config: Config,
+        config: impl Into<DatabaseConfig>,
         options: FleetOptions,
         workspace: &str,
         name: &str,
     ) -> Result<Self, FleetError> {
+        let config = config.into();
         let fleet = Fleet::connect(&config, options.clone()).await?;
         let front = fleet
             .register_front(workspace, name, DEFAULT_FRONT_LEASE)
@@ -150,6 +157,7 @@ impl FleetFront {
                 }),
                 catalog: Mutex::new(catalog),
                 wakes: watch::Sender::new(0),
+                reconnects: watch::Sender::new(0),
                 progress: Mutex::default(),
                 manager: OnceLock::new(),
                 marks,
@@ -157,6 +165,17 @@ impl FleetFront {
                 closing: CancellationToken::new(),
             }),
         })
+    }
+
+    /// Sets the front's workspace's `task-max-async` across the fleet
+    /// ([`Fleet::set_max_async`]).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`], or the connection's errors.
+    pub async fn set_max_async(&self, max: MaxAsyncTasks) -> Result<(), FleetError> {
+        let (fleet, _) = self.shared.fleet().await?;
+        fleet.set_max_async(&self.shared.workspace, max).await
     }
 
     /// The runner the front's `task` tool runs through.
@@ -204,12 +223,18 @@ impl FleetFront {
         let interval = (self.shared.lease / 3).max(Duration::from_millis(10));
         let mut backoff = Duration::from_millis(100);
         'connect: loop {
-            let mut listener = match FleetListener::connect(
-                &self.shared.config,
-                &[ENDED_CHANNEL, PROGRESS_CHANNEL],
-            )
-            .await
-            {
+            let mut reconnected = self.shared.reconnects.subscribe();
+            let listen = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                FleetListener::connect(&self.shared.config, &[ENDED_CHANNEL, PROGRESS_CHANNEL]),
+            );
+            let listening = tokio::select! {
+                () = stop.cancelled() => break 'connect,
+                listening = listen => listening.unwrap_or(Err(FleetError::Unreachable {
+                    after: CONNECT_TIMEOUT,
+                })),
+            };
+            let mut listener = match listening {
                 Ok(listener) => listener,
                 Err(err) => {
                     tracing::warn!(error = %err.chain(), "cannot listen to the fleet; retrying");
@@ -257,6 +282,8 @@ impl FleetFront {
                         self.mark(ids).await;
                     }
                     _ = timer.tick() => self.tick().await,
+                    // The statement connection was made again: listen anew.
+                    _ = reconnected.changed() => continue 'connect,
                 }
             }
         }
@@ -275,12 +302,17 @@ impl FleetFront {
         }
     }
 
-    /// The timer's work: renew the lease, refresh the catalog, adopt, wake
-    /// the runs (a fallback for lost notifications).
+    /// The timer's work: renew the lease, reap the workers whose lease
+    /// expired (a fleet whose only worker was killed has no worker to reap
+    /// it), refresh the catalog, adopt, wake the runs (a fallback for lost
+    /// notifications).
     async fn tick(&self) {
-        self.renew().await;
+        self.shared.renew().await;
         let catalog = match self.shared.fleet().await {
-            Ok((fleet, _)) => fleet.catalog().await,
+            Ok((fleet, _)) => match fleet.reap_expired().await {
+                Ok(_) => fleet.catalog().await,
+                Err(err) => Err(err),
+            },
             Err(err) => Err(err),
         };
         match catalog {
@@ -295,42 +327,6 @@ impl FleetFront {
         }
         self.adopt().await;
         self.shared.wakes.send_modify(|n| *n += 1);
-    }
-
-    async fn renew(&self) {
-        let mut link = self.shared.link.lock().await;
-        let Link { fleet, front } = &mut *link;
-        let Some(db) = fleet.as_ref() else {
-            return;
-        };
-        match db.front_heartbeat(front).await {
-            Ok(()) => {}
-            Err(FleetError::FrontLost { .. }) => {
-                let old = front.front_id;
-                match db
-                    .register_front(&self.shared.workspace, &self.shared.name, self.shared.lease)
-                    .await
-                {
-                    Ok(new) => {
-                        tracing::warn!(
-                            "the front's lease had expired: registered again; results of its \
-                             tasks may have gone to other fronts"
-                        );
-                        if let Err(err) = db.rebind_front(old, &new).await {
-                            tracing::warn!(error = %err.chain(), "could not keep the front's tasks");
-                        }
-                        *front = new;
-                    }
-                    Err(err) => tracing::warn!(error = %err.chain(), "could not register again"),
-                }
-            }
-            Err(err) => {
-                if db.is_closed() {
-                    *fleet = None;
-                }
-                tracing::warn!(error = %err.chain(), "could not renew the front's lease");
-            }
-        }
     }
 
     /// Takes results whose front is gone into the local registry, as ended
@@ -407,6 +403,44 @@ impl FleetFront {
 }
 
 impl Shared {
+    /// Renews the front's lease; once it has lapsed, registers again and
+    /// keeps the tasks no other front adopted meanwhile.
+    async fn renew(&self) {
+        let mut link = self.link.lock().await;
+        let Link { fleet, front } = &mut *link;
+        let Some(db) = fleet.as_ref() else {
+            return;
+        };
+        match db.front_heartbeat(front).await {
+            Ok(()) => {}
+            Err(FleetError::FrontLost { .. }) => {
+                let old = front.front_id;
+                match db
+                    .register_front(&self.workspace, &self.name, self.lease)
+                    .await
+                {
+                    Ok(new) => {
+                        tracing::warn!(
+                            "the front's lease had expired: registered again; results of its \
+                             tasks may have gone to other fronts"
+                        );
+                        if let Err(err) = db.rebind_front(old, &new).await {
+                            tracing::warn!(error = %err.chain(), "could not keep the front's tasks");
+                        }
+                        *front = new;
+                    }
+                    Err(err) => tracing::warn!(error = %err.chain(), "could not register again"),
+                }
+            }
+            Err(err) => {
+                if db.is_closed() {
+                    *fleet = None;
+                }
+                tracing::warn!(error = %err.chain(), "could not renew the front's lease");
+            }
+        }
+    }
+
     /// The connection (made again if it ended), and the front's lease.
     async fn fleet(&self) -> Result<(MappedMutexGuard<'_, Fleet>, FrontLease), FleetError> {
         let mut link = self.link.lock().await;
@@ -420,6 +454,7 @@ impl Shared {
                 })??;
             tracing::info!("connected to the fleet again");
             link.fleet = Some(fleet);
+            self.reconnects.send_modify(|n| *n += 1);
         }
         let front = link.front.clone();
         let fleet = MutexGuard::try_map(link, |link| link.fleet.as_mut())
@@ -510,15 +545,25 @@ impl SubagentRunner for FleetRunner {
         let mut last_progress: Option<String> = None;
         let progressed = Arc::new(Notify::new());
         let _waiting = Waiting::new(shared, &request.task_id, Arc::clone(&progressed));
+        let mut lapsed = false;
         loop {
             let read = match shared.fleet().await {
-                Ok((fleet, front)) => fleet.task(&request.task_id).await.map(|t| (t, front)),
+                Ok((fleet, front)) => read_task(&fleet, &front, &request.task_id).await,
                 Err(err) => Err(err),
             };
             match read {
-                Ok((Some(task), front)) => {
+                // Lapsed: registered again (keeping what no other front
+                // adopted) before looking again, once without waiting.
+                Ok((Some(_), Some(ResultFor::Lapsed))) => {
+                    shared.renew().await;
+                    if !std::mem::replace(&mut lapsed, true) {
+                        continue;
+                    }
+                }
+                Ok((Some(task), kept)) => {
+                    lapsed = false;
                     if task.info.status.is_terminal() {
-                        if task.front != Some(front.front_id) {
+                        if kept != Some(ResultFor::This) {
                             return Err(SubagentError::new(DELIVERED_ELSEWHERE));
                         }
                         shared.answered_directly(&request.task_id);
@@ -587,6 +632,32 @@ impl SubagentRunner for FleetRunner {
         Err(SubagentError::new("cancelled"))
     }
 
+    /// The workspace's limit and the front's queue bound, across the
+    /// fleet: refused when the workspace already holds both's worth of
+    /// tasks. An unreachable fleet admits (the submission then waits).
+    async fn admit_background(&self) -> Result<(), QueueFull> {
+        let Some(manager) = self.shared.manager.get() else {
+            return Ok(());
+        };
+        let (own, max_queued) = (manager.counts().running, manager.max_queued_tasks());
+        let full = match self.shared.fleet().await {
+            Ok((fleet, front)) => {
+                fleet
+                    .queue_full(&self.shared.workspace, front.front_id, own, max_queued)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        match full {
+            Ok(None) => Ok(()),
+            Ok(Some(full)) => Err(full),
+            Err(err) => {
+                self.shared.failed(&err).await;
+                Ok(())
+            }
+        }
+    }
+
     fn catalog(&self) -> Option<Vec<SubagentInfo>> {
         Some(
             self.shared
@@ -596,6 +667,21 @@ impl SubagentRunner for FleetRunner {
                 .clone(),
         )
     }
+}
+
+/// The task `id`, and once it has ended, whether its result is `front`'s to
+/// take ([`Fleet::result_for`]: read with the front's lease).
+async fn read_task(
+    fleet: &Fleet,
+    front: &FrontLease,
+    id: &str,
+) -> Result<(Option<crate::FleetTask>, Option<ResultFor>), FleetError> {
+    let task = fleet.task(id).await?;
+    let kept = match &task {
+        Some(task) if task.info.status.is_terminal() => fleet.result_for(front, id).await?,
+        _ => None,
+    };
+    Ok((task, kept))
 }
 
 /// A run's entry among those waiting on progress, removed when it ends.

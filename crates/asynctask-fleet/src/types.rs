@@ -231,3 +231,19 @@ pub struct Interrupted {
 pub fn lost_worker_error(worker: &str) -> String {
     format!("interrupted: worker {worker} lost")
 }
+
+/// The error of a task running under a worker's registration that the
+/// worker does not run (a claim whose answer it never got).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(
+///     asynctask_fleet::untracked_task_error("build-3"),
+///     "interrupted: worker build-3 lost track of it"
+/// );
+/// ```
+#[must_use]
+pub fn untracked_task_error(worker: &str) -> String {
+    format!("interrupted: worker {worker} lost track of it")
+}

@@ -350,6 +350,7 @@ impl Serving {
         self.flush(fleet).await?;
         self.register_if_needed(fleet).await?;
         self.renew(fleet).await?;
+        self.fail_untracked(fleet).await?;
         self.reap(fleet).await?;
         self.cancel_requested(fleet).await?;
         self.claim(fleet).await?;
@@ -367,6 +368,7 @@ impl Serving {
                 // the renewal must not wait (the lease would expire).
                 _ = tick.tick() => {
                     self.renew(fleet).await?;
+                    self.fail_untracked(fleet).await?;
                     self.reap(fleet).await?;
                     self.cancel_requested(fleet).await?;
                     self.register_if_needed(fleet).await?;
@@ -504,6 +506,23 @@ impl Serving {
         );
         registration.lost.cancel();
         self.worker.runner.terminate_all();
+    }
+
+    /// Fails the tasks its registration holds but it does not run (a claim
+    /// whose answer was lost): see [`Fleet::fail_untracked`].
+    async fn fail_untracked(&self, fleet: &Fleet) -> Result<(), SessionEnd> {
+        let Some(registration) = self.registration.as_ref() else {
+            return Ok(());
+        };
+        let tracked: Vec<String> = self
+            .running
+            .keys()
+            .cloned()
+            .chain(self.unwritten.iter().map(|ended| ended.task.id.clone()))
+            .collect();
+        self.db(fleet.fail_untracked(&registration.lease, &tracked))
+            .await?;
+        Ok(())
     }
 
     async fn reap(&self, fleet: &Fleet) -> Result<(), SessionEnd> {

@@ -64,10 +64,21 @@ fn start_worker(db: &TestDatabase, dir: &Path) -> Started {
 /// `asynctask mcp` whose config names the database (`database = "…"`), and
 /// a client connected to it.
 async fn start_front(db: &TestDatabase, dir: &Path, name: &str) -> (Started, Client) {
+    start_front_with(db, dir, name, &[]).await
+}
+
+/// [`start_front`] with more arguments.
+async fn start_front_with(
+    db: &TestDatabase,
+    dir: &Path,
+    name: &str,
+    args: &[&str],
+) -> (Started, Client) {
     let log = dir.join(format!("{name}.log"));
     let mut child = command(db, dir, &log)
         .env_remove("ASYNCTASK_DATABASE_URL")
         .args(["mcp", "--config", "front.toml"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -446,5 +457,126 @@ fn fleet_status_without_a_database_says_how_to_name_one() {
     assert_eq!(
         String::from_utf8_lossy(&output.stderr),
         "asynctask: no fleet database: pass --database URL or set ASYNCTASK_DATABASE_URL\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fleet() {
+    let db = TestDatabase::create("cli_front_max").await;
+    let dir = temp_dir("front-max");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\nworkspace = \"team\"\n"),
+    )
+    .expect("written");
+    let limit = async || {
+        let (client, connection) = db
+            .config()
+            .connect(tokio_postgres::NoTls)
+            .await
+            .expect("connects");
+        let driver = tokio::spawn(connection);
+        let row = client
+            .query_opt(
+                "SELECT max_async FROM asynctask_workspaces WHERE name = 'team'",
+                &[],
+            )
+            .await
+            .expect("reads");
+        drop(client);
+        let _ = driver.await;
+        row.map(|row| row.get::<_, i32>(0))
+    };
+    // Not given: the fleet's limit is left alone.
+    let (mut front, client) = start_front(&db, dir.path(), "plain").await;
+    assert_eq!(limit().await, None);
+    client.cancel().await.expect("closed");
+    assert!(
+        front.child.wait().await.expect("waited").success(),
+        "{}",
+        front.log()
+    );
+    // Given: set for the workspace when the front starts; the last wins.
+    for max in ["2", "-1"] {
+        let (mut front, client) =
+            start_front_with(&db, dir.path(), "given", &["--max-async-tasks", max]).await;
+        assert_eq!(limit().await.map(|n| n.to_string()).as_deref(), Some(max));
+        client.cancel().await.expect("closed");
+        assert!(
+            front.child.wait().await.expect("waited").success(),
+            "{}",
+            front.log()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_past_the_fleet_s_limit_and_queue_is_refused_as_on_one_machine() {
+    let db = TestDatabase::create("cli_front_queue").await;
+    let dir = temp_dir("front-queue");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\nworkspace = \"team\"\n"),
+    )
+    .expect("written");
+    // A live worker that claims nothing: launches wait in the database.
+    let fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    fleet
+        .register_worker(
+            &asynctask_fleet::WorkerSpec::new("idle", ["echo"])
+                .with_lease(Duration::from_secs(600)),
+        )
+        .await
+        .expect("registered");
+    let (mut front, client) = start_front_with(
+        &db,
+        dir.path(),
+        "front",
+        &["--max-async-tasks", "1", "--max-queued-tasks", "1"],
+    )
+    .await;
+    let launch = async || {
+        let result = call(
+            &client,
+            "task",
+            json!({"subagent_name": "echo", "goal_prompt": "hi", "async": true}),
+        )
+        .await;
+        texts(&result)[0].clone()
+    };
+    for held in 1..=2 {
+        let text = launch().await;
+        assert!(text.contains("(ID: "), "launched: {text}");
+        eventually_with("the launch reaches the database", DEADLINE, || async {
+            fleet.tasks("team").await.expect("reads").len() == held
+        })
+        .await;
+    }
+    assert_eq!(
+        launch().await,
+        "Max async tasks (1) reached, and the queue of 1 waiting tasks is full. Wait for a task \
+         to finish and check progress with 'check_async_tasks', run this subagent synchronously \
+         (without async: true), or try again later."
+    );
+    assert_eq!(
+        fleet.tasks("team").await.expect("reads").len(),
+        2,
+        "nothing submitted"
+    );
+    client.cancel().await.expect("closed");
+    assert!(
+        front.child.wait().await.expect("waited").success(),
+        "{}",
+        front.log()
     );
 }

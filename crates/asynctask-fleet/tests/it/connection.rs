@@ -2,7 +2,7 @@
 //! file when the URL has none, TLS through rustls for every `sslmode`, and
 //! no password in any error.
 
-use asynctask_fleet::{Fleet, FleetError, FleetOptions};
+use asynctask_fleet::{DatabaseConfig, Fleet, FleetError, FleetFront, FleetOptions};
 use asynctask_test_support::{Host, Network, ServerSetup, TestDatabase, temp_dir};
 use pretty_assertions::assert_eq;
 
@@ -111,7 +111,25 @@ async fn passwords_come_from_the_password_file_and_tls_is_checked_as_libpq_does(
     // verify-full with the right CA; the wrong CA is refused, as is a host
     // name the certificate does not carry (reached at the right address).
     let url = format!("{base}?sslmode=verify-full&sslrootcert={ca_file}&passfile={passfile}");
-    assert_eq!(connect_from(&network, &host, &db, url).ok(), Some(true));
+    assert_eq!(
+        connect_from(&network, &host, &db, url.clone()).ok(),
+        Some(true)
+    );
+    // A front reads the URL as a worker does.
+    network
+        .run_in(&host, move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let config = DatabaseConfig::parse(&url)?;
+                FleetFront::connect(config, FleetOptions::new(), "ws", "front")
+                    .await
+                    .map(drop)
+            })
+        })
+        .expect("a front over verify-full, its password from the password file");
     let url = format!("{base}?sslmode=verify-full&sslrootcert={other_ca_file}&passfile={passfile}");
     let err = connect_from(&network, &host, &db, url).expect_err("an unknown CA");
     assert!(err.chain().contains("certificate"), "{}", err.chain());

@@ -54,8 +54,24 @@ async fn an_expired_lease_fences_the_worker_and_its_tasks_are_interrupted_once()
         .expect_err("fenced");
     assert!(matches!(other, FleetError::Fenced { .. }), "{other:?}");
 
-    // Past the lease, before anyone reaped: every write is refused already.
+    // Past the lease, before anyone reaped: every write is refused already,
+    // progress and whole outputs too.
     clock.advance(1_000);
+    let progress = fleet
+        .report_progress(&claimed[1], "step 2")
+        .await
+        .expect_err("fenced");
+    assert!(
+        matches!(progress, FleetError::Fenced { .. }),
+        "{progress:?}"
+    );
+    let whole = fleet
+        .store_whole_output(&claimed[1], "all of it", 9)
+        .await
+        .expect_err("fenced");
+    assert!(matches!(whole, FleetError::Fenced { .. }), "{whole:?}");
+    let t2 = fleet.task("t2").await.expect("read").expect("exists");
+    assert_eq!((t2.progress, t2.whole_output_bytes), (None, None));
     let late = fleet
         .complete(&claimed[1], &OutputObject::new(TerminateReason::Goal))
         .await

@@ -6,7 +6,9 @@ mod claims;
 mod connection;
 mod delivery;
 mod front;
+mod front_leases;
 mod leases;
+mod orphans;
 mod schema;
 
 use std::sync::Arc;

@@ -716,6 +716,10 @@ impl TypedTool for TaskTool {
         };
         let (request, inbox) = self.request(params, takes_messages, nesting.child_depth());
         if request.run_async {
+            // Refused before anything is registered: the launch is given back.
+            if let Err(full) = self.runner.admit_background().await {
+                return refusal(full.to_string(), render::queue_full_refusal(full));
+            }
             let result = self.launch(request, inbox);
             // Refused (the limit, the queue): the launch is given back.
             if result.error.is_none()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use asynctask_manager::{Inbox, Questions, TaskProgress};
+use asynctask_manager::{Inbox, Questions, QueueFull, TaskProgress};
 use asynctask_model::OutputObject;
 use tokio_util::sync::CancellationToken;
 
@@ -58,6 +58,16 @@ pub trait SubagentRunner: Send + Sync {
                 .iter()
                 .any(|info| info.name == subagent && info.accepts_messages)
         })
+    }
+
+    /// Whether a background launch may be registered now, for a runner whose
+    /// tasks wait somewhere other than this registry's queue (a fleet's
+    /// database, behind a limit shared with other hosts). `Err` refuses the
+    /// launch with the same text as the registry's own full queue, before
+    /// anything is registered. The default admits every launch: the
+    /// registry's limit and queue decide.
+    async fn admit_background(&self) -> Result<(), QueueFull> {
+        Ok(())
     }
 
     /// Ends every subagent this runner is running, at once and without grace:

@@ -1,0 +1,65 @@
+//! Tasks a worker's registration holds but the worker does not run: a claim
+//! committed whose answer never reached the worker (the statement's time ran
+//! out, the connection dropped with the commit's reply in flight).
+
+use crate::fleet::self_now;
+use crate::types::{Interrupted, WorkerLease, untracked_task_error};
+use crate::{Fleet, FleetError};
+
+impl Fleet {
+    /// Fails, with [`untracked_task_error`], the tasks running under this
+    /// worker's registration whose ids are not in `tracked` (those it runs
+    /// or still has an end to write for), in one statement fenced like an
+    /// end: only while the worker's lease holds. Returns them, each once.
+    ///
+    /// A worker calls this at every (re)connection and heartbeat, so a
+    /// claim it lost track of is reported at once rather than held under its
+    /// live lease forever (never run, never reaped, taking a slot).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn fail_untracked(
+        &self,
+        lease: &WorkerLease,
+        tracked: &[String],
+    ) -> Result<Vec<Interrupted>, FleetError> {
+        let now = self_now(&self.clock, &self.client).await?;
+        let error = untracked_task_error(&lease.name);
+        let rows = self
+            .client
+            .query(
+                "WITH failed AS (
+                    UPDATE asynctask_tasks t
+                    SET status = 'failed', completed_at = $3, error = $4
+                    FROM asynctask_workers w
+                    WHERE t.worker_id = $1 AND t.status = 'running' AND NOT (t.id = ANY($2))
+                      AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $3
+                    RETURNING t.id, t.workspace, w.name
+                 )
+                 SELECT id, workspace, name, pg_notify($5, workspace)::text FROM failed",
+                &[
+                    &lease.worker_id,
+                    &tracked,
+                    &now,
+                    &error,
+                    &crate::listen::ENDED_CHANNEL,
+                ],
+            )
+            .await
+            .map_err(FleetError::db("failing the tasks a worker lost track of"))?;
+        let failed: Vec<Interrupted> = rows
+            .iter()
+            .map(|row| Interrupted {
+                id: row.get(0),
+                workspace: row.get(1),
+                worker: row.get(2),
+            })
+            .collect();
+        for task in &failed {
+            tracing::warn!(task = %task.id, worker = %task.worker,
+                "a task claimed under this registration was not running here: failed");
+        }
+        Ok(failed)
+    }
+}
