@@ -296,14 +296,27 @@ struct LineSession {
 impl LineSession {
     /// A session, acknowledged and initialized.
     async fn open(state: &StateDir) -> Self {
-        until("the supervisor listening", || state.socket().exists()).await;
-        let stream = tokio::time::timeout(
-            Duration::from_secs(10),
-            open_session(state, std::path::Path::new("/p")),
+        // The socket's file appears before the supervisor accepts on it: a
+        // connection refused meanwhile is tried again.
+        let stream = asynctask_test_support::eventually_some_with(
+            "a session, acknowledged",
+            Duration::from_secs(20),
+            || async {
+                let opened = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    open_session(state, std::path::Path::new("/p")),
+                )
+                .await
+                .expect("acknowledged within 10 s");
+                match opened {
+                    Ok(stream) => Some(stream),
+                    Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => None,
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(err) => panic!("a session: {err}"),
+                }
+            },
         )
-        .await
-        .expect("acknowledged within 10 s")
-        .expect("a session");
+        .await;
         let mut session = LineSession {
             stream,
             received: 0,
