@@ -146,7 +146,7 @@ async fn workers_run_the_fleets_tasks_and_a_killed_ones_task_is_reported_lost_on
     drop(again);
     let log = steady.log();
     assert_eq!(log.matches("task ended").count(), 20, "{log}");
-    assert!(!log.contains("refused"), "{log}");
+    assert!(!log.contains("end was refused"), "{log}");
 
     // A worker killed with SIGKILL mid-task: after its lease, the steady
     // worker reaps it, and its task is failed as interrupted, once.
