@@ -43,6 +43,7 @@ mod error;
 mod fleet;
 mod front;
 mod listen;
+mod messages;
 mod orphans;
 mod remote;
 mod schema;
@@ -58,8 +59,10 @@ pub use crate::front::{
     ResultFor, bound_output,
 };
 pub use crate::listen::{
-    CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUEUED_CHANNEL, Wakeup,
+    CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, MESSAGE_CHANNEL, PROGRESS_CHANNEL,
+    QUEUED_CHANNEL, Wakeup,
 };
+pub use crate::messages::{MAX_UNDELIVERED_MESSAGES, MessageSent, PendingMessage};
 pub use crate::remote::{DELIVERED_ELSEWHERE, FleetFront, FleetRunner, FrontJournal};
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::status::{FleetStatus, RunningTask, WorkerStatus, WorkspaceStatus};

@@ -21,6 +21,10 @@ pub const ENDED_CHANNEL: &str = "asynctask_ended";
 /// of the worker that runs it): that worker ends the task's subagent.
 pub const CANCEL_CHANNEL: &str = "asynctask_cancel";
 
+/// The channel a steering message to a running task notifies (payload: the
+/// id of the worker that runs it): that worker puts it in the subagent's inbox.
+pub const MESSAGE_CHANNEL: &str = "asynctask_message";
+
 /// The channel a task's new line of progress notifies (payload: its id), at
 /// most once a second per task: the front waiting on it shows it.
 pub const PROGRESS_CHANNEL: &str = "asynctask_progress";
@@ -28,11 +32,11 @@ pub const PROGRESS_CHANNEL: &str = "asynctask_progress";
 /// One wake-up: the channel, and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wakeup {
-    /// [`QUEUED_CHANNEL`], [`ENDED_CHANNEL`], [`PROGRESS_CHANNEL`] or
-    /// [`CANCEL_CHANNEL`].
+    /// [`QUEUED_CHANNEL`], [`ENDED_CHANNEL`], [`PROGRESS_CHANNEL`],
+    /// [`CANCEL_CHANNEL`] or [`MESSAGE_CHANNEL`].
     pub channel: String,
     /// The subagent (queued), the workspace (ended), the task's id
-    /// (progress) or the worker's id (cancel).
+    /// (progress) or the worker's id (cancel, message).
     pub payload: String,
 }
 

@@ -8,6 +8,7 @@ mod delivery;
 mod front;
 mod front_leases;
 mod leases;
+mod messages;
 mod orphans;
 mod schema;
 
