@@ -45,6 +45,7 @@ mod front;
 mod listen;
 mod messages;
 mod orphans;
+mod questions;
 mod remote;
 mod schema;
 mod status;
@@ -60,9 +61,10 @@ pub use crate::front::{
 };
 pub use crate::listen::{
     CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, MESSAGE_CHANNEL, PROGRESS_CHANNEL,
-    QUEUED_CHANNEL, Wakeup,
+    QUESTION_CHANNEL, QUEUED_CHANNEL, Wakeup,
 };
 pub use crate::messages::{MAX_UNDELIVERED_MESSAGES, MessageSent, PendingMessage};
+pub use crate::questions::AnswerToDeliver;
 pub use crate::remote::{DELIVERED_ELSEWHERE, FleetFront, FleetRunner, FrontJournal};
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::status::{FleetStatus, RunningTask, WorkerStatus, WorkspaceStatus};

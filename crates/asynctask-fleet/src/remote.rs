@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::{
-    AsyncTaskManager, Inbox, Journal, JournalEntry, JournalError, QueueFull, RegisterTaskInput,
+    Answer, AsyncTaskManager, Journal, JournalEntry, JournalError, QueueFull, RegisterTaskInput,
 };
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use asynctask_tools::{
@@ -24,8 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::front::{
     CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor,
 };
-use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL};
-use crate::messages::MessageSent;
+use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUESTION_CHANNEL};
 use crate::types::NewTask;
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
@@ -38,6 +37,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long connecting again may take before it counts as a failure (the
 /// connection's lock is held meanwhile).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+mod relay;
+
+use relay::{Asks, Steering};
 
 /// How long a steering message the fleet could not take (its task's
 /// undelivered messages at the bound, or the database unreachable) waits
@@ -232,7 +235,10 @@ impl FleetFront {
             let mut reconnected = self.shared.reconnects.subscribe();
             let listen = tokio::time::timeout(
                 CONNECT_TIMEOUT,
-                FleetListener::connect(&self.shared.config, &[ENDED_CHANNEL, PROGRESS_CHANNEL]),
+                FleetListener::connect(
+                    &self.shared.config,
+                    &[ENDED_CHANNEL, PROGRESS_CHANNEL, QUESTION_CHANNEL],
+                ),
             );
             let listening = tokio::select! {
                 () = stop.cancelled() => break 'connect,
@@ -261,7 +267,10 @@ impl FleetFront {
                 tokio::select! {
                     () = stop.cancelled() => break 'connect,
                     wake = listener.recv() => match wake {
-                        Some(wake) if wake.channel == PROGRESS_CHANNEL => {
+                        Some(wake)
+                            if wake.channel == PROGRESS_CHANNEL
+                                || wake.channel == QUESTION_CHANNEL =>
+                        {
                             let run = self
                                 .shared
                                 .progress
@@ -553,8 +562,15 @@ impl SubagentRunner for FleetRunner {
         let _waiting = Waiting::new(shared, &request.task_id, Arc::clone(&progressed));
         let mut lapsed = false;
         let mut steering = Steering::new(request.inbox.clone());
+        // Only a subagent that reads messages can ask.
+        let mut asks = self
+            .accepts_messages(&request.subagent_name)
+            .then(|| Asks::new(request.questions.clone()));
         loop {
             steering.send(shared, &request.task_id).await;
+            if let Some(asks) = asks.as_mut() {
+                asks.sync(shared, &request.task_id).await;
+            }
             let read = match shared.fleet().await {
                 Ok((fleet, front)) => read_task(&fleet, &front, &request.task_id).await,
                 Err(err) => Err(err),
@@ -612,6 +628,11 @@ impl SubagentRunner for FleetRunner {
                 () = progressed.notified() => {}
                 message = steering.inbox.recv(), if steering.takes_more() => steering.take(message),
                 () = tokio::time::sleep(MESSAGE_RETRY), if steering.unsent.is_some() => {}
+                answered = next_answer(asks.as_mut()) => {
+                    if let Some(asks) = asks.as_mut() {
+                        asks.take(answered);
+                    }
+                }
             }
         }
         // Cancelled: by the model (asked of the fleet), or because the server
@@ -679,63 +700,11 @@ impl SubagentRunner for FleetRunner {
     }
 }
 
-/// A task's steering messages on their way to the fleet: taken from the
-/// inbox the model's messages go to one at a time, numbered, and stored
-/// ([`Fleet::send_message`]); while the fleet cannot take one, the inbox
-/// fills and refuses more, as a subagent that does not read does on one
-/// machine.
-struct Steering {
-    inbox: Inbox,
-    open: bool,
-    /// The message taken but not yet stored, with its number.
-    unsent: Option<(i64, String)>,
-    next: i64,
-}
-
-impl Steering {
-    fn new(inbox: Inbox) -> Self {
-        Steering {
-            open: !inbox.is_closed(),
-            inbox,
-            unsent: None,
-            next: 1,
-        }
-    }
-
-    /// Whether to take the next message from the inbox.
-    fn takes_more(&self) -> bool {
-        self.open && self.unsent.is_none()
-    }
-
-    fn take(&mut self, message: Option<String>) {
-        match message {
-            Some(body) => {
-                self.unsent = Some((self.next, body));
-                self.next += 1;
-            }
-            None => self.open = false,
-        }
-    }
-
-    /// Stores the message taken, if any; kept for later when the fleet
-    /// cannot take it, dropped when the task has ended.
-    async fn send(&mut self, shared: &Shared, id: &str) {
-        let Some((n, body)) = self.unsent.take() else {
-            return;
-        };
-        let sent = match shared.fleet().await {
-            Ok((mut fleet, _)) => fleet.send_message(&shared.workspace, id, n, &body).await,
-            Err(err) => Err(err),
-        };
-        match sent {
-            Ok(MessageSent::Stored) => tracing::info!(task = %id, message = n, "message stored"),
-            Ok(MessageSent::Ended) => {}
-            Ok(MessageSent::Full) => self.unsent = Some((n, body)),
-            Err(err) => {
-                shared.failed(&err).await;
-                self.unsent = Some((n, body));
-            }
-        }
+/// The next answer to a question being asked; never when none is.
+async fn next_answer(asks: Option<&mut Asks>) -> Option<(i64, Answer)> {
+    match asks {
+        Some(asks) if asks.asking() => asks.next().await,
+        _ => std::future::pending().await,
     }
 }
 

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use asynctask_manager::{Inbox, InboxError, InboxSender, TaskProgress};
+use asynctask_manager::{Inbox, InboxError, InboxSender, Questions, TaskProgress};
 use asynctask_model::OutputObject;
 use asynctask_tools::{SubagentRequest, SubagentRunner};
 use tokio::sync::mpsc;
@@ -21,7 +21,10 @@ use crate::listen::{
 use crate::types::{ClaimedTask, WorkerLease, WorkerSpec};
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
+mod asks;
 mod run;
+
+use asks::WorkerAsks;
 
 use run::{
     cancelled, outcome_name, points_to_whole_output, read_whole_output, report_progress, run_one,
@@ -175,6 +178,7 @@ impl Worker {
             progress_rx,
             inboxes: HashMap::new(),
             delivered: HashSet::new(),
+            asks: WorkerAsks::new(),
         };
         let result = state.serve(&shutdown).await;
         state.stop_runs().await;
@@ -260,6 +264,8 @@ struct Serving {
     /// Messages put in an inbox but not yet marked delivered (the mark's
     /// connection failed): marked, never put in again.
     delivered: HashSet<(String, i64)>,
+    /// The questions of the tasks whose subagent takes messages.
+    asks: WorkerAsks,
 }
 
 impl Serving {
@@ -378,6 +384,7 @@ impl Serving {
         self.cancel_requested(fleet).await?;
         self.claim(fleet).await?;
         self.deliver_messages(fleet).await?;
+        self.sync_questions(fleet).await?;
         let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -398,12 +405,17 @@ impl Serving {
                     self.register_if_needed(fleet).await?;
                     self.claim(fleet).await?;
                     self.deliver_messages(fleet).await?;
+                    self.sync_questions(fleet).await?;
                 }
                 Some(ended) = self.ended_rx.recv() => {
                     self.record(ended);
                     self.flush(fleet).await?;
                     self.register_if_needed(fleet).await?;
                     self.claim(fleet).await?;
+                }
+                Some(()) = self.asks.asked.recv() => {
+                    while self.asks.asked.try_recv().is_ok() {}
+                    self.sync_questions(fleet).await?;
                 }
                 Some((task, line)) = self.progress_rx.recv() => {
                     // A claim no longer current (the task ended) writes nothing.
@@ -427,6 +439,7 @@ impl Serving {
                         });
                         if mine {
                             self.deliver_messages(fleet).await?;
+                            self.sync_questions(fleet).await?;
                         }
                     }
                     Some(wakeup) => {
@@ -689,12 +702,13 @@ impl Serving {
         let ended = self.ended_tx.clone();
         let timeout = self.worker.task_timeout;
         let progress = TaskProgress::new();
-        let inbox = if self.worker.runner.accepts_messages(&task.subagent_name) {
+        // A subagent that reads messages may ask questions too.
+        let (inbox, questions) = if self.worker.runner.accepts_messages(&task.subagent_name) {
             let (sender, inbox) = Inbox::channel();
             self.inboxes.insert(task.id.clone(), (task.clone(), sender));
-            inbox
+            (inbox, self.asks.open(&task))
         } else {
-            Inbox::closed()
+            (Inbox::closed(), Questions::none())
         };
         let reporter = tokio::spawn(report_progress(
             task.clone(),
@@ -710,7 +724,8 @@ impl Serving {
             .with_run_async(true)
             .with_timeout(timeout)
             .with_progress(progress.clone())
-            .with_inbox(inbox);
+            .with_inbox(inbox)
+            .with_questions(questions);
             let subagent = task.subagent_name.clone();
             let run = tokio::spawn(run_one(runner, request, cancel, timeout, subagent));
             let outcome = run.await;
@@ -833,5 +848,6 @@ impl Serving {
     fn forget_inbox(&mut self, id: &str) {
         self.inboxes.remove(id);
         self.delivered.retain(|(task, _)| task != id);
+        self.asks.close(id);
     }
 }

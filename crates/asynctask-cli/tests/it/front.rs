@@ -597,6 +597,143 @@ async fn steering_messages_reach_a_worker_s_subagent_in_order_even_sent_while_qu
     assert_gone_async(&[front_pid, quiet_pid], DEADLINE).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_s_subagent_asks_the_front_s_session_and_gets_its_answer() {
+    let db = TestDatabase::create("cli_ask").await;
+    let dir = temp_dir("ask");
+    // `asker` asks through its FIFO and prints the answer line it reads.
+    let script = dir.path().join("ask.sh");
+    std::fs::write(
+        &script,
+        "read goal\n\
+         printf '%s\\n' '{\"type\":\"question\",\"text\":\"Delete the 3 stale branches?\",\
+         \"choices\":[\"yes\",\"no\"]}' > \"$ASYNCTASK_QUESTIONS\"\n\
+         read answer\necho \"$answer\"\n",
+    )
+    .expect("written");
+    std::fs::write(
+        dir.path().join("worker.toml"),
+        format!(
+            "[subagents.asker]\ncommand = [\"sh\", \"{}\"]\nstdin = \"jsonl\"\n",
+            script.display()
+        ),
+    )
+    .expect("written");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\n"),
+    )
+    .expect("written");
+    let fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    let mut worker = start_worker(&db, dir.path());
+    eventually_with("the worker is live", DEADLINE, || async {
+        fleet.catalog().await.expect("reads").len() == 1
+    })
+    .await;
+    let (front, client) = start_front(&db, dir.path(), "front").await;
+
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "asker", "goal_prompt": "tidy up", "async": true}),
+    )
+    .await;
+    let asker = launched_id(&texts(&launched)[0]);
+    // The question surfaces on the front as a local subagent's does.
+    eventually_with("the question surfaces on the front", DEADLINE, || async {
+        texts(&call(&client, "check_async_tasks", json!({})).await)
+            .join("\n")
+            .contains("Delete the 3 stale branches?")
+    })
+    .await;
+    let answered = call(
+        &client,
+        "answer_async_task",
+        json!({"task_id": &asker, "answer": "yes"}),
+    )
+    .await;
+    assert_ne!(answered.is_error, Some(true), "{:?}", texts(&answered));
+    let (seen, all) = collect_results(&client, std::slice::from_ref(&asker), "").await;
+    assert_eq!(seen, [1], "{}", worker.log());
+    assert!(
+        all.contains(r#"\"status\":\"answered\",\"text\":\"yes\""#),
+        "{all}"
+    );
+    let again = call(
+        &client,
+        "answer_async_task",
+        json!({"task_id": &asker, "answer": "no"}),
+    )
+    .await;
+    assert_eq!(again.is_error, Some(true), "{:?}", texts(&again));
+
+    // A task ended while its question waits: the question is withdrawn, on
+    // the front and in the database.
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "asker", "goal_prompt": "tidy up again", "async": true}),
+    )
+    .await;
+    let doomed = launched_id(&texts(&launched)[0]);
+    let workspace = dir.path().display().to_string();
+    eventually_with(
+        "the second question waits in the database",
+        DEADLINE,
+        || async {
+            fleet
+                .waiting_questions(&workspace, &doomed)
+                .await
+                .expect("reads")
+                .len()
+                == 1
+        },
+    )
+    .await;
+    let ended = texts(&call(&client, "end_async_task", json!({"task_id": &doomed})).await);
+    assert_eq!(ended[0], format!("Cancelled task: {doomed}"));
+    let peek = texts(&call(&client, "check_async_tasks", json!({})).await).join("\n");
+    assert!(!peek.contains("Delete the 3 stale branches?"), "{peek}");
+    eventually_with("the worker ended the task", DEADLINE, || async {
+        let task = fleet.task(&doomed).await.expect("reads").expect("held");
+        task.info.status == asynctask_model::AsyncTaskStatus::Cancelled
+    })
+    .await;
+    assert_eq!(
+        fleet
+            .waiting_questions(&workspace, &doomed)
+            .await
+            .expect("reads"),
+        []
+    );
+
+    client.cancel().await.expect("closed");
+    let mut front = front;
+    let front_pid = front.pid();
+    assert!(
+        front.child.wait().await.expect("waited").success(),
+        "{}",
+        front.log()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(worker.pid()).expect("a pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signalled");
+    assert!(
+        worker.child.wait().await.expect("waited").success(),
+        "{}",
+        worker.log()
+    );
+    assert_gone_async(&[front_pid], DEADLINE).await;
+}
+
 #[test]
 fn fleet_status_without_a_database_says_how_to_name_one() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))

@@ -282,7 +282,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
     let driver = tokio::spawn(connection);
     client
         .batch_execute(
-            "DROP TABLE asynctask_messages;
+            "DROP TABLE asynctask_messages, asynctask_questions;
              ALTER TABLE asynctask_tasks DROP COLUMN front_id, DROP COLUMN cancel_requested,
                 DROP COLUMN progress, DROP COLUMN whole_output, DROP COLUMN whole_output_bytes;
              DROP TABLE asynctask_fronts;

@@ -10,6 +10,7 @@ mod front_leases;
 mod leases;
 mod messages;
 mod orphans;
+mod questions;
 mod schema;
 
 use std::sync::Arc;

@@ -162,7 +162,7 @@ async fn undelivered_messages_are_bounded_like_an_inbox_and_an_expired_lease_mar
 }
 
 #[tokio::test]
-async fn a_database_of_the_schema_before_messages_is_migrated_and_takes_them() {
+async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
     let db = TestDatabase::create("messages_migrate").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
@@ -171,11 +171,14 @@ async fn a_database_of_the_schema_before_messages_is_migrated_and_takes_them() {
         .await
         .expect("submitted");
     drop(fleet);
-    // Back to version 2: the messages' table removed.
+    // Back to version 2: the messages' and questions' tables removed.
     let (client, connection) = db.config().connect(NoTls).await.expect("connects");
     let driver = tokio::spawn(connection);
     client
-        .batch_execute("DROP TABLE asynctask_messages; UPDATE asynctask_schema SET version = 2;")
+        .batch_execute(
+            "DROP TABLE asynctask_messages, asynctask_questions;
+             UPDATE asynctask_schema SET version = 2;",
+        )
         .await
         .expect("downgraded");
     drop(client);
