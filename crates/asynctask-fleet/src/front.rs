@@ -103,7 +103,10 @@ impl Fleet {
                 serde_json::from_str(row.get::<_, &str>(0)).unwrap_or_default();
             for entry in entries {
                 if !catalog.iter().any(|known| known.name == entry.name) {
-                    catalog.push(SubagentInfo::new(entry.name, entry.description));
+                    catalog.push(
+                        SubagentInfo::new(entry.name, entry.description)
+                            .with_messages(entry.accepts_messages),
+                    );
                 }
             }
         }

@@ -43,7 +43,9 @@ mod error;
 mod fleet;
 mod front;
 mod listen;
+mod messages;
 mod orphans;
+mod questions;
 mod remote;
 mod schema;
 mod status;
@@ -58,8 +60,11 @@ pub use crate::front::{
     ResultFor, bound_output,
 };
 pub use crate::listen::{
-    CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUEUED_CHANNEL, Wakeup,
+    CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, MESSAGE_CHANNEL, PROGRESS_CHANNEL,
+    QUESTION_CHANNEL, QUEUED_CHANNEL, Wakeup,
 };
+pub use crate::messages::{MAX_UNDELIVERED_MESSAGES, MessageSent, PendingMessage};
+pub use crate::questions::AnswerToDeliver;
 pub use crate::remote::{DELIVERED_ELSEWHERE, FleetFront, FleetRunner, FrontJournal};
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::status::{FleetStatus, RunningTask, WorkerStatus, WorkspaceStatus};

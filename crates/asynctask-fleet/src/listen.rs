@@ -21,6 +21,16 @@ pub const ENDED_CHANNEL: &str = "asynctask_ended";
 /// of the worker that runs it): that worker ends the task's subagent.
 pub const CANCEL_CHANNEL: &str = "asynctask_cancel";
 
+/// The channel a steering message or an answer to a running task notifies
+/// (payload: the id of the worker that runs it): that worker hands it to the
+/// subagent.
+pub const MESSAGE_CHANNEL: &str = "asynctask_message";
+
+/// The channel a question a worker's subagent asks, or withdraws, notifies
+/// (payload: the task's id): the front running the task puts it to its
+/// session.
+pub const QUESTION_CHANNEL: &str = "asynctask_question";
+
 /// The channel a task's new line of progress notifies (payload: its id), at
 /// most once a second per task: the front waiting on it shows it.
 pub const PROGRESS_CHANNEL: &str = "asynctask_progress";
@@ -28,11 +38,11 @@ pub const PROGRESS_CHANNEL: &str = "asynctask_progress";
 /// One wake-up: the channel, and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wakeup {
-    /// [`QUEUED_CHANNEL`], [`ENDED_CHANNEL`], [`PROGRESS_CHANNEL`] or
-    /// [`CANCEL_CHANNEL`].
+    /// [`QUEUED_CHANNEL`], [`ENDED_CHANNEL`], [`PROGRESS_CHANNEL`],
+    /// [`CANCEL_CHANNEL`], [`MESSAGE_CHANNEL`] or [`QUESTION_CHANNEL`].
     pub channel: String,
     /// The subagent (queued), the workspace (ended), the task's id
-    /// (progress) or the worker's id (cancel).
+    /// (progress, question) or the worker's id (cancel, message).
     pub payload: String,
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use asynctask_manager::{
-    AsyncTaskManager, Journal, JournalEntry, JournalError, QueueFull, RegisterTaskInput,
+    Answer, AsyncTaskManager, Journal, JournalEntry, JournalError, QueueFull, RegisterTaskInput,
 };
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use asynctask_tools::{
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::front::{
     CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor,
 };
-use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL};
+use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUESTION_CHANNEL};
 use crate::types::NewTask;
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
@@ -37,6 +37,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long connecting again may take before it counts as a failure (the
 /// connection's lock is held meanwhile).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+mod relay;
+
+use relay::{Asks, Steering};
+
+/// How long a steering message the fleet could not take (its task's
+/// undelivered messages at the bound, or the database unreachable) waits
+/// before it is sent again.
+const MESSAGE_RETRY: Duration = Duration::from_millis(500);
 
 /// What a model is told of a task whose result went to another front of the
 /// workspace: this front was unreachable past its lease, and another took it.
@@ -226,7 +235,10 @@ impl FleetFront {
             let mut reconnected = self.shared.reconnects.subscribe();
             let listen = tokio::time::timeout(
                 CONNECT_TIMEOUT,
-                FleetListener::connect(&self.shared.config, &[ENDED_CHANNEL, PROGRESS_CHANNEL]),
+                FleetListener::connect(
+                    &self.shared.config,
+                    &[ENDED_CHANNEL, PROGRESS_CHANNEL, QUESTION_CHANNEL],
+                ),
             );
             let listening = tokio::select! {
                 () = stop.cancelled() => break 'connect,
@@ -255,7 +267,10 @@ impl FleetFront {
                 tokio::select! {
                     () = stop.cancelled() => break 'connect,
                     wake = listener.recv() => match wake {
-                        Some(wake) if wake.channel == PROGRESS_CHANNEL => {
+                        Some(wake)
+                            if wake.channel == PROGRESS_CHANNEL
+                                || wake.channel == QUESTION_CHANNEL =>
+                        {
                             let run = self
                                 .shared
                                 .progress
@@ -546,7 +561,16 @@ impl SubagentRunner for FleetRunner {
         let progressed = Arc::new(Notify::new());
         let _waiting = Waiting::new(shared, &request.task_id, Arc::clone(&progressed));
         let mut lapsed = false;
+        let mut steering = Steering::new(request.inbox.clone());
+        // Only a subagent that reads messages can ask.
+        let mut asks = self
+            .accepts_messages(&request.subagent_name)
+            .then(|| Asks::new(request.questions.clone()));
         loop {
+            steering.send(shared, &request.task_id).await;
+            if let Some(asks) = asks.as_mut() {
+                asks.sync(shared, &request.task_id).await;
+            }
             let read = match shared.fleet().await {
                 Ok((fleet, front)) => read_task(&fleet, &front, &request.task_id).await,
                 Err(err) => Err(err),
@@ -602,6 +626,13 @@ impl SubagentRunner for FleetRunner {
                 () = cancel.cancelled() => break,
                 _ = wakes.changed() => {}
                 () = progressed.notified() => {}
+                message = steering.inbox.recv(), if steering.takes_more() => steering.take(message),
+                () = tokio::time::sleep(MESSAGE_RETRY), if steering.unsent.is_some() => {}
+                answered = next_answer(asks.as_mut()) => {
+                    if let Some(asks) = asks.as_mut() {
+                        asks.take(answered);
+                    }
+                }
             }
         }
         // Cancelled: by the model (asked of the fleet), or because the server
@@ -666,6 +697,14 @@ impl SubagentRunner for FleetRunner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
         )
+    }
+}
+
+/// The next answer to a question being asked; never when none is.
+async fn next_answer(asks: Option<&mut Asks>) -> Option<(i64, Answer)> {
+    match asks {
+        Some(asks) if asks.asking() => asks.next().await,
+        _ => std::future::pending().await,
     }
 }
 

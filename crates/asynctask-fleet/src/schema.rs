@@ -8,7 +8,7 @@ use crate::FleetError;
 /// The schema version this crate reads and writes (the one row of
 /// `asynctask_schema`). A database with a higher one was written by a newer
 /// asynctask and is refused, untouched; a lower one is migrated at connect.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The migrations, in order: entry `n` brings version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -80,6 +80,36 @@ const MIGRATIONS: &[&str] = &[
         ADD COLUMN whole_output_bytes bigint;
      CREATE INDEX asynctask_tasks_cancel ON asynctask_tasks (worker_id)
         WHERE status = 'running' AND cancel_requested;",
+    // 2 → 3: steering messages, numbered per task by the front that sends
+    // them, each marked once its worker put it in the subagent's inbox; and
+    // questions, numbered per task by the worker whose subagent asks (JSON:
+    // text and choices), answered by a front, each answer marked once its
+    // worker handed it over.
+    "CREATE TABLE asynctask_messages (
+        task_id text NOT NULL REFERENCES asynctask_tasks (id) ON DELETE CASCADE,
+        n bigint NOT NULL,
+        body text NOT NULL,
+        sent_at bigint NOT NULL,
+        delivered_at bigint,
+        PRIMARY KEY (task_id, n)
+     );
+     CREATE INDEX asynctask_messages_undelivered ON asynctask_messages (task_id, n)
+        WHERE delivered_at IS NULL;
+     CREATE TABLE asynctask_questions (
+        task_id text NOT NULL REFERENCES asynctask_tasks (id) ON DELETE CASCADE,
+        number bigint NOT NULL,
+        question text NOT NULL,
+        asked_at bigint NOT NULL,
+        state text NOT NULL DEFAULT 'waiting'
+            CHECK (state IN ('waiting', 'answered', 'withdrawn')),
+        answer_status text,
+        answer text,
+        answered_at bigint,
+        delivered_at bigint,
+        PRIMARY KEY (task_id, number)
+     );
+     CREATE INDEX asynctask_questions_open ON asynctask_questions (task_id, number)
+        WHERE state = 'waiting' OR (state = 'answered' AND delivered_at IS NULL);",
 ];
 
 /// An arbitrary constant: the advisory lock that keeps two processes from

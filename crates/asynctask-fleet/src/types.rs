@@ -130,8 +130,8 @@ impl WorkerSpec {
 
     /// The catalog published with the registration: one entry per subagent
     /// served, in the order served, its description from
-    /// [`catalog`](Self::catalog) (empty when it has none). Messages do not
-    /// travel through the fleet, so no entry takes them.
+    /// [`catalog`](Self::catalog) (empty when it has none), and whether it
+    /// takes steering messages (from there too; `false` when not named).
     ///
     /// ```
     /// use asynctask_fleet::WorkerSpec;
@@ -140,7 +140,7 @@ impl WorkerSpec {
     /// let spec = WorkerSpec::new("build-1", ["tester", "linter"])
     ///     .with_catalog(vec![SubagentInfo::new("tester", "Runs the tests").with_messages(true)]);
     /// let published = spec.published_catalog();
-    /// assert_eq!(published[0], SubagentInfo::new("tester", "Runs the tests"));
+    /// assert_eq!(published[0], SubagentInfo::new("tester", "Runs the tests").with_messages(true));
     /// assert_eq!(published[1], SubagentInfo::new("linter", ""));
     /// ```
     #[must_use]
@@ -148,12 +148,10 @@ impl WorkerSpec {
         self.subagents
             .iter()
             .map(|name| {
-                let description = self
-                    .catalog
-                    .iter()
-                    .find(|info| &info.name == name)
-                    .map_or("", |info| info.description.as_str());
+                let known = self.catalog.iter().find(|info| &info.name == name);
+                let description = known.map_or("", |info| info.description.as_str());
                 SubagentInfo::new(name.clone(), description)
+                    .with_messages(known.is_some_and(|info| info.accepts_messages))
             })
             .collect()
     }

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use asynctask_manager::TaskProgress;
+use asynctask_manager::{Inbox, InboxError, InboxSender, Questions, TaskProgress};
 use asynctask_model::OutputObject;
 use asynctask_tools::{SubagentRequest, SubagentRunner};
 use tokio::sync::mpsc;
@@ -15,9 +15,21 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::listen::{CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, QUEUED_CHANNEL};
+use crate::listen::{
+    CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, MESSAGE_CHANNEL, QUEUED_CHANNEL,
+};
 use crate::types::{ClaimedTask, WorkerLease, WorkerSpec};
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
+
+mod asks;
+mod run;
+
+use asks::WorkerAsks;
+
+use run::{
+    cancelled, outcome_name, points_to_whole_output, read_whole_output, report_progress, run_one,
+    watch_lease,
+};
 
 /// The first wait before connecting again; it doubles up to the heartbeat
 /// interval (at most [`MAX_BACKOFF`]).
@@ -164,6 +176,9 @@ impl Worker {
             cancelling: HashSet::new(),
             progress_tx,
             progress_rx,
+            inboxes: HashMap::new(),
+            delivered: HashSet::new(),
+            asks: WorkerAsks::new(),
         };
         let result = state.serve(&shutdown).await;
         state.stop_runs().await;
@@ -244,6 +259,13 @@ struct Serving {
     /// Lines of progress to write (each task's reporter rate-limits them).
     progress_tx: mpsc::UnboundedSender<(ClaimedTask, String)>,
     progress_rx: mpsc::UnboundedReceiver<(ClaimedTask, String)>,
+    /// The inboxes of running tasks whose subagent takes messages.
+    inboxes: HashMap<String, (ClaimedTask, InboxSender)>,
+    /// Messages put in an inbox but not yet marked delivered (the mark's
+    /// connection failed): marked, never put in again.
+    delivered: HashSet<(String, i64)>,
+    /// The questions of the tasks whose subagent takes messages.
+    asks: WorkerAsks,
 }
 
 impl Serving {
@@ -298,9 +320,16 @@ impl Serving {
         let config = &self.worker.config;
         let both = async {
             let fleet = Fleet::connect(config, self.worker.options.clone()).await?;
-            let listener =
-                FleetListener::connect(config, &[QUEUED_CHANNEL, ENDED_CHANNEL, CANCEL_CHANNEL])
-                    .await?;
+            let listener = FleetListener::connect(
+                config,
+                &[
+                    QUEUED_CHANNEL,
+                    ENDED_CHANNEL,
+                    CANCEL_CHANNEL,
+                    MESSAGE_CHANNEL,
+                ],
+            )
+            .await?;
             Ok((fleet, listener))
         };
         match tokio::time::timeout(limit, both).await {
@@ -354,6 +383,8 @@ impl Serving {
         self.reap(fleet).await?;
         self.cancel_requested(fleet).await?;
         self.claim(fleet).await?;
+        self.deliver_messages(fleet).await?;
+        self.sync_questions(fleet).await?;
         let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -373,12 +404,18 @@ impl Serving {
                     self.cancel_requested(fleet).await?;
                     self.register_if_needed(fleet).await?;
                     self.claim(fleet).await?;
+                    self.deliver_messages(fleet).await?;
+                    self.sync_questions(fleet).await?;
                 }
                 Some(ended) = self.ended_rx.recv() => {
                     self.record(ended);
                     self.flush(fleet).await?;
                     self.register_if_needed(fleet).await?;
                     self.claim(fleet).await?;
+                }
+                Some(()) = self.asks.asked.recv() => {
+                    while self.asks.asked.try_recv().is_ok() {}
+                    self.sync_questions(fleet).await?;
                 }
                 Some((task, line)) = self.progress_rx.recv() => {
                     // A claim no longer current (the task ended) writes nothing.
@@ -394,6 +431,15 @@ impl Serving {
                         });
                         if mine {
                             self.cancel_requested(fleet).await?;
+                        }
+                    }
+                    Some(wakeup) if wakeup.channel == MESSAGE_CHANNEL => {
+                        let mine = self.registration.as_ref().is_some_and(|r| {
+                            wakeup.payload == r.lease.worker_id.to_string()
+                        });
+                        if mine {
+                            self.deliver_messages(fleet).await?;
+                            self.sync_questions(fleet).await?;
                         }
                     }
                     Some(wakeup) => {
@@ -555,6 +601,58 @@ impl Serving {
         Ok(())
     }
 
+    /// Puts the undelivered messages of the tasks running here in their
+    /// subagents' inboxes, each task's in order, and marks each delivered
+    /// (with the claim's fencing token). A full inbox keeps the rest of its
+    /// task's messages for later; one put in whose mark failed is marked
+    /// again, never put in twice.
+    async fn deliver_messages(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
+        let Some(registration) = self.registration.as_ref() else {
+            return Ok(());
+        };
+        if self.inboxes.is_empty() {
+            return Ok(());
+        }
+        let lease = registration.lease.clone();
+        let mut held_back: HashSet<String> = HashSet::new();
+        for message in self.db(fleet.pending_messages(&lease)).await? {
+            let Some((task, inbox)) = self.inboxes.get(&message.task_id) else {
+                continue;
+            };
+            if held_back.contains(&message.task_id) {
+                continue;
+            }
+            let key = (message.task_id.clone(), message.n);
+            if !self.delivered.contains(&key) {
+                match inbox.send(message.body) {
+                    Ok(()) => {
+                        self.delivered.insert(key.clone());
+                    }
+                    Err(InboxError::Full) => {
+                        held_back.insert(message.task_id);
+                        continue;
+                    }
+                    Err(err) => {
+                        tracing::warn!(task = %task.id, error = %err, "the message cannot be put in the subagent's inbox; kept undelivered");
+                        held_back.insert(message.task_id);
+                        continue;
+                    }
+                }
+            }
+            match self.db(fleet.mark_message_delivered(task, message.n)).await {
+                Ok(()) => {
+                    tracing::info!(task = %task.id, message = message.n, "message delivered");
+                    self.delivered.remove(&key);
+                }
+                Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {
+                    self.delivered.remove(&key);
+                }
+                Err(end) => return Err(end),
+            }
+        }
+        Ok(())
+    }
+
     /// Claims what the free slots allow, and starts each task.
     async fn claim(&mut self, fleet: &mut Fleet) -> Result<(), SessionEnd> {
         let capacity = usize::try_from(self.worker.spec.capacity).unwrap_or(usize::MAX);
@@ -573,8 +671,13 @@ impl Serving {
         };
         match claimed {
             Ok(tasks) => {
+                let started = !tasks.is_empty();
                 for task in tasks {
                     self.start(task);
+                }
+                if started {
+                    // Messages sent while they were queued.
+                    self.deliver_messages(fleet).await?;
                 }
                 Ok(())
             }
@@ -599,6 +702,14 @@ impl Serving {
         let ended = self.ended_tx.clone();
         let timeout = self.worker.task_timeout;
         let progress = TaskProgress::new();
+        // A subagent that reads messages may ask questions too.
+        let (inbox, questions) = if self.worker.runner.accepts_messages(&task.subagent_name) {
+            let (sender, inbox) = Inbox::channel();
+            self.inboxes.insert(task.id.clone(), (task.clone(), sender));
+            (inbox, self.asks.open(&task))
+        } else {
+            (Inbox::closed(), Questions::none())
+        };
         let reporter = tokio::spawn(report_progress(
             task.clone(),
             progress.clone(),
@@ -612,7 +723,9 @@ impl Serving {
             )
             .with_run_async(true)
             .with_timeout(timeout)
-            .with_progress(progress.clone());
+            .with_progress(progress.clone())
+            .with_inbox(inbox)
+            .with_questions(questions);
             let subagent = task.subagent_name.clone();
             let run = tokio::spawn(run_one(runner, request, cancel, timeout, subagent));
             let outcome = run.await;
@@ -637,6 +750,7 @@ impl Serving {
     /// Takes a run's end: no longer running, to be written.
     fn record(&mut self, mut ended: Ended) {
         self.running.remove(&ended.task.id);
+        self.forget_inbox(&ended.task.id);
         if self.cancelling.remove(&ended.task.id) && matches!(ended.outcome, RunEnd::Failed(_)) {
             ended.outcome = RunEnd::Cancelled;
         }
@@ -718,6 +832,7 @@ impl Serving {
             match tokio::time::timeout_at(deadline, self.ended_rx.recv()).await {
                 Ok(Some(ended)) => {
                     self.running.remove(&ended.task.id);
+                    self.forget_inbox(&ended.task.id);
                 }
                 Ok(None) | Err(_) => break,
             }
@@ -728,154 +843,11 @@ impl Serving {
     }
 }
 
-fn outcome_name(outcome: &RunEnd) -> &'static str {
-    match outcome {
-        RunEnd::Completed(_) => "completed",
-        RunEnd::Failed(_) => "failed",
-        RunEnd::Cancelled => "cancelled",
-    }
-}
-
-/// Whether the result's text ends with a pointer to the whole output (it
-/// was cut): a file on this machine, which the fleet stores for the fronts.
-fn points_to_whole_output(outcome: &RunEnd) -> bool {
-    let text = match outcome {
-        RunEnd::Completed(output) => output.final_message.as_deref(),
-        RunEnd::Failed(error) => Some(error.as_str()),
-        RunEnd::Cancelled => None,
-    };
-    text.and_then(|text| text.lines().last())
-        .is_some_and(|last| last.starts_with(asynctask_tools::WHOLE_OUTPUT_PREFIX))
-}
-
-/// The end of the file holding a task's whole output (at most
-/// [`MAX_STORED_OUTPUT_BYTES`](crate::MAX_STORED_OUTPUT_BYTES) and a line,
-/// read), and its length; `None` when it cannot be read.
-async fn read_whole_output(path: Option<std::path::PathBuf>) -> Option<(String, u64)> {
-    use std::io::{Read, Seek, SeekFrom};
-    let path = path?;
-    let read = tokio::task::spawn_blocking(move || -> std::io::Result<(String, u64)> {
-        let mut file = std::fs::File::open(&path)?;
-        let bytes = file.metadata()?.len();
-        // Room for the note: what is stored stays within the bound.
-        let keep = u64::try_from(crate::MAX_STORED_OUTPUT_BYTES - 64).unwrap_or(u64::MAX);
-        let skipped = bytes.saturating_sub(keep);
-        file.seek(SeekFrom::Start(skipped))?;
-        let mut tail = Vec::new();
-        file.take(keep).read_to_end(&mut tail)?;
-        let text = String::from_utf8_lossy(&tail);
-        if skipped == 0 {
-            return Ok((text.into_owned(), bytes));
-        }
-        // Stored from a line boundary, after a note of what was left out.
-        let (cut, rest) = match text.find('\n') {
-            Some(at) => (at + 1, &text[at + 1..]),
-            None => (0, text.as_ref()),
-        };
-        let left_out = skipped + u64::try_from(cut).unwrap_or(0);
-        Ok((
-            format!("[the first {left_out} bytes are not stored]\n{rest}"),
-            bytes,
-        ))
-    });
-    match read.await {
-        Ok(Ok(whole)) => Some(whole),
-        Ok(Err(err)) => {
-            tracing::warn!(error = %err, "the task's whole output cannot be read; not stored");
-            None
-        }
-        Err(_) => None,
-    }
-}
-
-/// Hands the task's last line of progress on when it changed, at most once
-/// every [`PROGRESS_INTERVAL`], until aborted (the run ended).
-async fn report_progress(
-    task: ClaimedTask,
-    progress: TaskProgress,
-    lines: mpsc::UnboundedSender<(ClaimedTask, String)>,
-) {
-    let mut last: Option<String> = None;
-    let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let line = progress.snapshot().last_line().map(str::to_owned);
-        if line.is_some() && line != last {
-            if lines
-                .send((task.clone(), line.clone().unwrap_or_default()))
-                .is_err()
-            {
-                return;
-            }
-            last = line;
-        }
-    }
-}
-
-/// Runs one request to its end, cancelling it at the timeout.
-async fn run_one(
-    runner: Arc<dyn SubagentRunner>,
-    request: SubagentRequest,
-    cancel: CancellationToken,
-    timeout: Duration,
-    subagent: String,
-) -> RunEnd {
-    let run = runner.run(request, cancel.clone());
-    tokio::pin!(run);
-    tokio::select! {
-        result = &mut run => match result {
-            Ok(output) => RunEnd::Completed(output),
-            Err(err) => {
-                // The model reads the message; the log keeps the whole chain.
-                tracing::warn!(subagent = %subagent, error = %err.chain(), "the subagent failed");
-                if cancel.is_cancelled() {
-                    RunEnd::Failed(format!("Subagent '{subagent}' was cancelled: {}", err.message()))
-                } else {
-                    RunEnd::Failed(err.message().to_owned())
-                }
-            }
-        },
-        () = tokio::time::sleep(timeout) => {
-            cancel.cancel();
-            // The runner ends its subagent's processes on cancel; dropping the
-            // run after the grace ends them too.
-            let _ = tokio::time::timeout(STOP_GRACE, &mut run).await;
-            RunEnd::Failed(format!(
-                "Subagent '{subagent}' timed out after {} seconds",
-                timeout.as_secs()
-            ))
-        }
-    }
-}
-
-/// Cancels `lost` and ends the runner's subagents when the deadline passes
-/// without a renewal.
-async fn watch_lease(
-    deadline: Arc<Mutex<Instant>>,
-    lost: CancellationToken,
-    runner: Arc<dyn SubagentRunner>,
-) {
-    loop {
-        let at = *deadline.lock().unwrap_or_else(PoisonError::into_inner);
-        if Instant::now() >= at {
-            break;
-        }
-        tokio::select! {
-            () = tokio::time::sleep_until(at) => {}
-            () = lost.cancelled() => return,
-        }
-    }
-    if !lost.is_cancelled() {
-        lost.cancel();
-        runner.terminate_all();
-    }
-}
-
-/// Completes when `token` is cancelled; never when there is none.
-async fn cancelled(token: Option<&CancellationToken>) {
-    match token {
-        Some(token) => token.cancelled().await,
-        None => std::future::pending().await,
+impl Serving {
+    /// Drops an ended task's inbox and what it kept of its messages.
+    fn forget_inbox(&mut self, id: &str) {
+        self.inboxes.remove(id);
+        self.delivered.retain(|(task, _)| task != id);
+        self.asks.close(id);
     }
 }

@@ -446,6 +446,294 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
     assert_gone_async(&[front_a, subagent], DEADLINE).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_messages_reach_a_worker_s_subagent_in_order_even_sent_while_queued() {
+    let db = TestDatabase::create("cli_steer").await;
+    let dir = temp_dir("steer");
+    let pids = dir.path().join("pids");
+    std::fs::create_dir(&pids).expect("made");
+    // `steer` prints the first two messages it reads; `quiet` takes none.
+    std::fs::write(
+        dir.path().join("worker.toml"),
+        format!(
+            "[subagents.steer]\ncommand = [\"sh\", \"-c\", \"read goal; read a; read b; \
+             echo \\\"$a\\\"; echo \\\"$b\\\"\"]\nstdin = \"jsonl\"\n\
+             [subagents.quiet]\ncommand = [\"sh\", \"-c\", \"echo $$ > '{}'/quiet; exec sleep 600\"]\n",
+            pids.display()
+        ),
+    )
+    .expect("written");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\n"),
+    )
+    .expect("written");
+    let fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    // One slot: `steer` waits in the database behind `quiet`.
+    let log = dir.path().join("worker.log");
+    let mut worker = Started {
+        child: command(&db, dir.path(), &log)
+            .args(["worker", "--config", "worker.toml", "--name", "w1"])
+            .args(["--capacity", "1", "--lease-seconds", "3"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the worker starts"),
+        log,
+    };
+    eventually_with("the worker is live", DEADLINE, || async {
+        fleet.catalog().await.expect("reads").len() == 2
+    })
+    .await;
+    let (front, client) = start_front(&db, dir.path(), "front").await;
+
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "quiet", "goal_prompt": "hold the slot", "async": true}),
+    )
+    .await;
+    let quiet = launched_id(&texts(&launched)[0]);
+    let pid_file = pids.join("quiet");
+    eventually_with("the quiet subagent started", DEADLINE, || async {
+        std::fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n'))
+    })
+    .await;
+    let quiet_pid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("read")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let refused = call(
+        &client,
+        "message_async_task",
+        json!({"task_id": &quiet, "message": "hello"}),
+    )
+    .await;
+    assert_eq!(refused.is_error, Some(true));
+    assert_eq!(
+        texts(&refused),
+        [format!(
+            "Subagent 'quiet' (async task {quiet}) does not take messages while it runs. Wait \
+             for its result, or cancel it and launch a new task with the new instructions."
+        )]
+    );
+
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "steer", "goal_prompt": "listen", "async": true}),
+    )
+    .await;
+    let steer = launched_id(&texts(&launched)[0]);
+    for message in ["narrow the scope to src/io", "skip the benches"] {
+        let sent = call(
+            &client,
+            "message_async_task",
+            json!({"task_id": &steer, "message": message}),
+        )
+        .await;
+        assert_ne!(sent.is_error, Some(true), "{:?}", texts(&sent));
+    }
+    eventually_with("steer waits in the database's queue", DEADLINE, || async {
+        // Submitted by the front's runner, after the launch answered.
+        let task = fleet.task(&steer).await.expect("reads");
+        task.is_some_and(|task| task.info.status == asynctask_model::AsyncTaskStatus::Queued)
+    })
+    .await;
+
+    // The slot frees: `steer` starts and reads both, in order.
+    let ended = texts(&call(&client, "end_async_task", json!({"task_id": &quiet})).await);
+    assert_eq!(ended[0], format!("Cancelled task: {quiet}"));
+    assert_gone_async(&[quiet_pid], DEADLINE).await;
+    let (seen, all) = collect_results(&client, std::slice::from_ref(&steer), "").await;
+    assert_eq!(seen, [1], "{}", worker.log());
+    assert!(
+        all.contains(
+            r#"{\"type\":\"message\",\"text\":\"narrow the scope to src/io\"}\n{\"type\":\"message\",\"text\":\"skip the benches\"}"#
+        ),
+        "{all}"
+    );
+    let late = call(
+        &client,
+        "message_async_task",
+        json!({"task_id": &steer, "message": "too late"}),
+    )
+    .await;
+    assert_eq!(late.is_error, Some(true));
+    assert!(
+        texts(&late)[0].starts_with(&format!(
+            "Async task {steer} (subagent 'steer') is already completed: its subagent reads no \
+             more messages."
+        )),
+        "{:?}",
+        texts(&late)
+    );
+
+    client.cancel().await.expect("closed");
+    let mut front = front;
+    let front_pid = front.pid();
+    assert!(
+        front.child.wait().await.expect("waited").success(),
+        "{}",
+        front.log()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(worker.pid()).expect("a pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signalled");
+    assert!(
+        worker.child.wait().await.expect("waited").success(),
+        "{}",
+        worker.log()
+    );
+    assert_gone_async(&[front_pid, quiet_pid], DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_s_subagent_asks_the_front_s_session_and_gets_its_answer() {
+    let db = TestDatabase::create("cli_ask").await;
+    let dir = temp_dir("ask");
+    // `asker` asks through its FIFO and prints the answer line it reads.
+    let script = dir.path().join("ask.sh");
+    std::fs::write(
+        &script,
+        "read goal\n\
+         printf '%s\\n' '{\"type\":\"question\",\"text\":\"Delete the 3 stale branches?\",\
+         \"choices\":[\"yes\",\"no\"]}' > \"$ASYNCTASK_QUESTIONS\"\n\
+         read answer\necho \"$answer\"\n",
+    )
+    .expect("written");
+    std::fs::write(
+        dir.path().join("worker.toml"),
+        format!(
+            "[subagents.asker]\ncommand = [\"sh\", \"{}\"]\nstdin = \"jsonl\"\n",
+            script.display()
+        ),
+    )
+    .expect("written");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\n"),
+    )
+    .expect("written");
+    let fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    let mut worker = start_worker(&db, dir.path());
+    eventually_with("the worker is live", DEADLINE, || async {
+        fleet.catalog().await.expect("reads").len() == 1
+    })
+    .await;
+    let (front, client) = start_front(&db, dir.path(), "front").await;
+
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "asker", "goal_prompt": "tidy up", "async": true}),
+    )
+    .await;
+    let asker = launched_id(&texts(&launched)[0]);
+    // The question surfaces on the front as a local subagent's does.
+    eventually_with("the question surfaces on the front", DEADLINE, || async {
+        texts(&call(&client, "check_async_tasks", json!({})).await)
+            .join("\n")
+            .contains("Delete the 3 stale branches?")
+    })
+    .await;
+    let answered = call(
+        &client,
+        "answer_async_task",
+        json!({"task_id": &asker, "answer": "yes"}),
+    )
+    .await;
+    assert_ne!(answered.is_error, Some(true), "{:?}", texts(&answered));
+    let (seen, all) = collect_results(&client, std::slice::from_ref(&asker), "").await;
+    assert_eq!(seen, [1], "{}", worker.log());
+    assert!(
+        all.contains(r#"\"status\":\"answered\",\"text\":\"yes\""#),
+        "{all}"
+    );
+    let again = call(
+        &client,
+        "answer_async_task",
+        json!({"task_id": &asker, "answer": "no"}),
+    )
+    .await;
+    assert_eq!(again.is_error, Some(true), "{:?}", texts(&again));
+
+    // A task ended while its question waits: the question is withdrawn, on
+    // the front and in the database.
+    let launched = call(
+        &client,
+        "task",
+        json!({"subagent_name": "asker", "goal_prompt": "tidy up again", "async": true}),
+    )
+    .await;
+    let doomed = launched_id(&texts(&launched)[0]);
+    let workspace = dir.path().display().to_string();
+    eventually_with(
+        "the second question waits in the database",
+        DEADLINE,
+        || async {
+            fleet
+                .waiting_questions(&workspace, &doomed)
+                .await
+                .expect("reads")
+                .len()
+                == 1
+        },
+    )
+    .await;
+    let ended = texts(&call(&client, "end_async_task", json!({"task_id": &doomed})).await);
+    assert_eq!(ended[0], format!("Cancelled task: {doomed}"));
+    let peek = texts(&call(&client, "check_async_tasks", json!({})).await).join("\n");
+    assert!(!peek.contains("Delete the 3 stale branches?"), "{peek}");
+    eventually_with("the worker ended the task", DEADLINE, || async {
+        let task = fleet.task(&doomed).await.expect("reads").expect("held");
+        task.info.status == asynctask_model::AsyncTaskStatus::Cancelled
+    })
+    .await;
+    assert_eq!(
+        fleet
+            .waiting_questions(&workspace, &doomed)
+            .await
+            .expect("reads"),
+        []
+    );
+
+    client.cancel().await.expect("closed");
+    let mut front = front;
+    let front_pid = front.pid();
+    assert!(
+        front.child.wait().await.expect("waited").success(),
+        "{}",
+        front.log()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(worker.pid()).expect("a pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signalled");
+    assert!(
+        worker.child.wait().await.expect("waited").success(),
+        "{}",
+        worker.log()
+    );
+    assert_gone_async(&[front_pid], DEADLINE).await;
+}
+
 #[test]
 fn fleet_status_without_a_database_says_how_to_name_one() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))

@@ -451,6 +451,7 @@ async fn a_database_restart_mid_run_loses_nothing() {
     for worker in 0..2 {
         let log = machines.log(worker);
         assert!(log.contains("the fleet's database answers again"), "{log}");
+        // A fenced end, not a connect refused while the server restarts.
         assert!(!log.contains("end was refused"), "{log}");
         assert!(!log.contains("the lease was lost"), "{log}");
     }

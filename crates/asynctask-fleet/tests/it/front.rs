@@ -47,9 +47,9 @@ async fn the_catalog_is_the_union_of_the_live_workers_catalogs() {
         [
             SubagentInfo::new("builder", "Builds the project"),
             SubagentInfo::new("linter", ""),
-            // The oldest live registration's description; messages do not
-            // travel through the fleet.
-            SubagentInfo::new("tester", "Runs the tests"),
+            // The oldest live registration's description, and whether it
+            // takes steering messages.
+            SubagentInfo::new("tester", "Runs the tests").with_messages(true),
         ]
     );
 
@@ -277,12 +277,13 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
         .await
         .expect("registered");
     drop(fleet);
-    // Back to version 1: what this schema added, removed.
+    // Back to version 1: what the later schemas added, removed.
     let (client, connection) = db.config().connect(NoTls).await.expect("connects");
     let driver = tokio::spawn(connection);
     client
         .batch_execute(
-            "ALTER TABLE asynctask_tasks DROP COLUMN front_id, DROP COLUMN cancel_requested,
+            "DROP TABLE asynctask_messages, asynctask_questions;
+             ALTER TABLE asynctask_tasks DROP COLUMN front_id, DROP COLUMN cancel_requested,
                 DROP COLUMN progress, DROP COLUMN whole_output, DROP COLUMN whole_output_bytes;
              DROP TABLE asynctask_fronts;
              ALTER TABLE asynctask_workers DROP COLUMN catalog;
@@ -299,7 +300,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
     )
     .await
     .expect("migrates");
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
     let task = fleet.task("kept").await.expect("reads").expect("kept");
     assert_eq!(
         (task.info.status, task.front),

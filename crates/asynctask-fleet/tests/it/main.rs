@@ -8,7 +8,9 @@ mod delivery;
 mod front;
 mod front_leases;
 mod leases;
+mod messages;
 mod orphans;
+mod questions;
 mod schema;
 
 use std::sync::Arc;
