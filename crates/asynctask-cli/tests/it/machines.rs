@@ -335,7 +335,13 @@ async fn a_worker_killed_on_its_machine_has_its_tasks_reported_lost_once() {
         assert_eq!(task.info.error, Some(lost_worker_error("doomed")));
     }
     assert_eq!(deliver_once(&mut front).await, ["s1", "s2"]);
-    assert!(machines.log(1).contains("reaped the tasks of lost workers"));
+    // Logged once the reaping has committed, a moment after it can be read.
+    eventually_with(
+        "the other worker's log of the reaping",
+        Duration::from_secs(10),
+        || async { machines.log(1).contains("reaped the tasks of lost workers") },
+    )
+    .await;
     machines.stop_workers();
 }
 

@@ -195,11 +195,14 @@ async fn workers_run_the_fleets_tasks_and_a_killed_ones_task_is_reported_lost_on
     let again = front.claim_results("ws", 100).await.expect("claims");
     assert_eq!(again.tasks().len(), 0, "reported once");
     drop(again);
-    assert!(
-        steady.log().contains("reaped the tasks of lost workers"),
-        "{}",
-        steady.log()
-    );
+    // The reaper logs once its statement has committed: the failed task can
+    // be read a moment before the line is written.
+    eventually_with(
+        "the steady worker's log of the reaping",
+        Duration::from_secs(10),
+        || async { steady.log().contains("reaped the tasks of lost workers") },
+    )
+    .await;
 
     // SIGTERM stops the steady worker cleanly; nothing is left behind.
     signal(steady.pid(), nix::sys::signal::Signal::SIGTERM);
