@@ -22,7 +22,7 @@
 )]
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use asynctask_fleet::{ENDED_CHANNEL, Fleet, FleetListener, FleetOptions, NewTask};
 use asynctask_model::MaxAsyncTasks;
@@ -31,20 +31,9 @@ use asynctask_test_support::{TestDatabase, temp_dir};
 const TASKS: usize = 200;
 const IDLE: Duration = Duration::from_secs(120);
 
-fn now_ns() -> i128 {
-    i128::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    )
-    .unwrap()
-}
+mod common;
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = (p * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank]
-}
+use common::{now_ns, percentile};
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -36,7 +36,7 @@
 
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use asynctask_fleet::{ENDED_CHANNEL, Fleet, FleetListener, FleetOptions, NewTask};
 use asynctask_model::MaxAsyncTasks;
@@ -46,20 +46,9 @@ const LATENCY_TASKS: usize = 300;
 const BULK_TASKS: usize = 10_000;
 const IDLE: Duration = Duration::from_secs(60);
 
-fn now_ns() -> i128 {
-    i128::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    )
-    .unwrap()
-}
+mod common;
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = (p * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank]
-}
+use common::{now_ns, percentile};
 
 fn summary(name: &str, mut values: Vec<f64>) {
     values.sort_by(f64::total_cmp);

@@ -35,6 +35,19 @@ impl Started {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Waits for the process to exit, and checks that it exited 0.
+    async fn exits_cleanly(&mut self) {
+        let status = self.child.wait().await.expect("waited");
+        assert!(status.success(), "{status}: {}", self.log());
+    }
+
+    /// Stops the process with `SIGTERM`, as a service manager does, and checks
+    /// that it exited 0.
+    async fn terminate(&mut self) {
+        super::signal(self.pid(), nix::sys::signal::Signal::SIGTERM);
+        self.exits_cleanly().await;
+    }
 }
 
 fn command(db: &TestDatabase, dir: &Path, log: &Path) -> tokio::process::Command {
@@ -428,21 +441,8 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
 
     client.cancel().await.expect("closed");
     let mut front_b = front_b;
-    assert!(
-        front_b.child.wait().await.expect("waited").success(),
-        "{}",
-        front_b.log()
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(worker.pid()).expect("a pid")),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("signalled");
-    assert!(
-        worker.child.wait().await.expect("waited").success(),
-        "{}",
-        worker.log()
-    );
+    front_b.exits_cleanly().await;
+    worker.terminate().await;
     assert_gone_async(&[front_a, subagent], DEADLINE).await;
 }
 
@@ -579,21 +579,8 @@ async fn steering_messages_reach_a_worker_s_subagent_in_order_even_sent_while_qu
     client.cancel().await.expect("closed");
     let mut front = front;
     let front_pid = front.pid();
-    assert!(
-        front.child.wait().await.expect("waited").success(),
-        "{}",
-        front.log()
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(worker.pid()).expect("a pid")),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("signalled");
-    assert!(
-        worker.child.wait().await.expect("waited").success(),
-        "{}",
-        worker.log()
-    );
+    front.exits_cleanly().await;
+    worker.terminate().await;
     assert_gone_async(&[front_pid, quiet_pid], DEADLINE).await;
 }
 
@@ -716,21 +703,8 @@ async fn a_worker_s_subagent_asks_the_front_s_session_and_gets_its_answer() {
     client.cancel().await.expect("closed");
     let mut front = front;
     let front_pid = front.pid();
-    assert!(
-        front.child.wait().await.expect("waited").success(),
-        "{}",
-        front.log()
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(worker.pid()).expect("a pid")),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("signalled");
-    assert!(
-        worker.child.wait().await.expect("waited").success(),
-        "{}",
-        worker.log()
-    );
+    front.exits_cleanly().await;
+    worker.terminate().await;
     assert_gone_async(&[front_pid], DEADLINE).await;
 }
 
@@ -783,11 +757,7 @@ async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fle
     let (mut front, client) = start_front(&db, dir.path(), "plain").await;
     assert_eq!(limit().await, None);
     client.cancel().await.expect("closed");
-    assert!(
-        front.child.wait().await.expect("waited").success(),
-        "{}",
-        front.log()
-    );
+    front.exits_cleanly().await;
     // Given: set for the workspace when the front starts; the last wins.
     for max in ["2", "-1"] {
         let (mut front, client) =
@@ -862,9 +832,5 @@ async fn a_launch_past_the_fleet_s_limit_and_queue_is_refused_as_on_one_machine(
         "nothing submitted"
     );
     client.cancel().await.expect("closed");
-    assert!(
-        front.child.wait().await.expect("waited").success(),
-        "{}",
-        front.log()
-    );
+    front.exits_cleanly().await;
 }

@@ -21,6 +21,8 @@ use asynctask_test_support::{
 };
 use pretty_assertions::assert_eq;
 
+use super::{signal, status_of};
+
 /// A subagent that starts a grandchild in its process group, writes both
 /// pids (`<task>.child`, then `<task>`), and waits for ever.
 fn slow_subagent(pids: &Path) -> String {
@@ -223,21 +225,6 @@ impl Machines {
             assert!(status.success(), "{}: {status:?}: {log}", worker.name);
         }
     }
-}
-
-fn signal(pid: u32, signal: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
-    nix::sys::signal::kill(pid, signal).expect("signalled");
-}
-
-async fn status_of(front: &Fleet, id: &str) -> AsyncTaskStatus {
-    front
-        .task(id)
-        .await
-        .expect("read")
-        .expect("exists")
-        .info
-        .status
 }
 
 /// Claims the workspace's results once and acknowledges them, then checks

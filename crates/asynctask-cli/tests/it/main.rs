@@ -599,3 +599,20 @@ fn config_path_doctor_completions_and_man() {
     let man = in_src(&["man"]);
     assert!(man.status.success() && String::from_utf8_lossy(&man.stdout).contains(".TH asynctask"));
 }
+
+/// Sends `signal` to process `pid`.
+fn signal(pid: u32, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid, signal).expect("signalled");
+}
+
+/// Task `id`'s status, as the fleet holds it.
+async fn status_of(front: &asynctask_fleet::Fleet, id: &str) -> asynctask_model::AsyncTaskStatus {
+    front
+        .task(id)
+        .await
+        .expect("read")
+        .expect("exists")
+        .info
+        .status
+}

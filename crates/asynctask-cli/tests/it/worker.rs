@@ -11,6 +11,8 @@ use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_test_support::{TestDatabase, assert_gone_async, eventually_with, temp_dir};
 use pretty_assertions::assert_eq;
 
+use super::{signal, status_of};
+
 /// A worker process, killed (by pid) if the test ends before it does.
 struct WorkerProcess {
     child: Child,
@@ -51,21 +53,6 @@ impl Drop for WorkerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn signal(pid: u32, signal: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
-    nix::sys::signal::kill(pid, signal).expect("signalled");
-}
-
-async fn status_of(front: &Fleet, id: &str) -> AsyncTaskStatus {
-    front
-        .task(id)
-        .await
-        .expect("read")
-        .expect("exists")
-        .info
-        .status
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

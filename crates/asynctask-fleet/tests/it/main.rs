@@ -30,3 +30,24 @@ async fn connect_config(config: &asynctask_fleet::Config, clock: &ManualClock) -
         .await
         .expect("connects and migrates")
 }
+
+/// Task `t1` of workspace `ws`, submitted and claimed by a worker `w1` that
+/// serves `tester` under a lease of `lease`: the lease and the claim.
+async fn running_task(
+    fleet: &mut Fleet,
+    lease: std::time::Duration,
+) -> (asynctask_fleet::WorkerLease, asynctask_fleet::ClaimedTask) {
+    fleet
+        .submit(asynctask_fleet::NewTask::new("t1", "ws", "tester", "go"))
+        .await
+        .expect("submitted");
+    let spec = asynctask_fleet::WorkerSpec::new("w1", ["tester"]).with_lease(lease);
+    let lease = fleet.register_worker(&spec).await.expect("registered");
+    let task = fleet
+        .claim(&lease, 1)
+        .await
+        .expect("claims")
+        .pop()
+        .expect("one");
+    (lease, task)
+}

@@ -115,18 +115,7 @@ async fn undelivered_messages_are_bounded_like_an_inbox_and_an_expired_lease_mar
     let db = TestDatabase::create("messages_bound").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
-    fleet
-        .submit(NewTask::new("t1", "ws", "tester", "go"))
-        .await
-        .expect("submitted");
-    let spec = WorkerSpec::new("w1", ["tester"]).with_lease(LEASE);
-    let lease = fleet.register_worker(&spec).await.expect("registered");
-    let task = fleet
-        .claim(&lease, 1)
-        .await
-        .expect("claims")
-        .pop()
-        .expect("one");
+    let (_, task) = crate::running_task(&mut fleet, LEASE).await;
     let bound = i64::try_from(MAX_UNDELIVERED_MESSAGES).expect("small");
     for n in 1..=bound {
         assert_eq!(

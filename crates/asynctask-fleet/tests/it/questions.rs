@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use asynctask_fleet::{AnswerToDeliver, FleetError, NewTask, WorkerSpec};
+use asynctask_fleet::{AnswerToDeliver, FleetError};
 use asynctask_manager::{Answer, Question};
 use asynctask_model::{ManualClock, OutputObject, TerminateReason};
 use asynctask_test_support::TestDatabase;
@@ -20,18 +20,7 @@ async fn a_question_is_stored_answered_delivered_once_and_withdrawn_with_its_tas
     let db = TestDatabase::create("questions").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
-    fleet
-        .submit(NewTask::new("t1", "ws", "tester", "go"))
-        .await
-        .expect("submitted");
-    let spec = WorkerSpec::new("w1", ["tester"]).with_lease(LEASE);
-    let lease = fleet.register_worker(&spec).await.expect("registered");
-    let task = fleet
-        .claim(&lease, 1)
-        .await
-        .expect("claims")
-        .pop()
-        .expect("one");
+    let (lease, task) = crate::running_task(&mut fleet, LEASE).await;
     let first = Question::new("Delete the 3 stale branches?").with_choices(["yes", "no"]);
     fleet.ask_question(&task, 1, &first).await.expect("stored");
     fleet
