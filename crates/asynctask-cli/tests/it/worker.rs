@@ -384,6 +384,19 @@ async fn a_worker_deletes_the_tasks_delivered_longer_ago_than_retain_days() {
         status_of(&fleet, "undelivered").await,
         AsyncTaskStatus::Completed
     );
+    let output = Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "output", "old"])
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(
+            "the task was deleted after its result was delivered (workers' --retain-days)"
+        ),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let log = worker.log();
     assert!(
         log.contains("deleted delivered tasks past their retention"),
