@@ -15,9 +15,8 @@
 //! ends its subagents when its lease lapses; [`FleetListener`] wakes it. A
 //! [`DatabaseConfig`] says how to connect: the password from the URL, else
 //! `PGPASSWORD`, else the password file; TLS through rustls, up to `verify-full`.
-//! [`FleetFront`] serves `asynctask mcp --database`. [`prune`](Fleet::prune)
-//! deletes the delivered tasks older than a retention period; a `Worker`
-//! runs it periodically.
+//! [`FleetFront`] serves `asynctask mcp --database`; [`prune`](Fleet::prune)
+//! deletes delivered tasks past a retention period (workers run it).
 //!
 //! # Example
 //!
