@@ -164,10 +164,16 @@ pub const PRUNE_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// How long a worker waits before the next batch when the last was full.
 const PRUNE_AGAIN: Duration = Duration::from_secs(1);
 
+/// How long one prune, its connection included, may take before it is given
+/// up (its connection dropped: the server rolls its transaction back) — a
+/// cut link hangs rather than fails.
+const PRUNE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A worker's pruning, beside its loop, on a connection of its own (made for
 /// each run, so a slow delete never holds a lease's renewal): at once, then
 /// every [`PRUNE_INTERVAL`], and a second after a full batch, until `stop`.
-/// A failure is logged and tried again at the next interval.
+/// A failure, or a prune past [`PRUNE_TIMEOUT`], is logged and tried again at
+/// the next interval.
 pub(crate) async fn prune_periodically(
     config: crate::DatabaseConfig,
     options: crate::FleetOptions,
@@ -178,6 +184,13 @@ pub(crate) async fn prune_periodically(
         let run = async {
             let mut fleet = Fleet::connect(&config, options.clone()).await?;
             fleet.prune(retain, PRUNE_BATCH).await
+        };
+        let run = async {
+            tokio::time::timeout(PRUNE_TIMEOUT, run)
+                .await
+                .unwrap_or(Err(FleetError::Unreachable {
+                    after: PRUNE_TIMEOUT,
+                }))
         };
         let wait = tokio::select! {
             () = stop.cancelled() => return,
