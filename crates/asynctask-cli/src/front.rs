@@ -130,16 +130,104 @@ where
 }
 
 /// `asynctask fleet status`: the fleet's workers, queues and running tasks,
-/// as text for a human (see [`asynctask_fleet::FleetStatus`]).
+/// as text for a human, or with `json` as the stable JSON shape of
+/// [`asynctask_fleet::FleetStatus::to_json`] (pretty-printed).
 ///
 /// # Errors
 ///
 /// [`CliError::NoDatabase`] when no database is given, [`CliError::Fleet`]
 /// when it cannot be read.
-pub async fn fleet_status(database: Option<&str>) -> Result<String, CliError> {
+pub async fn fleet_status(database: Option<&str>, json: bool) -> Result<String, CliError> {
     let config = database_config(database)?;
     let mut fleet = asynctask_fleet::Fleet::connect(&config, FleetOptions::new()).await?;
-    Ok(fleet.status().await?.to_string())
+    let status = fleet.status().await?;
+    Ok(if json {
+        serde_json::to_string_pretty(&status.to_json()).unwrap_or_default()
+    } else {
+        status.to_string()
+    })
+}
+
+/// `fleet set-max-async`'s limit: `unlimited`, or an integer from 1 to 100.
+///
+/// ```
+/// use asynctask_cli::front::fleet_max_async;
+/// assert_eq!(fleet_max_async("3").map(|max| max.get()), Ok(3));
+/// assert_eq!(fleet_max_async("unlimited").map(|max| max.get()), Ok(-1));
+/// assert!(fleet_max_async("-1").unwrap_err().contains("`unlimited`"));
+/// assert!(fleet_max_async("101").is_err());
+/// assert!(fleet_max_async("99999999999999999999999").is_err());
+/// ```
+///
+/// # Errors
+///
+/// The rule, in words, for anything else.
+pub fn fleet_max_async(value: &str) -> Result<MaxAsyncTasks, String> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("unlimited") {
+        return Ok(MaxAsyncTasks::UNLIMITED);
+    }
+    value
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .and_then(|n| MaxAsyncTasks::new(n).ok())
+        .ok_or_else(|| {
+            format!("must be an integer from 1 to 100, or `unlimited` for no limit, not {value:?}")
+        })
+}
+
+/// A workspace's name as a fleet command takes it: not blank.
+///
+/// # Errors
+///
+/// The rule, in words, for a blank one.
+pub fn fleet_workspace(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        Err(
+            "must name a workspace (a front's `workspace` in its config, else its project's \
+             absolute path), not be blank"
+                .to_owned(),
+        )
+    } else {
+        Ok(value.to_owned())
+    }
+}
+
+/// `asynctask fleet set-max-async WORKSPACE N|unlimited`: sets the
+/// workspace's `task-max-async` across the fleet ([`asynctask_fleet::Fleet::set_max_async`]),
+/// and says what it was. Tasks already running keep running; queued ones
+/// start as the new limit allows. A front started later with
+/// `--max-async-tasks` sets it again: the last setting wins, whoever made it.
+///
+/// # Errors
+///
+/// [`CliError::NoDatabase`], [`CliError::Fleet`].
+pub async fn fleet_set_max_async(
+    database: Option<&str>,
+    workspace: &str,
+    max: MaxAsyncTasks,
+) -> Result<String, CliError> {
+    let config = database_config(database)?;
+    let fleet = asynctask_fleet::Fleet::connect(&config, FleetOptions::new()).await?;
+    let before = fleet.max_async(workspace).await?;
+    fleet.set_max_async(workspace, max).await?;
+    let limit = |max: MaxAsyncTasks| {
+        if max.is_unlimited() {
+            "unlimited".to_owned()
+        } else {
+            max.get().to_string()
+        }
+    };
+    let was = match before {
+        Some(before) => format!("it was {}", limit(before)),
+        None => "a workspace the fleet had not seen: check its name".to_owned(),
+    };
+    Ok(format!(
+        "{workspace}: task-max-async is now {} across the fleet ({was}). \
+         A front started with --max-async-tasks sets it again.",
+        limit(max)
+    ))
 }
 
 /// `asynctask fleet output ID`: the task's whole output as the fleet stores

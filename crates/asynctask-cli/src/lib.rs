@@ -214,7 +214,8 @@ pub enum CliError {
     /// The fleet stores no whole output for this task.
     #[error(
         "the fleet stores no whole output for task {0}: its result was not cut (it is whole), \
-         or no task has this id"
+         the task was deleted after its result was delivered (workers' --retain-days), or no \
+         task has this id"
     )]
     NoStoredOutput(String),
     /// A fleet command was given no database.

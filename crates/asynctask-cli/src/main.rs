@@ -152,8 +152,13 @@ enum Command {
         /// interrupted this long after it is gone.
         #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
         lease_seconds: u64,
+        /// Keep a task whose result was delivered this many days, 1-36500, then
+        /// delete it with its output (checked every 10 minutes; of workers that
+        /// disagree, the shortest wins).
+        #[arg(long, value_name = "DAYS", default_value_t = 7, value_parser = clap::value_parser!(u64).range(1..=36500))]
+        retain_days: u64,
     },
-    /// Watch a fleet (see docs/fleet.md).
+    /// Watch and tune a fleet (see docs/fleet.md).
     Fleet {
         #[command(subcommand)]
         command: FleetCommand,
@@ -214,7 +219,11 @@ unreachable past the lease), it ends its running subagents and stops claiming; t
 reports their tasks `interrupted: worker <name> lost`. A lost connection is retried with \
 backoff: running subagents keep running, and their ends are written once it is back. \
 SIGTERM or SIGINT stops it: its running tasks are reported `interrupted: worker <name> \
-stopped` and their subagents ended.";
+stopped` and their subagents ended.
+
+Every 10 minutes a worker (one at a time across the fleet) deletes the tasks whose result was \
+delivered more than --retain-days ago, with their whole outputs, messages and questions; a \
+queued or running task, or a result not delivered yet, is never deleted.";
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
@@ -234,6 +243,22 @@ enum FleetCommand {
         /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
         #[arg(long, value_name = "URL")]
         database: Option<String>,
+        /// Print it as JSON, in the stable shape docs/fleet.md describes.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a workspace's task-max-async across the fleet. A front started
+    /// later with --max-async-tasks sets it again: the last setting wins.
+    SetMaxAsync {
+        /// The fleet's database. Default: $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+        /// The workspace (a front's `workspace` in its config, else its project's path).
+        #[arg(value_parser = asynctask_cli::front::fleet_workspace)]
+        workspace: String,
+        /// How many of its tasks run at once: 1-100, or `unlimited`.
+        #[arg(value_name = "N|unlimited", allow_negative_numbers = true, value_parser = asynctask_cli::front::fleet_max_async)]
+        max: MaxAsyncTasks,
     },
     /// Print a task's whole output as the fleet stores it (its last MiB),
     /// when its result was cut.
@@ -608,6 +633,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             capacity,
             name,
             lease_seconds,
+            retain_days,
         } => {
             let mut options = asynctask_cli::worker::WorkerOptions::new();
             options.database = database;
@@ -616,6 +642,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             options.capacity = capacity;
             options.name = name;
             options.lease = Duration::from_secs(lease_seconds);
+            options.retention = Duration::from_secs(retain_days * 24 * 60 * 60);
             let shutdown = tokio_util::sync::CancellationToken::new();
             let mut signals = asynctask_mcp::TerminationSignals::new()
                 .map_err(asynctask_mcp::McpError::Signals)?;
@@ -629,11 +656,25 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Fleet {
-            command: FleetCommand::Status { database },
+            command: FleetCommand::Status { database, json },
         } => {
-            out(asynctask_cli::front::fleet_status(database.as_deref())
-                .await?
-                .trim_end())?;
+            out(
+                asynctask_cli::front::fleet_status(database.as_deref(), json)
+                    .await?
+                    .trim_end(),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fleet {
+            command:
+                FleetCommand::SetMaxAsync {
+                    database,
+                    workspace,
+                    max,
+                },
+        } => {
+            use asynctask_cli::front::fleet_set_max_async;
+            out(&fleet_set_max_async(database.as_deref(), &workspace, max).await?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Fleet {

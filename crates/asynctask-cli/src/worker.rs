@@ -28,6 +28,9 @@ pub struct WorkerOptions {
     pub name: Option<String>,
     /// How long the lease lasts without a heartbeat.
     pub lease: Duration,
+    /// How long a task whose result was delivered is kept before the worker
+    /// deletes it (`--retain-days`).
+    pub retention: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -39,6 +42,7 @@ impl Default for WorkerOptions {
             capacity: 1,
             name: None,
             lease: asynctask_fleet::DEFAULT_LEASE,
+            retention: asynctask_fleet::DEFAULT_RETENTION,
         }
     }
 }
@@ -110,6 +114,7 @@ pub async fn worker(options: &WorkerOptions, shutdown: CancellationToken) -> Res
         .with_capacity(options.capacity)
         .with_lease(options.lease);
     Worker::new(database, spec, Arc::new(runner))
+        .with_retention(Some(options.retention))
         .run(shutdown)
         .await?;
     Ok(())

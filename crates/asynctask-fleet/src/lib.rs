@@ -15,8 +15,8 @@
 //! ends its subagents when its lease lapses; [`FleetListener`] wakes it. A
 //! [`DatabaseConfig`] says how to connect: the password from the URL, else
 //! `PGPASSWORD`, else the password file; TLS through rustls, up to `verify-full`.
-//! [`FleetFront`] serves `asynctask mcp --database`. Not here yet: steering
-//! messages, questions, the queue's bound.
+//! [`FleetFront`] serves `asynctask mcp --database`; [`prune`](Fleet::prune)
+//! deletes delivered tasks past a retention period (workers run it).
 //!
 //! # Example
 //!
@@ -47,6 +47,7 @@ mod messages;
 mod orphans;
 mod questions;
 mod remote;
+mod retention;
 mod schema;
 mod status;
 mod types;
@@ -66,8 +67,11 @@ pub use crate::listen::{
 pub use crate::messages::{MAX_UNDELIVERED_MESSAGES, MessageSent, PendingMessage};
 pub use crate::questions::AnswerToDeliver;
 pub use crate::remote::{DELIVERED_ELSEWHERE, FleetFront, FleetRunner, FrontJournal};
+pub use crate::retention::{DEFAULT_RETENTION, PRUNE_BATCH, PRUNE_INTERVAL, PRUNE_LOCK, Pruned};
 pub use crate::schema::SCHEMA_VERSION;
-pub use crate::status::{FleetStatus, RunningTask, WorkerStatus, WorkspaceStatus};
+pub use crate::status::{
+    FleetStatus, RunningTask, STATUS_JSON_VERSION, WorkerStatus, WorkspaceStatus,
+};
 pub use crate::types::{
     ClaimedTask, DEFAULT_LEASE, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec,
     lost_worker_error, untracked_task_error,

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use asynctask_model::MaxAsyncTasks;
 use asynctask_tools::{format_duration, iso_time};
 
 use crate::fleet::{from_db, self_now};
@@ -84,6 +85,28 @@ pub struct RunningTask {
 const LOST_SHOWN_MS: i64 = 60 * 60 * 1000;
 
 impl Fleet {
+    /// A workspace's `task-max-async` across the fleet, as
+    /// [`set_max_async`](Self::set_max_async) (or a front's first
+    /// submission, with the default 5) set it; `None` for a workspace the
+    /// fleet has never seen.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Empty`] for a blank workspace, [`FleetError::Database`].
+    pub async fn max_async(&self, workspace: &str) -> Result<Option<MaxAsyncTasks>, FleetError> {
+        crate::fleet::non_empty(workspace, "a workspace")?;
+        let row = self
+            .client
+            .query_opt(
+                "SELECT max_async FROM asynctask_workspaces WHERE name = $1",
+                &[&workspace],
+            )
+            .await
+            .map_err(FleetError::db("reading the workspace's limit"))?;
+        // The column's CHECK admits only what `MaxAsyncTasks` does.
+        Ok(row.and_then(|row| MaxAsyncTasks::new(i64::from(row.get::<_, i32>(0))).ok()))
+    }
+
     /// The fleet's status: workers, queues, running tasks, in one snapshot.
     ///
     /// # Errors
@@ -187,6 +210,80 @@ impl Fleet {
                     progress: row.get(5),
                 })
                 .collect(),
+        })
+    }
+}
+
+/// The version of [`FleetStatus::to_json`]'s shape: it grows only by new
+/// fields; a change that removes or renames one gets a new version.
+pub const STATUS_JSON_VERSION: u32 = 1;
+
+impl FleetStatus {
+    /// The status as JSON, the shape `asynctask fleet status --json` prints
+    /// (documented in docs/fleet.md). Times are Unix milliseconds of the
+    /// fleet's clock (`*_ms`); a workspace without a limit has `max_async`
+    /// `null`; absent values are `null`, never left out.
+    ///
+    /// ```
+    /// # async fn demo(fleet: &mut asynctask_fleet::Fleet) -> Result<(), asynctask_fleet::FleetError> {
+    /// let json = fleet.status().await?.to_json();
+    /// assert_eq!(json["version"], asynctask_fleet::STATUS_JSON_VERSION);
+    /// for worker in json["workers"].as_array().into_iter().flatten() {
+    ///     println!("{} runs {} of {}", worker["name"], worker["running"], worker["capacity"]);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn to_json(&self) -> serde_json::Value {
+        let workers: Vec<serde_json::Value> = self
+            .workers
+            .iter()
+            .map(|w| {
+                serde_json::json!({
+                    "id": w.id,
+                    "name": w.name,
+                    "state": w.state,
+                    "capacity": w.capacity,
+                    "running": w.running,
+                    "lease_expires_at_ms": w.lease_expires_at,
+                    "subagents": w.subagents,
+                })
+            })
+            .collect();
+        let workspaces: Vec<serde_json::Value> = self
+            .workspaces
+            .iter()
+            .map(|ws| {
+                serde_json::json!({
+                    "name": ws.name,
+                    "max_async": (ws.max_async >= 0).then_some(ws.max_async),
+                    "running": ws.running,
+                    "queued": ws.queued,
+                    "oldest_queued_at_ms": ws.oldest_queued_at,
+                    "undelivered": ws.undelivered,
+                })
+            })
+            .collect();
+        let running: Vec<serde_json::Value> = self
+            .running
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "id": t.id,
+                    "workspace": t.workspace,
+                    "subagent": t.subagent_name,
+                    "worker": t.worker,
+                    "started_at_ms": t.started_at,
+                    "last_line": t.progress,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "version": STATUS_JSON_VERSION,
+            "now_ms": self.now,
+            "workers": workers,
+            "workspaces": workspaces,
+            "running": running,
         })
     }
 }

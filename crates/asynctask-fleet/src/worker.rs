@@ -73,6 +73,7 @@ pub struct Worker {
     runner: Arc<dyn SubagentRunner>,
     options: FleetOptions,
     task_timeout: Duration,
+    retention: Option<Duration>,
 }
 
 impl fmt::Debug for Worker {
@@ -101,6 +102,7 @@ impl Worker {
             runner,
             options: FleetOptions::new(),
             task_timeout: SubagentRequest::DEFAULT_TIMEOUT,
+            retention: Some(crate::DEFAULT_RETENTION),
         }
     }
 
@@ -115,6 +117,16 @@ impl Worker {
     #[must_use]
     pub fn with_task_timeout(mut self, timeout: Duration) -> Self {
         self.task_timeout = timeout;
+        self
+    }
+
+    /// Replaces how long delivered tasks are kept before this worker
+    /// [prunes](Fleet::prune) them (default [`DEFAULT_RETENTION`](crate::DEFAULT_RETENTION));
+    /// `None`: it prunes nothing. It prunes at start and every
+    /// [`PRUNE_INTERVAL`](crate::PRUNE_INTERVAL), on a connection of its own.
+    #[must_use]
+    pub fn with_retention(mut self, retain: Option<Duration>) -> Self {
+        self.retention = retain;
         self
     }
 
@@ -164,6 +176,16 @@ impl Worker {
     ///
     /// Not cancel-safe: cancel `shutdown` instead, and await the end.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), FleetError> {
+        let pruning = self.retention.map(|retain| {
+            let stop = shutdown.child_token();
+            let task = tokio::spawn(crate::retention::prune_periodically(
+                self.config.clone(),
+                self.options.clone(),
+                retain,
+                stop.clone(),
+            ));
+            (stop, task)
+        });
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let mut state = Serving {
@@ -182,6 +204,10 @@ impl Worker {
         };
         let result = state.serve(&shutdown).await;
         state.stop_runs().await;
+        if let Some((stop, task)) = pruning {
+            stop.cancel();
+            let _ = task.await;
+        }
         result
     }
 }

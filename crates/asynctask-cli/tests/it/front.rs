@@ -770,6 +770,114 @@ async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fle
             front.log()
         );
     }
+    // `fleet set-max-async` sets it too, and says what it was; a front
+    // started later with `--max-async-tasks` sets it again.
+    let set = |max: &str| fleet(&db, &["set-max-async", "team", max]);
+    assert_eq!(
+        set("3"),
+        "team: task-max-async is now 3 across the fleet (it was unlimited). \
+         A front started with --max-async-tasks sets it again.\n"
+    );
+    assert_eq!(limit().await, Some(3));
+    let (mut front, client) =
+        start_front_with(&db, dir.path(), "later", &["--max-async-tasks", "2"]).await;
+    assert_eq!(limit().await, Some(2));
+    client.cancel().await.expect("closed");
+    front.exits_cleanly().await;
+    assert_eq!(
+        set("unlimited"),
+        "team: task-max-async is now unlimited across the fleet (it was 2). \
+         A front started with --max-async-tasks sets it again.\n"
+    );
+    assert_eq!(limit().await, Some(-1));
+    assert!(
+        fleet(&db, &["set-max-async", "tema", "4"])
+            .contains("(a workspace the fleet had not seen: check its name)"),
+        "a typo is pointed out"
+    );
+
+    // `fleet status --json`: the stable shape, here a queued task of an
+    // unlimited workspace.
+    let mut submitter = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    submitter
+        .submit(asynctask_fleet::NewTask::new("q1", "team", "nobody", "go"))
+        .await
+        .expect("submitted");
+    let status: Value = serde_json::from_str(&fleet(&db, &["status", "--json"])).expect("JSON");
+    assert_eq!(status["version"], 1);
+    assert!(status["now_ms"].as_u64().is_some(), "{status}");
+    let team = &status["workspaces"][0];
+    assert_eq!(
+        (
+            &team["name"],
+            &team["max_async"],
+            &team["queued"],
+            &team["running"]
+        ),
+        (&json!("team"), &Value::Null, &json!(1), &json!(0))
+    );
+    assert_eq!(status["running"], json!([]));
+}
+
+/// `asynctask fleet ARGS` on `db`: its stdout, once it succeeded.
+fn fleet(db: &TestDatabase, args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .arg("fleet")
+        .args(args)
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+#[test]
+fn fleet_set_max_async_refuses_bad_input_with_a_clear_error() {
+    let refusal = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+            .arg("fleet")
+            .args(args)
+            // Refused before any database is needed.
+            .env_remove("ASYNCTASK_DATABASE_URL")
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        String::from_utf8(output.stderr).expect("UTF-8")
+    };
+    let rule = "must be an integer from 1 to 100, or `unlimited` for no limit";
+    for (value, shown) in [
+        ("-3", "\"-3\""),
+        ("0", "\"0\""),
+        ("101", "\"101\""),
+        ("99999999999999999999", "\"99999999999999999999\""),
+        ("five", "\"five\""),
+        ("", "\"\""),
+    ] {
+        let stderr = refusal(&["set-max-async", "team", value]);
+        assert!(
+            stderr.contains(&format!(
+                "invalid value '{value}' for '<N|unlimited>': {rule}, not {shown}"
+            )),
+            "{stderr}"
+        );
+    }
+    for workspace in ["", "   "] {
+        let stderr = refusal(&["set-max-async", workspace, "3"]);
+        assert!(
+            stderr.contains(&format!(
+                "invalid value '{workspace}' for '<WORKSPACE>': must name a workspace"
+            )),
+            "{stderr}"
+        );
+    }
+    assert!(refusal(&["set-max-async", "team"]).contains("<N|unlimited>"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

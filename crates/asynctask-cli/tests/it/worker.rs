@@ -21,12 +21,24 @@ struct WorkerProcess {
 
 impl WorkerProcess {
     fn start(db: &TestDatabase, config: &Path, name: &str, lease_secs: u32, log: PathBuf) -> Self {
+        Self::start_with(db, config, name, lease_secs, log, &[])
+    }
+
+    fn start_with(
+        db: &TestDatabase,
+        config: &Path,
+        name: &str,
+        lease_secs: u32,
+        log: PathBuf,
+        more: &[&str],
+    ) -> Self {
         let file = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_asynctask"))
             .args(["worker", "--config"])
             .arg(config)
             .args(["--name", name, "--capacity", "4", "--lease-seconds"])
             .arg(lease_secs.to_string())
+            .args(more)
             .current_dir(config.parent().expect("a directory"))
             // The database comes from the environment, as a unit file gives it.
             .env("ASYNCTASK_DATABASE_URL", db.connection_string())
@@ -293,4 +305,104 @@ async fn a_worker_cut_off_past_its_lease_ends_its_subagents_and_its_late_end_is_
     assert!(log.contains("the task's end was refused"), "{log}");
     signal(worker.pid(), nix::sys::signal::Signal::SIGTERM);
     assert_gone_async(&[worker.pid(), subagent], Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_deletes_the_tasks_delivered_longer_ago_than_retain_days() {
+    let db = TestDatabase::create("cli_retention").await;
+    let dir = temp_dir("retention");
+    let config = dir.path().join("echo.toml");
+    std::fs::write(&config, "[subagents.echo]\ncommand = [\"cat\"]\n").expect("written");
+    let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    fleet
+        .set_max_async("ws", MaxAsyncTasks::UNLIMITED)
+        .await
+        .expect("set");
+    // Two tasks ended and delivered, one of them (by the database's clock)
+    // 36 hours ago, the other 12 hours ago; a third ended undelivered 36
+    // hours ago.
+    for id in ["old", "recent", "undelivered"] {
+        fleet
+            .submit(NewTask::new(id, "ws", "elsewhere", "go"))
+            .await
+            .expect("submitted");
+    }
+    let lease = fleet
+        .register_worker(&asynctask_fleet::WorkerSpec::new("w", ["elsewhere"]).with_capacity(3))
+        .await
+        .expect("registered");
+    for task in fleet.claim(&lease, 3).await.expect("claims") {
+        fleet
+            .complete(
+                &task,
+                &asynctask_model::OutputObject::new(asynctask_model::TerminateReason::Goal),
+            )
+            .await
+            .expect("current");
+    }
+    fleet
+        .mark_notified(&["old".to_owned(), "recent".to_owned()])
+        .await
+        .expect("marked");
+    let (client, connection) = db
+        .config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    let driver = tokio::spawn(connection);
+    client
+        .execute(
+            "UPDATE asynctask_tasks SET
+                completed_at = completed_at - CASE id WHEN 'recent' THEN 12 ELSE 36 END * 3600000,
+                notified_at = notified_at - CASE id WHEN 'recent' THEN 12 ELSE 36 END * 3600000",
+            &[],
+        )
+        .await
+        .expect("aged");
+
+    let worker = WorkerProcess::start_with(
+        &db,
+        &config,
+        "pruner",
+        30,
+        dir.path().join("pruner.log"),
+        &["--retain-days", "1"],
+    );
+    eventually_with(
+        "the old task is deleted",
+        Duration::from_secs(30),
+        || async { fleet.task("old").await.expect("read").is_none() },
+    )
+    .await;
+    assert_eq!(
+        status_of(&fleet, "recent").await,
+        AsyncTaskStatus::Completed
+    );
+    assert_eq!(
+        status_of(&fleet, "undelivered").await,
+        AsyncTaskStatus::Completed
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "output", "old"])
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(
+            "the task was deleted after its result was delivered (workers' --retain-days)"
+        ),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let log = worker.log();
+    assert!(
+        log.contains("deleted delivered tasks past their retention"),
+        "{log}"
+    );
+    signal(worker.pid(), nix::sys::signal::Signal::SIGTERM);
+    assert_gone_async(&[worker.pid()], Duration::from_secs(10)).await;
+    driver.abort();
 }

@@ -315,21 +315,30 @@ async fn the_status_shows_workers_queues_and_running_tasks() {
     let db = TestDatabase::create("status").await;
     let clock = ManualClock::new(1_764_050_000_000);
     let mut fleet = connect(&db, &clock).await;
-    insta::assert_snapshot!(
-        "status_empty",
-        fleet.status().await.expect("reads").to_string()
-    );
+    let status = fleet.status().await.expect("reads");
+    insta::assert_snapshot!("status_empty", status.to_string());
+    insta::assert_snapshot!("status_empty_json", pretty(&status.to_json()));
 
+    assert_eq!(fleet.max_async("team-a").await.expect("reads"), None);
     fleet
         .set_max_async("team-a", MaxAsyncTasks::new(2).expect("valid"))
         .await
         .expect("set");
+    fleet
+        .set_max_async("team-c", MaxAsyncTasks::UNLIMITED)
+        .await
+        .expect("set");
+    assert_eq!(
+        fleet.max_async("team-a").await.expect("reads"),
+        Some(MaxAsyncTasks::new(2).expect("valid"))
+    );
     for (id, workspace, subagent) in [
         ("a1", "team-a", "tester"),
         ("a2", "team-a", "tester"),
         ("a3", "team-a", "tester"),
         ("b1", "team-b", "builder"),
         ("b2", "team-b", "builder"),
+        ("c1", "team-c", "linter"),
     ] {
         fleet
             .submit(NewTask::new(id, workspace, subagent, "go"))
@@ -364,8 +373,11 @@ async fn the_status_shows_workers_queues_and_running_tasks() {
     clock.advance(20_000);
     let reaped = fleet.reap_expired().await.expect("reaps");
     assert_eq!(reaped, []);
-    insta::assert_snapshot!(
-        "status_busy",
-        fleet.status().await.expect("reads").to_string()
-    );
+    let status = fleet.status().await.expect("reads");
+    insta::assert_snapshot!("status_busy", status.to_string());
+    insta::assert_snapshot!("status_busy_json", pretty(&status.to_json()));
+}
+
+fn pretty(json: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(json).expect("serializes")
 }

@@ -11,6 +11,7 @@ mod leases;
 mod messages;
 mod orphans;
 mod questions;
+mod retention;
 mod schema;
 
 use std::sync::Arc;
