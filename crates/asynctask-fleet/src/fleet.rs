@@ -181,8 +181,8 @@ impl Fleet {
             .execute(
                 "INSERT INTO asynctask_tasks
                     (id, workspace, subagent_name, goal_prompt, origin, status, launched_at,
-                     front_id)
-                 VALUES ($1, $2, $3, $4, $5, 'queued', $6, $7)
+                     front_id, request)
+                 VALUES ($1, $2, $3, $4, $5, 'queued', $6, $7, $8)
                  ON CONFLICT (id) DO NOTHING",
                 &[
                     &task.id,
@@ -192,6 +192,7 @@ impl Fleet {
                     &task.origin,
                     &now,
                     &task.front,
+                    &crate::types::stored_request(&task),
                 ],
             )
             .await
@@ -504,21 +505,24 @@ impl Fleet {
                      SET status = 'running', worker_id = $2, started_at = $3,
                          fence = nextval('asynctask_fence')
                      WHERE id = $1
-                     RETURNING fence, subagent_name, goal_prompt",
+                     RETURNING fence, subagent_name, goal_prompt, request",
                     &[&id, &lease.worker_id, &now],
                 )
                 .await
                 .map_err(FleetError::db("claiming a task"))?;
+            let names = (id.clone(), workspace, row.get(1), row.get(2));
+            let claimed = match ClaimedTask::from_stored(names, row.get(0), row.get(3)) {
+                Ok(claimed) => claimed,
+                // A row written by hand: it can never run as launched.
+                Err(err) => {
+                    crate::orphans::fail_unreadable(&tx, &id, &err.to_string(), now).await?;
+                    continue;
+                }
+            };
             tx.commit()
                 .await
                 .map_err(FleetError::db("ending a claim"))?;
-            return Ok(Some(ClaimedTask {
-                id,
-                workspace,
-                subagent_name: row.get(1),
-                goal_prompt: row.get(2),
-                fence: row.get(0),
-            }));
+            return Ok(Some(claimed));
         }
     }
 

@@ -1,10 +1,44 @@
 //! Tasks a worker's registration holds but the worker does not run: a claim
 //! committed whose answer never reached the worker (the statement's time ran
-//! out, the connection dropped with the commit's reply in flight).
+//! out, the connection dropped with the commit's reply in flight); and
+//! tasks whose stored launch cannot be read.
 
 use crate::fleet::self_now;
 use crate::types::{Interrupted, WorkerLease, untracked_task_error};
 use crate::{Fleet, FleetError};
+
+/// The error of a task whose stored launch cannot be read (its row was
+/// written by hand): it can never run as launched.
+pub(crate) fn unreadable_launch_error(why: &str) -> String {
+    format!("the task's launch cannot be read: {why}")
+}
+
+/// Fails task `id`, just claimed in `tx`, whose launch cannot be read
+/// (`why`); its workspace's fronts are woken at commit.
+pub(crate) async fn fail_unreadable(
+    tx: &impl tokio_postgres::GenericClient,
+    id: &str,
+    why: &str,
+    now: i64,
+) -> Result<(), FleetError> {
+    tracing::warn!(task = %id, error = %why, "a claimed task's launch cannot be read: failed");
+    tx.execute(
+        "WITH failed AS (
+            UPDATE asynctask_tasks SET status = 'failed', completed_at = $2, error = $3
+            WHERE id = $1 RETURNING workspace
+         )
+         SELECT pg_notify($4, workspace) FROM failed",
+        &[
+            &id,
+            &now,
+            &unreadable_launch_error(why),
+            &crate::listen::ENDED_CHANNEL,
+        ],
+    )
+    .await
+    .map_err(FleetError::db("failing a task whose launch cannot be read"))?;
+    Ok(())
+}
 
 impl Fleet {
     /// Fails, with [`untracked_task_error`], the tasks running under this

@@ -530,13 +530,10 @@ impl SubagentRunner for FleetRunner {
         loop {
             let attempt = match shared.fleet().await {
                 Ok((mut fleet, front)) => {
-                    let task = NewTask::new(
-                        request.task_id.clone(),
-                        shared.workspace.clone(),
-                        request.subagent_name.clone(),
-                        request.goal_prompt.clone(),
-                    )
-                    .with_front(&front);
+                    // The whole launch: the worker's subagent is given
+                    // what a local one would be.
+                    let task = NewTask::from_request(shared.workspace.clone(), &request)
+                        .with_front(&front);
                     fleet.submit(task).await.map(drop)
                 }
                 Err(err) => Err(err),

@@ -8,7 +8,7 @@ use crate::FleetError;
 /// The schema version this crate reads and writes (the one row of
 /// `asynctask_schema`). A database with a higher one was written by a newer
 /// asynctask and is refused, untouched; a lower one is migrated at connect.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The migrations, in order: entry `n` brings version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -110,7 +110,23 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX asynctask_questions_open ON asynctask_questions (task_id, number)
         WHERE state = 'waiting' OR (state = 'answered' AND delivered_at IS NULL);",
+    // 3 → 4: each task's whole launch.
+    LAUNCH_REQUESTS,
 ];
+
+/// Each task's whole launch (JSON: the `SubagentRequest` its front built,
+/// without its handles): behaviour prompts, tool whitelist, output spec,
+/// context, timeout, depth. A task stored before carries none of them: it
+/// gets what it ran with then (the default 900 s, depth 1, in the
+/// background).
+const LAUNCH_REQUESTS: &str = "ALTER TABLE asynctask_tasks ADD COLUMN request text;
+     UPDATE asynctask_tasks SET request = json_build_object(
+        'task_id', id, 'subagent_name', subagent_name, 'goal_prompt', goal_prompt,
+        'behaviour_prompts', json_build_array(), 'tool_whitelist', NULL,
+        'output_spec', json_build_array(), 'context', json_build_array(),
+        'timeout', json_build_object('secs', 900, 'nanos', 0),
+        'run_async', true, 'depth', 1)::text;
+     ALTER TABLE asynctask_tasks ALTER COLUMN request SET NOT NULL;";
 
 /// An arbitrary constant: the advisory lock that keeps two processes from
 /// migrating one database at once.

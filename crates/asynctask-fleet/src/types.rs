@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use asynctask_model::AsyncTaskInfo;
-use asynctask_tools::SubagentInfo;
+use asynctask_tools::{ContextVar, OutputVarSpec, SubagentInfo, SubagentRequest};
 
 /// A task a front submits to the fleet: it waits in the queue until a worker
 /// that serves its subagent has a free slot and the workspace is under its
-/// limit.
+/// limit. It carries the whole launch (behaviour prompts, context, output
+/// spec, tool whitelist, timeout, depth): the worker's subagent is given
+/// exactly what a local run would be ([`from_request`](Self::from_request)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NewTask {
@@ -25,6 +27,21 @@ pub struct NewTask {
     /// The front that submitted it: its result is kept for that front while
     /// the front's lease holds.
     pub front: Option<i64>,
+    /// Extra behaviour instructions.
+    pub behaviour_prompts: Vec<String>,
+    /// The tools its subagent may use (`None`: all of its tools).
+    pub tool_whitelist: Option<Vec<String>>,
+    /// The variables its subagent must emit.
+    pub output_spec: Vec<OutputVarSpec>,
+    /// Named context values.
+    pub context: Vec<ContextVar>,
+    /// How long it may run once a worker starts it (resolved and capped by
+    /// the front; [`SubagentRequest::DEFAULT_TIMEOUT`] unless set).
+    pub timeout: Duration,
+    /// Whether its launch was in the background (`true` unless set).
+    pub run_async: bool,
+    /// How deep its subagent runs among nested subagents (1 unless set).
+    pub depth: u32,
 }
 
 impl NewTask {
@@ -43,7 +60,68 @@ impl NewTask {
             goal_prompt: goal_prompt.into(),
             origin: None,
             front: None,
+            behaviour_prompts: Vec::new(),
+            tool_whitelist: None,
+            output_spec: Vec::new(),
+            context: Vec::new(),
+            timeout: SubagentRequest::DEFAULT_TIMEOUT,
+            run_async: true,
+            depth: 1,
         }
+    }
+
+    /// The task a launch asks for, in `workspace`: the request's id,
+    /// subagent, goal and every other field of the launch (its handles stay
+    /// behind: the worker's run gets its own).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use asynctask_fleet::NewTask;
+    /// use asynctask_tools::SubagentRequest;
+    ///
+    /// let request = SubagentRequest::new("a1", "tester", "run the tests")
+    ///     .with_behaviour_prompts(vec!["be brief".to_owned()])
+    ///     .with_timeout(Duration::from_secs(60))
+    ///     .with_depth(2);
+    /// let task = NewTask::from_request("team-a", &request);
+    /// assert_eq!((task.timeout, task.depth), (Duration::from_secs(60), 2));
+    /// assert_eq!(task.request(), request);
+    /// ```
+    #[must_use]
+    pub fn from_request(workspace: impl Into<String>, request: &SubagentRequest) -> Self {
+        NewTask {
+            behaviour_prompts: request.behaviour_prompts.clone(),
+            tool_whitelist: request.tool_whitelist.clone(),
+            output_spec: request.output_spec.clone(),
+            context: request.context.clone(),
+            timeout: request.timeout,
+            run_async: request.run_async,
+            depth: request.depth,
+            ..NewTask::new(
+                request.task_id.clone(),
+                workspace,
+                request.subagent_name.clone(),
+                request.goal_prompt.clone(),
+            )
+        }
+    }
+
+    /// The request it launches, as stored with the task (with fresh
+    /// handles: no progress reported, a closed inbox, no questions).
+    #[must_use]
+    pub fn request(&self) -> SubagentRequest {
+        SubagentRequest::new(
+            self.id.clone(),
+            self.subagent_name.clone(),
+            self.goal_prompt.clone(),
+        )
+        .with_behaviour_prompts(self.behaviour_prompts.clone())
+        .with_tool_whitelist(self.tool_whitelist.clone())
+        .with_output_spec(self.output_spec.clone())
+        .with_context(self.context.clone())
+        .with_timeout(self.timeout)
+        .with_run_async(self.run_async)
+        .with_depth(self.depth)
     }
 
     /// Keeps its result for `front` while that front lives.
@@ -190,8 +268,10 @@ pub struct WorkerLease {
 }
 
 /// A task a worker claimed: it runs it, and every write it makes about the
-/// task carries the claim's fencing token.
+/// task carries the claim's fencing token. It carries the whole launch the
+/// front submitted ([`request`](Self::request) is what its subagent runs).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClaimedTask {
     /// The task's id.
     pub id: String,
@@ -204,6 +284,71 @@ pub struct ClaimedTask {
     /// The fencing token of this claim: it only grows across the fleet, and
     /// the task accepts writes carrying it only while the claim is current.
     pub fence: i64,
+    /// Extra behaviour instructions.
+    pub behaviour_prompts: Vec<String>,
+    /// The tools its subagent may use (`None`: all of its tools).
+    pub tool_whitelist: Option<Vec<String>>,
+    /// The variables its subagent must emit.
+    pub output_spec: Vec<OutputVarSpec>,
+    /// Named context values.
+    pub context: Vec<ContextVar>,
+    /// How long it may run (the timeout its front resolved).
+    pub timeout: Duration,
+    /// Whether its launch was in the background.
+    pub run_async: bool,
+    /// How deep its subagent runs among nested subagents.
+    pub depth: u32,
+}
+
+impl ClaimedTask {
+    /// The claimed task, its launch read from `stored` (the JSON
+    /// [`stored_request`] wrote); the id, subagent and goal are the row's.
+    pub(crate) fn from_stored(
+        (id, workspace, subagent_name, goal_prompt): (String, String, String, String),
+        fence: i64,
+        stored: &str,
+    ) -> Result<Self, serde_json::Error> {
+        let request: SubagentRequest = serde_json::from_str(stored)?;
+        Ok(ClaimedTask {
+            id,
+            workspace,
+            subagent_name,
+            goal_prompt,
+            fence,
+            behaviour_prompts: request.behaviour_prompts,
+            tool_whitelist: request.tool_whitelist,
+            output_spec: request.output_spec,
+            context: request.context,
+            timeout: request.timeout,
+            run_async: request.run_async,
+            depth: request.depth,
+        })
+    }
+
+    /// The request its subagent runs: everything the front launched, with
+    /// fresh handles (a worker gives it its own progress, inbox and
+    /// questions).
+    #[must_use]
+    pub fn request(&self) -> SubagentRequest {
+        SubagentRequest::new(
+            self.id.clone(),
+            self.subagent_name.clone(),
+            self.goal_prompt.clone(),
+        )
+        .with_behaviour_prompts(self.behaviour_prompts.clone())
+        .with_tool_whitelist(self.tool_whitelist.clone())
+        .with_output_spec(self.output_spec.clone())
+        .with_context(self.context.clone())
+        .with_timeout(self.timeout)
+        .with_run_async(self.run_async)
+        .with_depth(self.depth)
+    }
+}
+
+/// The launch a task row stores (JSON: a [`SubagentRequest`] without its
+/// handles).
+pub(crate) fn stored_request(task: &NewTask) -> String {
+    serde_json::to_string(&task.request()).unwrap_or_default()
 }
 
 /// A running task the fleet gave up on because its worker's lease expired:

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use asynctask_manager::{Inbox, InboxError, InboxSender, Questions, TaskProgress};
 use asynctask_model::OutputObject;
-use asynctask_tools::{SubagentRequest, SubagentRunner};
+use asynctask_tools::SubagentRunner;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -55,8 +55,10 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// so the timer is only the fallback and an idle worker costs a few
 /// statements per heartbeat.
 ///
-/// Each claimed task runs through the runner (a background request, with the
-/// worker's [task timeout](Self::with_task_timeout)); its end is written with
+/// Each claimed task runs through the runner, with the request its front
+/// launched ([`ClaimedTask::request`]: behaviour prompts, context, output
+/// spec, tool whitelist, depth, and the timeout the front resolved, within
+/// the worker's [cap](Self::with_task_timeout)); its end is written with
 /// the claim's fencing token. A write the fleet refuses (the claim is no
 /// longer current) is logged and dropped.
 ///
@@ -72,7 +74,7 @@ pub struct Worker {
     spec: WorkerSpec,
     runner: Arc<dyn SubagentRunner>,
     options: FleetOptions,
-    task_timeout: Duration,
+    task_timeout: Option<Duration>,
     retention: Option<Duration>,
 }
 
@@ -88,8 +90,8 @@ impl fmt::Debug for Worker {
 
 impl Worker {
     /// A worker on the database `config` names, registering as `spec`,
-    /// running subagents with `runner`, with the database's clock and a
-    /// task timeout of [`SubagentRequest::DEFAULT_TIMEOUT`].
+    /// running subagents with `runner`, with the database's clock; each
+    /// task runs for at most the timeout its front resolved.
     #[must_use]
     pub fn new(
         config: impl Into<DatabaseConfig>,
@@ -101,7 +103,7 @@ impl Worker {
             spec,
             runner,
             options: FleetOptions::new(),
-            task_timeout: SubagentRequest::DEFAULT_TIMEOUT,
+            task_timeout: None,
             retention: Some(crate::DEFAULT_RETENTION),
         }
     }
@@ -113,10 +115,12 @@ impl Worker {
         self
     }
 
-    /// Replaces how long one task may run before it is cancelled and failed.
+    /// Caps how long one task may run on this worker before it is cancelled
+    /// and failed: a task whose front resolved a longer timeout gets this
+    /// one. Without it, each task's own timeout applies.
     #[must_use]
     pub fn with_task_timeout(mut self, timeout: Duration) -> Self {
-        self.task_timeout = timeout;
+        self.task_timeout = Some(timeout);
         self
     }
 
@@ -726,7 +730,11 @@ impl Serving {
         tracing::info!(task = %task.id, subagent = %task.subagent_name, fence = task.fence, "task started");
         let runner = Arc::clone(&self.worker.runner);
         let ended = self.ended_tx.clone();
-        let timeout = self.worker.task_timeout;
+        // The timeout the front resolved, within this worker's cap.
+        let timeout = self
+            .worker
+            .task_timeout
+            .map_or(task.timeout, |cap| cap.min(task.timeout));
         let progress = TaskProgress::new();
         // A subagent that reads messages may ask questions too.
         let (inbox, questions) = if self.worker.runner.accepts_messages(&task.subagent_name) {
@@ -742,16 +750,12 @@ impl Serving {
             self.progress_tx.clone(),
         ));
         tokio::spawn(async move {
-            let request = SubagentRequest::new(
-                task.id.clone(),
-                task.subagent_name.clone(),
-                task.goal_prompt.clone(),
-            )
-            .with_run_async(true)
-            .with_timeout(timeout)
-            .with_progress(progress.clone())
-            .with_inbox(inbox)
-            .with_questions(questions);
+            let request = task
+                .request()
+                .with_timeout(timeout)
+                .with_progress(progress.clone())
+                .with_inbox(inbox)
+                .with_questions(questions);
             let subagent = task.subagent_name.clone();
             let run = tokio::spawn(run_one(runner, request, cancel, timeout, subagent));
             let outcome = run.await;

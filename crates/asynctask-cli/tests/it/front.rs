@@ -87,9 +87,21 @@ async fn start_front_with(
     name: &str,
     args: &[&str],
 ) -> (Started, Client) {
+    start_front_in(db, dir, name, args, &[]).await
+}
+
+/// [`start_front`] with more arguments and environment variables.
+async fn start_front_in(
+    db: &TestDatabase,
+    dir: &Path,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Started, Client) {
     let log = dir.join(format!("{name}.log"));
     let mut child = command(db, dir, &log)
         .env_remove("ASYNCTASK_DATABASE_URL")
+        .envs(env.iter().copied())
         .args(["mcp", "--config", "front.toml"])
         .args(args)
         .stdin(Stdio::piped())
@@ -941,4 +953,120 @@ async fn a_launch_past_the_fleet_s_limit_and_queue_is_refused_as_on_one_machine(
     );
     client.cancel().await.expect("closed");
     front.exits_cleanly().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_s_subagent_is_given_the_whole_launch_and_its_variables_reach_the_model() {
+    let db = TestDatabase::create("cli_launch").await;
+    let dir = temp_dir("launch");
+    // `show` prints what it was given, and emits one of the two variables
+    // its output spec asks for.
+    let script = dir.path().join("show.sh");
+    std::fs::write(
+        &script,
+        "read -r goal\n\
+         printf 'goal=%s\\n' \"$goal\"\n\
+         printf 'behaviour=%s\\n' \"$ASYNCTASK_BEHAVIOUR\"\n\
+         printf 'context=%s\\n' \"$ASYNCTASK_CONTEXT\"\n\
+         printf 'spec=%s\\n' \"$ASYNCTASK_OUTPUT_SPEC\"\n\
+         printf 'tools=%s\\n' \"$ASYNCTASK_TOOLS\"\n\
+         printf 'depth=%s\\n' \"$ASYNCTASK_DEPTH\"\n\
+         printf '{\"summary\":\"all green\"}' > \"$ASYNCTASK_VARS_FILE\"\n",
+    )
+    .expect("written");
+    std::fs::write(
+        dir.path().join("worker.toml"),
+        format!(
+            "[subagents.show]\ncommand = [\"sh\", \"{}\"]\n",
+            script.display()
+        ),
+    )
+    .expect("written");
+    let url = db
+        .connection_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!("database = \"{url}\"\n"),
+    )
+    .expect("written");
+    let fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    let mut worker = start_worker(&db, dir.path());
+    eventually_with("the worker is live", DEADLINE, || async {
+        fleet.catalog().await.expect("reads").len() == 1
+    })
+    .await;
+    // The front runs inside a subagent at depth 1: what it launches runs at 2.
+    let (front, client) =
+        start_front_in(&db, dir.path(), "front", &[], &[("ASYNCTASK_DEPTH", "1")]).await;
+
+    let launched = call(
+        &client,
+        "task",
+        json!({
+            "subagent_name": "show",
+            "goal_prompt": "check the build",
+            "behaviour_prompts": ["be brief", "cite files"],
+            "context": [{"name": "branch", "value": "main"}],
+            "output_spec": [
+                {"name": "summary", "description": "one line"},
+                {"name": "failures", "description": "how many failed"}
+            ],
+            "tool_whitelist": ["read", "grep"],
+            "timeout_seconds": 600,
+            "async": true
+        }),
+    )
+    .await;
+    let id = launched_id(&texts(&launched)[0]);
+    let (seen, text) = collect_results(&client, std::slice::from_ref(&id), "").await;
+    assert_eq!(seen, [1], "{}", worker.log());
+    // The variables, and the note on the one missing, as a local run gives them.
+    assert!(
+        text.contains("\"emitted_vars\": {\n    \"summary\": \"all green\"\n  }"),
+        "{text}"
+    );
+    assert!(
+        text.contains("[the output spec asked for a variable the subagent did not emit: failures]"),
+        "{text}"
+    );
+    let task = fleet.task(&id).await.expect("reads").expect("held");
+    let message = task.info.output.and_then(|o| o.final_message);
+    assert_eq!(
+        message.as_deref(),
+        Some(
+            "goal=check the build\n\
+             behaviour=be brief\ncite files\n\
+             context={\"branch\":\"main\"}\n\
+             spec=[{\"name\":\"summary\",\"description\":\"one line\"},\
+             {\"name\":\"failures\",\"description\":\"how many failed\"}]\n\
+             tools=[\"read\",\"grep\"]\n\
+             depth=2\n\n\
+             [the output spec asked for a variable the subagent did not emit: failures]"
+        )
+    );
+    // The timeout the front resolved is the one stored with the task.
+    let (pg, connection) = db
+        .config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    let driver = tokio::spawn(connection);
+    let stored: String = pg
+        .query_one("SELECT request FROM asynctask_tasks WHERE id = $1", &[&id])
+        .await
+        .expect("reads")
+        .get(0);
+    let stored: Value = serde_json::from_str(&stored).expect("JSON");
+    assert_eq!(stored["timeout"], json!({"secs": 600, "nanos": 0}));
+    drop(pg);
+    let _ = driver.await;
+
+    client.cancel().await.expect("closed");
+    let mut front = front;
+    front.exits_cleanly().await;
+    worker.terminate().await;
 }

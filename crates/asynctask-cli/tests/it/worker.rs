@@ -9,6 +9,7 @@ use std::time::Duration;
 use asynctask_fleet::{Fleet, FleetOptions, NewTask, lost_worker_error};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_test_support::{TestDatabase, assert_gone_async, eventually_with, temp_dir};
+use asynctask_tools::SubagentRequest;
 use pretty_assertions::assert_eq;
 
 use super::{signal, status_of};
@@ -405,4 +406,59 @@ async fn a_worker_deletes_the_tasks_delivered_longer_ago_than_retain_days() {
     signal(worker.pid(), nix::sys::signal::Signal::SIGTERM);
     assert_gone_async(&[worker.pid()], Duration::from_secs(10)).await;
     driver.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_a_task_under_the_timeout_its_front_gave_it() {
+    let db = TestDatabase::create("cli_worker_launch").await;
+    let dir = temp_dir("worker_launch");
+    let pids = dir.path().join("pids");
+    std::fs::create_dir(&pids).expect("made");
+    let config = dir.path().join("slow.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[subagents.slow]\ncommand = [\"sh\", \"-c\", \"echo $$ > '{}'/\\\"$ASYNCTASK_TASK_ID\\\"; \
+             exec sleep 600\"]\n",
+            pids.display()
+        ),
+    )
+    .expect("written");
+    let mut front = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    let worker = WorkerProcess::start(&db, &config, "w", 3, dir.path().join("w.log"));
+    // Launched with a timeout of 1 s (a worker gave every task 900 s).
+    let request = SubagentRequest::new("t1", "slow", "wait").with_timeout(Duration::from_secs(1));
+    front
+        .submit(NewTask::from_request("ws", &request))
+        .await
+        .expect("submitted");
+    let pid_file = pids.join("t1");
+    eventually_with("the subagent started", Duration::from_secs(30), || async {
+        std::fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n'))
+    })
+    .await;
+    let subagent: u32 = std::fs::read_to_string(&pid_file)
+        .expect("read")
+        .trim()
+        .parse()
+        .expect("a pid");
+    eventually_with("the task times out", Duration::from_secs(30), || async {
+        status_of(&front, "t1").await.is_terminal()
+    })
+    .await;
+    let t1 = front.task("t1").await.expect("read").expect("exists");
+    let error = t1.info.error.unwrap_or_default();
+    assert!(
+        error.starts_with("Subagent 'slow' timed out after 1 seconds"),
+        "{error}: {}",
+        worker.log()
+    );
+    assert_gone_async(&[subagent], Duration::from_secs(10)).await;
+
+    signal(worker.pid(), nix::sys::signal::Signal::SIGTERM);
+    let mut worker = worker;
+    let status = worker.child.wait().expect("waited");
+    assert!(status.success(), "{status:?}: {}", worker.log());
 }

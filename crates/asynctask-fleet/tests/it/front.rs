@@ -284,7 +284,8 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
         .batch_execute(
             "DROP TABLE asynctask_messages, asynctask_questions;
              ALTER TABLE asynctask_tasks DROP COLUMN front_id, DROP COLUMN cancel_requested,
-                DROP COLUMN progress, DROP COLUMN whole_output, DROP COLUMN whole_output_bytes;
+                DROP COLUMN progress, DROP COLUMN whole_output, DROP COLUMN whole_output_bytes,
+                DROP COLUMN request;
              DROP TABLE asynctask_fronts;
              ALTER TABLE asynctask_workers DROP COLUMN catalog;
              UPDATE asynctask_schema SET version = 1;",
@@ -300,7 +301,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
     )
     .await
     .expect("migrates");
-    assert_eq!(SCHEMA_VERSION, 3);
+    assert_eq!(SCHEMA_VERSION, 4);
     let task = fleet.task("kept").await.expect("reads").expect("kept");
     assert_eq!(
         (task.info.status, task.front),

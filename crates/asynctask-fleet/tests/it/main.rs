@@ -7,6 +7,7 @@ mod connection;
 mod delivery;
 mod front;
 mod front_leases;
+mod launch;
 mod leases;
 mod messages;
 mod orphans;
