@@ -10,6 +10,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use asynctask_model::AsyncTaskStatus;
 use asynctask_test_support::{Host, ServerSetup, assert_gone_async, eventually_with};
@@ -333,6 +334,66 @@ async fn fronts_on_other_machines_launch_and_deliver_over_tls_checked_as_their_u
         client.cancel().await.expect("closed");
         front.exits_cleanly().await;
     }
+    machines.stop_workers();
+    assert_gone_async(&pids, DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_cut_off_for_less_than_its_lease_loses_nothing_and_says_it_reconnected() {
+    let mut machines = Machines::new("fronts_cut", 2).await;
+    let gate = machines.dir.path().join("gate");
+    let config = subagents(&machines.pids(), &gate);
+    machines.start_worker(0, "worker", &config, 3).await;
+    let fleet = machines.front().await;
+    let url = machines
+        .db
+        .connection_string_via(&machines.hosts[1].server_address());
+    let (mut front, client) = start_front(&machines, 1, "laptop", &url, &[]).await;
+    let (first, _) = launch(&client, "gated", "outlive the cut").await;
+    let subagent = gated_pid(&machines, &first).await;
+
+    // The laptop's link is cut (its packets are lost): the model launches
+    // meanwhile, and the running task ends on the worker.
+    machines.network.set_link(&machines.hosts[1], false);
+    let client = Arc::new(client);
+    let launching = tokio::spawn({
+        let client = Arc::clone(&client);
+        async move { launch(&client, "echo", "launched during the cut").await }
+    });
+    std::fs::write(&gate, "").expect("the gate opens");
+    eventually_with("the task ended on the worker", DEADLINE, || async {
+        status_of(&fleet, &first).await == AsyncTaskStatus::Completed
+    })
+    .await;
+    // The front gives its hung connection up rather than wait for it.
+    eventually_with("the front gives its connection up", DEADLINE, || async {
+        front.log().contains("the fleet's database does not answer")
+    })
+    .await;
+    machines.network.set_link(&machines.hosts[1], true);
+
+    // Nothing lost: both results come, each once.
+    let (second, carried) = launching.await.expect("the launch is answered");
+    let ids = [first.clone(), second.clone()];
+    let (seen, all) = collect_results(&client, &ids, &carried).await;
+    assert_eq!(seen, [1, 1], "{}", front.log());
+    assert!(all.contains("outlive the cut"), "{all}");
+    assert!(all.contains("launched during the cut"), "{all}");
+    nothing_rides_again(&client, "the laptop").await;
+    for id in &ids {
+        eventually_with("the delivery is marked", DEADLINE, || async {
+            delivery_row(&machines, id).await.1
+        })
+        .await;
+    }
+    let log = front.log();
+    assert!(log.contains("connected to the fleet again"), "{log}");
+    assert!(!log.contains("lease had expired"), "{log}");
+
+    let pids = [front.pid(), machines.worker_pid(0), subagent];
+    let client = Arc::into_inner(client).expect("the launch has ended");
+    client.cancel().await.expect("closed");
+    front.exits_cleanly().await;
     machines.stop_workers();
     assert_gone_async(&pids, DEADLINE).await;
 }
