@@ -303,8 +303,9 @@ async fn fronts_on_other_machines_launch_and_deliver_over_tls_checked_as_their_u
         assert!(all.contains(&goal), "{all}");
         fronts.push((front, client));
     }
-    // The server's view: every connection from the fronts' machines (their
-    // statements and their wake-ups) is encrypted.
+    // The server's view: every connection from the fronts' machines is
+    // encrypted, two a front (its statements, and its wake-ups, which a
+    // front listens to before it first looks for a result).
     let (client, connection) = machines
         .db
         .config()
