@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use asynctask_model::AsyncTaskStatus;
-use asynctask_test_support::{Host, ServerSetup, assert_gone_async, eventually_with};
+use asynctask_test_support::{Host, ServerSetup, assert_gone_async, certificates, eventually_with};
 use pretty_assertions::assert_eq;
 use rmcp::ServiceExt;
 use serde_json::json;
@@ -201,33 +201,19 @@ async fn a_front_closed_on_one_machine_leaves_its_result_to_a_front_on_another_o
     assert_gone_async(&[pids.as_slice(), &[worker]].concat(), DEADLINE).await;
 }
 
-/// A certificate authority and a server certificate it signed for `names`
-/// (PEM): the CA's certificate, the server's certificate and key.
-fn certificates(names: Vec<String>) -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("a key")).expect("a CA");
-    let key = KeyPair::generate().expect("a key");
-    let server = CertificateParams::new(names)
-        .expect("params")
-        .signed_by(&key, &ca)
-        .expect("signed");
-    (ca.pem(), server.pem(), key.serialize_pem())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fronts_on_other_machines_launch_and_deliver_over_tls_checked_as_their_url_says() {
     let mut ca = String::new();
     let mut machines = Machines::with_setup("fronts_tls", 3, |hosts| {
-        let (authority, cert, key) = certificates(hosts.iter().map(Host::server_address).collect());
+        let (authority, cert, key) =
+            certificates(&hosts.iter().map(Host::server_address).collect::<Vec<_>>());
         ca = authority;
         ServerSetup::default()
             .with_tls(cert, key)
             .with_password("pa55-front")
     })
     .await;
-    let (other_ca, _, _) = certificates(vec![machines.hosts[2].server_address()]);
+    let (other_ca, _, _) = certificates(&[machines.hosts[2].server_address()]);
     let dir = machines.dir.path().to_owned();
     let write = |name: &str, text: &str| {
         let path = dir.join(name);

@@ -16,8 +16,8 @@ use std::time::Duration;
 use asynctask_fleet::{Fleet, FleetOptions, NewTask, lost_worker_error};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_test_support::{
-    Host, Network, ServerSetup, TempDir, TestDatabase, assert_gone_async, eventually_with,
-    process_gone, temp_dir,
+    Host, Network, ServerSetup, TempDir, TestDatabase, assert_gone_async, certificates,
+    eventually_with, process_gone, temp_dir,
 };
 use pretty_assertions::assert_eq;
 
@@ -513,10 +513,9 @@ async fn a_result_reaches_a_client_on_another_machine_after_the_first_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_take_passwords_from_the_environment_use_tls_and_never_log_them() {
     let mut machines = Machines::with_setup("machines_credentials", 1, |hosts| {
-        let cert =
-            rcgen::generate_simple_self_signed(vec![hosts[0].server_address()]).expect("a cert");
+        let (_, cert, key) = certificates(&[hosts[0].server_address()]);
         ServerSetup::default()
-            .with_tls(cert.cert.pem(), cert.signing_key.serialize_pem())
+            .with_tls(cert, key)
             .with_password("pa55-from-env")
     })
     .await;
