@@ -18,7 +18,7 @@ use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, OutputObject};
 use asynctask_tools::{
     SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, WHOLE_OUTPUT_PREFIX,
 };
-use tokio::sync::{MappedMutexGuard, MutexGuard, Notify, mpsc, watch};
+use tokio::sync::{MutexGuard, Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::front::{
@@ -37,6 +37,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long connecting again may take before it counts as a failure (the
 /// connection's lock is held meanwhile).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a statement may go unanswered before its connection counts as
+/// lost: a cut link loses packets rather than refusing them, so a statement
+/// on it would hang until TCP gives up, many minutes later, holding the
+/// connection's lock (and the model's calls) meanwhile. The connection is
+/// dropped and made again, with backoff, as when it ends.
+const STATEMENT_LIMIT: Duration = Duration::from_secs(5);
 
 mod relay;
 
@@ -183,8 +190,10 @@ impl FleetFront {
     ///
     /// [`FleetError::Database`], or the connection's errors.
     pub async fn set_max_async(&self, max: MaxAsyncTasks) -> Result<(), FleetError> {
-        let (fleet, _) = self.shared.fleet().await?;
-        fleet.set_max_async(&self.shared.workspace, max).await
+        let workspace = &self.shared.workspace;
+        self.shared
+            .on_fleet(async |fleet, _| fleet.set_max_async(workspace, max).await)
+            .await
     }
 
     /// The runner the front's `task` tool runs through.
@@ -309,11 +318,12 @@ impl FleetFront {
         if !ids.is_empty() {
             self.mark(ids).await;
         }
-        if let Ok(link) = self.shared.fleet().await {
-            let front = link.1;
-            if let Err(err) = link.0.retire_front(&front).await {
-                tracing::warn!(error = %err.chain(), "could not retire the front");
-            }
+        let retired = self
+            .shared
+            .on_fleet(async |fleet, front| fleet.retire_front(front).await)
+            .await;
+        if let Err(err) = retired {
+            tracing::warn!(error = %err.chain(), "could not retire the front");
         }
     }
 
@@ -323,13 +333,13 @@ impl FleetFront {
     /// notifications).
     async fn tick(&self) {
         self.shared.renew().await;
-        let catalog = match self.shared.fleet().await {
-            Ok((fleet, _)) => match fleet.reap_expired().await {
-                Ok(_) => fleet.catalog().await,
-                Err(err) => Err(err),
-            },
-            Err(err) => Err(err),
-        };
+        let catalog = self
+            .shared
+            .on_fleet(async |fleet, _| {
+                fleet.reap_expired().await?;
+                fleet.catalog().await
+            })
+            .await;
         match catalog {
             Ok(catalog) => {
                 *self
@@ -350,16 +360,16 @@ impl FleetFront {
         let Some(manager) = self.shared.manager.get() else {
             return;
         };
-        let adopted = match self.shared.fleet().await {
-            Ok((fleet, front)) => match fleet.adopt_results(&front, ADOPT_BATCH).await {
-                Ok(adopted) => adopted,
-                Err(err) => {
-                    drop(fleet);
-                    self.shared.failed(&err).await;
-                    return;
-                }
-            },
-            Err(_) => return,
+        let adopted = self
+            .shared
+            .on_fleet(async |fleet, front| fleet.adopt_results(front, ADOPT_BATCH).await)
+            .await;
+        let adopted = match adopted {
+            Ok(adopted) => adopted,
+            Err(err) => {
+                self.shared.failed(&err).await;
+                return;
+            }
         };
         for task in adopted {
             let info = task.info;
@@ -394,15 +404,13 @@ impl FleetFront {
     async fn mark(&self, ids: Vec<String>) {
         let mut delay = Duration::from_millis(100);
         loop {
-            match self.shared.fleet().await {
-                Ok((fleet, _)) => match fleet.mark_notified(&ids).await {
-                    Ok(_) => return,
-                    Err(err) => {
-                        drop(fleet);
-                        self.shared.failed(&err).await;
-                    }
-                },
-                Err(err) => tracing::warn!(error = %err.chain(), "the fleet is unreachable"),
+            let marked = self
+                .shared
+                .on_fleet(async |fleet, _| fleet.mark_notified(&ids).await)
+                .await;
+            match marked {
+                Ok(_) => return,
+                Err(err) => self.shared.failed(&err).await,
             }
             if delay > MAX_BACKOFF * 4 {
                 tracing::error!(
@@ -426,38 +434,65 @@ impl Shared {
         let Some(db) = fleet.as_ref() else {
             return;
         };
-        match db.front_heartbeat(front).await {
-            Ok(()) => {}
+        let renewed = match limited(db.front_heartbeat(front)).await {
+            Ok(()) => Ok(()),
             Err(FleetError::FrontLost { .. }) => {
                 let old = front.front_id;
-                match db
-                    .register_front(&self.workspace, &self.name, self.lease)
-                    .await
-                {
+                match limited(db.register_front(&self.workspace, &self.name, self.lease)).await {
                     Ok(new) => {
                         tracing::warn!(
                             "the front's lease had expired: registered again; results of its \
                              tasks may have gone to other fronts"
                         );
-                        if let Err(err) = db.rebind_front(old, &new).await {
-                            tracing::warn!(error = %err.chain(), "could not keep the front's tasks");
-                        }
+                        let rebound = limited(db.rebind_front(old, &new)).await;
                         *front = new;
+                        rebound.map(drop).inspect_err(|err| {
+                            tracing::warn!(error = %err.chain(), "could not keep the front's tasks");
+                        })
                     }
-                    Err(err) => tracing::warn!(error = %err.chain(), "could not register again"),
+                    Err(err) => {
+                        tracing::warn!(error = %err.chain(), "could not register again");
+                        Err(err)
+                    }
                 }
             }
             Err(err) => {
-                if db.is_closed() {
-                    *fleet = None;
-                }
                 tracing::warn!(error = %err.chain(), "could not renew the front's lease");
+                Err(err)
+            }
+        };
+        if let Err(err) = renewed {
+            let hung = matches!(err, FleetError::Unreachable { .. });
+            if hung || fleet.as_ref().is_some_and(Fleet::is_closed) {
+                *fleet = None;
+            }
+            if hung {
+                gave_up();
             }
         }
     }
 
-    /// The connection (made again if it ended), and the front's lease.
-    async fn fleet(&self) -> Result<(MappedMutexGuard<'_, Fleet>, FrontLease), FleetError> {
+    /// Runs `statement` on the connection (made again if it ended) with the
+    /// front's lease. One unanswered within [`STATEMENT_LIMIT`] fails with
+    /// [`FleetError::Unreachable`], and its connection is dropped: the next
+    /// statement makes it again.
+    pub(super) async fn on_fleet<T>(
+        &self,
+        statement: impl AsyncFnOnce(&mut Fleet, &FrontLease) -> Result<T, FleetError>,
+    ) -> Result<T, FleetError> {
+        let mut link = self.connected().await?;
+        let Link { fleet, front } = &mut *link;
+        let db = fleet.as_mut().ok_or(FleetError::Empty("a connection"))?;
+        let answered = limited(statement(db, front)).await;
+        if matches!(answered, Err(FleetError::Unreachable { .. })) {
+            *fleet = None;
+            gave_up();
+        }
+        answered
+    }
+
+    /// The link, its connection made again if it ended.
+    async fn connected(&self) -> Result<MutexGuard<'_, Link>, FleetError> {
         let mut link = self.link.lock().await;
         if link.fleet.as_ref().is_none_or(Fleet::is_closed) {
             link.fleet = None;
@@ -471,10 +506,7 @@ impl Shared {
             link.fleet = Some(fleet);
             self.reconnects.send_modify(|n| *n += 1);
         }
-        let front = link.front.clone();
-        let fleet = MutexGuard::try_map(link, |link| link.fleet.as_mut())
-            .map_err(|_| FleetError::Empty("a connection"))?;
-        Ok((fleet, front))
+        Ok(link)
     }
 
     /// A run that ends while the local registry does not hold its task (a
@@ -528,16 +560,15 @@ impl SubagentRunner for FleetRunner {
         // Submitted, retried while the fleet is unreachable.
         let mut delay = Duration::from_millis(100);
         loop {
-            let attempt = match shared.fleet().await {
-                Ok((mut fleet, front)) => {
+            let attempt = shared
+                .on_fleet(async |fleet, front| {
                     // The whole launch: the worker's subagent is given
                     // what a local one would be.
                     let task = NewTask::from_request(shared.workspace.clone(), &request)
-                        .with_front(&front);
+                        .with_front(front);
                     fleet.submit(task).await.map(drop)
-                }
-                Err(err) => Err(err),
-            };
+                })
+                .await;
             match attempt {
                 // A duplicate: an earlier attempt was written, its answer lost.
                 Ok(()) | Err(FleetError::DuplicateId(_)) => break,
@@ -568,10 +599,9 @@ impl SubagentRunner for FleetRunner {
             if let Some(asks) = asks.as_mut() {
                 asks.sync(shared, &request.task_id).await;
             }
-            let read = match shared.fleet().await {
-                Ok((fleet, front)) => read_task(&fleet, &front, &request.task_id).await,
-                Err(err) => Err(err),
-            };
+            let read = shared
+                .on_fleet(async |fleet, front| read_task(fleet, front, &request.task_id).await)
+                .await;
             match read {
                 // Lapsed: registered again (keeping what no other front
                 // adopted) before looking again, once without waiting.
@@ -637,21 +667,18 @@ impl SubagentRunner for FleetRunner {
         // Either way the local task has ended already: this error is not shown.
         if !shared.closing.is_cancelled() {
             shared.answered_directly(&request.task_id);
-            match shared.fleet().await {
-                Ok((fleet, _)) => {
-                    match fleet
+            let requested = shared
+                .on_fleet(async |fleet, _| {
+                    fleet
                         .request_cancel(&shared.workspace, &request.task_id)
                         .await
-                    {
-                        Ok(CancelRequest::Requested) => {
-                            tracing::info!(task = %request.task_id, "asked the fleet to cancel");
-                        }
-                        Ok(_) => {}
-                        Err(err) => {
-                            tracing::warn!(task = %request.task_id, error = %err.chain(), "could not cancel in the fleet");
-                        }
-                    }
+                })
+                .await;
+            match requested {
+                Ok(CancelRequest::Requested) => {
+                    tracing::info!(task = %request.task_id, "asked the fleet to cancel");
                 }
+                Ok(_) => {}
                 Err(err) => {
                     tracing::warn!(task = %request.task_id, error = %err.chain(), "could not cancel in the fleet");
                 }
@@ -668,14 +695,15 @@ impl SubagentRunner for FleetRunner {
             return Ok(());
         };
         let (own, max_queued) = (manager.counts().running, manager.max_queued_tasks());
-        let full = match self.shared.fleet().await {
-            Ok((fleet, front)) => {
+        let workspace = &self.shared.workspace;
+        let full = self
+            .shared
+            .on_fleet(async |fleet, front| {
                 fleet
-                    .queue_full(&self.shared.workspace, front.front_id, own, max_queued)
+                    .queue_full(workspace, front.front_id, own, max_queued)
                     .await
-            }
-            Err(err) => Err(err),
-        };
+            })
+            .await;
         match full {
             Ok(None) => Ok(()),
             Ok(Some(full)) => Err(full),
@@ -695,6 +723,26 @@ impl SubagentRunner for FleetRunner {
                 .clone(),
         )
     }
+}
+
+/// `statement`, or [`FleetError::Unreachable`] once it has gone unanswered
+/// for [`STATEMENT_LIMIT`].
+async fn limited<T>(
+    statement: impl Future<Output = Result<T, FleetError>>,
+) -> Result<T, FleetError> {
+    tokio::time::timeout(STATEMENT_LIMIT, statement)
+        .await
+        .unwrap_or(Err(FleetError::Unreachable {
+            after: STATEMENT_LIMIT,
+        }))
+}
+
+/// Says that a statement went unanswered and its connection was dropped.
+fn gave_up() {
+    tracing::warn!(
+        after_ms = STATEMENT_LIMIT.as_millis(),
+        "the fleet's database does not answer: the connection is dropped, and made again"
+    );
 }
 
 /// The next answer to a question being asked; never when none is.

@@ -2,8 +2,9 @@
 //! private temporary directory that goes away with the test, waiting for a
 //! state with a deadline instead of sleeping and hoping, checking that the
 //! processes a test started are gone, and (feature `postgres`) a fresh
-//! database on a real PostgreSQL server ([`TestDatabase`]), and several
-//! machines simulated by network namespaces joined by links ([`Network`]).
+//! database on a real PostgreSQL server ([`TestDatabase`]), certificates to
+//! serve it over TLS ([`certificates`]), and several machines simulated by
+//! network namespaces joined by links ([`Network`]).
 //!
 //! A dev-dependency only: no crate of the workspace depends on it for what it
 //! ships (tidy checks), and it depends on no crate of the workspace.
@@ -40,7 +41,7 @@ mod postgres;
 #[cfg(feature = "postgres")]
 pub use crate::netns::{Host, Network};
 #[cfg(feature = "postgres")]
-pub use crate::postgres::{DATABASE_URL_VAR, ServerSetup, TestDatabase};
+pub use crate::postgres::{DATABASE_URL_VAR, ServerSetup, TestDatabase, certificates};
 
 /// How often a wait looks again.
 const POLL: Duration = Duration::from_millis(5);

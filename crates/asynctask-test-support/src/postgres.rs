@@ -373,6 +373,37 @@ impl ServerSetup {
     }
 }
 
+/// A certificate authority, and a server certificate it signed for `names`
+/// (host names or IP addresses), for a server set up with
+/// [`ServerSetup::with_tls`]: the CA's certificate (what a client's
+/// `sslrootcert` names), the server's certificate and its private key, in
+/// PEM. A fresh CA each call: one call's CA does not sign another's server.
+///
+/// # Panics
+///
+/// When a name is not a valid DNS name or IP address.
+///
+/// ```
+/// use asynctask_test_support::{ServerSetup, certificates};
+/// let (ca, cert, key) = certificates(&["10.231.1.1".to_owned()]);
+/// assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
+/// let setup = ServerSetup::default().with_tls(cert, key);
+/// assert!(setup.tls.is_some());
+/// ```
+#[must_use]
+pub fn certificates(names: &[String]) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("a key")).expect("a CA");
+    let key = KeyPair::generate().expect("a key");
+    let server = CertificateParams::new(names.to_vec())
+        .expect("valid names")
+        .signed_by(&key, &ca)
+        .expect("signed");
+    (ca.pem(), server.pem(), key.serialize_pem())
+}
+
 /// A private cluster: its directory, how its server is started, and the
 /// server now running.
 #[derive(Debug)]

@@ -17,27 +17,27 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 /// Only a hang takes this long.
-const DEADLINE: Duration = Duration::from_secs(30);
+pub(super) const DEADLINE: Duration = Duration::from_secs(30);
 
-type Client = RunningService<RoleClient, ()>;
+pub(super) type Client = RunningService<RoleClient, ()>;
 
 /// A process the test started, killed (by pid) if the test ends first.
-struct Started {
-    child: tokio::process::Child,
-    log: PathBuf,
+pub(super) struct Started {
+    pub(super) child: tokio::process::Child,
+    pub(super) log: PathBuf,
 }
 
 impl Started {
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id().expect("running")
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Waits for the process to exit, and checks that it exited 0.
-    async fn exits_cleanly(&mut self) {
+    pub(super) async fn exits_cleanly(&mut self) {
         let status = self.child.wait().await.expect("waited");
         assert!(status.success(), "{status}: {}", self.log());
     }
@@ -114,7 +114,7 @@ async fn start_front_in(
     (Started { child, log }, client)
 }
 
-async fn call(client: &Client, name: &'static str, arguments: Value) -> CallToolResult {
+pub(super) async fn call(client: &Client, name: &'static str, arguments: Value) -> CallToolResult {
     let Value::Object(arguments) = arguments else {
         panic!("arguments are an object");
     };
@@ -124,7 +124,7 @@ async fn call(client: &Client, name: &'static str, arguments: Value) -> CallTool
         .expect("the call is answered")
 }
 
-fn texts(result: &CallToolResult) -> Vec<String> {
+pub(super) fn texts(result: &CallToolResult) -> Vec<String> {
     serde_json::to_value(&result.content)
         .expect("content serializes")
         .as_array()
@@ -137,7 +137,7 @@ fn texts(result: &CallToolResult) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn launched_id(text: &str) -> String {
+pub(super) fn launched_id(text: &str) -> String {
     text.split("(ID: ")
         .nth(1)
         .and_then(|rest| rest.split(')').next())
@@ -149,7 +149,11 @@ fn launched_id(text: &str) -> String {
 /// response — `carried` holds the texts of responses read before (a launch's
 /// response carries the results that ended meanwhile) — and returns how often
 /// each did, and every text read.
-async fn collect_results(client: &Client, ids: &[String], carried: &str) -> (Vec<usize>, String) {
+pub(super) async fn collect_results(
+    client: &Client,
+    ids: &[String],
+    carried: &str,
+) -> (Vec<usize>, String) {
     let count = |text: &str, id: &str| text.matches(&format!("\"agent_id\": \"{id}\"")).count();
     let mut seen: Vec<usize> = ids.iter().map(|id| count(carried, id)).collect();
     let mut all = carried.to_owned();

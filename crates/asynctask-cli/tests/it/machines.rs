@@ -16,8 +16,8 @@ use std::time::Duration;
 use asynctask_fleet::{Fleet, FleetOptions, NewTask, lost_worker_error};
 use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks};
 use asynctask_test_support::{
-    Host, Network, ServerSetup, TempDir, TestDatabase, assert_gone_async, eventually_with,
-    process_gone, temp_dir,
+    Host, Network, ServerSetup, TempDir, TestDatabase, assert_gone_async, certificates,
+    eventually_with, process_gone, temp_dir,
 };
 use pretty_assertions::assert_eq;
 
@@ -35,13 +35,13 @@ fn slow_subagent(pids: &Path) -> String {
 
 /// One test's machines: the network, the server in it, a directory for
 /// configs, logs and pids, and the workers started (ended by pid on drop).
-struct Machines {
+pub(super) struct Machines {
     // Dropped in this order: the workers, the server, the namespaces.
     workers: Vec<WorkerProcess>,
-    db: TestDatabase,
-    dir: TempDir,
-    hosts: Vec<Host>,
-    network: Network,
+    pub(super) db: TestDatabase,
+    pub(super) dir: TempDir,
+    pub(super) hosts: Vec<Host>,
+    pub(super) network: Network,
 }
 
 struct WorkerProcess {
@@ -59,22 +59,22 @@ impl Drop for WorkerProcess {
 
 impl Machines {
     /// A network of `hosts` machines and a server reached from each.
-    async fn new(label: &str, hosts: usize) -> Machines {
+    pub(super) async fn new(label: &str, hosts: usize) -> Machines {
         Self::with_setup(label, hosts, |_| ServerSetup::default()).await
     }
 
     /// [`new`](Self::new), the server set up as `setup` says for the
-    /// server's address on the first link.
-    async fn with_setup(
+    /// hosts (the server's addresses on their links).
+    pub(super) async fn with_setup(
         label: &str,
         hosts: usize,
-        setup: impl FnOnce(&str) -> ServerSetup,
+        setup: impl FnOnce(&[Host]) -> ServerSetup,
     ) -> Machines {
         let mut network = Network::new().unwrap_or_else(|err| panic!("{err}"));
         let hosts: Vec<Host> = (0..hosts)
             .map(|_| network.add_host().unwrap_or_else(|err| panic!("{err}")))
             .collect();
-        let setup = setup(&hosts[0].server_address());
+        let setup = setup(&hosts);
         let db = TestDatabase::create_in_with(label, &network, setup).await;
         let dir = temp_dir(label);
         std::fs::create_dir(dir.path().join("pids")).expect("made");
@@ -94,7 +94,7 @@ impl Machines {
         }
     }
 
-    fn pids(&self) -> PathBuf {
+    pub(super) fn pids(&self) -> PathBuf {
         self.dir.path().join("pids")
     }
 
@@ -119,7 +119,13 @@ impl Machines {
 
     /// Starts `asynctask worker` on host `host` as `name`, serving the
     /// subagents of `config` (TOML text), and waits until it serves.
-    async fn start_worker(&mut self, host: usize, name: &str, config: &str, lease_secs: u32) {
+    pub(super) async fn start_worker(
+        &mut self,
+        host: usize,
+        name: &str,
+        config: &str,
+        lease_secs: u32,
+    ) {
         let url = self
             .db
             .connection_string_via(&self.hosts[host].server_address());
@@ -134,7 +140,7 @@ impl Machines {
 
     /// Starts `asynctask worker` on host `host` with the database `url` and
     /// the variables `env`; returns its index.
-    fn spawn_worker(
+    pub(super) fn spawn_worker(
         &mut self,
         host: usize,
         name: &str,
@@ -172,16 +178,16 @@ impl Machines {
         self.workers.len() - 1
     }
 
-    fn log(&self, worker: usize) -> String {
+    pub(super) fn log(&self, worker: usize) -> String {
         std::fs::read_to_string(&self.workers[worker].log).unwrap_or_default()
     }
 
-    fn worker_pid(&self, worker: usize) -> u32 {
+    pub(super) fn worker_pid(&self, worker: usize) -> u32 {
         self.workers[worker].child.id()
     }
 
     /// A connection from the test's own machine (the server's Unix socket).
-    async fn front(&self) -> Fleet {
+    pub(super) async fn front(&self) -> Fleet {
         Fleet::connect(self.db.config(), FleetOptions::new())
             .await
             .expect("connects")
@@ -214,7 +220,7 @@ impl Machines {
     }
 
     /// Stops every worker with SIGTERM and checks that each exits 0.
-    fn stop_workers(&mut self) {
+    pub(super) fn stop_workers(&mut self) {
         for worker in &mut self.workers {
             if process_gone(worker.child.id()) {
                 continue;
@@ -506,10 +512,10 @@ async fn a_result_reaches_a_client_on_another_machine_after_the_first_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_take_passwords_from_the_environment_use_tls_and_never_log_them() {
-    let mut machines = Machines::with_setup("machines_credentials", 1, |address| {
-        let cert = rcgen::generate_simple_self_signed(vec![address.to_owned()]).expect("a cert");
+    let mut machines = Machines::with_setup("machines_credentials", 1, |hosts| {
+        let (_, cert, key) = certificates(&[hosts[0].server_address()]);
         ServerSetup::default()
-            .with_tls(cert.cert.pem(), cert.signing_key.serialize_pem())
+            .with_tls(cert, key)
             .with_password("pa55-from-env")
     })
     .await;

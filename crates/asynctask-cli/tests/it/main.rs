@@ -2,6 +2,7 @@
 
 mod durable;
 mod front;
+mod fronts;
 mod machines;
 mod mcp;
 mod worker;

@@ -54,10 +54,9 @@ impl Steering {
         let Some((n, body)) = self.unsent.take() else {
             return;
         };
-        let sent = match shared.fleet().await {
-            Ok((mut fleet, _)) => fleet.send_message(&shared.workspace, id, n, &body).await,
-            Err(err) => Err(err),
-        };
+        let sent = shared
+            .on_fleet(async |fleet, _| fleet.send_message(&shared.workspace, id, n, &body).await)
+            .await;
         match sent {
             Ok(MessageSent::Stored) => tracing::info!(task = %id, message = n, "message stored"),
             Ok(MessageSent::Ended) => {}
@@ -121,34 +120,35 @@ impl Asks {
         if !self.questions.can_ask() {
             return;
         }
-        let Ok((fleet, _)) = shared.fleet().await else {
-            return;
-        };
         while let Some((number, answer)) = self.unsent.first().cloned() {
-            match fleet
-                .answer_question(&shared.workspace, id, number, &answer)
-                .await
-            {
+            let stored = shared
+                .on_fleet(async |fleet, _| {
+                    fleet
+                        .answer_question(&shared.workspace, id, number, &answer)
+                        .await
+                })
+                .await;
+            match stored {
                 Ok(_) => {
                     tracing::info!(task = %id, question = number, "answer stored");
                     self.unsent.remove(0);
                 }
                 Err(err) => {
-                    drop(fleet);
                     shared.failed(&err).await;
                     return;
                 }
             }
         }
-        let waiting = match fleet.waiting_questions(&shared.workspace, id).await {
+        let waiting = shared
+            .on_fleet(async |fleet, _| fleet.waiting_questions(&shared.workspace, id).await)
+            .await;
+        let waiting = match waiting {
             Ok(waiting) => waiting,
             Err(err) => {
-                drop(fleet);
                 shared.failed(&err).await;
                 return;
             }
         };
-        drop(fleet);
         self.handles.retain(|number, handle| {
             let still = waiting.iter().any(|(n, _)| n == number);
             if !still {

@@ -3,23 +3,8 @@
 //! no password in any error.
 
 use asynctask_fleet::{DatabaseConfig, Fleet, FleetError, FleetFront, FleetOptions};
-use asynctask_test_support::{Host, Network, ServerSetup, TestDatabase, temp_dir};
+use asynctask_test_support::{Host, Network, ServerSetup, TestDatabase, certificates, temp_dir};
 use pretty_assertions::assert_eq;
-
-/// A certificate authority and a server certificate it signed for `ip`
-/// (PEM): the CA's certificate, the server's certificate and key.
-fn certificates(ip: &str) -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("a key")).expect("a CA");
-    let key = KeyPair::generate().expect("a key");
-    let server = CertificateParams::new(vec![ip.to_owned()])
-        .expect("params")
-        .signed_by(&key, &ca)
-        .expect("signed");
-    (ca.pem(), server.pem(), key.serialize_pem())
-}
 
 /// Connects from `host` to `url`, and says whether the connection is
 /// encrypted (as the server sees it), or why it failed.
@@ -64,8 +49,8 @@ async fn passwords_come_from_the_password_file_and_tls_is_checked_as_libpq_does(
     let mut network = Network::new().unwrap_or_else(|err| panic!("{err}"));
     let host = network.add_host().unwrap_or_else(|err| panic!("{err}"));
     let server = host.server_address();
-    let (ca, cert, key) = certificates(&server);
-    let (other_ca, _, _) = certificates(&server);
+    let (ca, cert, key) = certificates(std::slice::from_ref(&server));
+    let (other_ca, _, _) = certificates(std::slice::from_ref(&server));
     let db = TestDatabase::create_in_with(
         "credentials",
         &network,
