@@ -5,10 +5,13 @@
 mod claims;
 mod connection;
 mod delivery;
+mod differential;
 mod front;
 mod front_leases;
 mod leases;
 mod messages;
+#[path = "../model/mod.rs"]
+mod model;
 mod orphans;
 mod questions;
 mod schema;
