@@ -7,7 +7,7 @@
 //! must be the same. The server-free tests of the model's invariants are
 //! `tests/rules.rs`.
 //!
-//! Cases default to 48 sequences of up to 32 operations; set
+//! Cases default to 64 sequences of up to 45 operations; set
 //! `ASYNCTASK_PROPTEST_CASES` for longer runs.
 
 use std::time::Duration;
@@ -15,7 +15,7 @@ use std::time::Duration;
 use asynctask_fleet::{
     ClaimedTask, Fleet, FleetError, FrontLease, NewTask, ResultClaim, WorkerLease, WorkerSpec,
 };
-use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
+use asynctask_model::{Clock, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
 use asynctask_test_support::TestDatabase;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -30,7 +30,7 @@ fn cases() -> u32 {
     std::env::var("ASYNCTASK_PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(48)
+        .unwrap_or(64)
 }
 
 /// The real fleet's side of a run: the handles, and what it was given.
@@ -322,6 +322,25 @@ impl Real {
                 self.clock.advance(ms);
                 Outcome::Done
             }
+            Op::ToExpiry {
+                front,
+                pick,
+                before,
+            } => {
+                let expiries: Vec<u64> = if front {
+                    self.fronts.iter().map(|f| f.expires_at).collect()
+                } else {
+                    self.workers.iter().map(|w| w.expires_at).collect()
+                };
+                let Some(n) = pick.of(expiries.len()) else {
+                    return Outcome::Skipped;
+                };
+                let to = expiries[n] - u64::from(before);
+                if to > self.clock.now_ms() {
+                    self.clock.set(to);
+                }
+                Outcome::Done
+            }
         }
     }
 
@@ -558,7 +577,7 @@ fn the_fleet_answers_every_operation_as_the_model_does() {
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&crate::model::ops(30), |ops| {
+    let result = runner.run(&crate::model::ops(40), |ops| {
         runtime.block_on(run(&db, &raw, &ops))
     });
     drop(raw);

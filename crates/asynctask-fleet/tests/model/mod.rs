@@ -263,6 +263,13 @@ pub(crate) enum Op {
     MarkNotified(Vec<Pick>),
     /// The clock moves on.
     Advance(u64),
+    /// The clock moves to the very millisecond a worker's lease (or a
+    /// front's) expires, or the one before, if that is still ahead.
+    ToExpiry {
+        front: bool,
+        pick: Pick,
+        before: bool,
+    },
 }
 
 /// What an operation answered: the model's and `Fleet`'s must be equal.
@@ -642,6 +649,22 @@ impl Model {
                 self.now += ms;
                 Outcome::Done
             }
+            Op::ToExpiry {
+                front,
+                pick,
+                before,
+            } => {
+                let expiries: Vec<u64> = if front {
+                    self.fronts.iter().map(|f| f.expires_at).collect()
+                } else {
+                    self.workers.iter().map(|w| w.expires_at).collect()
+                };
+                let Some(n) = pick.of(expiries.len()) else {
+                    return Outcome::Skipped;
+                };
+                self.now = self.now.max(expiries[n] - u64::from(before));
+                Outcome::Done
+            }
         }
     }
 
@@ -829,17 +852,17 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (ws.clone(), prop_oneof![Just(None), (1..4i32).prop_map(Some)])
             .prop_map(|(workspace, max)| Op::SetMax { workspace, max }),
-        10 => (ws.clone(), 0..SUBAGENTS.len(), proptest::option::weighted(0.3, pick()),
+        12 => (ws.clone(), 0..SUBAGENTS.len(), proptest::option::weighted(0.4, pick()),
                proptest::option::weighted(0.05, pick()))
             .prop_map(|(workspace, subagent, front, duplicate)| Op::Submit {
                 workspace, subagent, front, duplicate,
             }),
-        3 => register(),
-        5 => pick().prop_map(Op::Heartbeat),
-        9 => (pick(), prop_oneof![1 => Just(0usize), 6 => 1..4usize]).prop_map(|(worker, max)| Op::Claim { worker, max }),
+        5 => register(),
+        8 => pick().prop_map(Op::Heartbeat),
+        12 => (pick(), prop_oneof![1 => Just(0usize), 6 => 1..4usize]).prop_map(|(worker, max)| Op::Claim { worker, max }),
         12 => (pick(), end_as(), token()).prop_map(|(claim, end, token)| Op::End { claim, end, token }),
         1 => (pick(), token()).prop_map(|(claim, token)| Op::Progress { claim, token }),
-        3 => Just(Op::Reap),
+        4 => Just(Op::Reap),
         1 => pick().prop_map(Op::Retire),
         1 => (pick(), any::<u8>()).prop_map(|(worker, tracked)| Op::FailUntracked { worker, tracked }),
         2 => (pick(), proptest::bool::weighted(0.2))
@@ -850,23 +873,48 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
         1 => pick().prop_map(Op::FrontHeartbeat),
         1 => pick().prop_map(Op::RetireFront),
         1 => (pick(), pick()).prop_map(|(old, front)| Op::Rebind { old, front }),
-        5 => (ws, 0..4usize, any::<bool>(), proptest::option::of((0..4usize, any::<bool>())))
+        8 => (ws, 0..4usize, any::<bool>(), proptest::option::of((0..4usize, any::<bool>())))
             .prop_map(|(workspace, max, ack, then)| Op::ClaimResults { workspace, max, ack, then }),
         2 => (pick(), 0..4usize).prop_map(|(front, max)| Op::Adopt { front, max }),
         2 => (pick(), pick()).prop_map(|(front, task)| Op::ResultFor { front, task }),
         1 => proptest::collection::vec(pick(), 0..3).prop_map(Op::MarkNotified),
-        5 => prop_oneof![3 => 1..1_000u64, 1 => 1_000..6_000u64].prop_map(Op::Advance),
+        // Often a multiple of 250 ms, as every lease is: expiries are met
+        // exactly, not only passed.
+        5 => prop_oneof![2 => (1..7u64).prop_map(|n| n * 250), 1 => 1..2_000u64]
+            .prop_map(Op::Advance),
+        2 => (proptest::bool::weighted(0.3), pick(), any::<bool>())
+            .prop_map(|(front, pick, before)| Op::ToExpiry { front, pick, before }),
     ]
 }
 
-/// A sequence of one or two registrations, then up to `len` operations.
+/// A sequence of `len / 2` to `len` operations, after one or two
+/// registrations, perhaps a front's, and a few submissions.
 pub(crate) fn ops(len: usize) -> impl Strategy<Value = Vec<Op>> {
+    let front = (0..WORKSPACES.len()).prop_map(|workspace| Op::RegisterFront {
+        workspace,
+        lease_ms: 4_000,
+    });
+    let submit = (
+        0..WORKSPACES.len(),
+        0..SUBAGENTS.len(),
+        proptest::option::weighted(0.5, pick()),
+    )
+        .prop_map(|(workspace, subagent, front)| Op::Submit {
+            workspace,
+            subagent,
+            front,
+            duplicate: None,
+        });
     (
         proptest::collection::vec(register(), 1..=2),
-        proptest::collection::vec(op(), 1..=len),
+        proptest::option::weighted(0.6, front),
+        proptest::collection::vec(submit, 0..=3),
+        proptest::collection::vec(op(), len / 2..=len),
     )
-        .prop_map(|(mut first, rest)| {
-            first.extend(rest);
-            first
+        .prop_map(|(mut all, front, submits, rest)| {
+            all.extend(front);
+            all.extend(submits);
+            all.extend(rest);
+            all
         })
 }
