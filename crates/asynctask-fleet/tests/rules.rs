@@ -2,7 +2,7 @@
 //! checked without a server: arbitrary sequences of operations by several
 //! workers, fronts and result claimers across two workspaces run on the
 //! reference model (`tests/model`), and after every step the invariants the
-//! rules promise must hold. The differential test (`tests/it/model.rs`)
+//! rules promise must hold. The differential test (`tests/it/differential.rs`)
 //! checks that `Fleet` on a real PostgreSQL does what the model does.
 //!
 //! Cases default to 1,000; set `ASYNCTASK_PROPTEST_CASES` for longer runs.

@@ -7,7 +7,7 @@
 //! must be the same. The server-free tests of the model's invariants are
 //! `tests/rules.rs`.
 //!
-//! Cases default to 64 sequences of up to 45 operations; set
+//! Cases default to 64 sequences of up to 46 operations; set
 //! `ASYNCTASK_PROPTEST_CASES` for longer runs.
 
 use std::time::Duration;
@@ -408,15 +408,20 @@ impl Real {
         let position =
             |list: &[&str], name: &str| list.iter().position(|n| *n == name).expect("a known name");
         let ms = |v: Option<i64>| v.map(|v| u64::try_from(v).expect("a time"));
-        let tasks = raw
-            .query(
-                "SELECT id, workspace, subagent_name, status, worker_id, fence, started_at,
+        // One round trip: the four reads are pipelined.
+        let (tasks_rows, workers_rows, fronts_rows, workspaces_rows) = tokio::join!(
+            raw.query("SELECT id, workspace, subagent_name, status, worker_id, fence, started_at,
                     completed_at, notified_at, output, error, progress, front_id, cancel_requested
-                 FROM asynctask_tasks ORDER BY seq",
-                &[],
-            )
-            .await
-            .expect("tasks read")
+                 FROM asynctask_tasks ORDER BY seq", &[]),
+            raw.query("SELECT name, capacity, subagents, lease_ms, lease_expires_at, state
+                 FROM asynctask_workers ORDER BY id", &[]),
+            raw.query("SELECT workspace, lease_ms, lease_expires_at, state FROM asynctask_fronts ORDER BY id", &[]),
+            raw.query("SELECT name, max_async FROM asynctask_workspaces", &[]),
+        );
+        let [tasks_rows, workers_rows, fronts_rows, workspaces_rows] =
+            [tasks_rows, workers_rows, fronts_rows, workspaces_rows]
+                .map(|rows| rows.expect("read"));
+        let tasks = tasks_rows
             .iter()
             .map(|row| Task {
                 id: row.get(0),
@@ -444,14 +449,7 @@ impl Real {
                 cancel_requested: row.get(13),
             })
             .collect();
-        let workers = raw
-            .query(
-                "SELECT name, capacity, subagents, lease_ms, lease_expires_at, state
-                 FROM asynctask_workers ORDER BY id",
-                &[],
-            )
-            .await
-            .expect("workers read")
+        let workers = workers_rows
             .iter()
             .map(|row| Worker {
                 name: position(&WORKER_NAMES, row.get(0)),
@@ -466,13 +464,7 @@ impl Real {
                 live: row.get::<_, &str>(5) == "live",
             })
             .collect();
-        let fronts = raw
-            .query(
-                "SELECT workspace, lease_ms, lease_expires_at, state FROM asynctask_fronts ORDER BY id",
-                &[],
-            )
-            .await
-            .expect("fronts read")
+        let fronts = fronts_rows
             .iter()
             .map(|row| Front {
                 workspace: position(&WORKSPACES, row.get(0)),
@@ -482,11 +474,7 @@ impl Real {
             })
             .collect();
         let mut max_async = [None, None];
-        for row in raw
-            .query("SELECT name, max_async FROM asynctask_workspaces", &[])
-            .await
-            .expect("workspaces read")
-        {
+        for row in workspaces_rows {
             max_async[position(&WORKSPACES, row.get(0))] = Some(row.get(1));
         }
         (tasks, workers, fronts, max_async)

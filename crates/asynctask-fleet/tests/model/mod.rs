@@ -30,7 +30,7 @@
 //!
 //! Both the server-free property tests (`tests/rules.rs`, which check the
 //! invariants these rules promise) and the differential test against a real
-//! server (`tests/it/model.rs`, which checks `Fleet` does exactly this) use
+//! server (`tests/it/differential.rs`, which checks `Fleet` does exactly this) use
 //! it, with the same generated operations.
 
 use asynctask_fleet::{CancelRequest, ResultFor};
