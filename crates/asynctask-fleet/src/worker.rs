@@ -22,6 +22,7 @@ use crate::types::{ClaimedTask, WorkerLease, WorkerSpec};
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
 mod asks;
+mod lease;
 mod run;
 
 use asks::WorkerAsks;
@@ -63,7 +64,9 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// longer current) is logged and dropped.
 ///
 /// The lease is watched on this machine's clock from when each renewal was
-/// sent: if it cannot be renewed before then (the database is unreachable,
+/// sent, less a small margin (1 ms and 0.2% of the lease, for the database
+/// clock's rounding and two clocks' rates): if it cannot be renewed before
+/// then (the database is unreachable,
 /// or says the lease is gone), the worker ends every running subagent at
 /// once ([`SubagentRunner::terminate_all`], and their cancellation), stops
 /// claiming, and registers anew once they have ended and the database
@@ -240,8 +243,8 @@ struct Ended {
 struct Registration {
     lease: WorkerLease,
     /// When the lease ends on this machine's clock: the send time of the
-    /// last renewal that succeeded, plus the lease (never later than the
-    /// database's own expiry).
+    /// last renewal that succeeded, plus the lease, less a margin for the
+    /// clocks (never later than the fleet gives up: see `lease`).
     deadline: Arc<Mutex<Instant>>,
     /// Cancelled when the lease is lost: every run's token is its child.
     lost: CancellationToken,
@@ -512,7 +515,10 @@ impl Serving {
         }
         let sent = Instant::now();
         let lease = self.db(fleet.register_worker(&self.worker.spec)).await?;
-        let deadline = Arc::new(Mutex::new(sent + self.worker.spec.lease));
+        let deadline = Arc::new(Mutex::new(lease::local_deadline(
+            sent,
+            self.worker.spec.lease,
+        )));
         let lost = CancellationToken::new();
         let watchdog = tokio::spawn(watch_lease(
             Arc::clone(&deadline),
@@ -556,7 +562,8 @@ impl Serving {
                 *registration
                     .deadline
                     .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = sent + self.worker.spec.lease;
+                    .unwrap_or_else(PoisonError::into_inner) =
+                    lease::local_deadline(sent, self.worker.spec.lease);
                 registration.lease = lease;
                 Ok(())
             }

@@ -5,11 +5,14 @@
 mod claims;
 mod connection;
 mod delivery;
+mod differential;
 mod front;
 mod front_leases;
 mod launch;
 mod leases;
 mod messages;
+#[path = "../model/mod.rs"]
+mod model;
 mod orphans;
 mod questions;
 mod retention;
