@@ -165,7 +165,8 @@ async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
     let driver = tokio::spawn(connection);
     client
         .batch_execute(
-            "DROP TABLE asynctask_messages, asynctask_questions;
+            "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
+             DROP TABLE asynctask_messages, asynctask_questions;
              UPDATE asynctask_schema SET version = 2;",
         )
         .await
