@@ -46,8 +46,10 @@ impl fmt::Debug for FleetOptions {
 
 /// One connection to the fleet's database: what a front submits and
 /// delivers through, and what a worker registers, claims and reports
-/// through. Operations that take `&mut self` run a transaction; the others
-/// are one statement.
+/// through. Operations that take `&mut self` run a transaction, or (`submit`,
+/// `claim`) may; the others are one statement. A submission is one round
+/// trip, and so is a claim (called again when another claimer held a
+/// workspace it reached).
 ///
 /// # Cancel safety
 ///
