@@ -3,7 +3,7 @@
 //! tests' private PostgreSQL server in another, joined by veth links (as
 //! the scenario tests run them). Needs root.
 //!
-//! `cargo bench --profile dev -p asynctask-cli --bench machines` prints
+//! `cargo bench -p asynctask-cli --bench machines` (bench profile) prints
 //! (`ASYNCTASK_BIN` names another `asynctask` binary to run the workers):
 //!
 //! - launch → subagent start: from just before `Fleet::submit` on the
@@ -246,7 +246,7 @@ async fn bench() {
         to_woken.len()
     );
     summary("    launch -> worker woken (submit, NOTIFY)", to_woken);
-    summary("    woken -> claimed (claim transaction)", to_claimed);
+    summary("    woken -> claimed (the claim)", to_claimed);
     summary("    claimed -> subagent start (spawn)", to_spawned);
     summary("  completion -> result in the waiting client", end_result);
 

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, Clock, MaxAsyncTasks, OutputObject};
 use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, Row};
 
 use crate::types::{ClaimedTask, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec};
@@ -44,8 +46,10 @@ impl fmt::Debug for FleetOptions {
 
 /// One connection to the fleet's database: what a front submits and
 /// delivers through, and what a worker registers, claims and reports
-/// through. Operations that take `&mut self` run a transaction; the others
-/// are one statement.
+/// through. Operations that take `&mut self` run a transaction, or (`submit`,
+/// `claim`) may; the others are one statement. A submission is one round
+/// trip, and so is a claim (called again when another claimer held a
+/// workspace it reached).
 ///
 /// # Cancel safety
 ///
@@ -73,6 +77,10 @@ impl Drop for Fleet {
         self.driver.abort();
     }
 }
+
+/// The SQLSTATE `asynctask_claim` raises when the worker's lease has
+/// expired (or it was declared lost).
+const WORKER_LOST: &str = "AT001";
 
 pub(crate) const TASK_COLUMNS: &str = "t.id, t.subagent_name, t.goal_prompt, t.status, t.launched_at, \
      t.started_at, t.completed_at, t.notified_at, t.output, t.error, t.workspace, t.origin, \
@@ -165,52 +173,48 @@ impl Fleet {
         non_empty(&task.id, "a task's id")?;
         non_empty(&task.workspace, "a workspace")?;
         non_empty(&task.subagent_name, "a subagent's name")?;
-        let tx = self
+        // The fleet's clock when one is given; else the database's.
+        let now = self.clock.as_ref().map(|clock| to_db(clock.now_ms()));
+        // One statement, one round trip (typed parameters: nothing to
+        // prepare first): the workspace (created when new), the task, and
+        // the wake-up of every listening worker, delivered at commit — a
+        // wake-up, never the only way a task is found (workers also look on
+        // a timer). A duplicate id inserts nothing (not even its workspace:
+        // the foreign key is checked at the statement's end) and wakes no one.
+        let rows = self
             .client
-            .transaction()
-            .await
-            .map_err(FleetError::db("beginning a submission"))?;
-        let now = self_now(&self.clock, &tx).await?;
-        tx.execute(
-            "INSERT INTO asynctask_workspaces (name) VALUES ($1) ON CONFLICT DO NOTHING",
-            &[&task.workspace],
-        )
-        .await
-        .map_err(FleetError::db("creating the workspace"))?;
-        let inserted = tx
-            .execute(
-                "INSERT INTO asynctask_tasks
-                    (id, workspace, subagent_name, goal_prompt, origin, status, launched_at,
-                     front_id, request)
-                 VALUES ($1, $2, $3, $4, $5, 'queued', $6, $7, $8)
-                 ON CONFLICT (id) DO NOTHING",
+            .query_typed(
+                "WITH task AS (
+                    INSERT INTO asynctask_tasks
+                        (id, workspace, subagent_name, goal_prompt, origin, status,
+                         launched_at, front_id, request)
+                    VALUES ($1, $2, $3, $4, $5, 'queued',
+                        coalesce($6, (extract(epoch FROM clock_timestamp()) * 1000)::bigint), $7, $9)
+                    ON CONFLICT (id) DO NOTHING
+                    RETURNING launched_at
+                 ), workspace AS (
+                    INSERT INTO asynctask_workspaces (name) SELECT $2 FROM task
+                    ON CONFLICT DO NOTHING
+                 )
+                 SELECT launched_at, pg_notify($8, $3)::text FROM task",
                 &[
-                    &task.id,
-                    &task.workspace,
-                    &task.subagent_name,
-                    &task.goal_prompt,
-                    &task.origin,
-                    &now,
-                    &task.front,
-                    &crate::types::stored_request(&task),
+                    (&task.id, Type::TEXT),
+                    (&task.workspace, Type::TEXT),
+                    (&task.subagent_name, Type::TEXT),
+                    (&task.goal_prompt, Type::TEXT),
+                    (&task.origin, Type::TEXT),
+                    (&now, Type::INT8),
+                    (&task.front, Type::INT8),
+                    (&crate::listen::QUEUED_CHANNEL, Type::TEXT),
+                    (&crate::types::stored_request(&task), Type::TEXT),
                 ],
             )
             .await
             .map_err(FleetError::db("submitting a task"))?;
-        if inserted == 0 {
+        let Some(row) = rows.first() else {
             return Err(FleetError::DuplicateId(task.id));
-        }
-        // Delivered at commit, to every listening worker: a wake-up, never
-        // the only way a task is found (workers also look on a timer).
-        tx.execute(
-            "SELECT pg_notify($1, $2)",
-            &[&crate::listen::QUEUED_CHANNEL, &task.subagent_name],
-        )
-        .await
-        .map_err(FleetError::db("announcing a task"))?;
-        tx.commit()
-            .await
-            .map_err(FleetError::db("submitting a task"))?;
+        };
+        let now: i64 = row.get(0);
         Ok(FleetTask {
             info: AsyncTaskInfo::queued(
                 task.id,
@@ -391,18 +395,21 @@ impl Fleet {
 
     /// Claims queued tasks for a worker, oldest first, as many as its free
     /// slots allow and at most `max`, skipping workspaces at their
-    /// `task-max-async`. Each claim is its own transaction: it locks the
-    /// worker's row, takes the oldest queued task of a subagent it serves
-    /// that no other claimer holds (`FOR UPDATE SKIP LOCKED`), counts the
-    /// workspace's running tasks under the workspace's row lock, and gives
-    /// the task a new fencing token.
+    /// `task-max-async`. A claim is one call of the database's
+    /// `asynctask_claim` function (one round trip, one transaction): it
+    /// locks the worker's row (its lease must hold), takes each oldest
+    /// queued task of a subagent the worker serves that no other claimer
+    /// holds (`FOR UPDATE SKIP LOCKED`), counts the workspace's running
+    /// tasks under the workspace's row lock, and gives the task a new
+    /// fencing token. A claim that meets a second workspace's lock held by
+    /// another claimer commits what it has and is called again.
     ///
-    /// A claim that fails after others committed returns those (and logs
+    /// A call that fails after others committed returns those (and logs
     /// the failure): a committed claim is never dropped on the floor.
     ///
     /// # Errors
     ///
-    /// When the first claim fails: [`FleetError::WorkerLost`] when the
+    /// When the first call fails: [`FleetError::WorkerLost`] when the
     /// worker's lease has expired; [`FleetError::Database`].
     pub async fn claim(
         &mut self,
@@ -411,9 +418,13 @@ impl Fleet {
     ) -> Result<Vec<ClaimedTask>, FleetError> {
         let mut claimed = Vec::new();
         while claimed.len() < max {
-            match self.claim_one(lease).await {
-                Ok(Some(task)) => claimed.push(task),
-                Ok(None) => break,
+            match self.claim_some(lease, max - claimed.len()).await {
+                Ok((tasks, more)) => {
+                    claimed.extend(tasks);
+                    if !more {
+                        break;
+                    }
+                }
                 Err(err) if claimed.is_empty() => return Err(err),
                 Err(err) => {
                     tracing::warn!(error = %err.chain(), claimed = claimed.len(),
@@ -425,105 +436,62 @@ impl Fleet {
         Ok(claimed)
     }
 
-    async fn claim_one(&mut self, lease: &WorkerLease) -> Result<Option<ClaimedTask>, FleetError> {
-        let tx = self
+    /// One call of `asynctask_claim`: the tasks it claimed, and whether it
+    /// stopped at a workspace another claimer held (more may be queued).
+    async fn claim_some(
+        &self,
+        lease: &WorkerLease,
+        max: usize,
+    ) -> Result<(Vec<ClaimedTask>, bool), FleetError> {
+        // The fleet's clock when one is given; else the function reads the
+        // database's, inside its transaction.
+        let now = self.clock.as_ref().map(|clock| to_db(clock.now_ms()));
+        let max = i32::try_from(max).unwrap_or(i32::MAX);
+        // Typed parameters: no statement to prepare first, one round trip.
+        let rows = self
             .client
-            .transaction()
-            .await
-            .map_err(FleetError::db("beginning a claim"))?;
-        let now = self_now(&self.clock, &tx).await?;
-        let worker = tx
-            .query_opt(
-                "SELECT capacity, subagents,
-                    (SELECT count(*) FROM asynctask_tasks
-                     WHERE worker_id = $1 AND status = 'running')
-                 FROM asynctask_workers
-                 WHERE id = $1 AND state = 'live' AND lease_expires_at > $2
-                 FOR UPDATE",
-                &[&lease.worker_id, &now],
+            .query_typed(
+                "SELECT id, workspace, subagent_name, goal_prompt, fence, request \
+                 FROM asynctask_claim($1, $2, $3)",
+                &[
+                    (&lease.worker_id, Type::INT8),
+                    (&now, Type::INT8),
+                    (&max, Type::INT4),
+                ],
             )
             .await
-            .map_err(FleetError::db("locking the worker"))?;
-        let Some(worker) = worker else {
-            return Err(FleetError::WorkerLost {
-                name: lease.name.clone(),
-            });
-        };
-        let capacity: i32 = worker.get(0);
-        let subagents: Vec<String> = worker.get(1);
-        let running: i64 = worker.get(2);
-        if running >= i64::from(capacity) {
-            return Ok(None);
-        }
-        let mut full: Vec<String> = Vec::new();
-        loop {
-            let candidate = tx
-                .query_opt(
-                    "SELECT id, workspace FROM asynctask_tasks
-                     WHERE status = 'queued' AND subagent_name = ANY($1)
-                       AND NOT (workspace = ANY($2))
-                     ORDER BY seq
-                     FOR UPDATE SKIP LOCKED
-                     LIMIT 1",
-                    &[&subagents, &full],
-                )
-                .await
-                .map_err(FleetError::db("finding a queued task"))?;
-            let Some(candidate) = candidate else {
-                tx.commit()
-                    .await
-                    .map_err(FleetError::db("ending a claim"))?;
-                return Ok(None);
-            };
-            let id: String = candidate.get(0);
-            let workspace: String = candidate.get(1);
-            // The workspace's row lock serializes the claims that count its
-            // running tasks (NO KEY: submissions' foreign-key checks pass).
-            let max: i32 = tx
-                .query_one(
-                    "SELECT max_async FROM asynctask_workspaces WHERE name = $1 FOR NO KEY UPDATE",
-                    &[&workspace],
-                )
-                .await
-                .map_err(FleetError::db("locking the workspace"))?
-                .get(0);
-            let in_workspace: i64 = tx
-                .query_one(
-                    "SELECT count(*) FROM asynctask_tasks WHERE workspace = $1 AND status = 'running'",
-                    &[&workspace],
-                )
-                .await
-                .map_err(FleetError::db("counting the workspace's running tasks"))?
-                .get(0);
-            if max >= 0 && in_workspace >= i64::from(max) {
-                full.push(workspace);
-                continue;
-            }
-            let row = tx
-                .query_one(
-                    "UPDATE asynctask_tasks
-                     SET status = 'running', worker_id = $2, started_at = $3,
-                         fence = nextval('asynctask_fence')
-                     WHERE id = $1
-                     RETURNING fence, subagent_name, goal_prompt, request",
-                    &[&id, &lease.worker_id, &now],
-                )
-                .await
-                .map_err(FleetError::db("claiming a task"))?;
-            let names = (id.clone(), workspace, row.get(1), row.get(2));
-            let claimed = match ClaimedTask::from_stored(names, row.get(0), row.get(3)) {
-                Ok(claimed) => claimed,
-                // A row written by hand: it can never run as launched.
-                Err(err) => {
-                    crate::orphans::fail_unreadable(&tx, &id, &err.to_string(), now).await?;
-                    continue;
+            .map_err(|err| {
+                if err.code().map(SqlState::code) == Some(WORKER_LOST) {
+                    FleetError::WorkerLost {
+                        name: lease.name.clone(),
+                    }
+                } else {
+                    FleetError::db("claiming tasks")(err)
                 }
+            })?;
+        let mut more = false;
+        let mut tasks = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(id) = row.get::<_, Option<String>>(0) else {
+                more = true;
+                continue;
             };
-            tx.commit()
-                .await
-                .map_err(FleetError::db("ending a claim"))?;
-            return Ok(Some(claimed));
+            let names = (id.clone(), row.get(1), row.get(2), row.get(3));
+            let fence: i64 = row.get(4);
+            match ClaimedTask::from_stored(names, fence, row.get(5)) {
+                Ok(claimed) => tasks.push(claimed),
+                // A row written by hand: it can never run as launched. It
+                // is failed under the claim just made, and its slot is
+                // free for the next call.
+                Err(err) => {
+                    let now = self.now(&self.client).await?;
+                    crate::orphans::fail_unreadable(&self.client, &id, fence, &err.to_string(), now)
+                        .await?;
+                    more = true;
+                }
+            }
         }
+        Ok((tasks, more))
     }
 
     /// Records that a claimed task completed with `output`.

@@ -13,11 +13,12 @@ pub(crate) fn unreadable_launch_error(why: &str) -> String {
     format!("the task's launch cannot be read: {why}")
 }
 
-/// Fails task `id`, just claimed in `tx`, whose launch cannot be read
-/// (`why`); its workspace's fronts are woken at commit.
+/// Fails task `id`, just claimed under token `fence`, whose launch cannot
+/// be read (`why`); its workspace's fronts are woken at commit.
 pub(crate) async fn fail_unreadable(
     tx: &impl tokio_postgres::GenericClient,
     id: &str,
+    fence: i64,
     why: &str,
     now: i64,
 ) -> Result<(), FleetError> {
@@ -25,7 +26,7 @@ pub(crate) async fn fail_unreadable(
     tx.execute(
         "WITH failed AS (
             UPDATE asynctask_tasks SET status = 'failed', completed_at = $2, error = $3
-            WHERE id = $1 RETURNING workspace
+            WHERE id = $1 AND fence = $5 AND status = 'running' RETURNING workspace
          )
          SELECT pg_notify($4, workspace) FROM failed",
         &[
@@ -33,6 +34,7 @@ pub(crate) async fn fail_unreadable(
             &now,
             &unreadable_launch_error(why),
             &crate::listen::ENDED_CHANNEL,
+            &fence,
         ],
     )
     .await

@@ -8,7 +8,7 @@ use crate::FleetError;
 /// The schema version this crate reads and writes (the one row of
 /// `asynctask_schema`). A database with a higher one was written by a newer
 /// asynctask and is refused, untouched; a lower one is migrated at connect.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// The migrations, in order: entry `n` brings version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -112,6 +112,81 @@ const MIGRATIONS: &[&str] = &[
         WHERE state = 'waiting' OR (state = 'answered' AND delivered_at IS NULL);",
     // 3 → 4: each task's whole launch.
     LAUNCH_REQUESTS,
+    // 4 → 5: the claim as one server-side function, one round trip. It
+    // takes the time (`now`, or the database's clock when null), locks the
+    // worker's row (its lease must hold: else SQLSTATE AT001, nothing
+    // claimed), then claims up to `max` tasks within the worker's free
+    // slots: each the oldest queued task of a subagent it serves that no
+    // other claimer holds (SKIP LOCKED), counted against its workspace's
+    // limit under the workspace's row lock (NO KEY: submissions'
+    // foreign-key checks pass), given a token from the fence sequence.
+    // Only the first workspace lock is waited for: a later one held
+    // elsewhere ends the call with a row whose id is null ("more may be
+    // queued: call again"), so two claimers never wait on each other's
+    // locks in opposite orders.
+    "CREATE OR REPLACE FUNCTION asynctask_claim(p_worker bigint, p_now bigint, p_max integer)
+     RETURNS TABLE (id text, workspace text, subagent_name text, goal_prompt text, fence bigint,
+                    request text)
+     LANGUAGE plpgsql VOLATILE AS $$
+     DECLARE
+        v_now bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+        v_capacity integer;
+        v_subagents text[];
+        v_free bigint;
+        v_full text[] := '{}';
+        v_locked text[] := '{}';
+        v_task record;
+        v_max integer;
+        v_running bigint;
+     BEGIN
+        SELECT w.capacity, w.subagents INTO v_capacity, v_subagents
+        FROM asynctask_workers w
+        WHERE w.id = p_worker AND w.state = 'live' AND w.lease_expires_at > v_now
+        FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'worker % has lost its lease', p_worker USING ERRCODE = 'AT001';
+        END IF;
+        v_free := least(p_max::bigint, v_capacity - (SELECT count(*) FROM asynctask_tasks t
+            WHERE t.worker_id = p_worker AND t.status = 'running'));
+        WHILE v_free > 0 LOOP
+            SELECT t.id, t.workspace INTO v_task FROM asynctask_tasks t
+            WHERE t.status = 'queued' AND t.subagent_name = ANY (v_subagents)
+              AND NOT (t.workspace = ANY (v_full))
+            ORDER BY t.seq
+            FOR UPDATE SKIP LOCKED
+            LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            IF cardinality(v_locked) = 0 OR v_task.workspace = ANY (v_locked) THEN
+                SELECT s.max_async INTO v_max FROM asynctask_workspaces s
+                WHERE s.name = v_task.workspace FOR NO KEY UPDATE;
+            ELSE
+                SELECT s.max_async INTO v_max FROM asynctask_workspaces s
+                WHERE s.name = v_task.workspace FOR NO KEY UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    id := NULL; workspace := NULL; subagent_name := NULL;
+                    goal_prompt := NULL; fence := NULL; request := NULL;
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+            END IF;
+            v_locked := v_locked || v_task.workspace;
+            SELECT count(*) INTO v_running FROM asynctask_tasks t
+            WHERE t.workspace = v_task.workspace AND t.status = 'running';
+            IF v_max >= 0 AND v_running >= v_max THEN
+                v_full := v_full || v_task.workspace;
+                CONTINUE;
+            END IF;
+            UPDATE asynctask_tasks t
+            SET status = 'running', worker_id = p_worker, started_at = v_now,
+                fence = nextval('asynctask_fence')
+            WHERE t.id = v_task.id
+            RETURNING t.id, t.workspace, t.subagent_name, t.goal_prompt, t.fence, t.request
+            INTO id, workspace, subagent_name, goal_prompt, fence, request;
+            RETURN NEXT;
+            v_free := v_free - 1;
+        END LOOP;
+     END
+     $$;",
 ];
 
 /// Each task's whole launch (JSON: the `SubagentRequest` its front built,

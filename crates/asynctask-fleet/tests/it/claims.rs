@@ -4,10 +4,11 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use asynctask_fleet::{FleetError, NewTask, WorkerSpec};
+use asynctask_fleet::{Fleet, FleetError, FleetOptions, NewTask, WorkerSpec};
 use asynctask_model::{AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_test_support::TestDatabase;
+use asynctask_test_support::{TestDatabase, eventually_with};
 use pretty_assertions::assert_eq;
+use tokio_postgres::NoTls;
 
 use crate::connect;
 
@@ -227,4 +228,131 @@ async fn bad_submissions_and_workers_are_refused_with_what_is_wrong() {
     // Still the one submission, untouched.
     let task = fleet.task("x").await.expect("read").expect("exists");
     assert_eq!(task.info.goal_prompt, "go");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_meeting_a_held_workspace_commits_what_it_has_and_never_waits_holding_another() {
+    let db = TestDatabase::create("claim_order").await;
+    let clock = ManualClock::new(1_000);
+    let mut fleet = connect(&db, &clock).await;
+    for (id, workspace) in [("a", "ws1"), ("b", "ws2")] {
+        fleet
+            .submit(NewTask::new(id, workspace, "tester", "go"))
+            .await
+            .expect("submitted");
+    }
+    let spec = WorkerSpec::new("w", ["tester"])
+        .with_capacity(2)
+        .with_lease(LEASE);
+    let lease = fleet.register_worker(&spec).await.expect("registered");
+    // Another claimer, in the opposite order: it holds ws2 first.
+    let (mut other, connection) = db.config().connect(NoTls).await.expect("connects");
+    let driver = tokio::spawn(connection);
+    let other_tx = other.transaction().await.expect("begins");
+    other_tx
+        .execute(
+            "SELECT 1 FROM asynctask_workspaces WHERE name = 'ws2' FOR NO KEY UPDATE",
+            &[],
+        )
+        .await
+        .expect("locks ws2");
+    let claiming = tokio::spawn(async move {
+        let claimed = fleet.claim(&lease, 2).await.expect("claims");
+        (fleet, claimed)
+    });
+    let (watch, connection) = db.config().connect(NoTls).await.expect("connects");
+    let watch_driver = tokio::spawn(connection);
+    // The claim waits for ws2 only once `a` is committed, holding no other
+    // workspace: the other claimer then takes ws1 too without a deadlock.
+    eventually_with(
+        "the claim waits for ws2",
+        Duration::from_secs(10),
+        || async {
+            let waiting: i64 = watch
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .expect("reads")
+                .get(0);
+            waiting == 1
+        },
+    )
+    .await;
+    let a: String = watch
+        .query_one("SELECT status FROM asynctask_tasks WHERE id = 'a'", &[])
+        .await
+        .expect("reads")
+        .get(0);
+    assert_eq!(a, "running", "committed before waiting");
+    other_tx
+        .execute(
+            "SELECT 1 FROM asynctask_workspaces WHERE name = 'ws1' FOR NO KEY UPDATE",
+            &[],
+        )
+        .await
+        .expect("locks ws1: no deadlock");
+    other_tx.commit().await.expect("commits");
+    let (fleet, claimed) = claiming.await.expect("joined");
+    let ids: Vec<&str> = claimed.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"], "oldest first, none dropped");
+    assert!(claimed[0].fence < claimed[1].fence);
+    drop((fleet, other, watch));
+    let _ = driver.await;
+    let _ = watch_driver.await;
+}
+
+#[tokio::test]
+async fn on_the_database_clock_a_claim_runs_the_task_and_an_expired_lease_claims_nothing() {
+    let db = TestDatabase::create("claim_db_clock").await;
+    let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    fleet
+        .submit(NewTask::new("t1", "ws", "tester", "go"))
+        .await
+        .expect("submitted");
+    let spec = WorkerSpec::new("w", ["tester"]).with_lease(LEASE);
+    let lease = fleet.register_worker(&spec).await.expect("registered");
+    let claimed = fleet.claim(&lease, 5).await.expect("claims");
+    assert_eq!(
+        claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["t1"]
+    );
+    let task = fleet.task("t1").await.expect("reads").expect("exists");
+    assert_eq!(task.info.status, AsyncTaskStatus::Running);
+    let started = task.info.started_at.expect("started");
+    assert!(started >= task.info.launched_at && started < lease.expires_at);
+
+    fleet
+        .submit(NewTask::new("t2", "ws", "tester", "go"))
+        .await
+        .expect("submitted");
+    let short = WorkerSpec::new("short", ["tester"]).with_lease(Duration::from_millis(1));
+    let short = fleet.register_worker(&short).await.expect("registered");
+    // The database's clock passes the millisecond lease.
+    let (watch, connection) = db.config().connect(NoTls).await.expect("connects");
+    let driver = tokio::spawn(connection);
+    eventually_with("the lease expires", Duration::from_secs(10), || async {
+        watch
+            .query_one(
+                "SELECT lease_expires_at < (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                 FROM asynctask_workers WHERE name = 'short'",
+                &[],
+            )
+            .await
+            .expect("reads")
+            .get(0)
+    })
+    .await;
+    drop(watch);
+    let _ = driver.await;
+    let refused = fleet.claim(&short, 1).await.expect_err("refused");
+    assert!(
+        matches!(refused, FleetError::WorkerLost { ref name } if name == "short"),
+        "{refused:?}"
+    );
+    let t2 = fleet.task("t2").await.expect("reads").expect("exists");
+    assert_eq!(t2.info.status, AsyncTaskStatus::Queued);
 }

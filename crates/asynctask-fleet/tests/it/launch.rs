@@ -132,16 +132,17 @@ async fn a_database_of_the_schema_before_launches_is_migrated_with_the_old_defau
         .await
         .expect("submitted");
     drop(fleet);
-    // Back to version 3: the launches removed.
+    // Back to version 3: the launches (and the claim function) removed.
     execute(
         &db,
-        "ALTER TABLE asynctask_tasks DROP COLUMN request;
+        "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
+         ALTER TABLE asynctask_tasks DROP COLUMN request;
          UPDATE asynctask_schema SET version = 3;",
     )
     .await;
 
     let mut fleet = connect(&db, &clock).await;
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
     let task = fleet.task("kept").await.expect("reads").expect("kept");
     assert_eq!(
         (task.info.status, task.info.goal_prompt.as_str()),

@@ -166,7 +166,8 @@ async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
     let driver = tokio::spawn(connection);
     client
         .batch_execute(
-            "ALTER TABLE asynctask_tasks DROP COLUMN request;
+            "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
+             ALTER TABLE asynctask_tasks DROP COLUMN request;
              DROP TABLE asynctask_messages, asynctask_questions;
              UPDATE asynctask_schema SET version = 2;",
         )

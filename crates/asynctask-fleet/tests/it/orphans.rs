@@ -9,7 +9,7 @@ use asynctask_fleet::{
     DatabaseConfig, Fleet, FleetOptions, NewTask, Worker, WorkerSpec, untracked_task_error,
 };
 use asynctask_model::{AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject};
-use asynctask_test_support::{TestDatabase, eventually_some_with};
+use asynctask_test_support::{TestDatabase, eventually_some_with, eventually_with};
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
 use pretty_assertions::assert_eq;
 use tokio_postgres::NoTls;
@@ -26,14 +26,14 @@ async fn a_failed_claim_keeps_the_claims_already_made_and_a_lost_one_is_failed()
         .set_max_async("ws", MaxAsyncTasks::UNLIMITED)
         .await
         .expect("set");
-    for id in ["t1", "t2", "t3"] {
+    for (id, workspace) in [("t1", "ws"), ("t2", "ws2"), ("t3", "ws")] {
         fleet
-            .submit(NewTask::new(id, "ws", "a", "go"))
+            .submit(NewTask::new(id, workspace, "a", "go"))
             .await
             .expect("submitted");
     }
-    // The second claim of the batch fails in the database.
-    let (client, connection) = db.config().connect(NoTls).await.expect("connects");
+    // The batch's second call fails in the database: on t2.
+    let (mut client, connection) = db.config().connect(NoTls).await.expect("connects");
     let driver = tokio::spawn(connection);
     client
         .batch_execute(
@@ -49,10 +49,48 @@ async fn a_failed_claim_keeps_the_claims_already_made_and_a_lost_one_is_failed()
         .expect("a trigger");
     let spec = WorkerSpec::new("w", ["a"]).with_capacity(3);
     let lease = fleet.register_worker(&spec).await.expect("registered");
-    let claimed = fleet
-        .claim(&lease, 3)
+    // Another claimer holds ws2: the first call claims t1 and commits; the
+    // second waits for ws2, then fails on t2.
+    let other = client.transaction().await.expect("begins");
+    other
+        .execute(
+            "SELECT 1 FROM asynctask_workspaces WHERE name = 'ws2' FOR NO KEY UPDATE",
+            &[],
+        )
         .await
-        .expect("the claim made is kept");
+        .expect("locks ws2");
+    let claiming = tokio::spawn(async move {
+        let claimed = fleet.claim(&lease, 3).await;
+        (fleet, lease, claimed)
+    });
+    let (watch, connection) = db.config().connect(NoTls).await.expect("connects");
+    let watch_driver = tokio::spawn(connection);
+    eventually_with(
+        "the second call waits for ws2",
+        Duration::from_secs(10),
+        || async {
+            let t1: String = watch
+                .query_one("SELECT status FROM asynctask_tasks WHERE id = 't1'", &[])
+                .await
+                .expect("reads")
+                .get(0);
+            let waiting: i64 = watch
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .expect("reads")
+                .get(0);
+            t1 == "running" && waiting == 1
+        },
+    )
+    .await;
+    other.commit().await.expect("commits");
+    drop(watch);
+    let _ = watch_driver.await;
+    let (fleet, lease, claimed) = claiming.await.expect("joined");
+    let claimed = claimed.expect("the claim made is kept");
     assert_eq!(
         claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
         ["t1"]

@@ -1,9 +1,14 @@
 //! The schema: migrated at connect, idempotent, a newer one refused untouched.
 
-use asynctask_fleet::{Fleet, FleetError, FleetOptions, SCHEMA_VERSION};
+use std::time::Duration;
+
+use asynctask_fleet::{Fleet, FleetError, FleetOptions, NewTask, SCHEMA_VERSION, WorkerSpec};
+use asynctask_model::ManualClock;
 use asynctask_test_support::TestDatabase;
 use pretty_assertions::assert_eq;
 use tokio_postgres::NoTls;
+
+use crate::connect;
 
 async fn version(db: &TestDatabase) -> Vec<i32> {
     let (client, connection) = db.config().connect(NoTls).await.expect("connects");
@@ -75,4 +80,40 @@ async fn a_server_that_is_not_there_is_a_connect_error_without_credentials() {
     assert!(matches!(err, FleetError::Connect { .. }), "{err:?}");
     assert!(!err.chain().contains("s3cret"), "{}", err.chain());
     assert!(!format!("{err:?}").contains("s3cret"));
+}
+
+#[tokio::test]
+async fn a_database_of_the_schema_before_the_claim_function_is_migrated_with_its_tasks() {
+    let db = TestDatabase::create("claim_migrate").await;
+    let clock = ManualClock::new(1_000);
+    let mut fleet = connect(&db, &clock).await;
+    fleet
+        .submit(NewTask::new("kept", "ws", "tester", "go"))
+        .await
+        .expect("submitted");
+    let lease = fleet
+        .register_worker(&WorkerSpec::new("w", ["tester"]).with_lease(Duration::from_secs(30)))
+        .await
+        .expect("registered");
+    drop(fleet);
+    // Back to version 4: the claim function removed.
+    let (client, connection) = db.config().connect(NoTls).await.expect("connects");
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute(
+            "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
+             UPDATE asynctask_schema SET version = 4;",
+        )
+        .await
+        .expect("downgraded");
+    drop(client);
+    let _ = driver.await;
+
+    let mut fleet = connect(&db, &clock).await;
+    assert_eq!(version(&db).await, [SCHEMA_VERSION]);
+    let claimed = fleet.claim(&lease, 1).await.expect("claims");
+    assert_eq!(
+        claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["kept"]
+    );
 }
