@@ -485,8 +485,14 @@ impl Fleet {
                 // free for the next call.
                 Err(err) => {
                     let now = self.now(&self.client).await?;
-                    crate::orphans::fail_unreadable(&self.client, &id, fence, &err.to_string(), now)
-                        .await?;
+                    crate::orphans::fail_unreadable(
+                        &self.client,
+                        &id,
+                        fence,
+                        &err.to_string(),
+                        now,
+                    )
+                    .await?;
                     more = true;
                 }
             }

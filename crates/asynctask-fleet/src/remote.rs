@@ -564,8 +564,8 @@ impl SubagentRunner for FleetRunner {
                 .on_fleet(async |fleet, front| {
                     // The whole launch: the worker's subagent is given
                     // what a local one would be.
-                    let task = NewTask::from_request(shared.workspace.clone(), &request)
-                        .with_front(front);
+                    let task =
+                        NewTask::from_request(shared.workspace.clone(), &request).with_front(front);
                     fleet.submit(task).await.map(drop)
                 })
                 .await;
