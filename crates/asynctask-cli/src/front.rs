@@ -199,18 +199,25 @@ pub fn fleet_workspace(value: &str) -> Result<String, String> {
 /// and says what it was. Tasks already running keep running; queued ones
 /// start as the new limit allows. A front started later with
 /// `--max-async-tasks` sets it again: the last setting wins, whoever made it.
+/// A workspace the fleet has never seen is refused (most likely a typo)
+/// unless `create`.
 ///
 /// # Errors
 ///
-/// [`CliError::NoDatabase`], [`CliError::Fleet`].
+/// [`CliError::NoDatabase`], [`CliError::Fleet`],
+/// [`CliError::UnknownWorkspace`].
 pub async fn fleet_set_max_async(
     database: Option<&str>,
     workspace: &str,
     max: MaxAsyncTasks,
+    create: bool,
 ) -> Result<String, CliError> {
     let config = database_config(database)?;
     let fleet = asynctask_fleet::Fleet::connect(&config, FleetOptions::new()).await?;
     let before = fleet.max_async(workspace).await?;
+    if before.is_none() && !create {
+        return Err(CliError::UnknownWorkspace(workspace.to_owned()));
+    }
     fleet.set_max_async(workspace, max).await?;
     let limit = |max: MaxAsyncTasks| {
         if max.is_unlimited() {
@@ -221,7 +228,7 @@ pub async fn fleet_set_max_async(
     };
     let was = match before {
         Some(before) => format!("it was {}", limit(before)),
-        None => "a workspace the fleet had not seen: check its name".to_owned(),
+        None => "a workspace the fleet had not seen, created".to_owned(),
     };
     Ok(format!(
         "{workspace}: task-max-async is now {} across the fleet ({was}). \

@@ -218,6 +218,13 @@ pub enum CliError {
          task has this id"
     )]
     NoStoredOutput(String),
+    /// `fleet set-max-async` named a workspace the fleet has never seen,
+    /// without `--create`.
+    #[error(
+        "the fleet has no workspace {0:?}: no front has launched a task in it nor set its limit. \
+         Check its name, or pass --create to set the limit of a workspace to come"
+    )]
+    UnknownWorkspace(String),
     /// A fleet command was given no database.
     #[error("no fleet database: pass --database URL or set {DATABASE_URL_ENV}")]
     NoDatabase,

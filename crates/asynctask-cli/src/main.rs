@@ -259,6 +259,9 @@ enum FleetCommand {
         /// How many of its tasks run at once: 1-100, or `unlimited`.
         #[arg(value_name = "N|unlimited", allow_negative_numbers = true, value_parser = asynctask_cli::front::fleet_max_async)]
         max: MaxAsyncTasks,
+        /// Set it even for a workspace the fleet has never seen (else refused: a likely typo).
+        #[arg(long)]
+        create: bool,
     },
     /// Print a task's whole output as the fleet stores it (its last MiB),
     /// when its result was cut.
@@ -658,11 +661,8 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Fleet {
             command: FleetCommand::Status { database, json },
         } => {
-            out(
-                asynctask_cli::front::fleet_status(database.as_deref(), json)
-                    .await?
-                    .trim_end(),
-            )?;
+            let status = asynctask_cli::front::fleet_status(database.as_deref(), json).await?;
+            out(status.trim_end())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Fleet {
@@ -671,10 +671,11 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                     database,
                     workspace,
                     max,
+                    create,
                 },
         } => {
             use asynctask_cli::front::fleet_set_max_async;
-            out(&fleet_set_max_async(database.as_deref(), &workspace, max).await?)?;
+            out(&fleet_set_max_async(database.as_deref(), &workspace, max, create).await?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Fleet {

@@ -522,9 +522,14 @@ impl Fleet {
     }
 }
 
+/// How far past the cut [`bound_output`] looks for a line boundary.
+const LINE_BOUNDARY_WINDOW: usize = 4096;
+
 /// `text` bounded for storing: whole when it fits in
-/// [`MAX_STORED_OUTPUT_BYTES`], else its end from the first line boundary
-/// that fits, after a note saying how many bytes were left out.
+/// [`MAX_STORED_OUTPUT_BYTES`], else its end, after a note saying how many
+/// bytes were left out. The end starts at a line boundary when one is
+/// within 4 KiB of where it would start, else mid-line (at a character
+/// boundary): a long line is kept rather than dropped whole.
 ///
 /// ```
 /// use asynctask_fleet::{MAX_STORED_OUTPUT_BYTES, bound_output};
@@ -534,6 +539,13 @@ impl Fleet {
 /// assert!(stored.starts_with("[the first 4194370 bytes are not stored]\nline\n"));
 /// assert!(stored.len() <= MAX_STORED_OUTPUT_BYTES);
 /// assert_eq!(bound_output(&stored), stored, "bounded once");
+///
+/// // One long line, then a short one: most of the long line is kept.
+/// let one_line = format!("{}\ndone\n", "é".repeat(MAX_STORED_OUTPUT_BYTES));
+/// let stored = bound_output(&one_line);
+/// assert!(stored.len() > MAX_STORED_OUTPUT_BYTES - 100, "{}", stored.len());
+/// assert!(stored.len() <= MAX_STORED_OUTPUT_BYTES);
+/// assert!(stored.ends_with("éé\ndone\n"));
 /// ```
 #[must_use]
 pub fn bound_output(text: &str) -> std::borrow::Cow<'_, str> {
@@ -545,7 +557,14 @@ pub fn bound_output(text: &str) -> std::borrow::Cow<'_, str> {
     while !text.is_char_boundary(start) {
         start += 1;
     }
-    if let Some(newline) = text[start..].find('\n') {
+    // A line boundary close by, if there is one: a long line is cut
+    // mid-line rather than dropped whole (a 1 MiB line before a short last
+    // one would leave only the last).
+    if let Some(newline) = text.as_bytes()[start..]
+        .iter()
+        .take(LINE_BOUNDARY_WINDOW)
+        .position(|&byte| byte == b'\n')
+    {
         start += newline + 1;
     }
     std::borrow::Cow::Owned(format!(

@@ -806,10 +806,42 @@ async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fle
          A front started with --max-async-tasks sets it again.\n"
     );
     assert_eq!(limit().await, Some(-1));
+    // A name the fleet has never seen is refused (a typo, most likely) and
+    // creates nothing, unless --create.
+    let typo = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "set-max-async", "tema", "4"])
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .output()
+        .expect("runs");
+    assert_eq!(typo.status.code(), Some(2));
     assert!(
-        fleet(&db, &["set-max-async", "tema", "4"])
-            .contains("(a workspace the fleet had not seen: check its name)"),
-        "a typo is pointed out"
+        String::from_utf8_lossy(&typo.stderr).contains(
+            "the fleet has no workspace \"tema\": no front has launched a task in it nor set its \
+             limit. Check its name, or pass --create to set the limit of a workspace to come"
+        ),
+        "{}",
+        String::from_utf8_lossy(&typo.stderr)
+    );
+    let reader = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    assert_eq!(
+        reader.max_async("tema").await.expect("reads"),
+        None,
+        "nothing created"
+    );
+    assert_eq!(
+        fleet(&db, &["set-max-async", "--create", "tema", "4"]),
+        "tema: task-max-async is now 4 across the fleet (a workspace the fleet had not seen, \
+         created). A front started with --max-async-tasks sets it again.\n"
+    );
+    assert_eq!(
+        reader
+            .max_async("tema")
+            .await
+            .expect("reads")
+            .map(|max| max.get()),
+        Some(4)
     );
 
     // `fleet status --json`: the stable shape, here a queued task of an

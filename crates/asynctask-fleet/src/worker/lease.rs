@@ -11,10 +11,16 @@ use tokio::time::Instant;
 /// 1 ms before `lease` has passed since its renewal was read); and 1/500 of
 /// the lease, because the database's clock and this machine's may run at
 /// rates that differ: clocks kept by NTP are slewed by at most 500 ppm each,
-/// 1,000 ppm between two, which this covers twice over.
+/// 1,000 ppm between two, which this covers twice over. And a tenth of the
+/// lease, at most 250 ms, for what the clocks do not show: the timer firing
+/// late, the runtime busy when it fires, and the kill reaching the
+/// subagents' process groups.
 pub(super) fn margin(lease: Duration) -> Duration {
-    lease / 500 + Duration::from_millis(1)
+    lease / 500 + Duration::from_millis(1) + (lease / 10).min(ACTING)
 }
+
+/// The most the margin allows for the worker to act on its deadline.
+const ACTING: Duration = Duration::from_millis(250);
 
 /// When a lease registered or renewed by a statement sent at `sent` (this
 /// machine's clock) ends here: `sent + lease`, less [`margin`]. The fleet
@@ -199,6 +205,7 @@ mod tests {
             None,
             "with the margin, in time"
         );
-        assert!(margin(lease) >= Duration::from_millis(61));
+        assert_eq!(margin(lease), Duration::from_millis(61 + 250));
+        assert_eq!(margin(Duration::from_secs(1)), Duration::from_millis(103));
     }
 }

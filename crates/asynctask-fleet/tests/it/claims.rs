@@ -270,7 +270,11 @@ async fn a_claim_meeting_a_held_workspace_commits_what_it_has_and_never_waits_ho
         || async {
             let waiting: i64 = watch
                 .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                    // This database's claim only: other tests share the
+                    // server.
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE wait_event_type = 'Lock' AND datname = current_database()
+                       AND query LIKE '%asynctask_claim%'",
                     &[],
                 )
                 .await
