@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, Clock, MaxAsyncTasks, OutputObject};
 use tokio::task::JoinHandle;
@@ -18,6 +19,7 @@ use crate::{DatabaseConfig, FleetError, schema};
 #[derive(Clone, Default)]
 pub struct FleetOptions {
     clock: Option<Arc<dyn Clock>>,
+    idle_in_transaction: Option<Duration>,
 }
 
 impl FleetOptions {
@@ -34,12 +36,24 @@ impl FleetOptions {
         self.clock = Some(clock);
         self
     }
+
+    /// Replaces how long the connection's session may sit idle inside a
+    /// transaction before the server ends it (default
+    /// [`IDLE_IN_TRANSACTION_TIMEOUT`](crate::IDLE_IN_TRANSACTION_TIMEOUT)):
+    /// a [`ResultClaim`] not acknowledged within it is rolled back, and its
+    /// results are offered again.
+    #[must_use]
+    pub fn idle_in_transaction_timeout(mut self, limit: Duration) -> Self {
+        self.idle_in_transaction = Some(limit);
+        self
+    }
 }
 
 impl fmt::Debug for FleetOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FleetOptions")
             .field("clock", &self.clock)
+            .field("idle_in_transaction", &self.idle_in_transaction)
             .finish()
     }
 }
@@ -116,7 +130,14 @@ impl Fleet {
                 tracing::warn!(error = %err, "the connection to the fleet's database ended");
             }
         });
-        if let Err(err) = schema::migrate(&mut client).await {
+        let idle = options
+            .idle_in_transaction
+            .unwrap_or(crate::connection::IDLE_IN_TRANSACTION_TIMEOUT);
+        let ready = async {
+            crate::connection::session_settings(&client, idle).await?;
+            schema::migrate(&mut client).await
+        };
+        if let Err(err) = ready.await {
             driver.abort();
             return Err(err);
         }
@@ -416,24 +437,62 @@ impl Fleet {
         lease: &WorkerLease,
         max: usize,
     ) -> Result<Vec<ClaimedTask>, FleetError> {
+        match self.claim_within(lease, max, None).await {
+            (claimed, Some(err)) if claimed.is_empty() => Err(err),
+            (claimed, _) => Ok(claimed),
+        }
+    }
+
+    /// [`claim`](Self::claim), each call of `asynctask_claim` given up
+    /// after `per_call` (never the batch: a call that hangs loses none of
+    /// the claims the calls before it made). The claims made, and the
+    /// failure that stopped the batch. A call given up leaves its statement
+    /// on the connection: drop the handle, and let
+    /// [`fail_untracked`](Self::fail_untracked) fail what it may have claimed.
+    pub(crate) async fn claim_within(
+        &mut self,
+        lease: &WorkerLease,
+        max: usize,
+        per_call: Option<Duration>,
+    ) -> (Vec<ClaimedTask>, Option<FleetError>) {
         let mut claimed = Vec::new();
         while claimed.len() < max {
-            match self.claim_some(lease, max - claimed.len()).await {
+            let call = self.claim_some(lease, max - claimed.len());
+            let result = match per_call {
+                Some(limit) => tokio::time::timeout(limit, call)
+                    .await
+                    .unwrap_or(Err(FleetError::Unreachable { after: limit })),
+                None => call.await,
+            };
+            match result {
                 Ok((tasks, more)) => {
                     claimed.extend(tasks);
                     if !more {
                         break;
                     }
                 }
-                Err(err) if claimed.is_empty() => return Err(err),
                 Err(err) => {
-                    tracing::warn!(error = %err.chain(), claimed = claimed.len(),
-                        "a claim failed: keeping those already made");
-                    break;
+                    if !claimed.is_empty() {
+                        tracing::warn!(error = %err.chain(), claimed = claimed.len(),
+                            "a claim failed: keeping those already made");
+                    }
+                    return (claimed, Some(err));
                 }
             }
         }
-        Ok(claimed)
+        (claimed, None)
+    }
+
+    /// Makes every statement of this connection that waits longer than
+    /// `limit` for a lock fail (SQLSTATE 55P03: `is_lock_timeout`) rather
+    /// than wait on: a worker's writes never hang on a row another session
+    /// holds.
+    pub(crate) async fn set_lock_timeout(&self, limit: Duration) -> Result<(), FleetError> {
+        let ms = limit.as_millis().clamp(1, i32::MAX as u128);
+        self.client
+            .batch_execute(&format!("SET lock_timeout = {ms}"))
+            .await
+            .map_err(FleetError::db("setting the lock timeout"))
     }
 
     /// One call of `asynctask_claim`: the tasks it claimed, and whether it
@@ -471,6 +530,7 @@ impl Fleet {
             })?;
         let mut more = false;
         let mut tasks = Vec::with_capacity(rows.len());
+        let mut failure = None;
         for row in rows {
             let Some(id) = row.get::<_, Option<String>>(0) else {
                 more = true;
@@ -483,21 +543,38 @@ impl Fleet {
                 // A row written by hand: it can never run as launched. It
                 // is failed under the claim just made, and its slot is
                 // free for the next call.
-                Err(err) => {
-                    let now = self.now(&self.client).await?;
-                    crate::orphans::fail_unreadable(
-                        &self.client,
-                        &id,
-                        fence,
-                        &err.to_string(),
-                        now,
-                    )
-                    .await?;
-                    more = true;
+                // Once failing it fails, the rest are kept all the same
+                // (committed, and this worker's): an unreadable one left
+                // running is failed by `fail_untracked`.
+                Err(err) if failure.is_none() => {
+                    let failed = async {
+                        let now = self.now(&self.client).await?;
+                        crate::orphans::fail_unreadable(
+                            &self.client,
+                            &id,
+                            fence,
+                            &err.to_string(),
+                            now,
+                        )
+                        .await
+                    };
+                    match failed.await {
+                        Ok(()) => more = true,
+                        Err(fail) => failure = Some(fail),
+                    }
                 }
+                Err(_) => {}
             }
         }
-        Ok((tasks, more))
+        match failure {
+            Some(err) if tasks.is_empty() => Err(err),
+            Some(err) => {
+                tracing::warn!(error = %err.chain(), claimed = tasks.len(),
+                    "failing an unreadable task failed: keeping the claims made");
+                Ok((tasks, false))
+            }
+            None => Ok((tasks, more)),
+        }
     }
 
     /// Records that a claimed task completed with `output`.
@@ -657,6 +734,12 @@ impl Fleet {
     /// skip them) until the claim is acknowledged (they are marked notified,
     /// never offered again) or dropped (rolled back: offered again). A front
     /// that dies mid-delivery loses its connection, which rolls back too.
+    /// A claim not acknowledged within the connection's idle-in-transaction
+    /// limit ([`FleetOptions::idle_in_transaction_timeout`], default
+    /// [`IDLE_IN_TRANSACTION_TIMEOUT`](crate::IDLE_IN_TRANSACTION_TIMEOUT))
+    /// is rolled back by the server, which ends the connection: its results
+    /// are offered again, its acknowledgement fails, and the handle is
+    /// [closed](Self::is_closed).
     ///
     /// # Errors
     ///
@@ -700,7 +783,11 @@ impl Fleet {
 }
 
 /// Results claimed for one delivery: acknowledge it once delivered
-/// (consumes it), or drop it to offer them again.
+/// (consumes it), or drop it to offer them again. Acknowledge within the
+/// connection's idle-in-transaction limit (default
+/// [`IDLE_IN_TRANSACTION_TIMEOUT`](crate::IDLE_IN_TRANSACTION_TIMEOUT)):
+/// past it the server rolls the claim back and ends the connection, and
+/// the results are offered again.
 #[must_use = "a claim is released when dropped: acknowledge it once delivered"]
 pub struct ResultClaim<'a> {
     tx: tokio_postgres::Transaction<'a>,
@@ -745,6 +832,14 @@ impl ResultClaim<'_> {
             .await
             .map_err(FleetError::db("marking results delivered"))
     }
+}
+
+/// Whether `err` is a statement that waited past the connection's
+/// `lock_timeout` (SQLSTATE 55P03): nothing it did was kept, and the
+/// connection is fine.
+pub(crate) fn is_lock_timeout(err: &FleetError) -> bool {
+    matches!(err, FleetError::Database { source, .. }
+        if source.code() == Some(&SqlState::LOCK_NOT_AVAILABLE))
 }
 
 /// The fleet's time now, on `client` (a transaction's, for one snapshot).

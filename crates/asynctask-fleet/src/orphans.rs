@@ -14,7 +14,9 @@ pub(crate) fn unreadable_launch_error(why: &str) -> String {
 }
 
 /// Fails task `id`, just claimed under token `fence`, whose launch cannot
-/// be read (`why`); its workspace's fronts are woken at commit.
+/// be read (`why`), fenced as an end is: only while the claim is current
+/// and its worker's lease holds (a reaper may have failed it already); its
+/// workspace's fronts are woken at commit.
 pub(crate) async fn fail_unreadable(
     tx: &impl tokio_postgres::GenericClient,
     id: &str,
@@ -25,8 +27,11 @@ pub(crate) async fn fail_unreadable(
     tracing::warn!(task = %id, error = %why, "a claimed task's launch cannot be read: failed");
     tx.execute(
         "WITH failed AS (
-            UPDATE asynctask_tasks SET status = 'failed', completed_at = $2, error = $3
-            WHERE id = $1 AND fence = $5 AND status = 'running' RETURNING workspace
+            UPDATE asynctask_tasks t SET status = 'failed', completed_at = $2, error = $3
+            FROM asynctask_workers w
+            WHERE t.id = $1 AND t.fence = $5 AND t.status = 'running'
+              AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $2
+            RETURNING t.workspace
          )
          SELECT pg_notify($4, workspace) FROM failed",
         &[
