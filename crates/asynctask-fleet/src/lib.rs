@@ -38,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+mod claims;
 mod connection;
 mod error;
 mod fleet;
