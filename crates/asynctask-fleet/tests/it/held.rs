@@ -86,10 +86,12 @@ async fn lease_expires_at(client: &Client) -> i64 {
         .get(0)
 }
 
+/// How many of this database's sessions wait for a lock.
 async fn lock_waiters(client: &Client) -> i64 {
     client
         .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
             &[],
         )
         .await
