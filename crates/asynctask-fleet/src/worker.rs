@@ -436,7 +436,7 @@ impl Serving {
                 // the renewal must not wait (the lease would expire).
                 _ = tick.tick() => {
                     self.renew(fleet).await?;
-                    // Ends a lock kept from being written.
+                    // Ends a held row lock kept from being written.
                     self.flush(fleet).await?;
                     self.fail_untracked(fleet).await?;
                     self.reap(fleet).await?;
