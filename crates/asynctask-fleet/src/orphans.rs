@@ -104,3 +104,53 @@ impl Fleet {
         Ok(failed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use asynctask_model::{AsyncTaskStatus, ManualClock};
+    use asynctask_test_support::TestDatabase;
+
+    use super::*;
+    use crate::{FleetOptions, NewTask, WorkerSpec};
+
+    #[tokio::test]
+    async fn an_unreadable_launch_is_failed_only_while_the_claim_s_lease_holds() {
+        let db = TestDatabase::create("unreadable_fence").await;
+        let clock = ManualClock::new(1_000);
+        let options = FleetOptions::new().clock(Arc::new(clock.clone()));
+        let mut fleet = Fleet::connect(db.config(), options)
+            .await
+            .expect("connects");
+        fleet
+            .submit(NewTask::new("t1", "ws", "a", "go"))
+            .await
+            .expect("submitted");
+        let spec = WorkerSpec::new("w", ["a"]).with_lease(Duration::from_secs(1));
+        let lease = fleet.register_worker(&spec).await.expect("registered");
+        let task = fleet
+            .claim(&lease, 1)
+            .await
+            .expect("claims")
+            .pop()
+            .expect("one");
+
+        // Past the lease, before anyone reaped: the claim's token is still
+        // the task's, but its worker's lease is not live.
+        fail_unreadable(&fleet.client, "t1", task.fence, "bad", 2_000)
+            .await
+            .expect("runs");
+        let t1 = fleet.task("t1").await.expect("reads").expect("exists");
+        assert_eq!(t1.info.status, AsyncTaskStatus::Running, "fenced");
+
+        // Within the lease it fails.
+        fail_unreadable(&fleet.client, "t1", task.fence, "bad", 1_500)
+            .await
+            .expect("runs");
+        let t1 = fleet.task("t1").await.expect("reads").expect("exists");
+        assert_eq!(t1.info.status, AsyncTaskStatus::Failed);
+        assert_eq!(t1.info.error, Some(unreadable_launch_error("bad")));
+    }
+}
