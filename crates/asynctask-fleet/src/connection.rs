@@ -135,6 +135,44 @@ impl From<&DatabaseConfig> for DatabaseConfig {
     }
 }
 
+/// How long a session of the fleet may sit idle inside a transaction
+/// before the server ends it (rolling the transaction back, releasing its
+/// row locks): longer than any legitimate pause inside one (a
+/// [`ResultClaim`](crate::ResultClaim) waits for its host's
+/// acknowledgement), short enough that a client that vanished mid-transaction
+/// (a cut link) cannot hold a task's row for hours. The default of
+/// [`FleetOptions::idle_in_transaction_timeout`](crate::FleetOptions::idle_in_transaction_timeout).
+pub const IDLE_IN_TRANSACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sets what every session of the fleet needs on the server's side: the
+/// idle-in-transaction limit, and TCP keepalives (a probe after 30 s idle,
+/// then every 10 s, 3 unanswered end it; on PostgreSQL 12 and later,
+/// unacknowledged data for 60 s ends it; on 14 and later the client's socket
+/// is also checked every 10 s while a query runs), so the session of a client that vanished ends
+/// and its locks go with it. One round trip. Unix sockets ignore the TCP
+/// settings.
+pub(crate) async fn session_settings(
+    client: &Client,
+    idle_in_transaction: std::time::Duration,
+) -> Result<(), FleetError> {
+    let idle_ms = idle_in_transaction.as_millis().clamp(1, i32::MAX as u128);
+    client
+        .batch_execute(&format!(
+            "SELECT set_config('idle_in_transaction_session_timeout', '{idle_ms}', false),
+                    set_config('tcp_keepalives_idle', '30', false),
+                    set_config('tcp_keepalives_interval', '10', false),
+                    set_config('tcp_keepalives_count', '3', false),
+                    CASE WHEN current_setting('server_version_num')::int >= 120000
+                         THEN set_config('tcp_user_timeout', '60000', false)
+                    END,
+                    CASE WHEN current_setting('server_version_num')::int >= 140000
+                         THEN set_config('client_connection_check_interval', '10000', false)
+                    END"
+        ))
+        .await
+        .map_err(FleetError::db("setting the session's timeouts"))
+}
+
 /// The parameters read here rather than by the driver.
 const OWN_PARAMS: [&str; 3] = ["sslmode", "sslrootcert", "passfile"];
 

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use asynctask_model::{AsyncTaskInfo, AsyncTaskStatus, Clock, MaxAsyncTasks, OutputObject};
 use tokio::task::JoinHandle;
@@ -18,6 +19,7 @@ use crate::{DatabaseConfig, FleetError, schema};
 #[derive(Clone, Default)]
 pub struct FleetOptions {
     clock: Option<Arc<dyn Clock>>,
+    idle_in_transaction: Option<Duration>,
 }
 
 impl FleetOptions {
@@ -34,12 +36,24 @@ impl FleetOptions {
         self.clock = Some(clock);
         self
     }
+
+    /// Replaces how long the connection's session may sit idle inside a
+    /// transaction before the server ends it (default
+    /// [`IDLE_IN_TRANSACTION_TIMEOUT`](crate::IDLE_IN_TRANSACTION_TIMEOUT)):
+    /// a [`ResultClaim`] not acknowledged within it is rolled back, and its
+    /// results are offered again.
+    #[must_use]
+    pub fn idle_in_transaction_timeout(mut self, limit: Duration) -> Self {
+        self.idle_in_transaction = Some(limit);
+        self
+    }
 }
 
 impl fmt::Debug for FleetOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FleetOptions")
             .field("clock", &self.clock)
+            .field("idle_in_transaction", &self.idle_in_transaction)
             .finish()
     }
 }
@@ -78,10 +92,6 @@ impl Drop for Fleet {
     }
 }
 
-/// The SQLSTATE `asynctask_claim` raises when the worker's lease has
-/// expired (or it was declared lost).
-const WORKER_LOST: &str = "AT001";
-
 pub(crate) const TASK_COLUMNS: &str = "t.id, t.subagent_name, t.goal_prompt, t.status, t.launched_at, \
      t.started_at, t.completed_at, t.notified_at, t.output, t.error, t.workspace, t.origin, \
      (SELECT w.name FROM asynctask_workers w WHERE w.id = t.worker_id), t.progress, t.front_id, \
@@ -116,7 +126,14 @@ impl Fleet {
                 tracing::warn!(error = %err, "the connection to the fleet's database ended");
             }
         });
-        if let Err(err) = schema::migrate(&mut client).await {
+        let idle = options
+            .idle_in_transaction
+            .unwrap_or(crate::connection::IDLE_IN_TRANSACTION_TIMEOUT);
+        let ready = async {
+            crate::connection::session_settings(&client, idle).await?;
+            schema::migrate(&mut client).await
+        };
+        if let Err(err) = ready.await {
             driver.abort();
             return Err(err);
         }
@@ -393,113 +410,6 @@ impl Fleet {
             .collect())
     }
 
-    /// Claims queued tasks for a worker, oldest first, as many as its free
-    /// slots allow and at most `max`, skipping workspaces at their
-    /// `task-max-async`. A claim is one call of the database's
-    /// `asynctask_claim` function (one round trip, one transaction): it
-    /// locks the worker's row (its lease must hold), takes each oldest
-    /// queued task of a subagent the worker serves that no other claimer
-    /// holds (`FOR UPDATE SKIP LOCKED`), counts the workspace's running
-    /// tasks under the workspace's row lock, and gives the task a new
-    /// fencing token. A claim that meets a second workspace's lock held by
-    /// another claimer commits what it has and is called again.
-    ///
-    /// A call that fails after others committed returns those (and logs
-    /// the failure): a committed claim is never dropped on the floor.
-    ///
-    /// # Errors
-    ///
-    /// When the first call fails: [`FleetError::WorkerLost`] when the
-    /// worker's lease has expired; [`FleetError::Database`].
-    pub async fn claim(
-        &mut self,
-        lease: &WorkerLease,
-        max: usize,
-    ) -> Result<Vec<ClaimedTask>, FleetError> {
-        let mut claimed = Vec::new();
-        while claimed.len() < max {
-            match self.claim_some(lease, max - claimed.len()).await {
-                Ok((tasks, more)) => {
-                    claimed.extend(tasks);
-                    if !more {
-                        break;
-                    }
-                }
-                Err(err) if claimed.is_empty() => return Err(err),
-                Err(err) => {
-                    tracing::warn!(error = %err.chain(), claimed = claimed.len(),
-                        "a claim failed: keeping those already made");
-                    break;
-                }
-            }
-        }
-        Ok(claimed)
-    }
-
-    /// One call of `asynctask_claim`: the tasks it claimed, and whether it
-    /// stopped at a workspace another claimer held (more may be queued).
-    async fn claim_some(
-        &self,
-        lease: &WorkerLease,
-        max: usize,
-    ) -> Result<(Vec<ClaimedTask>, bool), FleetError> {
-        // The fleet's clock when one is given; else the function reads the
-        // database's, inside its transaction.
-        let now = self.clock.as_ref().map(|clock| to_db(clock.now_ms()));
-        let max = i32::try_from(max).unwrap_or(i32::MAX);
-        // Typed parameters: no statement to prepare first, one round trip.
-        let rows = self
-            .client
-            .query_typed(
-                "SELECT id, workspace, subagent_name, goal_prompt, fence, request \
-                 FROM asynctask_claim($1, $2, $3)",
-                &[
-                    (&lease.worker_id, Type::INT8),
-                    (&now, Type::INT8),
-                    (&max, Type::INT4),
-                ],
-            )
-            .await
-            .map_err(|err| {
-                if err.code().map(SqlState::code) == Some(WORKER_LOST) {
-                    FleetError::WorkerLost {
-                        name: lease.name.clone(),
-                    }
-                } else {
-                    FleetError::db("claiming tasks")(err)
-                }
-            })?;
-        let mut more = false;
-        let mut tasks = Vec::with_capacity(rows.len());
-        for row in rows {
-            let Some(id) = row.get::<_, Option<String>>(0) else {
-                more = true;
-                continue;
-            };
-            let names = (id.clone(), row.get(1), row.get(2), row.get(3));
-            let fence: i64 = row.get(4);
-            match ClaimedTask::from_stored(names, fence, row.get(5)) {
-                Ok(claimed) => tasks.push(claimed),
-                // A row written by hand: it can never run as launched. It
-                // is failed under the claim just made, and its slot is
-                // free for the next call.
-                Err(err) => {
-                    let now = self.now(&self.client).await?;
-                    crate::orphans::fail_unreadable(
-                        &self.client,
-                        &id,
-                        fence,
-                        &err.to_string(),
-                        now,
-                    )
-                    .await?;
-                    more = true;
-                }
-            }
-        }
-        Ok((tasks, more))
-    }
-
     /// Records that a claimed task completed with `output`.
     ///
     /// # Errors
@@ -657,6 +567,12 @@ impl Fleet {
     /// skip them) until the claim is acknowledged (they are marked notified,
     /// never offered again) or dropped (rolled back: offered again). A front
     /// that dies mid-delivery loses its connection, which rolls back too.
+    /// A claim not acknowledged within the connection's idle-in-transaction
+    /// limit ([`FleetOptions::idle_in_transaction_timeout`], default
+    /// [`IDLE_IN_TRANSACTION_TIMEOUT`](crate::IDLE_IN_TRANSACTION_TIMEOUT))
+    /// is rolled back by the server, which ends the connection: its results
+    /// are offered again, its acknowledgement fails, and the handle is
+    /// [closed](Self::is_closed).
     ///
     /// # Errors
     ///
@@ -700,7 +616,11 @@ impl Fleet {
 }
 
 /// Results claimed for one delivery: acknowledge it once delivered
-/// (consumes it), or drop it to offer them again.
+/// (consumes it), or drop it to offer them again. Acknowledge within the
+/// connection's idle-in-transaction limit (default
+/// [`IDLE_IN_TRANSACTION_TIMEOUT`](crate::IDLE_IN_TRANSACTION_TIMEOUT)):
+/// past it the server rolls the claim back and ends the connection, and
+/// the results are offered again.
 #[must_use = "a claim is released when dropped: acknowledge it once delivered"]
 pub struct ResultClaim<'a> {
     tx: tokio_postgres::Transaction<'a>,
@@ -745,6 +665,14 @@ impl ResultClaim<'_> {
             .await
             .map_err(FleetError::db("marking results delivered"))
     }
+}
+
+/// Whether `err` is a statement that waited past the connection's
+/// `lock_timeout` (SQLSTATE 55P03): nothing it did was kept, and the
+/// connection is fine.
+pub(crate) fn is_lock_timeout(err: &FleetError) -> bool {
+    matches!(err, FleetError::Database { source, .. }
+        if source.code() == Some(&SqlState::LOCK_NOT_AVAILABLE))
 }
 
 /// The fleet's time now, on `client` (a transaction's, for one snapshot).

@@ -38,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+mod claims;
 mod connection;
 mod error;
 mod fleet;
@@ -53,7 +54,7 @@ mod status;
 mod types;
 mod worker;
 
-pub use crate::connection::{DatabaseConfig, TlsMode};
+pub use crate::connection::{DatabaseConfig, IDLE_IN_TRANSACTION_TIMEOUT, TlsMode};
 pub use crate::error::FleetError;
 pub use crate::fleet::{Fleet, FleetOptions, ResultClaim};
 pub use crate::front::{

@@ -109,6 +109,15 @@ impl FleetListener {
                 }
             }
         });
+        if let Err(err) = crate::connection::session_settings(
+            &client,
+            crate::connection::IDLE_IN_TRANSACTION_TIMEOUT,
+        )
+        .await
+        {
+            driver.abort();
+            return Err(err);
+        }
         for channel in channels {
             // A channel is an identifier: quoted, with its quotes doubled.
             let quoted = channel.replace('"', "\"\"");

@@ -4,6 +4,9 @@
 
 use asynctask_manager::Inbox;
 
+use tokio_postgres::types::Type;
+
+use crate::fleet::to_db;
 use crate::listen::MESSAGE_CHANNEL;
 use crate::types::{ClaimedTask, WorkerLease};
 use crate::{Fleet, FleetError};
@@ -40,7 +43,10 @@ impl Fleet {
     /// Stores message number `n` (numbered from 1 by the one front that
     /// runs the task, so a retried store is stored once) to task `id` of
     /// `workspace`, queued or running, and notifies its worker on
-    /// [`MESSAGE_CHANNEL`].
+    /// [`MESSAGE_CHANNEL`]. One statement, one round trip (the database's
+    /// `asynctask_send_message`): the task's row is locked only while it
+    /// runs, never across round trips, so a front whose link is cut
+    /// mid-way cannot leave it locked (a worker's end of the task would wait).
     ///
     /// # Errors
     ///
@@ -52,67 +58,33 @@ impl Fleet {
         n: i64,
         body: &str,
     ) -> Result<MessageSent, FleetError> {
-        let now = self.now(&self.client).await?;
-        let tx = self
+        // The fleet's clock when one is given; else the function reads the
+        // database's.
+        let now = self.clock.as_ref().map(|clock| to_db(clock.now_ms()));
+        let max = i64::try_from(MAX_UNDELIVERED_MESSAGES).unwrap_or(i64::MAX);
+        // Typed parameters: no statement to prepare first.
+        let rows = self
             .client
-            .transaction()
-            .await
-            .map_err(FleetError::db("beginning a message"))?;
-        // The task's row locked: no end and no other message slips between
-        // the checks and the insert.
-        let Some(task) = tx
-            .query_opt(
-                "SELECT worker_id FROM asynctask_tasks
-                 WHERE id = $1 AND workspace = $2 AND status IN ('queued', 'running')
-                 FOR UPDATE",
-                &[&id, &workspace],
-            )
-            .await
-            .map_err(FleetError::db("reading a message's task"))?
-        else {
-            return Ok(MessageSent::Ended);
-        };
-        let worker: Option<i64> = task.get(0);
-        let stored = tx
-            .query_opt(
-                "SELECT 1 FROM asynctask_messages WHERE task_id = $1 AND n = $2",
-                &[&id, &n],
-            )
-            .await
-            .map_err(FleetError::db("reading a message"))?;
-        if stored.is_none() {
-            let waiting: i64 = tx
-                .query_one(
-                    "SELECT count(*) FROM asynctask_messages
-                     WHERE task_id = $1 AND delivered_at IS NULL",
-                    &[&id],
-                )
-                .await
-                .map_err(FleetError::db("counting a task's messages"))?
-                .get(0);
-            if usize::try_from(waiting).unwrap_or(usize::MAX) >= MAX_UNDELIVERED_MESSAGES {
-                return Ok(MessageSent::Full);
-            }
-            tx.execute(
-                "INSERT INTO asynctask_messages (task_id, n, body, sent_at)
-                 VALUES ($1, $2, $3, $4)",
-                &[&id, &n, &body, &now],
+            .query_typed(
+                "SELECT asynctask_send_message($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    (&id, Type::TEXT),
+                    (&workspace, Type::TEXT),
+                    (&n, Type::INT8),
+                    (&body, Type::TEXT),
+                    (&now, Type::INT8),
+                    (&max, Type::INT8),
+                    (&MESSAGE_CHANNEL, Type::TEXT),
+                ],
             )
             .await
             .map_err(FleetError::db("storing a message"))?;
-        }
-        if let Some(worker) = worker {
-            tx.execute(
-                "SELECT pg_notify($1, $2)",
-                &[&MESSAGE_CHANNEL, &worker.to_string()],
-            )
-            .await
-            .map_err(FleetError::db("notifying a message"))?;
-        }
-        tx.commit()
-            .await
-            .map_err(FleetError::db("ending a message"))?;
-        Ok(MessageSent::Stored)
+        let outcome: Option<&str> = rows.first().and_then(|row| row.get(0));
+        Ok(match outcome {
+            Some("stored") => MessageSent::Stored,
+            Some("full") => MessageSent::Full,
+            _ => MessageSent::Ended,
+        })
     }
 
     /// The undelivered messages of this worker's running tasks, each task's

@@ -14,7 +14,9 @@ pub(crate) fn unreadable_launch_error(why: &str) -> String {
 }
 
 /// Fails task `id`, just claimed under token `fence`, whose launch cannot
-/// be read (`why`); its workspace's fronts are woken at commit.
+/// be read (`why`), fenced as an end is: only while the claim is current
+/// and its worker's lease holds (a reaper may have failed it already); its
+/// workspace's fronts are woken at commit.
 pub(crate) async fn fail_unreadable(
     tx: &impl tokio_postgres::GenericClient,
     id: &str,
@@ -25,8 +27,11 @@ pub(crate) async fn fail_unreadable(
     tracing::warn!(task = %id, error = %why, "a claimed task's launch cannot be read: failed");
     tx.execute(
         "WITH failed AS (
-            UPDATE asynctask_tasks SET status = 'failed', completed_at = $2, error = $3
-            WHERE id = $1 AND fence = $5 AND status = 'running' RETURNING workspace
+            UPDATE asynctask_tasks t SET status = 'failed', completed_at = $2, error = $3
+            FROM asynctask_workers w
+            WHERE t.id = $1 AND t.fence = $5 AND t.status = 'running'
+              AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $2
+            RETURNING t.workspace
          )
          SELECT pg_notify($4, workspace) FROM failed",
         &[
@@ -97,5 +102,55 @@ impl Fleet {
                 "a task claimed under this registration was not running here: failed");
         }
         Ok(failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use asynctask_model::{AsyncTaskStatus, ManualClock};
+    use asynctask_test_support::TestDatabase;
+
+    use super::*;
+    use crate::{FleetOptions, NewTask, WorkerSpec};
+
+    #[tokio::test]
+    async fn an_unreadable_launch_is_failed_only_while_the_claim_s_lease_holds() {
+        let db = TestDatabase::create("unreadable_fence").await;
+        let clock = ManualClock::new(1_000);
+        let options = FleetOptions::new().clock(Arc::new(clock.clone()));
+        let mut fleet = Fleet::connect(db.config(), options)
+            .await
+            .expect("connects");
+        fleet
+            .submit(NewTask::new("t1", "ws", "a", "go"))
+            .await
+            .expect("submitted");
+        let spec = WorkerSpec::new("w", ["a"]).with_lease(Duration::from_secs(1));
+        let lease = fleet.register_worker(&spec).await.expect("registered");
+        let task = fleet
+            .claim(&lease, 1)
+            .await
+            .expect("claims")
+            .pop()
+            .expect("one");
+
+        // Past the lease, before anyone reaped: the claim's token is still
+        // the task's, but its worker's lease is not live.
+        fail_unreadable(&fleet.client, "t1", task.fence, "bad", 2_000)
+            .await
+            .expect("runs");
+        let t1 = fleet.task("t1").await.expect("reads").expect("exists");
+        assert_eq!(t1.info.status, AsyncTaskStatus::Running, "fenced");
+
+        // Within the lease it fails.
+        fail_unreadable(&fleet.client, "t1", task.fence, "bad", 1_500)
+            .await
+            .expect("runs");
+        let t1 = fleet.task("t1").await.expect("reads").expect("exists");
+        assert_eq!(t1.info.status, AsyncTaskStatus::Failed);
+        assert_eq!(t1.info.error, Some(unreadable_launch_error("bad")));
     }
 }

@@ -667,21 +667,13 @@ impl SubagentRunner for FleetRunner {
         // Either way the local task has ended already: this error is not shown.
         if !shared.closing.is_cancelled() {
             shared.answered_directly(&request.task_id);
-            let requested = shared
-                .on_fleet(async |fleet, _| {
-                    fleet
-                        .request_cancel(&shared.workspace, &request.task_id)
-                        .await
-                })
-                .await;
-            match requested {
-                Ok(CancelRequest::Requested) => {
-                    tracing::info!(task = %request.task_id, "asked the fleet to cancel");
-                }
-                Ok(_) => {}
-                Err(err) => {
-                    tracing::warn!(task = %request.task_id, error = %err.chain(), "could not cancel in the fleet");
-                }
+            if !ask_to_cancel(shared, &request.task_id).await {
+                // The model was told the task is cancelled: the request is
+                // asked again, in the background, until written.
+                tokio::spawn(ask_to_cancel_until_written(
+                    Arc::clone(shared),
+                    request.task_id.clone(),
+                ));
             }
         }
         Err(SubagentError::new("cancelled"))
@@ -722,6 +714,48 @@ impl SubagentRunner for FleetRunner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
         )
+    }
+}
+
+/// Asks the fleet to cancel task `id` ([`Fleet::request_cancel`]): whether
+/// it was written (asked, cancelled while queued, or found ended already).
+async fn ask_to_cancel(shared: &Shared, id: &str) -> bool {
+    let requested = shared
+        .on_fleet(async |fleet, _| fleet.request_cancel(&shared.workspace, id).await)
+        .await;
+    match requested {
+        Ok(CancelRequest::Requested) => {
+            tracing::info!(task = %id, "asked the fleet to cancel");
+            true
+        }
+        Ok(_) => true,
+        Err(err) => {
+            tracing::warn!(task = %id, error = %err.chain(), "could not cancel in the fleet yet: asking again");
+            shared.failed(&err).await;
+            false
+        }
+    }
+}
+
+/// Asks the fleet to cancel task `id` again, with backoff (up to
+/// [`MAX_BACKOFF`]), until it is written or the task has ended, or the
+/// server stops serving: a cancel the fleet could not take at once (its
+/// database unreachable) is never silently lost while the worker's
+/// subagent runs on.
+async fn ask_to_cancel_until_written(shared: Arc<Shared>, id: String) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        tokio::select! {
+            () = shared.closing.cancelled() => {
+                tracing::warn!(task = %id, "stopped before the fleet took the cancel");
+                return;
+            }
+            () = tokio::time::sleep(delay) => {}
+        }
+        if ask_to_cancel(&shared, &id).await {
+            return;
+        }
+        delay = (delay * 2).min(MAX_BACKOFF);
     }
 }
 

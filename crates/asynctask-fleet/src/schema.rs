@@ -8,7 +8,7 @@ use crate::FleetError;
 /// The schema version this crate reads and writes (the one row of
 /// `asynctask_schema`). A database with a higher one was written by a newer
 /// asynctask and is refused, untouched; a lower one is migrated at connect.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The migrations, in order: entry `n` brings version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -187,7 +187,51 @@ const MIGRATIONS: &[&str] = &[
         END LOOP;
      END
      $$;",
+    // 5 → 6: a front's message as one server-side function, one round
+    // trip (no transaction left open between round trips: a front whose
+    // link is cut cannot leave its task's row locked). It locks the task's
+    // row (queued or running, of the workspace: else 'ended'), stores
+    // message `n` unless stored already (a retry), refuses it ('full') when
+    // `max` wait undelivered, and notifies the task's worker, if it has
+    // one, on `channel`. Each statement sees what committed before it, as
+    // the transaction it replaces did.
+    SEND_MESSAGE,
 ];
+
+/// The function that stores a front's message (see migration 5 → 6).
+const SEND_MESSAGE: &str = "CREATE OR REPLACE FUNCTION asynctask_send_message(
+        p_task text, p_workspace text, p_n bigint, p_body text, p_now bigint, p_max bigint,
+        p_channel text)
+     RETURNS text
+     LANGUAGE plpgsql VOLATILE AS $$
+     DECLARE
+        v_worker bigint;
+        v_waiting bigint;
+     BEGIN
+        SELECT t.worker_id INTO v_worker FROM asynctask_tasks t
+        WHERE t.id = p_task AND t.workspace = p_workspace
+          AND t.status IN ('queued', 'running')
+        FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN 'ended';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM asynctask_messages m
+                       WHERE m.task_id = p_task AND m.n = p_n) THEN
+            SELECT count(*) INTO v_waiting FROM asynctask_messages m
+            WHERE m.task_id = p_task AND m.delivered_at IS NULL;
+            IF v_waiting >= p_max THEN
+                RETURN 'full';
+            END IF;
+            INSERT INTO asynctask_messages (task_id, n, body, sent_at)
+            VALUES (p_task, p_n, p_body,
+                coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000)::bigint));
+        END IF;
+        IF v_worker IS NOT NULL THEN
+            PERFORM pg_notify(p_channel, v_worker::text);
+        END IF;
+        RETURN 'stored';
+     END
+     $$;";
 
 /// Each task's whole launch (JSON: the `SubagentRequest` its front built,
 /// without its handles): behaviour prompts, tool whitelist, output spec,

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::fleet::is_lock_timeout;
 use crate::listen::{
     CANCEL_CHANNEL, ENDED_CHANNEL, FleetListener, MESSAGE_CHANNEL, QUEUED_CHANNEL,
 };
@@ -22,14 +23,14 @@ use crate::types::{ClaimedTask, WorkerLease, WorkerSpec};
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
 
 mod asks;
+mod ends;
 mod lease;
 mod run;
 
 use asks::WorkerAsks;
 
 use run::{
-    cancelled, outcome_name, points_to_whole_output, read_whole_output, report_progress, run_one,
-    watch_lease,
+    cancelled, points_to_whole_output, read_whole_output, report_progress, run_one, watch_lease,
 };
 
 /// The first wait before connecting again; it doubles up to the heartbeat
@@ -353,6 +354,7 @@ impl Serving {
         let config = &self.worker.config;
         let both = async {
             let fleet = Fleet::connect(config, self.worker.options.clone()).await?;
+            fleet.set_lock_timeout(self.lock_limit()).await?;
             let listener = FleetListener::connect(
                 config,
                 &[
@@ -409,9 +411,11 @@ impl Serving {
     ) -> Result<(), SessionEnd> {
         let interval = self.worker.heartbeat_interval();
         // Notifications sent while disconnected are lost: look once now.
-        self.flush(fleet).await?;
+        // The lease first: an end whose write waits on a lock never keeps
+        // the lease from being renewed.
         self.register_if_needed(fleet).await?;
         self.renew(fleet).await?;
+        self.flush(fleet).await?;
         self.fail_untracked(fleet).await?;
         self.reap(fleet).await?;
         self.cancel_requested(fleet).await?;
@@ -432,6 +436,8 @@ impl Serving {
                 // the renewal must not wait (the lease would expire).
                 _ = tick.tick() => {
                     self.renew(fleet).await?;
+                    // Ends a held row lock kept from being written.
+                    self.flush(fleet).await?;
                     self.fail_untracked(fleet).await?;
                     self.reap(fleet).await?;
                     self.cancel_requested(fleet).await?;
@@ -451,9 +457,12 @@ impl Serving {
                     self.sync_questions(fleet).await?;
                 }
                 Some((task, line)) = self.progress_rx.recv() => {
-                    // A claim no longer current (the task ended) writes nothing.
+                    // A claim no longer current (the task ended) writes
+                    // nothing; a line whose row is locked is skipped (the
+                    // next one replaces it).
                     match self.db(fleet.report_progress(&task, &line)).await {
                         Ok(()) | Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {}
+                        Err(SessionEnd::Disconnected(err)) if is_lock_timeout(&err) => {}
                         Err(end) => return Err(end),
                     }
                 }
@@ -690,42 +699,6 @@ impl Serving {
         Ok(())
     }
 
-    /// Claims what the free slots allow, and starts each task.
-    async fn claim(&mut self, fleet: &mut Fleet) -> Result<(), SessionEnd> {
-        let capacity = usize::try_from(self.worker.spec.capacity).unwrap_or(usize::MAX);
-        let free = capacity.saturating_sub(self.running.len());
-        let Some(registration) = self.registration.as_ref() else {
-            return Ok(());
-        };
-        if free == 0 || registration.lost.is_cancelled() {
-            return Ok(());
-        }
-        let lease = registration.lease.clone();
-        let limit = self.worker.heartbeat_interval();
-        let claimed = match tokio::time::timeout(limit, fleet.claim(&lease, free)).await {
-            Ok(claimed) => claimed,
-            Err(_) => Err(FleetError::Unreachable { after: limit }),
-        };
-        match claimed {
-            Ok(tasks) => {
-                let started = !tasks.is_empty();
-                for task in tasks {
-                    self.start(task);
-                }
-                if started {
-                    // Messages sent while they were queued.
-                    self.deliver_messages(fleet).await?;
-                }
-                Ok(())
-            }
-            Err(FleetError::WorkerLost { .. }) => {
-                self.lose_lease("the fleet says it has expired");
-                Ok(())
-            }
-            Err(err) => Err(SessionEnd::from(err)),
-        }
-    }
-
     /// Runs a claimed task in a task of its own; its end comes back on
     /// `ended_rx`.
     fn start(&mut self, task: ClaimedTask) {
@@ -782,58 +755,6 @@ impl Serving {
                 whole,
             });
         });
-    }
-
-    /// Takes a run's end: no longer running, to be written.
-    fn record(&mut self, mut ended: Ended) {
-        self.running.remove(&ended.task.id);
-        self.forget_inbox(&ended.task.id);
-        if self.cancelling.remove(&ended.task.id) && matches!(ended.outcome, RunEnd::Failed(_)) {
-            ended.outcome = RunEnd::Cancelled;
-        }
-        self.unwritten.push_back(ended);
-    }
-
-    /// Writes every end not yet written, with its claim's fencing token; one
-    /// the fleet refuses is logged and dropped.
-    async fn flush(&mut self, fleet: &Fleet) -> Result<(), SessionEnd> {
-        while let Some(ended) = self.unwritten.front() {
-            if let Some((text, bytes)) = &ended.whole {
-                // Before the end: a front that reads the end finds it stored.
-                match self
-                    .db(fleet.store_whole_output(&ended.task, text, *bytes))
-                    .await
-                {
-                    Ok(()) | Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {}
-                    Err(end) => return Err(end),
-                }
-            }
-            let write = async {
-                match &ended.outcome {
-                    RunEnd::Completed(output) => fleet.complete(&ended.task, output).await,
-                    RunEnd::Failed(error) => fleet.fail(&ended.task, error).await,
-                    RunEnd::Cancelled => fleet.cancelled(&ended.task).await,
-                }
-            };
-            match self.db(write).await {
-                Ok(()) => {
-                    tracing::info!(task = %ended.task.id, outcome = outcome_name(&ended.outcome), "task ended");
-                }
-                Err(SessionEnd::Fatal(FleetError::Fenced { task })) => {
-                    tracing::warn!(
-                        task = %task,
-                        "the task's end was refused: this claim is no longer current (its lease \
-                         expired or it was reported interrupted); dropped"
-                    );
-                }
-                Err(SessionEnd::Fatal(FleetError::Output { task, source })) => {
-                    tracing::error!(task = %task, error = %source, "the task's output cannot be stored; dropped");
-                }
-                Err(end) => return Err(end),
-            }
-            self.unwritten.pop_front();
-        }
-        Ok(())
     }
 
     /// Ends the registration of a stopping worker: its running tasks are

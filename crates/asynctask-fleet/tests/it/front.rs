@@ -283,6 +283,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
     client
         .batch_execute(
             "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
+             DROP FUNCTION asynctask_send_message(text, text, bigint, text, bigint, bigint, text);
              DROP TABLE asynctask_messages, asynctask_questions;
              ALTER TABLE asynctask_tasks DROP COLUMN front_id, DROP COLUMN cancel_requested,
                 DROP COLUMN progress, DROP COLUMN whole_output, DROP COLUMN whole_output_bytes,
@@ -302,7 +303,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
     )
     .await
     .expect("migrates");
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(SCHEMA_VERSION, 6);
     let task = fleet.task("kept").await.expect("reads").expect("kept");
     assert_eq!(
         (task.info.status, task.front),

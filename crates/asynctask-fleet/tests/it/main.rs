@@ -8,6 +8,7 @@ mod delivery;
 mod differential;
 mod front;
 mod front_leases;
+mod held;
 mod launch;
 mod leases;
 mod messages;

@@ -167,6 +167,7 @@ async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
     client
         .batch_execute(
             "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
+             DROP FUNCTION asynctask_send_message(text, text, bigint, text, bigint, bigint, text);
              ALTER TABLE asynctask_tasks DROP COLUMN request;
              DROP TABLE asynctask_messages, asynctask_questions;
              UPDATE asynctask_schema SET version = 2;",
@@ -183,5 +184,53 @@ async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
             .await
             .expect("sent"),
         MessageSent::Stored
+    );
+}
+
+#[tokio::test]
+async fn a_database_of_the_schema_before_the_message_function_is_migrated_with_its_messages() {
+    let db = TestDatabase::create("messages_migrate_5").await;
+    let clock = ManualClock::new(1_000);
+    let mut fleet = connect(&db, &clock).await;
+    fleet
+        .submit(NewTask::new("kept", "ws", "tester", "go"))
+        .await
+        .expect("submitted");
+    assert_eq!(
+        fleet
+            .send_message("ws", "kept", 1, "first")
+            .await
+            .expect("sent"),
+        MessageSent::Stored
+    );
+    drop(fleet);
+    // Back to version 5: the message function removed.
+    let (client, connection) = db.config().connect(NoTls).await.expect("connects");
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute(
+            "DROP FUNCTION asynctask_send_message(text, text, bigint, text, bigint, bigint, text);
+             UPDATE asynctask_schema SET version = 5;",
+        )
+        .await
+        .expect("downgraded");
+    drop(client);
+    let _ = driver.await;
+
+    let mut fleet = connect(&db, &clock).await;
+    assert_eq!(
+        fleet
+            .send_message("ws", "kept", 2, "second")
+            .await
+            .expect("sent"),
+        MessageSent::Stored
+    );
+    let spec = WorkerSpec::new("w1", ["tester"]).with_lease(LEASE);
+    let lease = fleet.register_worker(&spec).await.expect("registered");
+    assert_eq!(fleet.claim(&lease, 1).await.expect("claims").len(), 1);
+    assert_eq!(
+        fleet.pending_messages(&lease).await.expect("reads"),
+        [pending("kept", 1, "first"), pending("kept", 2, "second")],
+        "the message stored before is kept"
     );
 }
