@@ -153,9 +153,44 @@ impl Launch {
     }
 }
 
-/// A runner's warm reaper, when it has one (shared by its clones).
+/// A runner's warm reaper, when it has one (shared by its clones), and the
+/// thread that started it.
+///
+/// Linux sends a child its parent-death signal when the *thread* that started
+/// it ends: a warm reaper whose thread ended (a runtime that was shut down)
+/// has had its signal, and would kill its command at once. Such a one is
+/// never handed a command (it is dropped, and ends when its stdin closes).
 #[derive(Debug, Default)]
-pub(crate) struct WarmSlot(Mutex<Option<Child>>);
+pub(crate) struct WarmSlot(Mutex<Option<(Child, Starter)>>);
+
+/// The thread that started a warm reaper.
+#[derive(Debug)]
+struct Starter {
+    #[cfg(target_os = "linux")]
+    thread: nix::unistd::Pid,
+}
+
+impl Starter {
+    fn this_thread() -> Self {
+        Starter {
+            #[cfg(target_os = "linux")]
+            thread: nix::unistd::gettid(),
+        }
+    }
+
+    /// Whether the thread still runs (elsewhere there is no parent-death
+    /// signal: always).
+    fn alive(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            Path::new("/proc/self/task")
+                .join(self.thread.to_string())
+                .exists()
+        }
+        #[cfg(not(target_os = "linux"))]
+        true
+    }
+}
 
 impl WarmSlot {
     /// Starts a warm reaper `program` (with `leading_args`) unless there is
@@ -188,7 +223,7 @@ impl WarmSlot {
             // is never sent `SIGKILL` (see `ProcessGroup`).
             .kill_on_drop(false);
         match command.spawn() {
-            Ok(child) => *slot = Some(child),
+            Ok(child) => *slot = Some((child, Starter::this_thread())),
             Err(err) => {
                 tracing::warn!(program = %program.display(), %err, "cannot start a warm reaper; the next subagent starts its own");
             }
@@ -200,12 +235,12 @@ impl WarmSlot {
     /// failed (the run then starts a reaper cold).
     pub(crate) async fn launch(&self, launch: &Launch) -> Option<Child> {
         let bytes = launch.encode()?;
-        let mut child = self
+        let (mut child, starter) = self
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()?;
-        if !matches!(child.try_wait(), Ok(None)) {
+        if !starter.alive() || !matches!(child.try_wait(), Ok(None)) {
             return None;
         }
         let stdin = child.stdin.as_mut()?;
@@ -225,7 +260,7 @@ impl WarmSlot {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .and_then(Child::id)
+            .and_then(|(child, _)| child.id())
     }
 }
 

@@ -129,6 +129,54 @@ async fn a_warm_reaper_runs_the_command_with_its_env_cwd_stdin_and_exit_status()
     );
 }
 
+#[tokio::test]
+async fn a_warm_reaper_whose_starting_thread_ended_is_not_used() {
+    let dir = temp_dir("process");
+    let runner = reaped(runner(SUBAGENTS, dir.path()));
+    // Linux sends the parent-death signal when the thread that started a
+    // child ends: once this thread ends, its reaper has had it, and would
+    // kill its command. The thread ends only once the reaper waits for its
+    // command (it asked for the signal before).
+    let runtime = tokio::runtime::Handle::current();
+    let stale = std::thread::spawn({
+        let runner = runner.clone();
+        move || {
+            let _in_the_runtime = runtime.enter();
+            runner.warm_up();
+            let pid = warm_reapers_of(Pid::this())[0];
+            let wchan = Path::new("/proc").join(pid.to_string()).join("wchan");
+            asynctask_test_support::eventually("the reaper waits", RUN_DEADLINE, || {
+                std::fs::read_to_string(&wchan).is_ok_and(|at| at.contains("pipe"))
+            });
+            pid
+        }
+    })
+    .join()
+    .expect("no panic");
+    // `SIGUSR1` (bit 10 of the mask) is pending: the reaper's signals wait
+    // for its `sigwait`.
+    let status = Path::new("/proc").join(stale.to_string()).join("status");
+    eventually_some("the parent-death signal is pending", RUN_DEADLINE, || {
+        let text = std::fs::read_to_string(&status).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| {
+                line.strip_prefix("ShdPnd:")
+                    .or_else(|| line.strip_prefix("SigPnd:"))
+            })
+            .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .any(|mask| mask & (1 << 9) != 0)
+            .then_some(())
+    })
+    .await;
+    let result = run(&runner, request("elsewhere", "x")).await;
+    let message = result
+        .expect("the command ran")
+        .final_message
+        .expect("a message");
+    let reaper = message.lines().next().expect("the reaper's pid");
+    assert_ne!(reaper, stale.to_string(), "not the stale warm reaper");
+}
+
 /// [`TREE`](super::reaper) as there: `pids` gets two sleepers, the reaper's
 /// pid, the shell's; `escaped` a sleeper in a session of its own.
 const TREE: &str = r#"["sh", "-c", "sleep 1000 & echo $! >> pids; (sleep 1000 & echo $! >> pids); setsid sh -c 'echo $$ > escaped; exec sleep 1000' & while [ ! -s escaped ]; do sleep 0.01; done; echo $PPID >> pids; echo $$ >> pids; wait"]"#;
