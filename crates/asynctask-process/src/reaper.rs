@@ -27,11 +27,9 @@
 //!    exits. A host that died gives no grace: whatever ignores `SIGTERM`
 //!    would otherwise outlive it by the whole grace.
 //!
-//! Run as `REAPER [--parent PID] --warm` (a *warm* reaper, started ahead of
-//! time), it does 1 and 2, then reads its command from stdin: the working
-//! directory to start it in, its program, arguments and whole environment, and
-//! the grace (see `ProcessRunner::with_reaper`); then 3 to 6 as above. Stdin
-//! ending before any command comes is no error: the reaper exits at once.
+//! As `REAPER [--parent PID] --warm` (started ahead of time), it does 1 and 2,
+//! then reads its command (cwd, program, arguments, environment, grace) from
+//! stdin, then 3 to 6; stdin ending before a command comes ends it at once.
 //!
 //! Descendants are found by walking the parent links of every process in
 //! `/proc` from the reaper down, and, on every Unix, by signalling the
