@@ -63,7 +63,11 @@ async fn bench() {
     let mut listener = FleetListener::connect(db.config(), &[ENDED_CHANNEL])
         .await
         .unwrap();
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_asynctask"))
+    // `ASYNCTASK_BIN` names another `asynctask` binary to run the worker (as
+    // in the `machines` bench): two builds compared under the same load.
+    let binary = std::env::var("ASYNCTASK_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_asynctask").to_owned());
+    let mut worker = Command::new(binary)
         .args(["worker", "--config"])
         .arg(&config)
         .args(["--name", "bench", "--capacity", "4"])

@@ -247,10 +247,12 @@ fn runner_for(
     if let Some(chars) = options.inline_budget {
         runner = runner.with_inline_budget(chars);
     }
-    match state {
-        Some(state) => runner.with_output_dir(state.outputs()),
-        None => runner,
+    if let Some(state) = state {
+        runner = runner.with_output_dir(state.outputs());
     }
+    // The first task's reaper waits ready (in the runtime: else at the first task).
+    runner.warm_up();
+    runner
 }
 
 /// Where `asynctask run` keeps the subagent's whole output: `dir` when given,

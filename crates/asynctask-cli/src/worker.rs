@@ -98,6 +98,8 @@ pub async fn worker(options: &WorkerOptions, shutdown: CancellationToken) -> Res
     if subagents.is_empty() {
         return Err(CliError::NoSubagents);
     }
+    // The first task's reaper waits ready, as every later one does.
+    runner.warm_up();
     let name = options.name.clone().unwrap_or_else(host_name);
     tracing::info!(
         "asynctask {} worker {name} (pid {}): config {}, project {}",

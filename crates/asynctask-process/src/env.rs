@@ -1,6 +1,8 @@
 //! The child's environment: the allowlist passed through from the host, and
 //! the `ASYNCTASK_*` variables that carry the request.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::Path;
 
 use asynctask_tools::SubagentRequest;
@@ -17,35 +19,40 @@ const BASE_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"]
 /// 128 KiB). stdin always carries the whole goal.
 const ENV_VALUE_MAX_BYTES: usize = 64 * 1024;
 
-/// Gives `command` the child's whole environment, nothing else of the host's:
-/// the allowlisted variables the host has ([`BASE_ENV`] and the subagent's
-/// `inherit_env`), then the subagent's `env`, then the request's `ASYNCTASK_*`
-/// variables and `ASYNCTASK_VARS_FILE`, each overriding the ones before.
-pub(crate) fn set_env(
-    command: &mut Command,
+/// Gives `command` the child's whole environment ([`child_env`]), nothing
+/// else of the host's.
+pub(crate) fn set_env(command: &mut Command, env: &[(OsString, OsString)]) {
+    command.env_clear();
+    command.envs(env.iter().map(|(name, value)| (name, value)));
+}
+
+/// The child's whole environment, each name once: the allowlisted variables
+/// the host has ([`BASE_ENV`] and the subagent's `inherit_env`), then the
+/// subagent's `env`, then the request's `ASYNCTASK_*` variables and
+/// `ASYNCTASK_VARS_FILE`, each overriding the ones before.
+pub(crate) fn child_env(
     spec: &SubagentCommand,
     request: &SubagentRequest,
     vars_file: &Path,
-) {
-    command.env_clear();
+) -> Vec<(OsString, OsString)> {
+    let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
     for name in BASE_ENV
         .iter()
         .copied()
         .chain(spec.inherit_env.iter().map(EnvName::as_str))
     {
         if let Some(value) = std::env::var_os(name) {
-            command.env(name, value);
+            env.insert(name.into(), value);
         }
     }
-    command.envs(
-        spec.env
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_str())),
-    );
-    for (name, value) in request_env(request) {
-        command.env(name, value);
+    for (name, value) in &spec.env {
+        env.insert(name.as_str().into(), value.as_str().into());
     }
-    command.env("ASYNCTASK_VARS_FILE", vars_file);
+    for (name, value) in request_env(request) {
+        env.insert(name.into(), value.into());
+    }
+    env.insert("ASYNCTASK_VARS_FILE".into(), vars_file.into());
+    env.into_iter().collect()
 }
 
 /// The `ASYNCTASK_*` variables of a request; values too long for the

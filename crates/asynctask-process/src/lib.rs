@@ -64,6 +64,8 @@ mod usage;
 mod values;
 #[cfg(unix)]
 mod vars;
+#[cfg(unix)]
+mod warm;
 
 pub use config::{
     ConfigDir, ConfigError, ConfigPosition, ProcessRunnerConfig, StdinMode, SubagentCommand,

@@ -27,6 +27,10 @@
 //!    exits. A host that died gives no grace: whatever ignores `SIGTERM`
 //!    would otherwise outlive it by the whole grace.
 //!
+//! As `REAPER [--parent PID] --warm` (started ahead of time), it does 1 and 2,
+//! then reads its command (cwd, program, arguments, environment, grace) from
+//! stdin, then 3 to 6; stdin ending before a command comes ends it at once.
+//!
 //! Descendants are found by walking the parent links of every process in
 //! `/proc` from the reaper down, and, on every Unix, by signalling the
 //! command's process group. On Unixes other than Linux there is no subreaper,
@@ -40,10 +44,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawnp};
+use nix::spawn::{
+    PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn, posix_spawnp,
+};
 use nix::sys::signal::{SigSet, Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
+
+use crate::warm::{Launch, WARM_ARG};
 
 /// The exit status of a reaper that could not start its command (as a shell
 /// reports a command it cannot run).
@@ -64,7 +72,9 @@ pub const USAGE: u8 = 2;
 const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs the reaper with `args` (without the program name):
-/// `[--parent PID] [--grace-ms MS] -- PROGRAM [ARGS...]`, and returns the exit
+/// `[--parent PID] [--grace-ms MS] -- PROGRAM [ARGS...]`, or
+/// `[--parent PID] --warm` to read the command from stdin (as a runner's
+/// warm reaper is told it; see the [module](self)), and returns the exit
 /// code to end with; when the command was killed by a signal, the reaper
 /// re-raises it on itself and does not return.
 ///
@@ -112,6 +122,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             eprintln!(
                 "usage: asynctask-reaper [--parent PID] [--grace-ms MS] -- PROGRAM [ARGS...]"
             );
+            eprintln!("   or: asynctask-reaper [--parent PID] --warm  (the command on stdin)");
             return ExitCode::from(USAGE);
         }
     };
@@ -129,6 +140,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 struct Args {
     parent: Option<Pid>,
     grace: Duration,
+    /// `--warm`: the command comes on stdin (`program` is empty).
+    warm: bool,
     program: OsString,
     args: Vec<OsString>,
 }
@@ -138,12 +151,26 @@ impl Args {
         let mut args = args.into_iter();
         let mut parent = None;
         let mut grace = DEFAULT_GRACE;
+        let mut warm = false;
         loop {
             let Some(arg) = args.next() else {
+                if warm {
+                    return Ok(Args {
+                        parent,
+                        grace,
+                        warm,
+                        program: OsString::new(),
+                        args: Vec::new(),
+                    });
+                }
                 return Err("no command: give `-- PROGRAM [ARGS...]`".to_owned());
             };
             match arg.to_str() {
+                Some("--") if warm => {
+                    return Err("`--warm` takes its command from stdin".to_owned());
+                }
                 Some("--") => break,
+                Some(WARM_ARG) => warm = true,
                 Some("--parent") => {
                     let pid: i32 = number(args.next(), "--parent")?;
                     parent = Some(Pid::from_raw(pid));
@@ -160,6 +187,7 @@ impl Args {
         Ok(Args {
             parent,
             grace,
+            warm,
             program,
             args: args.collect(),
         })
@@ -214,8 +242,23 @@ fn supervise(args: &Args) -> Result<ExitCode, Failure> {
         .map_err(|err| Failure::sys("cannot block signals", err))?;
     become_subreaper(args.parent)?;
 
+    let launch = if args.warm {
+        match read_launch()? {
+            Some(launch) => launch,
+            // The runner let this warm reaper go unused.
+            None => return Ok(ExitCode::SUCCESS),
+        }
+    } else {
+        Launch {
+            grace: args.grace,
+            cwd: None,
+            program: args.program.clone(),
+            args: args.args.clone(),
+            env: std::env::vars_os().collect(),
+        }
+    };
     let mut tree = Tree {
-        child: spawn(&args.program, &args.args, &signals)?,
+        child: spawn(&launch, args.warm, &signals)?,
         status: None,
     };
     release_stdin();
@@ -237,7 +280,7 @@ fn supervise(args: &Args) -> Result<ExitCode, Failure> {
                 break;
             }
             Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP => {
-                tree.terminate(args.grace, &signals)?;
+                tree.terminate(launch.grace, &signals)?;
                 break;
             }
             // A stray alarm (none is set yet): nothing to do.
@@ -247,11 +290,32 @@ fn supervise(args: &Args) -> Result<ExitCode, Failure> {
     Ok(exit_as(tree.status))
 }
 
+/// A warm reaper's command, read from stdin without reading past it (the
+/// rest is the command's), through a copy of the descriptor that is closed
+/// after.
+fn read_launch() -> Result<Option<Launch>, Failure> {
+    use std::os::fd::AsFd as _;
+    let usage = |message: String| Failure {
+        status: USAGE,
+        message,
+    };
+    let stdin = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|err| usage(format!("cannot read the command: {err}")))?;
+    Launch::read(&mut std::fs::File::from(stdin)).map_err(usage)
+}
+
 /// Starts the command in a process group of its own, with an empty signal
 /// mask and the default action for the signals we take and for `SIGPIPE`
 /// (which the Rust runtime ignores). `std::process::Command` would pass on
 /// our blocked mask, so the command could not be stopped by `SIGTERM`.
-fn spawn(program: &OsStr, args: &[OsString], handled: &SigSet) -> Result<Pid, Failure> {
+///
+/// A warm reaper first moves to the command's working directory (a cold one
+/// was started in it), and looks the program up in the command's `PATH` when
+/// it is not its own (`posix_spawnp` looks in the caller's).
+fn spawn(launch: &Launch, warm: bool, handled: &SigSet) -> Result<Pid, Failure> {
+    let program = launch.program.as_os_str();
     let cannot_start = |why: String| Failure {
         status: CANNOT_START,
         message: format!("cannot start '{}': {why}", program.to_string_lossy()),
@@ -259,12 +323,30 @@ fn spawn(program: &OsStr, args: &[OsString], handled: &SigSet) -> Result<Pid, Fa
     let c_string = |bytes: &[u8]| {
         CString::new(bytes).map_err(|_| cannot_start("an argument holds a NUL byte".to_owned()))
     };
+    if let Some(cwd) = &launch.cwd {
+        nix::unistd::chdir(cwd.as_path()).map_err(|err| {
+            cannot_start(format!(
+                "cannot enter {}: {}",
+                cwd.display(),
+                std::io::Error::from(err)
+            ))
+        })?;
+    }
     let path = c_string(program.as_bytes())?;
     let mut argv = vec![path.clone()];
-    for arg in args {
+    for arg in &launch.args {
         argv.push(c_string(arg.as_bytes())?);
     }
-    let envp: Vec<CString> = std::env::vars_os()
+    let command_path = launch
+        .env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.as_os_str());
+    let own_lookup = warm && command_path != std::env::var_os("PATH").as_deref();
+    let envp: Vec<CString> = launch
+        .env
+        .iter()
+        .cloned()
         .filter_map(|(name, value)| {
             let mut entry = name.into_vec();
             entry.push(b'=');
@@ -286,8 +368,38 @@ fn spawn(program: &OsStr, args: &[OsString], handled: &SigSet) -> Result<Pid, Fa
     defaults.add(Signal::SIGPIPE);
     attr.set_sigdefault(&defaults).map_err(setup)?;
     let actions = PosixSpawnFileActions::init().map_err(setup)?;
-    posix_spawnp(&path, &actions, &attr, &argv, &envp)
-        .map_err(|err| cannot_start(std::io::Error::from(err).to_string()))
+    let spawned = if own_lookup {
+        look_up(program, command_path)
+            .and_then(|found| posix_spawn(found.as_os_str(), &actions, &attr, &argv, &envp))
+    } else {
+        posix_spawnp(&path, &actions, &attr, &argv, &envp)
+    };
+    spawned.map_err(|err| cannot_start(std::io::Error::from(err).to_string()))
+}
+
+/// Where `program` is, as `execvp` finds it in `path` (the C library's default
+/// when there is none): a name with a `/` is itself; else the first directory
+/// of `path` holding an executable file by that name. Not found: `EACCES`
+/// when one was there but not executable, else `ENOENT`.
+fn look_up(program: &OsStr, path: Option<&OsStr>) -> Result<OsString, Errno> {
+    use nix::unistd::{AccessFlags, access};
+    if program.as_bytes().contains(&b'/') {
+        return Ok(program.to_os_string());
+    }
+    let mut denied = false;
+    let path = path.unwrap_or(OsStr::new("/bin:/usr/bin"));
+    for dir in path.as_bytes().split(|&byte| byte == b':') {
+        let dir = if dir.is_empty() { b".".as_slice() } else { dir };
+        let candidate = std::path::Path::new(OsStr::from_bytes(dir)).join(program);
+        if !candidate.is_file() {
+            continue;
+        }
+        match access(&candidate, AccessFlags::X_OK) {
+            Ok(()) => return Ok(candidate.into_os_string()),
+            Err(_) => denied = true,
+        }
+    }
+    Err(if denied { Errno::EACCES } else { Errno::ENOENT })
 }
 
 /// Lets go of the reaper's own copy of stdin, now that the command has its own:

@@ -3,7 +3,7 @@
 //! to end.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,46 +20,19 @@ use tokio_util::sync::CancellationToken;
 use crate::asks;
 use crate::capture::ByteTail;
 use crate::config::{ProcessRunnerConfig, StdinMode, SubagentCommand};
-use crate::env::set_env;
+use crate::env::{child_env, set_env};
 use crate::group::{LiveSubagents, ProcessGroup, describe_exit};
 use crate::output::{TempOutputDir, file_stem, remove_if_there};
 use crate::stdin::{StdinFeeder, undelivered_note};
 use crate::streams::{Reader, StdoutSink, drain, take};
 use crate::sys;
-use crate::vars::{bound_vars, read_vars, vars_note};
+use crate::vars::{bound_vars, missing_vars_note, read_vars, vars_note};
+use crate::warm::{Launch, WarmSlot};
 
 /// How long to wait for a `SIGKILL`ed child to be reaped, and for the output
 /// pipes to close after the child exits (a process outside the group may hold
 /// them open).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The note a result gets when its request's output spec names variables the
-/// subagent did not emit: nothing enforces the spec (the subagent is only told
-/// of it, in `$ASYNCTASK_OUTPUT_SPEC`), so the model must not take their
-/// absence for an empty value. `None` when every one was emitted.
-fn missing_vars_note(
-    request: &SubagentRequest,
-    emitted: &std::collections::BTreeMap<String, String>,
-) -> Option<String> {
-    let missing: Vec<&str> = request
-        .output_spec
-        .iter()
-        .map(|spec| spec.name.as_str())
-        .filter(|name| !emitted.contains_key(*name))
-        .collect();
-    if missing.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "[the output spec asked for {} the subagent did not emit: {}]",
-        if missing.len() == 1 {
-            "a variable"
-        } else {
-            "variables"
-        },
-        missing.join(", ")
-    ))
-}
 
 /// A [`SubagentRunner`] that runs a configured command per subagent name.
 ///
@@ -125,6 +98,8 @@ struct Shared {
 struct Reaper {
     program: PathBuf,
     leading_args: Vec<OsString>,
+    /// The reaper started ahead of time for the next run.
+    warm: WarmSlot,
 }
 
 impl ProcessRunner {
@@ -226,7 +201,9 @@ impl ProcessRunner {
     /// the host is killed with `SIGKILL` or a descendant calls `setsid` (on
     /// Linux; see [`reaper`](crate::reaper) for other Unixes). A command the
     /// reaper cannot start fails the task with exit status 127 and the
-    /// reaper's one-line reason.
+    /// reaper's one-line reason. Starting the reaper is most of a subagent's
+    /// start, so the runner keeps one started ahead of time (`--warm`; see
+    /// [`warm_up`](Self::warm_up)) and hands it the next command on stdin.
     ///
     /// ```
     /// # use std::path::PathBuf;
@@ -242,6 +219,7 @@ impl ProcessRunner {
         self.reaper = Some(Arc::new(Reaper {
             program,
             leading_args,
+            warm: WarmSlot::default(),
         }));
         self
     }
@@ -255,6 +233,25 @@ impl ProcessRunner {
     #[must_use]
     pub fn uses_reaper(&self) -> bool {
         self.reaper.is_some()
+    }
+
+    /// Starts the reaper for the next run now, if this runner has a reaper and
+    /// none is waiting yet, so that even the first run does not wait for it.
+    /// Each run through the reaper hands its command to the one waiting (when
+    /// there is one) and starts the next; an unused one ends with the runner.
+    /// Call it from a tokio runtime (outside one it does nothing).
+    ///
+    /// ```
+    /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
+    /// let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let _in_the_runtime = tokio.enter();
+    /// ProcessRunner::new(ProcessRunnerConfig::new()).warm_up(); // no reaper: nothing to do
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn warm_up(&self) {
+        if let Some(reaper) = &self.reaper {
+            reaper.warm.fill(&reaper.program, &reaper.leading_args);
+        }
     }
 
     /// Ends every live subagent of this runner and of all its clones at once,
@@ -515,12 +512,7 @@ impl ProcessRunner {
 
     /// The child's command: program, arguments, working directory, the
     /// allowlisted environment, and pipes for all three streams.
-    fn command(
-        &self,
-        spec: &SubagentCommand,
-        request: &SubagentRequest,
-        vars_file: &Path,
-    ) -> Command {
+    fn command(&self, spec: &SubagentCommand, env: &[(OsString, OsString)]) -> Command {
         let mut command = match &self.reaper {
             Some(reaper) => {
                 let mut command = Command::new(&reaper.program);
@@ -547,7 +539,7 @@ impl ProcessRunner {
         if let Some(cwd) = &spec.cwd {
             command.current_dir(cwd);
         }
-        set_env(&mut command, spec, request, vars_file);
+        set_env(&mut command, env);
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -558,6 +550,31 @@ impl ProcessRunner {
             // now instead (see `ProcessGroup`), and tokio reaps it.
             .kill_on_drop(self.reaper.is_none());
         command
+    }
+
+    /// Starts the child: through the warm reaper when there is one (and then
+    /// the next one), else as [`command`](Self::command) says.
+    async fn spawn(
+        &self,
+        spec: &SubagentCommand,
+        env: Vec<(OsString, OsString)>,
+    ) -> std::io::Result<Child> {
+        let Some(reaper) = &self.reaper else {
+            return self.command(spec, &env).spawn();
+        };
+        let launch = Launch {
+            grace: self.grace,
+            cwd: spec.cwd.clone(),
+            program: spec.command.program().into(),
+            args: spec.command.args().iter().map(Into::into).collect(),
+            env,
+        };
+        let child = match reaper.warm.launch(&launch).await {
+            Some(child) => child,
+            None => self.command(spec, &launch.env).spawn()?,
+        };
+        reaper.warm.fill(&reaper.program, &reaper.leading_args);
+        Ok(child)
     }
 
     /// Makes the output directory and this run's stdout file in it, and
@@ -623,11 +640,12 @@ impl ProcessRunner {
                     None
                 }
             });
-        let mut command = self.command(spec, &request, &output.vars);
+        let mut env = child_env(spec, &request, &output.vars);
         if let Some(fifo) = &asks {
-            command.env(asks::QUESTIONS_ENV, fifo);
+            env.retain(|(name, _)| name != asks::QUESTIONS_ENV);
+            env.push((asks::QUESTIONS_ENV.into(), fifo.into()));
         }
-        let spawned = command.spawn();
+        let spawned = self.spawn(spec, env).await;
         if spawned.is_err()
             && let Some(fifo) = &asks
         {

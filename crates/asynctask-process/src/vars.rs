@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use asynctask_tools::SubagentError;
+use asynctask_tools::{SubagentError, SubagentRequest};
 
 use crate::capture::{json_cost, json_len};
 
@@ -209,5 +209,33 @@ pub(crate) fn vars_note(bounded: &BoundedVars, total: usize, file: &Path) -> Opt
     Some(format!(
         "[{what} to fit the inline budget; all of them are in {}]",
         file.display()
+    ))
+}
+
+/// The note a result gets when its request's output spec names variables the
+/// subagent did not emit: nothing enforces the spec (the subagent is only told
+/// of it, in `$ASYNCTASK_OUTPUT_SPEC`), so the model must not take their
+/// absence for an empty value. `None` when every one was emitted.
+pub(crate) fn missing_vars_note(
+    request: &SubagentRequest,
+    emitted: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    let missing: Vec<&str> = request
+        .output_spec
+        .iter()
+        .map(|spec| spec.name.as_str())
+        .filter(|name| !emitted.contains_key(*name))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "[the output spec asked for {} the subagent did not emit: {}]",
+        if missing.len() == 1 {
+            "a variable"
+        } else {
+            "variables"
+        },
+        missing.join(", ")
     ))
 }

@@ -1,6 +1,7 @@
 //! `asynctask-reaper`: the reaper as a program of its own (see
 //! `asynctask_process::reaper`): `asynctask-reaper [--parent PID] [--grace-ms MS]
-//! -- PROGRAM [ARGS...]`.
+//! -- PROGRAM [ARGS...]`, or `asynctask-reaper [--parent PID] --warm` with the
+//! command on stdin.
 
 #[cfg(unix)]
 fn main() -> std::process::ExitCode {

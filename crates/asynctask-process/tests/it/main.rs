@@ -20,6 +20,8 @@ mod reaper;
 mod running;
 mod usage;
 mod variables;
+#[cfg(target_os = "linux")]
+mod warm;
 
 use std::future::Future;
 use std::path::Path;
