@@ -239,14 +239,14 @@ impl ProcessRunner {
     /// none is waiting yet, so that even the first run does not wait for it.
     /// Each run through the reaper hands its command to the one waiting (when
     /// there is one) and starts the next; an unused one ends with the runner.
-    /// Call it from a tokio runtime (outside one it does nothing).
+    /// Call it from a runtime's own threads (outside a runtime it does
+    /// nothing): a reaper's parent-death signal follows the thread that
+    /// started it, so one started from a thread that ends early
+    /// (`spawn_blocking`, a short-lived thread) would end the command it runs.
     ///
     /// ```
     /// # use asynctask_process::{ProcessRunner, ProcessRunnerConfig};
-    /// let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// let _in_the_runtime = tokio.enter();
     /// ProcessRunner::new(ProcessRunnerConfig::new()).warm_up(); // no reaper: nothing to do
-    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn warm_up(&self) {
         if let Some(reaper) = &self.reaper {
