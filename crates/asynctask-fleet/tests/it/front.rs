@@ -11,7 +11,6 @@ use asynctask_model::{AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject,
 use asynctask_test_support::TestDatabase;
 use asynctask_tools::SubagentInfo;
 use pretty_assertions::assert_eq;
-use tokio_postgres::NoTls;
 
 use crate::connect;
 
@@ -278,24 +277,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
         .expect("registered");
     drop(fleet);
     // Back to version 1: what the later schemas added, removed.
-    let (client, connection) = db.config().connect(NoTls).await.expect("connects");
-    let driver = tokio::spawn(connection);
-    client
-        .batch_execute(
-            "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
-             DROP FUNCTION asynctask_send_message(text, text, bigint, text, bigint, bigint, text);
-             DROP TABLE asynctask_messages, asynctask_questions;
-             ALTER TABLE asynctask_tasks DROP COLUMN front_id, DROP COLUMN cancel_requested,
-                DROP COLUMN progress, DROP COLUMN whole_output, DROP COLUMN whole_output_bytes,
-                DROP COLUMN request;
-             DROP TABLE asynctask_fronts;
-             ALTER TABLE asynctask_workers DROP COLUMN catalog;
-             UPDATE asynctask_schema SET version = 1;",
-        )
-        .await
-        .expect("downgraded");
-    drop(client);
-    let _ = driver.await;
+    crate::downgrade(&db, 1).await;
 
     let fleet = Fleet::connect(
         db.config(),

@@ -133,14 +133,7 @@ async fn a_database_of_the_schema_before_launches_is_migrated_with_the_old_defau
         .expect("submitted");
     drop(fleet);
     // Back to version 3: the launches (and the claim and message functions) removed.
-    execute(
-        &db,
-        "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
-         DROP FUNCTION asynctask_send_message(text, text, bigint, text, bigint, bigint, text);
-         ALTER TABLE asynctask_tasks DROP COLUMN request;
-         UPDATE asynctask_schema SET version = 3;",
-    )
-    .await;
+    crate::downgrade(&db, 3).await;
 
     let mut fleet = connect(&db, &clock).await;
     assert_eq!(SCHEMA_VERSION, 6);

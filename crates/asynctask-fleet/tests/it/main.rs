@@ -57,3 +57,35 @@ async fn running_task(
         .expect("one");
     (lease, task)
 }
+
+/// What each migration added, undone: entry `n` takes version `n + 1`
+/// back to `n`. One place, so a new migration is undone everywhere.
+const UNDO: &[&str] = &[
+    "",
+    "ALTER TABLE asynctask_tasks DROP COLUMN front_id, DROP COLUMN cancel_requested,
+        DROP COLUMN progress, DROP COLUMN whole_output, DROP COLUMN whole_output_bytes;
+     DROP TABLE asynctask_fronts;
+     ALTER TABLE asynctask_workers DROP COLUMN catalog;",
+    "DROP TABLE asynctask_messages, asynctask_questions;",
+    "ALTER TABLE asynctask_tasks DROP COLUMN request;",
+    "DROP FUNCTION asynctask_claim(bigint, bigint, integer);",
+    "DROP FUNCTION asynctask_send_message(text, text, bigint, text, bigint, bigint, text);",
+];
+
+/// Takes `db`'s schema back to `version`, as an older asynctask left it.
+async fn downgrade(db: &TestDatabase, version: i32) {
+    let from = usize::try_from(asynctask_fleet::SCHEMA_VERSION).expect("positive");
+    let to = usize::try_from(version).expect("positive");
+    assert_eq!(UNDO.len(), from, "every migration has its undoing");
+    let mut sql: String = UNDO[to..from].iter().rev().copied().collect();
+    sql.push_str(&format!("UPDATE asynctask_schema SET version = {version};"));
+    let (client, connection) = db
+        .config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    let driver = tokio::spawn(connection);
+    client.batch_execute(&sql).await.expect("downgraded");
+    drop(client);
+    let _ = driver.await;
+}

@@ -10,7 +10,6 @@ use asynctask_fleet::{
 use asynctask_model::{ManualClock, OutputObject, TerminateReason};
 use asynctask_test_support::TestDatabase;
 use pretty_assertions::assert_eq;
-use tokio_postgres::NoTls;
 
 use crate::connect;
 
@@ -162,20 +161,7 @@ async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
     drop(fleet);
     // Back to version 2: the messages' and questions' tables removed, and
     // what later versions added.
-    let (client, connection) = db.config().connect(NoTls).await.expect("connects");
-    let driver = tokio::spawn(connection);
-    client
-        .batch_execute(
-            "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
-             DROP FUNCTION asynctask_send_message(text, text, bigint, text, bigint, bigint, text);
-             ALTER TABLE asynctask_tasks DROP COLUMN request;
-             DROP TABLE asynctask_messages, asynctask_questions;
-             UPDATE asynctask_schema SET version = 2;",
-        )
-        .await
-        .expect("downgraded");
-    drop(client);
-    let _ = driver.await;
+    crate::downgrade(&db, 2).await;
 
     let mut fleet = connect(&db, &clock).await;
     assert_eq!(
@@ -205,17 +191,7 @@ async fn a_database_of_the_schema_before_the_message_function_is_migrated_with_i
     );
     drop(fleet);
     // Back to version 5: the message function removed.
-    let (client, connection) = db.config().connect(NoTls).await.expect("connects");
-    let driver = tokio::spawn(connection);
-    client
-        .batch_execute(
-            "DROP FUNCTION asynctask_send_message(text, text, bigint, text, bigint, bigint, text);
-             UPDATE asynctask_schema SET version = 5;",
-        )
-        .await
-        .expect("downgraded");
-    drop(client);
-    let _ = driver.await;
+    crate::downgrade(&db, 5).await;
 
     let mut fleet = connect(&db, &clock).await;
     assert_eq!(

@@ -97,17 +97,7 @@ async fn a_database_of_the_schema_before_the_claim_function_is_migrated_with_its
         .expect("registered");
     drop(fleet);
     // Back to version 4: the claim function removed.
-    let (client, connection) = db.config().connect(NoTls).await.expect("connects");
-    let driver = tokio::spawn(connection);
-    client
-        .batch_execute(
-            "DROP FUNCTION asynctask_claim(bigint, bigint, integer);
-             UPDATE asynctask_schema SET version = 4;",
-        )
-        .await
-        .expect("downgraded");
-    drop(client);
-    let _ = driver.await;
+    crate::downgrade(&db, 4).await;
 
     let mut fleet = connect(&db, &clock).await;
     assert_eq!(version(&db).await, [SCHEMA_VERSION]);
