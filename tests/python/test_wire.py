@@ -92,6 +92,9 @@ def test_every_request_gets_one_answer_and_the_session_goes_on(
     server.write(line + b"\n")
     answer = server.answer(id)
     print(f"{name}: {answer}")
+    # JSON-RPC 2.0: an answer always has an id member, `null` when the
+    # request's id could not be read.
+    assert "id" in answer, answer
     if code is None:
         assert "result" in answer, answer
     else:

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use crate::server::AsyncTaskMcpServer;
-use crate::wire::{Line, LineReader, MAX_LINE_BYTES, refuse_too_long};
+use crate::wire::{Line, LineReader, MAX_LINE_BYTES, encode, refuse_too_long};
 
 /// How long a client that declared roots has to list them.
 pub const ROOTS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -217,7 +217,7 @@ async fn answer_too_long<W: AsyncWrite + Unpin>(
     len: usize,
 ) -> std::io::Result<()> {
     match refuse_too_long(head, len) {
-        Some(refusal) => write_line(to_client, &serde_json::to_vec(&refusal)?).await,
+        Some(refusal) => write_line(to_client, &encode(&refusal)?).await,
         // A notification: never answered.
         None => Ok(()),
     }

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use asynctask_runtime::Claim;
 
 use crate::gate::ReminderGate;
-use crate::wire::{Decoded, Line, LineReader, MAX_LINE_BYTES, decode, refuse_too_long};
+use crate::wire::{Decoded, Line, LineReader, MAX_LINE_BYTES, decode, encode, refuse_too_long};
 
 /// The notification a relay sends to a durable supervisor as it writes the
 /// supervisor's messages to its client: `params: {"written": N}`, the number
@@ -293,7 +293,7 @@ where
 
 /// `message` as one line of JSON, with its line break.
 fn to_line(message: &ServerJsonRpcMessage) -> io::Result<Vec<u8>> {
-    let mut line = serde_json::to_vec(message)?;
+    let mut line = encode(message)?;
     line.push(b'\n');
     Ok(line)
 }

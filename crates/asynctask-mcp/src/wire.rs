@@ -292,6 +292,20 @@ pub(crate) fn refuse_too_long(head: &[u8], len: usize) -> Option<ServerJsonRpcMe
     ))
 }
 
+/// `message` as one line of JSON (without its line break). An error answer
+/// whose request id could not be read carries `"id": null`, as JSON-RPC 2.0
+/// requires; the serializer would leave the member out.
+pub(crate) fn encode(message: &ServerJsonRpcMessage) -> serde_json::Result<Vec<u8>> {
+    let mut value = serde_json::to_value(message)?;
+    if let Some(object) = value.as_object_mut()
+        && object.contains_key("error")
+        && !object.contains_key("id")
+    {
+        object.insert("id".to_owned(), serde_json::Value::Null);
+    }
+    serde_json::to_vec(&value)
+}
+
 fn refuse(code: ErrorCode, message: String, id: Option<RequestId>) -> Decoded {
     Decoded::Refused(Box::new(error(code, message, id)))
 }
@@ -527,6 +541,32 @@ mod tests {
             error["error"]["code"].as_i64().expect("a code"),
             error["id"].clone(),
         )
+    }
+
+    #[test]
+    fn an_error_whose_id_could_not_be_read_says_id_null() {
+        let Decoded::Refused(error) = decode(b"{not json") else {
+            panic!("refused");
+        };
+        let line: Value = serde_json::from_slice(&encode(&error).expect("JSON")).expect("JSON");
+        assert_eq!(line.get("id"), Some(&Value::Null), "{line}");
+        assert_eq!(line["error"]["code"], json!(-32700));
+        let Decoded::Refused(error) = decode(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list",}"#)
+        else {
+            panic!("refused");
+        };
+        let line: Value = serde_json::from_slice(&encode(&error).expect("JSON")).expect("JSON");
+        assert_eq!(line["id"], json!(7));
+        let ping = ServerJsonRpcMessage::request(
+            rmcp::model::ServerRequest::PingRequest(Default::default()),
+            rmcp::model::NumberOrString::Number(1),
+        );
+        let line: Value = serde_json::from_slice(&encode(&ping).expect("JSON")).expect("JSON");
+        assert_eq!(
+            line,
+            serde_json::to_value(&ping).expect("JSON"),
+            "only errors change"
+        );
     }
 
     #[test]
