@@ -21,12 +21,17 @@ NOTICE = "asks, and waits for your answer:\nDeploy to production too?\nChoices: 
 
 
 async def wait_for_question(transcript: Transcript) -> str:
-    """Waits (wait_async_tasks) until a System Note carries the question."""
+    """Waits (wait_async_tasks, which wakes when a question is asked) until a
+    System Note carries the question. A subagent that asks at once may have
+    its question ride on the launch's own response: every response so far
+    counts, not only the waits'. The loop's bound only turns a hang into a
+    failure."""
     for _ in range(20):
+        for block in transcript.reminders():
+            if NOTICE in block:
+                return block
         waited = await transcript.call("wait_async_tasks", {"timeout_seconds": 5})
         assert not waited.is_error, texts(waited)
-        if any(NOTICE in block for block in texts(waited)):
-            return texts(waited)[-1]
     raise AssertionError(f"no question arrived\n{transcript.dump()}")
 
 
@@ -158,14 +163,15 @@ async def test_a_form_the_client_fails_sends_the_question_to_the_model(tmp_path:
 
 async def test_a_question_that_times_out_withdraws_its_form(tmp_path: Path) -> None:
     """The subagent waits 1 s: it reads `timed_out`, and the form the client still
-    shows is cancelled (its late answer changes nothing)."""
+    shows is cancelled. The form is never answered: it waits until the server
+    cancels it (the test's deadlines only turn a hang into a failure)."""
     from mcp_types import ElicitRequestParams, ElicitResult
 
     cancelled = anyio.Event()
 
     async def slow(_context: object, _params: ElicitRequestParams) -> ElicitResult:
         try:
-            await anyio.sleep(4)
+            await anyio.sleep(120)
         except BaseException:
             cancelled.set()
             raise
@@ -177,7 +183,7 @@ async def test_a_question_that_times_out_withdraws_its_form(tmp_path: Path) -> N
         task_id = launched_id(launched)
         result = await wait_for_result(transcript, task_id)
         assert '\\"status\\":\\"timed_out\\"' in result, result
-        with anyio.fail_after(5):
+        with anyio.fail_after(60):
             await cancelled.wait()
 
 

@@ -187,6 +187,9 @@ pub(crate) type Hook = Arc<dyn Fn(&PendingQuestion) + Send + Sync>;
 #[derive(Default)]
 struct DeskShared {
     state: Mutex<DeskState>,
+    /// Woken each time a question stops waiting: answered, withdrawn (its
+    /// asker gave up, or timed out), or the task ended.
+    settled: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -360,6 +363,7 @@ impl Drop for Asking {
             desk.lock()
                 .waiting
                 .retain(|waiting| waiting.number != number);
+            desk.settled.notify_waiters();
         }
     }
 }
@@ -415,6 +419,7 @@ impl QuestionDesk {
                 return Err(AnswerError::NotAsked);
             }
             let waiting = state.waiting.remove(0);
+            self.shared.settled.notify_waiters();
             // A closed receiver: its asker went away meanwhile; try the next.
             if waiting.answer.send(answer.clone()).is_ok() {
                 return Ok(());
@@ -431,10 +436,33 @@ impl QuestionDesk {
             .position(|waiting| waiting.number == number)
             .ok_or(AnswerError::NotAsked)?;
         let waiting = state.waiting.remove(at);
+        self.shared.settled.notify_waiters();
         waiting
             .answer
             .send(answer)
             .map_err(|_| AnswerError::NotAsked)
+    }
+
+    /// Resolves once question `number` no longer waits: answered, withdrawn,
+    /// or its task ended (at once when it waits no more already).
+    pub(crate) fn settled(&self, number: u64) -> impl Future<Output = ()> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        async move {
+            loop {
+                let mut notified = std::pin::pin!(shared.settled.notified());
+                // Enabled before the look: a change in between is not missed.
+                notified.as_mut().enable();
+                let waits = shared
+                    .lock()
+                    .waiting
+                    .iter()
+                    .any(|waiting| waiting.number == number && !waiting.answer.is_closed());
+                if !waits {
+                    return;
+                }
+                notified.await;
+            }
+        }
     }
 
     /// Takes the waiting questions not yet shown nor claimed, marking them
@@ -485,6 +513,7 @@ impl QuestionDesk {
         // Dropping the senders wakes the askers; the hook may hold user code.
         drop(waiting);
         drop(hook);
+        self.shared.settled.notify_waiters();
     }
 }
 
@@ -539,6 +568,43 @@ mod tests {
             .await;
         assert_eq!(answer, Answer::TimedOut);
         assert!(!desk.is_waiting());
+    }
+
+    /// Whether `future` has resolved after the runtime ran everything ready.
+    async fn resolved(future: &mut Pin<Box<dyn Future<Output = ()> + Send>>) -> bool {
+        tokio::select! {
+            biased;
+            () = future.as_mut() => true,
+            () = tokio::task::yield_now() => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn settled_wakes_when_a_question_stops_waiting_however_it_stops() {
+        let (desk, questions) = Questions::channel();
+        desk.attach("t", None);
+        // Answered.
+        let asking = questions.ask(Question::new("one?"));
+        let mut settled: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(desk.settled(1));
+        assert!(!resolved(&mut settled).await, "it still waits");
+        desk.answer_number(1, Answer::Declined).expect("answered");
+        assert!(resolved(&mut settled).await, "answered");
+        assert_eq!(asking.await, Answer::Declined);
+        // Withdrawn by its asker (a timeout drops the ask the same way).
+        let asking = questions.ask(Question::new("two?"));
+        let mut settled: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(desk.settled(2));
+        assert!(!resolved(&mut settled).await, "it still waits");
+        drop(asking);
+        assert!(resolved(&mut settled).await, "withdrawn");
+        // Its task ended.
+        let _asking = questions.ask(Question::new("three?"));
+        let mut settled: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(desk.settled(3));
+        assert!(!resolved(&mut settled).await, "it still waits");
+        desk.close();
+        assert!(resolved(&mut settled).await, "closed");
+        // One that waits no more resolves at once.
+        let mut settled: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(desk.settled(1));
+        assert!(resolved(&mut settled).await, "long answered");
     }
 
     #[test]

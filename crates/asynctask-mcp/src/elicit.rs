@@ -3,8 +3,6 @@
 //! whose answer goes back to the subagent. A question the client cannot take
 //! goes back to the System Note path.
 
-use std::time::Duration;
-
 use asynctask_manager::{Answer, AsyncTaskManager, PendingQuestion};
 use rmcp::model::{
     CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult,
@@ -88,11 +86,6 @@ pub(crate) fn start(
     Elicitation { task }
 }
 
-/// How often a form in flight checks that its question still waits (an
-/// answer through `answer_async_task` or a timeout changes nothing the ledger
-/// sees).
-const STILL_WAITING_CHECK: Duration = Duration::from_secs(1);
-
 /// Puts one question to the user and answers it with what they chose. The
 /// question is held meanwhile, so no System Note shows it too; a question
 /// that stops waiting meanwhile (answered another way, timed out, its task
@@ -144,9 +137,11 @@ async fn ask(
             release.shown();
             return;
         }
+        // Woken when the question stops waiting (answered another way,
+        // timed out, its task ended): its form is cancelled at once.
         tokio::select! {
             response = &mut response => break response,
-            () = tokio::time::sleep(STILL_WAITING_CHECK) => {}
+            () = manager.question_settled(&mine) => {}
         }
     };
     match response {

@@ -81,6 +81,52 @@ impl AsyncTaskManager {
         }
     }
 
+    /// Resolves once `question` no longer waits for an answer: answered (by
+    /// anyone), withdrawn (its subagent stopped waiting, or its wait timed
+    /// out) or its task ended; at once when it waits no more already. For
+    /// whoever shows a question somewhere it must be taken back from when it
+    /// stops waiting (a form put to the user). The future holds no lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_manager::{Answer, AsyncTaskManager, Question, Questions, RegisterTaskInput};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let manager = AsyncTaskManager::default();
+    /// let (desk, questions) = Questions::channel();
+    /// manager.register_task(RegisterTaskInput::new("a", "tester", "g").with_questions(desk))?;
+    /// let asking = questions.ask(Question::new("Go on?"));
+    /// let question = manager.pending_questions().remove(0);
+    /// let settled = manager.question_settled(&question);
+    /// manager.answer_question("a", Answer::Declined)?;
+    /// settled.await; // answered: it waits no more
+    /// assert_eq!(asking.await, Answer::Declined);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future changes nothing.
+    pub fn question_settled(
+        &self,
+        question: &PendingQuestion,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let desk = self
+            .lock()
+            .registry
+            .question_desk(&question.task_id)
+            .cloned();
+        let number = question.number;
+        async move {
+            if let Some(desk) = desk {
+                desk.settled(number).await;
+            }
+        }
+    }
+
     /// Gives task `id`, queued or running, the desk its run's questions reach
     /// (a queued task gets it when it starts, from whoever starts its
     /// subagent). `false` when the task is unknown or has ended.
