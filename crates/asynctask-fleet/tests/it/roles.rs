@@ -213,14 +213,17 @@ async fn the_stored_functions_fix_their_search_path_and_qualify_every_name() {
 async fn a_worker_naming_no_workspace_refuses_to_start_and_registers_nothing() {
     let db = crate::database("no_workspaces").await;
     let spec = WorkerSpec::new("w", ["tester"]);
-    let err = Worker::new(
+    // Bounded: a worker that started would serve until told to stop.
+    let run = Worker::new(
         DatabaseConfig::from(db.config()),
         spec.clone(),
         Arc::new(Done),
     )
-    .run(CancellationToken::new())
-    .await
-    .expect_err("refused");
+    .run(CancellationToken::new());
+    let err = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("refused at once, not served")
+        .expect_err("refused");
     assert!(matches!(err, FleetError::NoWorkspaces { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
