@@ -140,6 +140,11 @@ enum Command {
         /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
         #[arg(long, value_name = "URL")]
         database: Option<String>,
+        /// A workspace whose tasks this worker runs (repeat for several;
+        /// replaces `workspaces = [...]` in the config). At least one is needed:
+        /// its tasks run in this machine's checkout, with its secrets.
+        #[arg(long = "workspace", value_name = "NAME", value_parser = asynctask_cli::front::fleet_workspace)]
+        workspaces: Vec<String>,
         /// How many tasks run here at once, 1-1000.
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         capacity: u32,
@@ -212,7 +217,12 @@ keeps its socket, lock, log, task store and outputs in the project's .asynctask/
 const WORKER_ABOUT: &str = "\
 Serve a fleet's tasks from this machine: register with the fleet's PostgreSQL database \
 (--database URL, else $ASYNCTASK_DATABASE_URL), and run the subagents the config names for \
-the tasks queued there, as many at once as --capacity allows.
+the tasks queued there in the workspaces it names, as many at once as --capacity allows.
+
+A worker runs only the tasks of the workspaces it names (--workspace NAME, repeatable, else \
+`workspaces = [...]` in the config), and refuses to start naming none: a task runs in this \
+machine's checkout, with its secrets. A front's workspace is `workspace = \"...\"` in its \
+config, else user@host:/project/path.
 
 The worker renews its lease every third of --lease-seconds. If it cannot (the database is \
 unreachable past the lease), it ends its running subagents and stops claiming; the fleet \
@@ -236,6 +246,15 @@ enum ConfigCommand {
 
 #[derive(Debug, Subcommand)]
 enum FleetCommand {
+    /// Create the fleet's schema in the database, or upgrade it to this
+    /// version's. Run it as the role that owns the schema, before the
+    /// fronts and workers (which never change the schema) start.
+    Migrate {
+        /// The fleet's database (a postgresql:// URL or key=value string).
+        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+    },
     /// Show the workers (name, state, tasks running of capacity, lease,
     /// subagents), each workspace's queue and the running tasks; read-only.
     Status {
@@ -253,7 +272,8 @@ enum FleetCommand {
         /// The fleet's database. Default: $ASYNCTASK_DATABASE_URL. Never logged.
         #[arg(long, value_name = "URL")]
         database: Option<String>,
-        /// The workspace (a front's `workspace` in its config, else its project's path).
+        /// The workspace (a front's `workspace` in its config, else
+        /// user@host:/project/path).
         #[arg(value_parser = asynctask_cli::front::fleet_workspace)]
         workspace: String,
         /// How many of its tasks run at once: 1-100, or `unlimited`.
@@ -633,6 +653,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Worker {
             place,
             database,
+            workspaces,
             capacity,
             name,
             lease_seconds,
@@ -640,6 +661,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         } => {
             let mut options = asynctask_cli::worker::WorkerOptions::new();
             options.database = database;
+            options.workspaces = workspaces;
             options.config = place.config;
             options.project = place.project;
             options.capacity = capacity;
@@ -656,6 +678,12 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
                 stop.cancel();
             });
             asynctask_cli::worker::worker(&options, shutdown).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fleet {
+            command: FleetCommand::Migrate { database },
+        } => {
+            out(&asynctask_cli::front::fleet_migrate(database.as_deref()).await?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Fleet {

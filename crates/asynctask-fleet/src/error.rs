@@ -51,8 +51,9 @@ pub enum FleetError {
     /// The database holds no fleet schema: its owner has not run
     /// `asynctask fleet migrate` ([`Fleet::migrate`](crate::Fleet::migrate)) yet.
     #[error(
-        "the fleet's database has no asynctask schema: run `asynctask fleet migrate` on it \
-         (as the role that owns the schema) first"
+        "the fleet's database has no asynctask schema on this role's search_path: run \
+         `asynctask fleet migrate` on it (as the role that owns the schema) first, or put the \
+         fleet's schema on this role's search_path and grant it USAGE"
     )]
     NoSchema,
     /// The database holds an older fleet schema than this asynctask needs:

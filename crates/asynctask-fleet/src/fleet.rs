@@ -368,7 +368,8 @@ impl Fleet {
             )
             .await
             .map_err(FleetError::db("registering a worker"))?;
-        tracing::info!(worker = %spec.name, capacity, lease_ms = lease, "worker registered");
+        tracing::info!(worker = %spec.name, capacity, lease_ms = lease,
+            workspaces = ?spec.workspaces, "worker registered");
         Ok(WorkerLease {
             worker_id: row.get(0),
             name: spec.name.clone(),

@@ -108,8 +108,9 @@ async fn connecting_never_makes_the_schema_and_a_missing_or_older_one_names_flee
     assert!(matches!(err, FleetError::NoSchema), "{err:?}");
     assert_eq!(
         err.to_string(),
-        "the fleet's database has no asynctask schema: run `asynctask fleet migrate` on it (as \
-         the role that owns the schema) first"
+        "the fleet's database has no asynctask schema on this role's search_path: run \
+         `asynctask fleet migrate` on it (as the role that owns the schema) first, or put the \
+         fleet's schema on this role's search_path and grant it USAGE"
     );
     assert!(
         !has_table(&db, "asynctask_schema").await,
