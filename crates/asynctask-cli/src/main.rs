@@ -27,6 +27,9 @@ use asynctask_supervisor::StateDir;
 use asynctask_tools::Provider;
 use clap::builder::PossibleValue;
 use clap::{ArgAction, CommandFactory, Parser, Subcommand, ValueEnum};
+use fleet_command::FleetCommand;
+
+mod fleet_command;
 
 /// What `--help` says of exit statuses and of where things are.
 const AFTER_HELP: &str = "\
@@ -241,57 +244,6 @@ enum ConfigCommand {
     Path {
         #[command(flatten)]
         place: WhereArgs,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum FleetCommand {
-    /// Create the fleet's schema in the database, or upgrade it to this
-    /// version's. Run it as the role that owns the schema, before the
-    /// fronts and workers (which never change the schema) start.
-    Migrate {
-        /// The fleet's database (a postgresql:// URL or key=value string).
-        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
-        #[arg(long, value_name = "URL")]
-        database: Option<String>,
-    },
-    /// Show the workers (name, state, tasks running of capacity, lease,
-    /// subagents), each workspace's queue and the running tasks; read-only.
-    Status {
-        /// The fleet's database (a postgresql:// URL or key=value string).
-        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
-        #[arg(long, value_name = "URL")]
-        database: Option<String>,
-        /// Print it as JSON, in the stable shape docs/fleet.md describes.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Set a workspace's task-max-async across the fleet. A front started
-    /// later with --max-async-tasks sets it again: the last setting wins.
-    SetMaxAsync {
-        /// The fleet's database. Default: $ASYNCTASK_DATABASE_URL. Never logged.
-        #[arg(long, value_name = "URL")]
-        database: Option<String>,
-        /// The workspace (a front's `workspace` in its config, else
-        /// user@host:/project/path).
-        #[arg(value_parser = asynctask_cli::front::fleet_workspace)]
-        workspace: String,
-        /// How many of its tasks run at once: 1-100, or `unlimited`.
-        #[arg(value_name = "N|unlimited", allow_negative_numbers = true, value_parser = asynctask_cli::front::fleet_max_async)]
-        max: MaxAsyncTasks,
-        /// Set it even for a workspace the fleet has never seen (else refused: a likely typo).
-        #[arg(long)]
-        create: bool,
-    },
-    /// Print a task's whole output as the fleet stores it (its last MiB),
-    /// when its result was cut.
-    Output {
-        /// The fleet's database (a postgresql:// URL or key=value string).
-        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
-        #[arg(long, value_name = "URL")]
-        database: Option<String>,
-        /// The task's id.
-        id: String,
     },
 }
 
@@ -680,43 +632,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             asynctask_cli::worker::worker(&options, shutdown).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Fleet {
-            command: FleetCommand::Migrate { database },
-        } => {
-            out(&asynctask_cli::front::fleet_migrate(database.as_deref()).await?)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Fleet {
-            command: FleetCommand::Status { database, json },
-        } => {
-            let status = asynctask_cli::front::fleet_status(database.as_deref(), json).await?;
-            out(status.trim_end())?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Fleet {
-            command:
-                FleetCommand::SetMaxAsync {
-                    database,
-                    workspace,
-                    max,
-                    create,
-                },
-        } => {
-            use asynctask_cli::front::fleet_set_max_async;
-            out(&fleet_set_max_async(database.as_deref(), &workspace, max, create).await?)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Fleet {
-            command: FleetCommand::Output { database, id },
-        } => {
-            let text = asynctask_cli::front::fleet_output(database.as_deref(), &id).await?;
-            let mut stdout = std::io::stdout().lock();
-            stdout
-                .write_all(text.as_bytes())
-                .and_then(|()| stdout.flush())
-                .map_err(CliError::ClosedStdout)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Fleet { command } => fleet_command::run(command).await,
         Command::Supervisor { command } => match command {
             SupervisorCommand::Run { serve } => {
                 supervisor_run(&serve.options()).await?;
