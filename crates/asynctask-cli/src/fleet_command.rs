@@ -21,7 +21,7 @@ pub(crate) enum FleetCommand {
         database: Option<String>,
     },
     /// Show the workers (name, state, tasks running of capacity, lease,
-    /// subagents), each workspace's queue and the running tasks; read-only.
+    /// subagents, workspaces), each workspace's queue and the running tasks; read-only.
     Status {
         /// The fleet's database (a postgresql:// URL or key=value string).
         /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
