@@ -49,6 +49,28 @@ fn as_role(db: &TestDatabase, role: &str) -> DatabaseConfig {
     DatabaseConfig::from(config)
 }
 
+/// The statements docs/fleet.md gives an administrator (its Security
+/// section), as written, for the database `db` and the roles `owner` and
+/// `app`: the database exists already, and the roles log in through the
+/// test's own session.
+fn documented_setup(db: &str, owner: &str, app: &str) -> String {
+    let guide = include_str!("../../../../docs/fleet.md");
+    let start = guide
+        .find("```sql\n")
+        .expect("docs/fleet.md gives the roles' SQL")
+        + "```sql\n".len();
+    let end = start + guide[start..].find("```").expect("the block ends");
+    guide[start..end]
+        .lines()
+        .filter(|line| !line.starts_with("CREATE DATABASE") && !line.starts_with("\\c "))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("LOGIN PASSWORD '…'", "NOLOGIN")
+        .replace("asynctask_owner", owner)
+        .replace("asynctask_fleet", app)
+        .replace("DATABASE asynctask ", &format!("DATABASE \"{db}\" "))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_with_only_dml_and_execute_runs_a_front_a_worker_and_the_status_after_the_owner_migrated()
  {
@@ -60,18 +82,12 @@ async fn a_role_with_only_dml_and_execute_runs_a_front_a_worker_and_the_status_a
     // What docs/fleet.md tells an administrator to run, and an event
     // trigger that refuses any DDL by the least-privileged role.
     client
+        .batch_execute(&documented_setup(db.name(), &owner, &app))
+        .await
+        .expect("the documented roles and grants made");
+    client
         .batch_execute(&format!(
-            "CREATE ROLE {owner} NOLOGIN;
-             CREATE ROLE {app} NOLOGIN;
-             CREATE SCHEMA asynctask AUTHORIZATION {owner};
-             GRANT USAGE ON SCHEMA asynctask TO {app};
-             ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA asynctask
-                GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {app};
-             ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA asynctask
-                GRANT USAGE ON SEQUENCES TO {app};
-             ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA asynctask
-                GRANT EXECUTE ON FUNCTIONS TO {app};
-             CREATE FUNCTION public.refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$
+            "CREATE FUNCTION public.refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$
              BEGIN
                 IF current_user = '{app}' THEN
                     RAISE EXCEPTION 'DDL by the least-privileged role: %', tg_tag;
@@ -81,7 +97,7 @@ async fn a_role_with_only_dml_and_execute_runs_a_front_a_worker_and_the_status_a
                 EXECUTE FUNCTION public.refuse_ddl();"
         ))
         .await
-        .expect("roles made");
+        .expect("the event trigger made");
 
     // Before the owner migrates, the least-privileged role is refused with
     // a message naming the migration.
