@@ -110,7 +110,7 @@ pub fn user_name() -> String {
 /// # Errors
 ///
 /// [`CliError::Fleet`] when the database cannot be reached or refuses (a
-/// newer schema); [`CliError`] when the session cannot run.
+/// missing, older or newer schema); [`CliError`] when the session cannot run.
 pub async fn serve_front<R, W>(
     database: DatabaseConfig,
     workspace: Option<&str>,

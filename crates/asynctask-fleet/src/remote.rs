@@ -135,7 +135,7 @@ struct Link {
 }
 
 impl FleetFront {
-    /// Connects to the fleet (migrating its schema), registers a front of
+    /// Connects to the fleet (its schema checked, never changed), registers a front of
     /// `workspace` named `name`, and reads the live catalog (of the
     /// workers serving `workspace`).
     ///
