@@ -795,6 +795,15 @@ async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fle
     assert_eq!(limit().await, None);
     client.cancel().await.expect("closed");
     front.exits_cleanly().await;
+    // No worker serves `team`: the front's log says how one would.
+    assert!(
+        front.log().contains(
+            "no live worker serves this workspace yet: a worker runs only the workspaces it \
+             names (`asynctask worker --workspace NAME`)"
+        ),
+        "{}",
+        front.log()
+    );
     // Given: set for the workspace when the front starts; the last wins.
     for max in ["2", "-1"] {
         let (mut front, client) =
