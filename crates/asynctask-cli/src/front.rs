@@ -137,6 +137,12 @@ where
     }
     tracing::info!("serving as a front of the fleet, workspace {workspace}");
     let runner = front.runner();
+    if asynctask_tools::SubagentRunner::catalog(&*runner).is_some_and(|c| c.is_empty()) {
+        tracing::warn!(
+            "no live worker serves this workspace yet: a worker runs only the workspaces it \
+             names (`asynctask worker --workspace NAME`)"
+        );
+    }
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
             .runner(runner.clone())

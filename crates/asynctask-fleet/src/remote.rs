@@ -161,13 +161,6 @@ impl FleetFront {
             subagents = %names(&catalog),
             "registered as a front of the fleet"
         );
-        if catalog.is_empty() {
-            tracing::warn!(
-                workspace,
-                "no live worker serves this workspace yet: a worker runs only the workspaces \
-                 it names (`asynctask worker --workspace NAME`)"
-            );
-        }
         Ok(FleetFront {
             shared: Arc::new(Shared {
                 config,
