@@ -46,6 +46,7 @@ fn main() {
 
 async fn bench() {
     let db = TestDatabase::create("bench_fleet").await;
+    Fleet::migrate(db.config()).await.unwrap();
     let dir = temp_dir("bench-fleet");
     let config = dir.path().join("asynctask.toml");
     std::fs::write(
@@ -70,7 +71,7 @@ async fn bench() {
     let mut worker = Command::new(binary)
         .args(["worker", "--config"])
         .arg(&config)
-        .args(["--name", "bench", "--capacity", "4"])
+        .args(["--name", "bench", "--capacity", "4", "--workspace", "ws"])
         .current_dir(dir.path())
         .env("ASYNCTASK_DATABASE_URL", db.connection_string())
         .env("RUST_LOG", "warn")

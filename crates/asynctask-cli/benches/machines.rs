@@ -87,6 +87,7 @@ fn start_worker(
         .args(["worker", "--config"])
         .arg(&config)
         .args(["--name", name, "--capacity", "4"])
+        .args(["--workspace", "ws", "--workspace", "bulk"])
         .current_dir(dir)
         .env(
             "ASYNCTASK_DATABASE_URL",
@@ -152,6 +153,7 @@ async fn bench() {
     let mut network = Network::new().unwrap_or_else(|err| panic!("{err}"));
     let hosts: Vec<Host> = (0..5).map(|_| network.add_host().unwrap()).collect();
     let db = TestDatabase::create_in("bench_machines", &network).await;
+    Fleet::migrate(db.config()).await.unwrap();
     let dir = temp_dir("bench-machines");
     let dir = dir.path().to_owned();
     {

@@ -41,17 +41,59 @@ pub fn front_database(
 }
 
 /// The fleet workspace of a front in `project`: the config's `workspace`,
-/// else the project's path.
+/// else [`default_workspace`] of this user, this machine and the project.
 ///
 /// ```
 /// # use std::path::Path;
 /// use asynctask_cli::front::workspace_name;
-/// assert_eq!(workspace_name(None, Path::new("/work/p")), "/work/p");
 /// assert_eq!(workspace_name(Some("team-a"), Path::new("/work/p")), "team-a");
+/// let default = workspace_name(None, Path::new("/work/p"));
+/// assert!(default.contains('@') && default.ends_with(":/work/p"), "{default}");
 /// ```
 #[must_use]
 pub fn workspace_name(configured: Option<&str>, project: &Path) -> String {
-    configured.map_or_else(|| project.display().to_string(), str::to_owned)
+    configured.map_or_else(
+        || default_workspace(&user_name(), &host_name(), project),
+        str::to_owned,
+    )
+}
+
+/// The longest user or host name a default workspace keeps, in characters.
+pub const MAX_WORKSPACE_PART: usize = 64;
+
+/// The workspace of a front whose config names none: `user@host:path`,
+/// the user and host names cut at [`MAX_WORKSPACE_PART`] characters. Two
+/// people whose projects have the same path (`/workspace` in two dev
+/// containers) get different workspaces, so neither gets the other's
+/// results nor runs tasks on the other's workers.
+///
+/// ```
+/// # use std::path::Path;
+/// use asynctask_cli::front::default_workspace;
+/// assert_eq!(default_workspace("alice", "desk", Path::new("/workspace")), "alice@desk:/workspace");
+/// assert_ne!(
+///     default_workspace("alice", "desk", Path::new("/workspace")),
+///     default_workspace("bob", "desk", Path::new("/workspace"))
+/// );
+/// ```
+#[must_use]
+pub fn default_workspace(user: &str, host: &str, project: &Path) -> String {
+    let cut = |name: &str| name.chars().take(MAX_WORKSPACE_PART).collect::<String>();
+    format!("{}@{}:{}", cut(user), cut(host), project.display())
+}
+
+/// The name of the user this process runs as: from the user database,
+/// else `$USER`, else the numeric user id.
+#[must_use]
+pub fn user_name() -> String {
+    let uid = nix::unistd::geteuid();
+    nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map(|user| user.name)
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| uid.to_string())
 }
 
 /// Serves one MCP session as a front of the fleet on `database`, until the
@@ -68,7 +110,7 @@ pub fn workspace_name(configured: Option<&str>, project: &Path) -> String {
 /// # Errors
 ///
 /// [`CliError::Fleet`] when the database cannot be reached or refuses (a
-/// newer schema); [`CliError`] when the session cannot run.
+/// missing, older or newer schema); [`CliError`] when the session cannot run.
 pub async fn serve_front<R, W>(
     database: DatabaseConfig,
     workspace: Option<&str>,
@@ -95,6 +137,12 @@ where
     }
     tracing::info!("serving as a front of the fleet, workspace {workspace}");
     let runner = front.runner();
+    if asynctask_tools::SubagentRunner::catalog(&*runner).is_some_and(|c| c.is_empty()) {
+        tracing::warn!(
+            "no live worker serves this workspace yet: a worker runs only the workspaces it \
+             names (`asynctask worker --workspace NAME`)"
+        );
+    }
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
             .runner(runner.clone())
@@ -148,6 +196,26 @@ pub async fn fleet_status(database: Option<&str>, json: bool) -> Result<String, 
     })
 }
 
+/// `asynctask fleet migrate`: creates the fleet's schema, or upgrades it to
+/// [`asynctask_fleet::SCHEMA_VERSION`], and says what it did. Run it as the
+/// role that owns the schema; fronts, workers and `fleet status` never
+/// change the schema and refuse one that is missing or older.
+///
+/// # Errors
+///
+/// [`CliError::NoDatabase`], [`CliError::Fleet`] (a newer schema, a role
+/// without the rights, an unreachable database).
+pub async fn fleet_migrate(database: Option<&str>) -> Result<String, CliError> {
+    let config = database_config(database)?;
+    let found = asynctask_fleet::Fleet::migrate(config).await?;
+    let now = asynctask_fleet::SCHEMA_VERSION;
+    Ok(match found {
+        0 => format!("created the fleet's schema, version {now}"),
+        found if found == now => format!("the fleet's schema is already at version {now}"),
+        found => format!("upgraded the fleet's schema from version {found} to {now}"),
+    })
+}
+
 /// `fleet set-max-async`'s limit: `unlimited`, or an integer from 1 to 100.
 ///
 /// ```
@@ -185,8 +253,8 @@ pub fn fleet_max_async(value: &str) -> Result<MaxAsyncTasks, String> {
 pub fn fleet_workspace(value: &str) -> Result<String, String> {
     if value.trim().is_empty() {
         Err(
-            "must name a workspace (a front's `workspace` in its config, else its project's \
-             absolute path), not be blank"
+            "must name a workspace (a front's `workspace` in its config, else \
+             user@host:/absolute/project/path), not be blank"
                 .to_owned(),
         )
     } else {
@@ -256,9 +324,34 @@ pub async fn fleet_output(database: Option<&str>, id: &str) -> Result<String, Cl
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use asynctask_fleet::TlsMode;
 
-    use super::front_database;
+    use super::{MAX_WORKSPACE_PART, default_workspace, front_database};
+
+    #[test]
+    fn fronts_with_the_same_path_but_another_user_or_host_get_other_workspaces() {
+        let path = Path::new("/workspace");
+        let names = [
+            default_workspace("alice", "devbox-1", path),
+            default_workspace("bob", "devbox-1", path),
+            default_workspace("alice", "devbox-2", path),
+            default_workspace("alice", "devbox-1", Path::new("/other")),
+        ];
+        assert_eq!(names[0], "alice@devbox-1:/workspace");
+        for (i, a) in names.iter().enumerate() {
+            for b in &names[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // Bounded: a very long user or host name is cut.
+        let long = "x".repeat(1_000);
+        assert_eq!(
+            default_workspace(&long, &long, path).len(),
+            2 * MAX_WORKSPACE_PART + ":/workspace".len() + 1
+        );
+    }
 
     #[test]
     fn a_front_reads_libpq_s_tls_and_password_file_parameters() {

@@ -27,6 +27,9 @@ use asynctask_supervisor::StateDir;
 use asynctask_tools::Provider;
 use clap::builder::PossibleValue;
 use clap::{ArgAction, CommandFactory, Parser, Subcommand, ValueEnum};
+use fleet_command::FleetCommand;
+
+mod fleet_command;
 
 /// What `--help` says of exit statuses and of where things are.
 const AFTER_HELP: &str = "\
@@ -140,6 +143,11 @@ enum Command {
         /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
         #[arg(long, value_name = "URL")]
         database: Option<String>,
+        /// A workspace whose tasks this worker runs (repeat for several;
+        /// replaces `workspaces = [...]` in the config). At least one is needed:
+        /// its tasks run in this machine's checkout, with its secrets.
+        #[arg(long = "workspace", value_name = "NAME", value_parser = asynctask_cli::front::fleet_workspace)]
+        workspaces: Vec<String>,
         /// How many tasks run here at once, 1-1000.
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         capacity: u32,
@@ -212,7 +220,12 @@ keeps its socket, lock, log, task store and outputs in the project's .asynctask/
 const WORKER_ABOUT: &str = "\
 Serve a fleet's tasks from this machine: register with the fleet's PostgreSQL database \
 (--database URL, else $ASYNCTASK_DATABASE_URL), and run the subagents the config names for \
-the tasks queued there, as many at once as --capacity allows.
+the tasks queued there in the workspaces it names, as many at once as --capacity allows.
+
+A worker runs only the tasks of the workspaces it names (--workspace NAME, repeatable, else \
+`workspaces = [...]` in the config), and refuses to start naming none: a task runs in this \
+machine's checkout, with its secrets. A front's workspace is `workspace = \"...\"` in its \
+config, else user@host:/project/path.
 
 The worker renews its lease every third of --lease-seconds. If it cannot (the database is \
 unreachable past the lease), it ends its running subagents and stops claiming; the fleet \
@@ -231,47 +244,6 @@ enum ConfigCommand {
     Path {
         #[command(flatten)]
         place: WhereArgs,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum FleetCommand {
-    /// Show the workers (name, state, tasks running of capacity, lease,
-    /// subagents), each workspace's queue and the running tasks; read-only.
-    Status {
-        /// The fleet's database (a postgresql:// URL or key=value string).
-        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
-        #[arg(long, value_name = "URL")]
-        database: Option<String>,
-        /// Print it as JSON, in the stable shape docs/fleet.md describes.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Set a workspace's task-max-async across the fleet. A front started
-    /// later with --max-async-tasks sets it again: the last setting wins.
-    SetMaxAsync {
-        /// The fleet's database. Default: $ASYNCTASK_DATABASE_URL. Never logged.
-        #[arg(long, value_name = "URL")]
-        database: Option<String>,
-        /// The workspace (a front's `workspace` in its config, else its project's path).
-        #[arg(value_parser = asynctask_cli::front::fleet_workspace)]
-        workspace: String,
-        /// How many of its tasks run at once: 1-100, or `unlimited`.
-        #[arg(value_name = "N|unlimited", allow_negative_numbers = true, value_parser = asynctask_cli::front::fleet_max_async)]
-        max: MaxAsyncTasks,
-        /// Set it even for a workspace the fleet has never seen (else refused: a likely typo).
-        #[arg(long)]
-        create: bool,
-    },
-    /// Print a task's whole output as the fleet stores it (its last MiB),
-    /// when its result was cut.
-    Output {
-        /// The fleet's database (a postgresql:// URL or key=value string).
-        /// Default: $ASYNCTASK_DATABASE_URL. Never logged.
-        #[arg(long, value_name = "URL")]
-        database: Option<String>,
-        /// The task's id.
-        id: String,
     },
 }
 
@@ -633,6 +605,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Worker {
             place,
             database,
+            workspaces,
             capacity,
             name,
             lease_seconds,
@@ -640,6 +613,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         } => {
             let mut options = asynctask_cli::worker::WorkerOptions::new();
             options.database = database;
+            options.workspaces = workspaces;
             options.config = place.config;
             options.project = place.project;
             options.capacity = capacity;
@@ -658,37 +632,7 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             asynctask_cli::worker::worker(&options, shutdown).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Fleet {
-            command: FleetCommand::Status { database, json },
-        } => {
-            let status = asynctask_cli::front::fleet_status(database.as_deref(), json).await?;
-            out(status.trim_end())?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Fleet {
-            command:
-                FleetCommand::SetMaxAsync {
-                    database,
-                    workspace,
-                    max,
-                    create,
-                },
-        } => {
-            use asynctask_cli::front::fleet_set_max_async;
-            out(&fleet_set_max_async(database.as_deref(), &workspace, max, create).await?)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Fleet {
-            command: FleetCommand::Output { database, id },
-        } => {
-            let text = asynctask_cli::front::fleet_output(database.as_deref(), &id).await?;
-            let mut stdout = std::io::stdout().lock();
-            stdout
-                .write_all(text.as_bytes())
-                .and_then(|()| stdout.flush())
-                .map_err(CliError::ClosedStdout)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Fleet { command } => fleet_command::run(command).await,
         Command::Supervisor { command } => match command {
             SupervisorCommand::Run { serve } => {
                 supervisor_run(&serve.options()).await?;

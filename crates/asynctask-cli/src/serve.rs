@@ -167,8 +167,12 @@ pub struct CliSettings {
     /// database (as with `--database`). Never shown: it may hold a password.
     pub database: Option<String>,
     /// `workspace = "…"`: the fleet workspace a front's tasks belong to
-    /// (default: the project's absolute path).
+    /// (default: `user@host:/project/path`, see
+    /// [`default_workspace`](crate::front::default_workspace)).
     pub workspace: Option<String>,
+    /// `workspaces = ["…"]`: the fleet workspaces `asynctask worker` serves
+    /// (unless `--workspace` names them).
+    pub workspaces: Vec<String>,
 }
 
 impl std::fmt::Debug for CliSettings {
@@ -177,17 +181,19 @@ impl std::fmt::Debug for CliSettings {
             .field("durable", &self.durable)
             .field("database", &self.database.as_ref().map(|_| "(hidden)"))
             .field("workspace", &self.workspace)
+            .field("workspaces", &self.workspaces)
             .finish()
     }
 }
 
 impl ConfigExtension for CliSettings {
-    const KEYS: &'static [&'static str] = &["durable", "database", "workspace"];
+    const KEYS: &'static [&'static str] = &["durable", "database", "workspace", "workspaces"];
 
     fn read<'de, D: Deserializer<'de>>(&mut self, key: &str, value: D) -> Result<(), D::Error> {
         match key {
             "database" => self.database = Some(String::deserialize(value)?),
             "workspace" => self.workspace = Some(String::deserialize(value)?),
+            "workspaces" => self.workspaces = Vec::<String>::deserialize(value)?,
             _ => self.durable = bool::deserialize(value)?,
         }
         Ok(())

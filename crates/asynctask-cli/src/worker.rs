@@ -8,7 +8,7 @@ use std::time::Duration;
 use asynctask_fleet::{DatabaseConfig, Worker, WorkerSpec};
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::{Workspace, load_runner};
+use crate::serve::{Workspace, load_config, runner_of};
 use crate::{CliError, DATABASE_URL_ENV};
 
 /// What `asynctask worker` is given.
@@ -22,6 +22,9 @@ pub struct WorkerOptions {
     /// The project the subagents work in (`--project`; default the working
     /// directory).
     pub project: Option<PathBuf>,
+    /// The workspaces it serves (`--workspace`, repeatable); empty: the
+    /// config's `workspaces`. It refuses to start naming none.
+    pub workspaces: Vec<String>,
     /// How many tasks run here at once.
     pub capacity: u32,
     /// The worker's name; `None`: the host name.
@@ -39,6 +42,7 @@ impl Default for WorkerOptions {
             database: None,
             config: None,
             project: None,
+            workspaces: Vec::new(),
             capacity: 1,
             name: None,
             lease: asynctask_fleet::DEFAULT_LEASE,
@@ -88,30 +92,45 @@ pub fn host_name() -> String {
 ///
 /// # Errors
 ///
-/// [`CliError`] for a bad config or URL, a config without subagents, or a
-/// fleet error that retrying cannot mend (a newer schema).
+/// [`CliError`] for a bad config or URL, a config without subagents, no
+/// workspace named ([`asynctask_fleet::FleetError::NoWorkspaces`]), or a
+/// fleet error that retrying cannot mend (no schema, an older or a newer
+/// one).
 pub async fn worker(options: &WorkerOptions, shutdown: CancellationToken) -> Result<(), CliError> {
     let database = database_config(options.database.as_deref())?;
     let workspace = Workspace::find(options.config.as_deref(), options.project.as_deref())?;
-    let runner = load_runner(&workspace.config.path, &workspace.project)?;
+    let (config, settings) = load_config(&workspace.config.path, &workspace.project)?;
+    let runner = runner_of(config);
     let subagents = runner.subagent_names();
     if subagents.is_empty() {
         return Err(CliError::NoSubagents);
     }
+    let name = options.name.clone().unwrap_or_else(host_name);
+    let workspaces = if options.workspaces.is_empty() {
+        settings.workspaces
+    } else {
+        options.workspaces.clone()
+    };
+    if workspaces.is_empty() {
+        return Err(CliError::Fleet(asynctask_fleet::FleetError::NoWorkspaces {
+            name,
+        }));
+    }
     // The first task's reaper waits ready, as every later one does.
     runner.warm_up();
-    let name = options.name.clone().unwrap_or_else(host_name);
     tracing::info!(
-        "asynctask {} worker {name} (pid {}): config {}, project {}",
+        "asynctask {} worker {name} (pid {}): config {}, project {}, workspaces {}",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         workspace.config.path.display(),
-        workspace.project.display()
+        workspace.project.display(),
+        workspaces.join(", ")
     );
     // What the fronts show the model: the entries `asynctask mcp` shows for
     // these subagents.
     let catalog = asynctask_tools::SubagentRunner::catalog(&runner).unwrap_or_default();
     let spec = WorkerSpec::new(name, subagents)
+        .with_workspaces(workspaces)
         .with_catalog(catalog)
         .with_capacity(options.capacity)
         .with_lease(options.lease);

@@ -40,6 +40,7 @@ fn main() {
 
 async fn bench() {
     let db = TestDatabase::create("bench_prune").await;
+    Fleet::migrate(db.config()).await.unwrap();
     let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .unwrap();

@@ -48,12 +48,48 @@ pub enum FleetError {
         /// The newest version this crate knows ([`SCHEMA_VERSION`](crate::SCHEMA_VERSION)).
         supported: i32,
     },
+    /// The database holds no fleet schema: its owner has not run
+    /// `asynctask fleet migrate` ([`Fleet::migrate`](crate::Fleet::migrate)) yet.
+    #[error(
+        "the fleet's database has no asynctask schema on this role's search_path: run \
+         `asynctask fleet migrate` on it (as the role that owns the schema) first, or put the \
+         fleet's schema on this role's search_path and grant it USAGE"
+    )]
+    NoSchema,
+    /// The database holds an older fleet schema than this asynctask needs:
+    /// its owner runs `asynctask fleet migrate` to bring it up. Nothing was
+    /// changed.
+    #[error(
+        "the fleet's database has schema version {found}, older than the version {supported} \
+         this asynctask needs: run `asynctask fleet migrate` on it (as the role that owns the \
+         schema)"
+    )]
+    OlderSchema {
+        /// The database's schema version.
+        found: i32,
+        /// The version this crate needs ([`SCHEMA_VERSION`](crate::SCHEMA_VERSION)).
+        supported: i32,
+    },
+    /// A migration cannot make the schema where the connection points.
+    #[error("the fleet's schema cannot be made here: {0}")]
+    UnusableSchema(String),
     /// A task with this id already exists.
     #[error("a task with id '{0}' already exists")]
     DuplicateId(String),
     /// A task's id, workspace, subagent or a worker's name is empty.
     #[error("{0} must not be empty")]
     Empty(&'static str),
+    /// A worker names no workspace: it would serve none (a worker claims
+    /// only the tasks of the workspaces it names).
+    #[error(
+        "worker {name} names no workspace: name each workspace it serves (`asynctask worker \
+         --workspace NAME`, or `workspaces = [...]` in its config); it runs their tasks in its \
+         checkout, with its secrets"
+    )]
+    NoWorkspaces {
+        /// The worker's name.
+        name: String,
+    },
     /// A worker's capacity or lease is out of range.
     #[error("invalid worker: {0}")]
     InvalidWorker(&'static str),

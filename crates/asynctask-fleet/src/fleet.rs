@@ -99,14 +99,18 @@ pub(crate) const TASK_COLUMNS: &str = "t.id, t.subagent_name, t.goal_prompt, t.s
 
 impl Fleet {
     /// Connects to the database `url` names (a `postgresql://` URL or a
-    /// `key=value` string), migrates its schema to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
-    /// and returns the handle. Must be called inside a tokio runtime.
+    /// `key=value` string), checks that its schema is of
+    /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION), and returns the handle.
+    /// It never changes the schema ([`migrate`](Self::migrate) does), so a
+    /// role with only the rights to read and write the fleet's tables and
+    /// run its functions may connect. Must be called inside a tokio runtime.
     ///
     /// # Errors
     ///
     /// [`FleetError::BadUrl`], [`FleetError::Connect`],
-    /// [`FleetError::NewerSchema`] (the database is left untouched), or
-    /// [`FleetError::Database`] when the migration fails.
+    /// [`FleetError::NoSchema`], [`FleetError::OlderSchema`] (run
+    /// [`migrate`](Self::migrate)), [`FleetError::NewerSchema`], or
+    /// [`FleetError::Database`].
     pub async fn connect_url(url: &str, options: FleetOptions) -> Result<Fleet, FleetError> {
         Fleet::connect(DatabaseConfig::parse(url)?, options).await
     }
@@ -120,7 +124,7 @@ impl Fleet {
         config: impl Into<DatabaseConfig>,
         options: FleetOptions,
     ) -> Result<Fleet, FleetError> {
-        let (mut client, connection) = config.into().connect().await?;
+        let (client, connection) = config.into().connect().await?;
         let driver = tokio::spawn(async move {
             if let Err(err) = connection.await {
                 tracing::warn!(error = %err, "the connection to the fleet's database ended");
@@ -131,7 +135,7 @@ impl Fleet {
             .unwrap_or(crate::connection::IDLE_IN_TRANSACTION_TIMEOUT);
         let ready = async {
             crate::connection::session_settings(&client, idle).await?;
-            schema::migrate(&mut client).await
+            schema::check(&client).await
         };
         if let Err(err) = ready.await {
             driver.abort();
@@ -142,6 +146,41 @@ impl Fleet {
             driver,
             clock: options.clock,
         })
+    }
+
+    /// Brings the database's schema to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
+    /// (creates it in an empty database), in one transaction: what
+    /// `asynctask fleet migrate` runs. Returns the version found before (0:
+    /// none). Run it as the role that owns the fleet's schema: it creates
+    /// and alters tables and functions, in the connection's current schema
+    /// (the first of its `search_path` that exists). Two migrations at once
+    /// take turns; the second finds the work done.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::BadUrl`], [`FleetError::Connect`],
+    /// [`FleetError::NewerSchema`] (the database is left untouched),
+    /// [`FleetError::UnusableSchema`], or [`FleetError::Database`] when the
+    /// migration fails (rolled back: nothing changed).
+    pub async fn migrate(config: impl Into<DatabaseConfig>) -> Result<i32, FleetError> {
+        let (mut client, connection) = config.into().connect().await?;
+        let driver = tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::warn!(error = %err, "the connection to the fleet's database ended");
+            }
+        });
+        let migrated = async {
+            crate::connection::session_settings(
+                &client,
+                crate::connection::IDLE_IN_TRANSACTION_TIMEOUT,
+            )
+            .await?;
+            schema::migrate(&mut client).await
+        }
+        .await;
+        drop(client);
+        let _ = driver.await;
+        migrated
     }
 
     /// Whether the connection has ended (the server went away): the handle
@@ -284,14 +323,17 @@ impl Fleet {
         rows.iter().map(task_from_row).collect()
     }
 
-    /// Registers a worker; its lease starts now.
+    /// Registers a worker; its lease starts now. It claims only the tasks
+    /// of the workspaces it names.
     ///
     /// # Errors
     ///
-    /// [`FleetError::Empty`] for an empty name, [`FleetError::InvalidWorker`]
-    /// for a capacity of 0 or a lease under 1 ms, [`FleetError::Database`].
+    /// [`FleetError::Empty`] for an empty name or workspace,
+    /// [`FleetError::NoWorkspaces`] when it names no workspace,
+    /// [`FleetError::InvalidWorker`] for a capacity of 0 or a lease under
+    /// 1 ms, [`FleetError::Database`].
     pub async fn register_worker(&self, spec: &WorkerSpec) -> Result<WorkerLease, FleetError> {
-        non_empty(&spec.name, "a worker's name")?;
+        check_worker(spec)?;
         let capacity = i32::try_from(spec.capacity)
             .ok()
             .filter(|c| *c >= 1)
@@ -310,8 +352,9 @@ impl Fleet {
             .client
             .query_one(
                 "INSERT INTO asynctask_workers
-                    (name, capacity, subagents, lease_ms, registered_at, lease_expires_at, catalog)
-                 VALUES ($1, $2, $3, $4::bigint, $5::bigint, $5::bigint + $4::bigint, $6)
+                    (name, capacity, subagents, lease_ms, registered_at, lease_expires_at, catalog,
+                     workspaces)
+                 VALUES ($1, $2, $3, $4::bigint, $5::bigint, $5::bigint + $4::bigint, $6, $7)
                  RETURNING id, lease_expires_at",
                 &[
                     &spec.name,
@@ -320,11 +363,13 @@ impl Fleet {
                     &lease,
                     &now,
                     &catalog,
+                    &spec.workspaces,
                 ],
             )
             .await
             .map_err(FleetError::db("registering a worker"))?;
-        tracing::info!(worker = %spec.name, capacity, lease_ms = lease, "worker registered");
+        tracing::info!(worker = %spec.name, capacity, lease_ms = lease,
+            workspaces = ?spec.workspaces, "worker registered");
         Ok(WorkerLease {
             worker_id: row.get(0),
             name: spec.name.clone(),
@@ -691,6 +736,20 @@ pub(crate) async fn self_now(
             .map(|row| row.get(0))
             .map_err(FleetError::db("reading the database's clock")),
     }
+}
+
+/// What a worker's registration needs beyond the database: a name, and
+/// at least one workspace, none blank.
+pub(crate) fn check_worker(spec: &WorkerSpec) -> Result<(), FleetError> {
+    non_empty(&spec.name, "a worker's name")?;
+    if spec.workspaces.is_empty() {
+        return Err(FleetError::NoWorkspaces {
+            name: spec.name.clone(),
+        });
+    }
+    spec.workspaces
+        .iter()
+        .try_for_each(|workspace| non_empty(workspace, "a worker's workspace"))
 }
 
 pub(crate) fn non_empty(value: &str, what: &'static str) -> Result<(), FleetError> {

@@ -85,13 +85,33 @@ impl Fleet {
     ///
     /// [`FleetError::Database`].
     pub async fn catalog(&self) -> Result<Vec<SubagentInfo>, FleetError> {
+        self.catalog_of(None).await
+    }
+
+    /// The catalog of one workspace: as [`catalog`](Self::catalog), of the
+    /// live workers that serve `workspace` only (what a front of it may
+    /// launch).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Database`].
+    pub async fn workspace_catalog(
+        &self,
+        workspace: &str,
+    ) -> Result<Vec<SubagentInfo>, FleetError> {
+        self.catalog_of(Some(workspace)).await
+    }
+
+    async fn catalog_of(&self, workspace: Option<&str>) -> Result<Vec<SubagentInfo>, FleetError> {
         let now = self.now(&self.client).await?;
         let rows = self
             .client
             .query(
                 "SELECT catalog FROM asynctask_workers
-                 WHERE state = 'live' AND lease_expires_at > $1 ORDER BY id",
-                &[&now],
+                 WHERE state = 'live' AND lease_expires_at > $1
+                   AND ($2::text IS NULL OR $2::text = ANY (workspaces))
+                 ORDER BY id",
+                &[&now, &workspace],
             )
             .await
             .map_err(FleetError::db("reading the catalog"))?;

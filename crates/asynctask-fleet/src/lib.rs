@@ -4,11 +4,11 @@
 //! [`submit`](Fleet::submit) tasks to a workspace and take results with
 //! [`claim_results`](Fleet::claim_results), held until the [`ResultClaim`] is
 //! acknowledged. Workers [`register_worker`](Fleet::register_worker) and [`claim`](Fleet::claim)
-//! queued tasks (`FOR UPDATE SKIP LOCKED`) under a lease renewed by
+//! queued tasks of the workspaces they name (`FOR UPDATE SKIP LOCKED`) under a lease renewed by
 //! [`heartbeat`](Fleet::heartbeat); each claim's fencing token only grows, and
 //! a write with a stale one is refused ([`FleetError::Fenced`]).
-//! [`reap_expired`](Fleet::reap_expired) fails a lost worker's tasks once. The
-//! schema is versioned ([`SCHEMA_VERSION`]); a newer one is refused untouched.
+//! [`reap_expired`](Fleet::reap_expired) fails a lost worker's tasks once. Only [`Fleet::migrate`]
+//! makes or upgrades the schema ([`SCHEMA_VERSION`]); connections refuse any other version.
 //!
 //! A [`Worker`] is a machine's loop: it claims what its capacity allows, runs
 //! each task through a `SubagentRunner`, writes each end with its token, and
@@ -24,11 +24,11 @@
 //! use asynctask_fleet::{Fleet, FleetOptions, NewTask, WorkerSpec};
 //! use asynctask_model::{OutputObject, TerminateReason};
 //! # async fn demo() -> Result<(), asynctask_fleet::FleetError> {
-//! let url = "postgresql://asynctask@db.internal/asynctask";
+//! let url = "postgresql://asynctask@db.internal/asynctask"; // after `asynctask fleet migrate`
 //! let mut front = Fleet::connect_url(url, FleetOptions::new()).await?;
 //! front.submit(NewTask::new("7f3a09c1", "my-project", "tester", "run the suite")).await?;
 //! let mut worker = Fleet::connect_url(url, FleetOptions::new()).await?;
-//! let lease = worker.register_worker(&WorkerSpec::new("build-1", ["tester"]).with_capacity(4)).await?;
+//! let lease = worker.register_worker(&WorkerSpec::new("build-1", ["tester"]).with_workspaces(["my-project"])).await?;
 //! for task in worker.claim(&lease, 4).await? {
 //!     worker.complete(&task, &OutputObject::new(TerminateReason::Goal)).await?;
 //! }

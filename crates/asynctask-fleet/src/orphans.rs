@@ -119,6 +119,7 @@ mod tests {
     #[tokio::test]
     async fn an_unreadable_launch_is_failed_only_while_the_claim_s_lease_holds() {
         let db = TestDatabase::create("unreadable_fence").await;
+        Fleet::migrate(db.config()).await.expect("migrated");
         let clock = ManualClock::new(1_000);
         let options = FleetOptions::new().clock(Arc::new(clock.clone()));
         let mut fleet = Fleet::connect(db.config(), options)
@@ -128,7 +129,9 @@ mod tests {
             .submit(NewTask::new("t1", "ws", "a", "go"))
             .await
             .expect("submitted");
-        let spec = WorkerSpec::new("w", ["a"]).with_lease(Duration::from_secs(1));
+        let spec = WorkerSpec::new("w", ["a"])
+            .with_workspaces(["ws", "ws2"])
+            .with_lease(Duration::from_secs(1));
         let lease = fleet.register_worker(&spec).await.expect("registered");
         let task = fleet
             .claim(&lease, 1)

@@ -135,8 +135,9 @@ struct Link {
 }
 
 impl FleetFront {
-    /// Connects to the fleet (migrating its schema), registers a front of
-    /// `workspace` named `name`, and reads the live catalog.
+    /// Connects to the fleet (its schema checked, never changed), registers a front of
+    /// `workspace` named `name`, and reads the live catalog (of the
+    /// workers serving `workspace`).
     ///
     /// # Errors
     ///
@@ -152,7 +153,7 @@ impl FleetFront {
         let front = fleet
             .register_front(workspace, name, DEFAULT_FRONT_LEASE)
             .await?;
-        let catalog = fleet.catalog().await?;
+        let catalog = fleet.workspace_catalog(workspace).await?;
         let (marks, marks_rx) = mpsc::unbounded_channel();
         tracing::info!(
             workspace,
@@ -333,11 +334,12 @@ impl FleetFront {
     /// notifications).
     async fn tick(&self) {
         self.shared.renew().await;
+        let workspace = &self.shared.workspace;
         let catalog = self
             .shared
             .on_fleet(async |fleet, _| {
                 fleet.reap_expired().await?;
-                fleet.catalog().await
+                fleet.workspace_catalog(workspace).await
             })
             .await;
         match catalog {

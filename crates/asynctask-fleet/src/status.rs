@@ -43,6 +43,8 @@ pub struct WorkerStatus {
     pub lease_expires_at: u64,
     /// The subagents it serves.
     pub subagents: Vec<String>,
+    /// The workspaces it serves.
+    pub workspaces: Vec<String>,
 }
 
 /// One workspace's queue.
@@ -127,7 +129,8 @@ impl Fleet {
             .query(
                 "SELECT w.id, w.name, w.state, w.capacity, w.lease_expires_at, w.subagents,
                     (SELECT count(*) FROM asynctask_tasks t
-                     WHERE t.worker_id = w.id AND t.status = 'running')
+                     WHERE t.worker_id = w.id AND t.status = 'running'),
+                    w.workspaces
                  FROM asynctask_workers w
                  WHERE w.state = 'live' OR w.lease_expires_at > $1::bigint - $2::bigint
                  ORDER BY w.id",
@@ -185,6 +188,7 @@ impl Fleet {
                         lease_expires_at: from_db(lease),
                         subagents: row.get(5),
                         running: row.get(6),
+                        workspaces: row.get(7),
                     }
                 })
                 .collect(),
@@ -247,6 +251,7 @@ impl FleetStatus {
                     "running": w.running,
                     "lease_expires_at_ms": w.lease_expires_at,
                     "subagents": w.subagents,
+                    "workspaces": w.workspaces,
                 })
             })
             .collect();
@@ -310,13 +315,14 @@ impl fmt::Display for FleetStatus {
             };
             writeln!(
                 f,
-                "  {} (#{}) {}: {}/{} running, {lease}; serves {}",
+                "  {} (#{}) {}: {}/{} running, {lease}; serves {} in {}",
                 worker.name,
                 worker.id,
                 worker.state,
                 worker.running,
                 worker.capacity,
-                worker.subagents.join(", ")
+                worker.subagents.join(", "),
+                worker.workspaces.join(", ")
             )?;
         }
         writeln!(f, "\nworkspaces: {}", self.workspaces.len())?;

@@ -172,6 +172,11 @@ pub struct WorkerSpec {
     pub capacity: u32,
     /// The subagents it serves: it is given only their tasks.
     pub subagents: Vec<String>,
+    /// The workspaces it serves: it is given only their tasks, and it
+    /// registers only if it names at least one. A task runs in the
+    /// worker's checkout with the worker's secrets, so a worker serves only
+    /// the workspaces whose people it trusts with them.
+    pub workspaces: Vec<String>,
     /// What the model is told of them (name and description), published
     /// with the registration: the fleet's catalog is the union of the live
     /// workers' ([`Fleet::catalog`](crate::Fleet::catalog)). A subagent
@@ -183,7 +188,9 @@ pub struct WorkerSpec {
 
 impl WorkerSpec {
     /// A worker named `name` serving `subagents`, with capacity 1 and a
-    /// lease of [`DEFAULT_LEASE`].
+    /// lease of [`DEFAULT_LEASE`], in no workspace yet: name them with
+    /// [`with_workspaces`](Self::with_workspaces) (a worker serving none is
+    /// refused at registration).
     #[must_use]
     pub fn new(
         name: impl Into<String>,
@@ -193,6 +200,7 @@ impl WorkerSpec {
             name: name.into(),
             capacity: 1,
             subagents: subagents.into_iter().map(Into::into).collect(),
+            workspaces: Vec::new(),
             catalog: Vec::new(),
             lease: DEFAULT_LEASE,
         }
@@ -232,6 +240,23 @@ impl WorkerSpec {
                     .with_messages(known.is_some_and(|info| info.accepts_messages))
             })
             .collect()
+    }
+
+    /// Sets the workspaces it serves (it claims only their tasks).
+    ///
+    /// ```
+    /// use asynctask_fleet::WorkerSpec;
+    ///
+    /// let spec = WorkerSpec::new("build-1", ["tester"]).with_workspaces(["team-a", "team-b"]);
+    /// assert_eq!(spec.workspaces, ["team-a", "team-b"]);
+    /// ```
+    #[must_use]
+    pub fn with_workspaces(
+        mut self,
+        workspaces: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.workspaces = workspaces.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Sets how many tasks it runs at once.

@@ -176,14 +176,17 @@ impl Worker {
     /// # Errors
     ///
     /// Only what retrying cannot mend: an invalid [`WorkerSpec`]
-    /// ([`FleetError::Empty`], [`FleetError::InvalidWorker`]) or a database
-    /// with a newer schema ([`FleetError::NewerSchema`]). An unreachable
-    /// database is retried, with backoff, until shutdown.
+    /// ([`FleetError::NoWorkspaces`] before anything else is done,
+    /// [`FleetError::Empty`], [`FleetError::InvalidWorker`]) or a database
+    /// without the schema of this version ([`FleetError::NoSchema`],
+    /// [`FleetError::OlderSchema`], [`FleetError::NewerSchema`]). An
+    /// unreachable database is retried, with backoff, until shutdown.
     ///
     /// # Cancel safety
     ///
     /// Not cancel-safe: cancel `shutdown` instead, and await the end.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), FleetError> {
+        crate::fleet::check_worker(&self.spec)?;
         let pruning = self.retention.map(|retain| {
             let stop = shutdown.child_token();
             let task = tokio::spawn(crate::retention::prune_periodically(

@@ -150,6 +150,19 @@ fn check(pre: &Model, op: &Op, outcome: &Outcome, post: &Model, history: &mut Hi
         (Op::Claim { worker, max }, Outcome::Claimed(claimed)) => {
             check_claims(pre, *worker, *max, claimed, post);
         }
+        (Op::Register { workspaces, .. }, Outcome::NoWorkspaces) => {
+            assert_eq!(
+                *workspaces, 0,
+                "only a worker naming no workspace is refused"
+            );
+            assert_eq!(pre, post, "a refused registration changes nothing");
+        }
+        (Op::Register { workspaces, .. }, Outcome::Lease(_)) => {
+            assert_ne!(
+                *workspaces, 0,
+                "a worker naming no workspace never registers"
+            );
+        }
         (Op::Claim { worker, .. }, Outcome::Lost) => {
             let w = worker.of(pre.workers.len()).expect("a worker");
             assert!(
@@ -315,11 +328,16 @@ fn check_claims(pre: &Model, worker: Pick, max: usize, claimed: &[(String, i64)]
             state.workers[w].subagents.contains(&task.subagent),
             "a subagent it serves"
         );
+        assert!(
+            state.workers[w].workspaces.contains(&task.workspace),
+            "{id} of a workspace its worker does not serve"
+        );
         assert!(!state.full(task.workspace), "a workspace under its limit");
         // FIFO: every older queued task it serves is in a full workspace.
         for older in &state.tasks[..t] {
             if older.status == Status::Queued
                 && state.workers[w].subagents.contains(&older.subagent)
+                && state.workers[w].workspaces.contains(&older.workspace)
             {
                 assert!(
                     state.full(older.workspace),
@@ -339,6 +357,7 @@ fn check_claims(pre: &Model, worker: Pick, max: usize, claimed: &[(String, i64)]
         let eligible = state.tasks.iter().any(|t| {
             t.status == Status::Queued
                 && state.workers[w].subagents.contains(&t.subagent)
+                && state.workers[w].workspaces.contains(&t.workspace)
                 && !state.full(t.workspace)
         });
         assert!(!(room && eligible), "a claim left an eligible task behind");
@@ -441,6 +460,7 @@ fn drain(model: &mut Model, history: &mut History) {
             name: 0,
             capacity: 1_000,
             subagents: 0b11,
+            workspaces: 0b11,
             lease_ms: 1_000,
         },
     ];
@@ -492,10 +512,11 @@ proptest! {
     }
 }
 
-/// The checks above can fail: a model that let a stale token write, or
-/// claimed past a workspace's limit, is caught.
+/// The checks above can fail: a model that let a stale token write,
+/// claimed past a workspace's limit, or claimed a task of a workspace its
+/// worker does not serve, is caught.
 #[test]
-fn the_invariants_catch_a_stale_write_and_a_claim_past_the_limit() {
+fn the_invariants_catch_a_stale_write_a_claim_past_the_limit_and_one_outside_the_workspaces() {
     let mut model = Model::new();
     let mut history = History::default();
     for op in [
@@ -519,6 +540,7 @@ fn the_invariants_catch_a_stale_write_and_a_claim_past_the_limit() {
             name: 0,
             capacity: 2,
             subagents: 0b01,
+            workspaces: 0b01,
             lease_ms: 1_000,
         },
         Op::Claim {
@@ -546,6 +568,55 @@ fn the_invariants_catch_a_stale_write_and_a_claim_past_the_limit() {
         check(&pre, &op, &answer, &bad, &mut History::default());
     });
     assert!(caught.is_err(), "a claim past the limit is caught");
+
+    // A claim of a task of a workspace the worker does not serve.
+    let mut elsewhere = Model::new();
+    for op in [
+        Op::Submit {
+            workspace: 1,
+            subagent: 0,
+            front: None,
+            duplicate: None,
+        },
+        Op::Register {
+            name: 0,
+            capacity: 1,
+            subagents: 0b01,
+            workspaces: 0b01,
+            lease_ms: 1_000,
+        },
+    ] {
+        step(&mut elsewhere, &mut History::default(), &op);
+    }
+    let claim = Op::Claim {
+        worker: Pick(0),
+        max: 1,
+    };
+    let pre_elsewhere = elsewhere.clone();
+    assert_eq!(
+        step(&mut elsewhere, &mut History::default(), &claim),
+        Outcome::Claimed(Vec::new()),
+        "the model claims nothing outside the worker's workspaces"
+    );
+    let mut bad = pre_elsewhere.clone();
+    bad.tasks[0].status = Status::Running;
+    bad.tasks[0].worker = Some(0);
+    bad.tasks[0].fence = Some(1);
+    bad.claims.push(Claim { task: 0, fence: 1 });
+    let answer = Outcome::Claimed(vec![("t0".to_owned(), 1)]);
+    let caught = std::panic::catch_unwind(|| {
+        check(
+            &pre_elsewhere,
+            &claim,
+            &answer,
+            &bad,
+            &mut History::default(),
+        );
+    });
+    assert!(
+        caught.is_err(),
+        "a claim outside the worker's workspaces is caught"
+    );
 
     // A write under a stale token that changed the task.
     let mut bad = model.clone();

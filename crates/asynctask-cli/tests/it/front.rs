@@ -61,11 +61,28 @@ fn command(db: &TestDatabase, dir: &Path, log: &Path) -> tokio::process::Command
     command
 }
 
+/// The workspace of a front in `dir` whose config names none.
+fn default_workspace(dir: &Path) -> String {
+    asynctask_cli::front::workspace_name(None, dir)
+}
+
+/// The workspaces the workers of these tests serve: the default one of a
+/// front in `dir`, and `team`.
+fn workspace_args(dir: &Path) -> [String; 4] {
+    [
+        "--workspace".to_owned(),
+        default_workspace(dir),
+        "--workspace".to_owned(),
+        "team".to_owned(),
+    ]
+}
+
 /// `asynctask worker` serving `echo` and `slow`.
 fn start_worker(db: &TestDatabase, dir: &Path) -> Started {
     let log = dir.join("worker.log");
     let child = command(db, dir, &log)
         .args(["worker", "--config", "worker.toml", "--name", "w1"])
+        .args(workspace_args(dir))
         .args(["--capacity", "4", "--lease-seconds", "3"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -172,7 +189,7 @@ pub(super) async fn collect_results(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
-    let db = TestDatabase::create("cli_front").await;
+    let db = super::fleet_database("cli_front").await;
     let dir = temp_dir("front");
     let pids = dir.path().join("pids");
     std::fs::create_dir(&pids).expect("made");
@@ -229,7 +246,10 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         "{text}"
     );
     assert!(
-        text.contains("; serves big, echo, slow\n\nworkspaces: 0\n"),
+        text.contains(&format!(
+            "; serves big, echo, slow in {}, team\n\nworkspaces: 0\n",
+            default_workspace(dir.path())
+        )),
         "{text}"
     );
 
@@ -331,7 +351,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
         DEADLINE,
         || async {
             let tasks = fleet
-                .tasks(&dir.path().display().to_string())
+                .tasks(&default_workspace(dir.path()))
                 .await
                 .expect("reads");
             tasks.len() == 10 && tasks.iter().all(|t| t.info.notified_at.is_some())
@@ -339,7 +359,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
     )
     .await;
     let tasks = fleet
-        .tasks(&dir.path().display().to_string())
+        .tasks(&default_workspace(dir.path()))
         .await
         .expect("reads");
     let sync_id = tasks[9].info.id.clone();
@@ -392,7 +412,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
     let peek = call(&client, "check_async_tasks", json!({})).await;
     assert_eq!(texts(&peek).len(), 1, "{:?}", texts(&peek));
     let cancelled = fleet
-        .request_cancel(&dir.path().display().to_string(), &slow)
+        .request_cancel(&default_workspace(dir.path()), &slow)
         .await
         .expect("asks");
     assert_eq!(cancelled, asynctask_fleet::CancelRequest::Requested);
@@ -464,7 +484,7 @@ async fn a_front_runs_its_tasks_on_a_worker_and_delivers_each_result_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steering_messages_reach_a_worker_s_subagent_in_order_even_sent_while_queued() {
-    let db = TestDatabase::create("cli_steer").await;
+    let db = super::fleet_database("cli_steer").await;
     let dir = temp_dir("steer");
     let pids = dir.path().join("pids");
     std::fs::create_dir(&pids).expect("made");
@@ -496,6 +516,7 @@ async fn steering_messages_reach_a_worker_s_subagent_in_order_even_sent_while_qu
     let mut worker = Started {
         child: command(&db, dir.path(), &log)
             .args(["worker", "--config", "worker.toml", "--name", "w1"])
+            .args(workspace_args(dir.path()))
             .args(["--capacity", "1", "--lease-seconds", "3"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -602,7 +623,7 @@ async fn steering_messages_reach_a_worker_s_subagent_in_order_even_sent_while_qu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_s_subagent_asks_the_front_s_session_and_gets_its_answer() {
-    let db = TestDatabase::create("cli_ask").await;
+    let db = super::fleet_database("cli_ask").await;
     let dir = temp_dir("ask");
     // `asker` asks through its FIFO and prints the answer line it reads.
     let script = dir.path().join("ask.sh");
@@ -685,7 +706,7 @@ async fn a_worker_s_subagent_asks_the_front_s_session_and_gets_its_answer() {
     )
     .await;
     let doomed = launched_id(&texts(&launched)[0]);
-    let workspace = dir.path().display().to_string();
+    let workspace = default_workspace(dir.path());
     eventually_with(
         "the second question waits in the database",
         DEADLINE,
@@ -740,7 +761,7 @@ fn fleet_status_without_a_database_says_how_to_name_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fleet() {
-    let db = TestDatabase::create("cli_front_max").await;
+    let db = super::fleet_database("cli_front_max").await;
     let dir = temp_dir("front-max");
     let url = db
         .connection_string()
@@ -774,6 +795,15 @@ async fn a_front_given_max_async_tasks_sets_its_workspace_s_limit_across_the_fle
     assert_eq!(limit().await, None);
     client.cancel().await.expect("closed");
     front.exits_cleanly().await;
+    // No worker serves `team`: the front's log says how one would.
+    assert!(
+        front.log().contains(
+            "no live worker serves this workspace yet: a worker runs only the workspaces it \
+             names (`asynctask worker --workspace NAME`)"
+        ),
+        "{}",
+        front.log()
+    );
     // Given: set for the workspace when the front starts; the last wins.
     for max in ["2", "-1"] {
         let (mut front, client) =
@@ -930,7 +960,7 @@ fn fleet_set_max_async_refuses_bad_input_with_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_past_the_fleet_s_limit_and_queue_is_refused_as_on_one_machine() {
-    let db = TestDatabase::create("cli_front_queue").await;
+    let db = super::fleet_database("cli_front_queue").await;
     let dir = temp_dir("front-queue");
     let url = db
         .connection_string()
@@ -948,6 +978,7 @@ async fn a_launch_past_the_fleet_s_limit_and_queue_is_refused_as_on_one_machine(
     fleet
         .register_worker(
             &asynctask_fleet::WorkerSpec::new("idle", ["echo"])
+                .with_workspaces(["team"])
                 .with_lease(Duration::from_secs(600)),
         )
         .await
@@ -993,7 +1024,7 @@ async fn a_launch_past_the_fleet_s_limit_and_queue_is_refused_as_on_one_machine(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_s_subagent_is_given_the_whole_launch_and_its_variables_reach_the_model() {
-    let db = TestDatabase::create("cli_launch").await;
+    let db = super::fleet_database("cli_launch").await;
     let dir = temp_dir("launch");
     // `show` prints what it was given, and emits one of the two variables
     // its output spec asks for.

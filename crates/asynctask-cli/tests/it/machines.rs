@@ -76,6 +76,7 @@ impl Machines {
             .collect();
         let setup = setup(&hosts);
         let db = TestDatabase::create_in_with(label, &network, setup).await;
+        Fleet::migrate(db.config()).await.expect("migrated");
         let dir = temp_dir(label);
         std::fs::create_dir(dir.path().join("pids")).expect("made");
         let front = Fleet::connect(db.config(), FleetOptions::new())
@@ -159,6 +160,7 @@ impl Machines {
             .command(host, env!("CARGO_BIN_EXE_asynctask"))
             .args(["worker", "--config"])
             .arg(&config_path)
+            .args(["--workspace", "ws", "--workspace", "team"])
             .args(["--name", name, "--capacity", "4", "--lease-seconds"])
             .arg(lease_secs.to_string())
             .current_dir(self.dir.path())

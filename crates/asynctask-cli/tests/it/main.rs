@@ -5,6 +5,7 @@ mod front;
 mod fronts;
 mod machines;
 mod mcp;
+mod roles;
 mod worker;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,29 @@ fn asynctask(args: &[&str]) -> Output {
         .env("RUST_LOG", "warn")
         .output()
         .expect("the binary runs")
+}
+
+/// A fresh database with the fleet's schema, made by `asynctask fleet
+/// migrate` as an administrator runs it (fronts and workers never make it).
+async fn fleet_database(prefix: &str) -> asynctask_test_support::TestDatabase {
+    let db = asynctask_test_support::TestDatabase::create(prefix).await;
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["fleet", "migrate"])
+        .current_dir(std::env::temp_dir())
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("the binary runs");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!(
+            "created the fleet's schema, version {}\n",
+            asynctask_fleet::SCHEMA_VERSION
+        )
+    );
+    db
 }
 
 fn stderr(output: &Output) -> String {
@@ -274,7 +298,7 @@ fn durable_at_the_top_of_the_config_is_the_commands_own_key() {
         stderr(&output),
         format!(
             "asynctask: invalid config {} at line 1, column 1: unknown field `durabel`, expected \
-             one of `subagents`, `roots`, `inline_budget`, `durable`, `database`, `workspace`\n",
+             one of `subagents`, `roots`, `inline_budget`, `durable`, `database`, `workspace`, `workspaces`\n",
             unknown.display()
         )
     );

@@ -22,7 +22,7 @@ struct WorkerProcess {
 
 impl WorkerProcess {
     fn start(db: &TestDatabase, config: &Path, name: &str, lease_secs: u32, log: PathBuf) -> Self {
-        Self::start_with(db, config, name, lease_secs, log, &[])
+        Self::start_with(db, config, name, lease_secs, log, &["--workspace", "ws"])
     }
 
     fn start_with(
@@ -70,7 +70,7 @@ impl Drop for WorkerProcess {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_run_the_fleets_tasks_and_a_killed_ones_task_is_reported_lost_once() {
-    let db = TestDatabase::create("cli_worker").await;
+    let db = super::fleet_database("cli_worker").await;
     let dir = temp_dir("worker");
     let pids = dir.path().join("pids");
     std::fs::create_dir(&pids).expect("made");
@@ -218,7 +218,7 @@ async fn workers_run_the_fleets_tasks_and_a_killed_ones_task_is_reported_lost_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_cut_off_past_its_lease_ends_its_subagents_and_its_late_end_is_refused() {
-    let db = TestDatabase::create("cli_worker_cut").await;
+    let db = super::fleet_database("cli_worker_cut").await;
     let dir = temp_dir("worker-cut");
     let pids = dir.path().join("pids");
     std::fs::create_dir(&pids).expect("made");
@@ -310,7 +310,7 @@ async fn a_worker_cut_off_past_its_lease_ends_its_subagents_and_its_late_end_is_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_deletes_the_tasks_delivered_longer_ago_than_retain_days() {
-    let db = TestDatabase::create("cli_retention").await;
+    let db = super::fleet_database("cli_retention").await;
     let dir = temp_dir("retention");
     let config = dir.path().join("echo.toml");
     std::fs::write(&config, "[subagents.echo]\ncommand = [\"cat\"]\n").expect("written");
@@ -331,7 +331,11 @@ async fn a_worker_deletes_the_tasks_delivered_longer_ago_than_retain_days() {
             .expect("submitted");
     }
     let lease = fleet
-        .register_worker(&asynctask_fleet::WorkerSpec::new("w", ["elsewhere"]).with_capacity(3))
+        .register_worker(
+            &asynctask_fleet::WorkerSpec::new("w", ["elsewhere"])
+                .with_workspaces(["ws"])
+                .with_capacity(3),
+        )
         .await
         .expect("registered");
     for task in fleet.claim(&lease, 3).await.expect("claims") {
@@ -369,7 +373,7 @@ async fn a_worker_deletes_the_tasks_delivered_longer_ago_than_retain_days() {
         "pruner",
         30,
         dir.path().join("pruner.log"),
-        &["--retain-days", "1"],
+        &["--retain-days", "1", "--workspace", "ws"],
     );
     eventually_with(
         "the old task is deleted",
@@ -410,7 +414,7 @@ async fn a_worker_deletes_the_tasks_delivered_longer_ago_than_retain_days() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_a_task_under_the_timeout_its_front_gave_it() {
-    let db = TestDatabase::create("cli_worker_launch").await;
+    let db = super::fleet_database("cli_worker_launch").await;
     let dir = temp_dir("worker_launch");
     let pids = dir.path().join("pids");
     std::fs::create_dir(&pids).expect("made");
@@ -461,4 +465,96 @@ async fn a_worker_runs_a_task_under_the_timeout_its_front_gave_it() {
     let mut worker = worker;
     let status = worker.child.wait().expect("waited");
     assert!(status.success(), "{status:?}: {}", worker.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serves_the_workspaces_it_names_and_refuses_to_start_naming_none() {
+    let db = super::fleet_database("cli_worker_workspaces").await;
+    let dir = temp_dir("worker-workspaces");
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, "[subagents.echo]\ncommand = [\"cat\"]\n").expect("written");
+    // Naming none: refused at start, before it registers, with one line
+    // saying what to do.
+    let refusal = tokio::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["worker", "--config"])
+        .arg(&plain)
+        .args(["--name", "nowhere"])
+        .current_dir(dir.path())
+        .env("ASYNCTASK_DATABASE_URL", db.connection_string())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    // Bounded: a worker that started would serve until stopped.
+    let refused = tokio::time::timeout(Duration::from_secs(30), refusal)
+        .await
+        .expect("refused at once, not served")
+        .expect("runs");
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr),
+        "asynctask: worker nowhere names no workspace: name each workspace it serves \
+         (`asynctask worker --workspace NAME`, or `workspaces = [...]` in its config); it runs \
+         their tasks in its checkout, with its secrets\n"
+    );
+
+    // Named in the config; `--workspace` replaces the config's.
+    let named = dir.path().join("named.toml");
+    std::fs::write(
+        &named,
+        "workspaces = [\"alice@desk:/workspace\", \"team\"]\n\
+         [subagents.echo]\ncommand = [\"cat\"]\n",
+    )
+    .expect("written");
+    let from_config = WorkerProcess::start_with(
+        &db,
+        &named,
+        "from-config",
+        30,
+        dir.path().join("from-config.log"),
+        &[],
+    );
+    let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    let served = |status: &asynctask_fleet::FleetStatus, name: &str| {
+        status
+            .workers
+            .iter()
+            .find(|w| w.name == name && w.state == "live")
+            .map(|w| w.workspaces.clone())
+    };
+    eventually_with("the worker registers", Duration::from_secs(30), || async {
+        !fleet
+            .workspace_catalog("team")
+            .await
+            .expect("reads")
+            .is_empty()
+    })
+    .await;
+    let status = fleet.status().await.expect("reads");
+    assert_eq!(
+        served(&status, "from-config"),
+        Some(vec!["alice@desk:/workspace".to_owned(), "team".to_owned()]),
+        "{}",
+        from_config.log()
+    );
+    // A task of another workspace with the same path waits.
+    for (id, workspace) in [
+        ("bob1", "bob@laptop:/workspace"),
+        ("alice1", "alice@desk:/workspace"),
+    ] {
+        fleet
+            .submit(NewTask::new(id, workspace, "echo", "hi"))
+            .await
+            .expect("submitted");
+    }
+    eventually_with(
+        "alice's task completes",
+        Duration::from_secs(30),
+        || async { status_of(&fleet, "alice1").await == AsyncTaskStatus::Completed },
+    )
+    .await;
+    assert_eq!(status_of(&fleet, "bob1").await, AsyncTaskStatus::Queued);
+    drop(from_config);
 }

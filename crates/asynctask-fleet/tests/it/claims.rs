@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use asynctask_fleet::{Fleet, FleetError, FleetOptions, NewTask, WorkerSpec};
 use asynctask_model::{AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_test_support::{TestDatabase, eventually_with};
+use asynctask_test_support::eventually_with;
 use pretty_assertions::assert_eq;
 use tokio_postgres::NoTls;
 
@@ -16,7 +16,7 @@ const LEASE: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_racing_workers_claim_each_of_200_tasks_exactly_once() {
-    let db = TestDatabase::create("race").await;
+    let db = crate::database("race").await;
     let clock = ManualClock::new(1_000);
     let mut front = connect(&db, &clock).await;
     front
@@ -43,6 +43,7 @@ async fn four_racing_workers_claim_each_of_200_tasks_exactly_once() {
                 .await
                 .expect("connects");
                 let spec = WorkerSpec::new(format!("w{w}"), ["tester"])
+                    .with_workspaces(["ws", "ws1", "ws2"])
                     .with_capacity(3)
                     .with_lease(LEASE);
                 let lease = fleet.register_worker(&spec).await.expect("registered");
@@ -93,7 +94,7 @@ async fn four_racing_workers_claim_each_of_200_tasks_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_workspace_limit_holds_across_racing_workers_and_a_free_slot_starts_the_next() {
-    let db = TestDatabase::create("limit").await;
+    let db = crate::database("limit").await;
     let clock = ManualClock::new(1_000);
     let mut front = connect(&db, &clock).await;
     front
@@ -123,6 +124,7 @@ async fn the_workspace_limit_holds_across_racing_workers_and_a_free_slot_starts_
                 .await
                 .expect("connects");
                 let spec = WorkerSpec::new(format!("w{w}"), ["tester"])
+                    .with_workspaces(["ws", "ws1", "ws2"])
                     .with_capacity(5)
                     .with_lease(LEASE);
                 let lease = fleet.register_worker(&spec).await.expect("registered");
@@ -154,6 +156,7 @@ async fn the_workspace_limit_holds_across_racing_workers_and_a_free_slot_starts_
     fleet.fail(first, "exit status 1").await.expect("current");
     let (mut fleet, _) = held.pop().expect("a worker");
     let spec = WorkerSpec::new("late", ["tester"])
+        .with_workspaces(["ws", "ws1", "ws2"])
         .with_capacity(5)
         .with_lease(LEASE);
     let lease = fleet.register_worker(&spec).await.expect("registered");
@@ -164,7 +167,7 @@ async fn the_workspace_limit_holds_across_racing_workers_and_a_free_slot_starts_
 
 #[tokio::test]
 async fn a_worker_takes_only_its_subagents_up_to_its_capacity_oldest_first() {
-    let db = TestDatabase::create("capacity").await;
+    let db = crate::database("capacity").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -178,6 +181,7 @@ async fn a_worker_takes_only_its_subagents_up_to_its_capacity_oldest_first() {
             .expect("submitted");
     }
     let spec = WorkerSpec::new("w", ["a"])
+        .with_workspaces(["ws", "ws1", "ws2"])
         .with_capacity(2)
         .with_lease(LEASE);
     let lease = fleet.register_worker(&spec).await.expect("registered");
@@ -202,8 +206,61 @@ async fn a_worker_takes_only_its_subagents_up_to_its_capacity_oldest_first() {
 }
 
 #[tokio::test]
+async fn a_worker_never_claims_a_task_of_a_workspace_it_does_not_name() {
+    let db = crate::database("workspaces").await;
+    let clock = ManualClock::new(1_000);
+    let mut fleet = connect(&db, &clock).await;
+    // Two people whose projects have the same path: different workspaces.
+    for (id, workspace) in [
+        ("theirs1", "bob@laptop:/workspace"),
+        ("mine1", "alice@desk:/workspace"),
+        ("theirs2", "bob@laptop:/workspace"),
+        ("mine2", "alice@desk:/workspace"),
+        ("other", "team-b"),
+    ] {
+        fleet
+            .submit(NewTask::new(id, workspace, "a", "go"))
+            .await
+            .expect("submitted");
+    }
+    let spec = WorkerSpec::new("alice-box", ["a"])
+        .with_workspaces(["alice@desk:/workspace", "team-c"])
+        .with_capacity(10)
+        .with_lease(LEASE);
+    let lease = fleet.register_worker(&spec).await.expect("registered");
+    let claimed = fleet.claim(&lease, 10).await.expect("claims");
+    assert_eq!(
+        claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["mine1", "mine2"]
+    );
+    assert_eq!(fleet.claim(&lease, 10).await.expect("claims"), []);
+    for id in ["theirs1", "theirs2", "other"] {
+        let task = fleet.task(id).await.expect("read").expect("exists");
+        assert_eq!(task.info.status, AsyncTaskStatus::Queued, "{id}");
+    }
+    // The fronts of each workspace see only the subagents of its workers.
+    assert_eq!(
+        fleet
+            .workspace_catalog("alice@desk:/workspace")
+            .await
+            .expect("reads")
+            .iter()
+            .map(|info| info.name.as_str())
+            .collect::<Vec<_>>(),
+        ["a"]
+    );
+    assert_eq!(
+        fleet
+            .workspace_catalog("bob@laptop:/workspace")
+            .await
+            .expect("reads"),
+        []
+    );
+}
+
+#[tokio::test]
 async fn bad_submissions_and_workers_are_refused_with_what_is_wrong() {
-    let db = TestDatabase::create("refusals").await;
+    let db = crate::database("refusals").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -221,7 +278,11 @@ async fn bad_submissions_and_workers_are_refused_with_what_is_wrong() {
         .expect_err("no workspace");
     assert_eq!(empty.to_string(), "a workspace must not be empty");
     let none = fleet
-        .register_worker(&WorkerSpec::new("w", ["a"]).with_capacity(0))
+        .register_worker(
+            &WorkerSpec::new("w", ["a"])
+                .with_workspaces(["ws", "ws1", "ws2"])
+                .with_capacity(0),
+        )
         .await
         .expect_err("no capacity");
     assert!(matches!(none, FleetError::InvalidWorker(_)), "{none:?}");
@@ -232,7 +293,7 @@ async fn bad_submissions_and_workers_are_refused_with_what_is_wrong() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_meeting_a_held_workspace_commits_what_it_has_and_never_waits_holding_another() {
-    let db = TestDatabase::create("claim_order").await;
+    let db = crate::database("claim_order").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     for (id, workspace) in [("a", "ws1"), ("b", "ws2")] {
@@ -242,6 +303,7 @@ async fn a_claim_meeting_a_held_workspace_commits_what_it_has_and_never_waits_ho
             .expect("submitted");
     }
     let spec = WorkerSpec::new("w", ["tester"])
+        .with_workspaces(["ws", "ws1", "ws2"])
         .with_capacity(2)
         .with_lease(LEASE);
     let lease = fleet.register_worker(&spec).await.expect("registered");
@@ -309,7 +371,7 @@ async fn a_claim_meeting_a_held_workspace_commits_what_it_has_and_never_waits_ho
 
 #[tokio::test]
 async fn on_the_database_clock_a_claim_runs_the_task_and_an_expired_lease_claims_nothing() {
-    let db = TestDatabase::create("claim_db_clock").await;
+    let db = crate::database("claim_db_clock").await;
     let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .expect("connects");
@@ -317,7 +379,9 @@ async fn on_the_database_clock_a_claim_runs_the_task_and_an_expired_lease_claims
         .submit(NewTask::new("t1", "ws", "tester", "go"))
         .await
         .expect("submitted");
-    let spec = WorkerSpec::new("w", ["tester"]).with_lease(LEASE);
+    let spec = WorkerSpec::new("w", ["tester"])
+        .with_workspaces(["ws", "ws1", "ws2"])
+        .with_lease(LEASE);
     let lease = fleet.register_worker(&spec).await.expect("registered");
     let claimed = fleet.claim(&lease, 5).await.expect("claims");
     assert_eq!(
@@ -333,7 +397,9 @@ async fn on_the_database_clock_a_claim_runs_the_task_and_an_expired_lease_claims
         .submit(NewTask::new("t2", "ws", "tester", "go"))
         .await
         .expect("submitted");
-    let short = WorkerSpec::new("short", ["tester"]).with_lease(Duration::from_millis(1));
+    let short = WorkerSpec::new("short", ["tester"])
+        .with_workspaces(["ws", "ws1", "ws2"])
+        .with_lease(Duration::from_millis(1));
     let short = fleet.register_worker(&short).await.expect("registered");
     // The database's clock passes the millisecond lease.
     let (watch, connection) = db.config().connect(NoTls).await.expect("connects");

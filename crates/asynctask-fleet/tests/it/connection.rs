@@ -59,6 +59,7 @@ async fn passwords_come_from_the_password_file_and_tls_is_checked_as_libpq_does(
             .with_password("pa55-in-file"),
     )
     .await;
+    Fleet::migrate(db.config()).await.expect("migrated");
     let dir = temp_dir("credentials");
     let write = |name: &str, text: &str, mode: u32| {
         use std::os::unix::fs::PermissionsExt;

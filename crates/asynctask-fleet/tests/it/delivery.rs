@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use asynctask_fleet::{NewTask, WorkerSpec};
 use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_test_support::TestDatabase;
 use pretty_assertions::assert_eq;
 
 use crate::connect;
@@ -16,7 +15,7 @@ fn ids(tasks: &[asynctask_fleet::FleetTask]) -> Vec<&str> {
 
 #[tokio::test]
 async fn each_result_is_delivered_once_across_fronts() {
-    let db = TestDatabase::create("delivery").await;
+    let db = crate::database("delivery").await;
     let clock = ManualClock::new(1_000);
     let mut worker = connect(&db, &clock).await;
     worker
@@ -34,6 +33,7 @@ async fn each_result_is_delivered_once_across_fronts() {
         .await
         .expect("submitted");
     let spec = WorkerSpec::new("w", ["a"])
+        .with_workspaces(["ws", "ws2"])
         .with_capacity(10)
         .with_lease(Duration::from_secs(30));
     let lease = worker.register_worker(&spec).await.expect("registered");

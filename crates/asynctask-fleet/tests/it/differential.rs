@@ -103,16 +103,24 @@ impl Real {
                 name,
                 capacity,
                 subagents,
+                workspaces,
                 lease_ms,
             } => {
                 let served = (0..SUBAGENTS.len())
                     .filter(|s| subagents & (1 << s) != 0)
                     .map(|s| SUBAGENTS[s]);
+                let served_in = (0..WORKSPACES.len())
+                    .filter(|s| workspaces & (1 << s) != 0)
+                    .map(|s| WORKSPACES[s]);
                 let spec = WorkerSpec::new(WORKER_NAMES[name], served)
+                    .with_workspaces(served_in)
                     .with_capacity(capacity)
                     .with_lease(Duration::from_millis(lease_ms));
-                let lease = self.fleet.register_worker(&spec).await;
-                let lease = lease.unwrap_or_else(|err| unexpected(op, &err));
+                let lease = match self.fleet.register_worker(&spec).await {
+                    Ok(lease) => lease,
+                    Err(FleetError::NoWorkspaces { .. }) => return Outcome::NoWorkspaces,
+                    Err(err) => unexpected(op, &err),
+                };
                 let expires = lease.expires_at;
                 self.workers.push(lease);
                 Outcome::Lease(expires)
@@ -413,7 +421,8 @@ impl Real {
             raw.query("SELECT id, workspace, subagent_name, status, worker_id, fence, started_at,
                     completed_at, notified_at, output, error, progress, front_id, cancel_requested
                  FROM asynctask_tasks ORDER BY seq", &[]),
-            raw.query("SELECT name, capacity, subagents, lease_ms, lease_expires_at, state
+            raw.query("SELECT name, capacity, subagents, lease_ms, lease_expires_at, state,
+                    workspaces
                  FROM asynctask_workers ORDER BY id", &[]),
             raw.query("SELECT workspace, lease_ms, lease_expires_at, state FROM asynctask_fronts ORDER BY id", &[]),
             raw.query("SELECT name, max_async FROM asynctask_workspaces", &[]),
@@ -458,6 +467,11 @@ impl Real {
                     .get::<_, Vec<String>>(2)
                     .iter()
                     .map(|s| position(&SUBAGENTS, s))
+                    .collect(),
+                workspaces: row
+                    .get::<_, Vec<String>>(6)
+                    .iter()
+                    .map(|s| position(&WORKSPACES, s))
                     .collect(),
                 lease_ms: ms(row.get(3)).expect("a lease"),
                 expires_at: ms(row.get(4)).expect("an expiry"),
@@ -551,11 +565,8 @@ fn the_fleet_answers_every_operation_as_the_model_does() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let db = runtime.block_on(TestDatabase::create("model"));
     // Made once: the schema is migrated before the first case empties it.
-    runtime.block_on(async {
-        drop(crate::connect(&db, &ManualClock::new(START_MS)).await);
-    });
+    let db = runtime.block_on(crate::database("model"));
     let (raw, connection) = runtime
         .block_on(db.config().connect(NoTls))
         .expect("connects");

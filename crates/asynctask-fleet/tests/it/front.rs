@@ -8,7 +8,6 @@ use asynctask_fleet::{
     CancelRequest, Fleet, FleetError, FleetOptions, NewTask, SCHEMA_VERSION, WorkerSpec,
 };
 use asynctask_model::{AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_test_support::TestDatabase;
 use asynctask_tools::SubagentInfo;
 use pretty_assertions::assert_eq;
 
@@ -20,7 +19,7 @@ fn ids(tasks: &[asynctask_fleet::FleetTask]) -> Vec<&str> {
 
 #[tokio::test]
 async fn the_catalog_is_the_union_of_the_live_workers_catalogs() {
-    let db = TestDatabase::create("catalog").await;
+    let db = crate::database("catalog").await;
     let clock = ManualClock::new(1_000);
     let fleet = connect(&db, &clock).await;
     assert_eq!(
@@ -30,6 +29,7 @@ async fn the_catalog_is_the_union_of_the_live_workers_catalogs() {
     );
 
     let builder = WorkerSpec::new("build-1", ["tester", "builder"])
+        .with_workspaces(["ws"])
         .with_catalog(vec![
             SubagentInfo::new("tester", "Runs the tests").with_messages(true),
             SubagentInfo::new("builder", "Builds the project"),
@@ -38,6 +38,7 @@ async fn the_catalog_is_the_union_of_the_live_workers_catalogs() {
     let mut first = fleet.register_worker(&builder).await.expect("registered");
     clock.advance(1_000);
     let other = WorkerSpec::new("build-2", ["tester", "linter"])
+        .with_workspaces(["ws"])
         .with_catalog(vec![SubagentInfo::new("tester", "Another description")])
         .with_lease(Duration::from_secs(20));
     fleet.register_worker(&other).await.expect("registered");
@@ -68,7 +69,7 @@ async fn the_catalog_is_the_union_of_the_live_workers_catalogs() {
 
 #[tokio::test]
 async fn a_result_is_kept_for_its_live_front_and_adopted_once_it_is_gone() {
-    let db = TestDatabase::create("adopt").await;
+    let db = crate::database("adopt").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -97,6 +98,7 @@ async fn a_result_is_kept_for_its_live_front_and_adopted_once_it_is_gone() {
     let worker = fleet
         .register_worker(
             &WorkerSpec::new("w", ["a"])
+                .with_workspaces(["ws"])
                 .with_capacity(5)
                 .with_lease(lease * 10),
         )
@@ -199,7 +201,7 @@ async fn a_result_is_kept_for_its_live_front_and_adopted_once_it_is_gone() {
 
 #[tokio::test]
 async fn a_cancel_request_cancels_a_queued_task_and_asks_a_running_ones_worker() {
-    let db = TestDatabase::create("cancel").await;
+    let db = crate::database("cancel").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     for id in ["running", "queued"] {
@@ -209,7 +211,11 @@ async fn a_cancel_request_cancels_a_queued_task_and_asks_a_running_ones_worker()
             .expect("submitted");
     }
     let lease = fleet
-        .register_worker(&WorkerSpec::new("w", ["a"]).with_lease(Duration::from_secs(30)))
+        .register_worker(
+            &WorkerSpec::new("w", ["a"])
+                .with_workspaces(["ws"])
+                .with_lease(Duration::from_secs(30)),
+        )
         .await
         .expect("registered");
     let claimed = fleet.claim(&lease, 1).await.expect("claims");
@@ -264,7 +270,7 @@ async fn a_cancel_request_cancels_a_queued_task_and_asks_a_running_ones_worker()
 
 #[tokio::test]
 async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows() {
-    let db = TestDatabase::create("migrate").await;
+    let db = crate::database("migrate").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -272,12 +278,19 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
         .await
         .expect("submitted");
     fleet
-        .register_worker(&WorkerSpec::new("old", ["a"]).with_lease(Duration::from_secs(30)))
+        .register_worker(
+            &WorkerSpec::new("old", ["a"])
+                .with_workspaces(["ws"])
+                .with_lease(Duration::from_secs(30)),
+        )
         .await
         .expect("registered");
     drop(fleet);
     // Back to version 1: what the later schemas added, removed.
     crate::downgrade(&db, 1).await;
+    asynctask_fleet::Fleet::migrate(db.config())
+        .await
+        .expect("migrated");
 
     let fleet = Fleet::connect(
         db.config(),
@@ -285,7 +298,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
     )
     .await
     .expect("migrates");
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
     let task = fleet.task("kept").await.expect("reads").expect("kept");
     assert_eq!(
         (task.info.status, task.front),
@@ -297,7 +310,7 @@ async fn a_database_of_the_schema_before_fronts_is_migrated_and_keeps_its_rows()
 
 #[tokio::test]
 async fn the_status_shows_workers_queues_and_running_tasks() {
-    let db = TestDatabase::create("status").await;
+    let db = crate::database("status").await;
     let clock = ManualClock::new(1_764_050_000_000);
     let mut fleet = connect(&db, &clock).await;
     let status = fleet.status().await.expect("reads");
@@ -334,6 +347,7 @@ async fn the_status_shows_workers_queues_and_running_tasks() {
     let mut build = fleet
         .register_worker(
             &WorkerSpec::new("build-1", ["tester", "builder"])
+                .with_workspaces(["team-a", "team-b"])
                 .with_capacity(4)
                 .with_lease(Duration::from_secs(30)),
         )
@@ -350,7 +364,11 @@ async fn the_status_shows_workers_queues_and_running_tasks() {
         .expect("current");
     clock.advance(5_000);
     fleet
-        .register_worker(&WorkerSpec::new("gone", ["linter"]).with_lease(Duration::from_secs(1)))
+        .register_worker(
+            &WorkerSpec::new("gone", ["linter"])
+                .with_workspaces(["team-c"])
+                .with_lease(Duration::from_secs(1)),
+        )
         .await
         .expect("registered");
     clock.advance(20_000);

@@ -22,7 +22,7 @@ fn ids(tasks: &[asynctask_fleet::FleetTask]) -> Vec<&str> {
 
 #[tokio::test]
 async fn a_front_back_after_its_lease_lapsed_never_takes_a_result_another_adopts() {
-    let db = TestDatabase::create("lapsed").await;
+    let db = crate::database("lapsed").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -52,6 +52,7 @@ async fn a_front_back_after_its_lease_lapsed_never_takes_a_result_another_adopts
     let worker = fleet
         .register_worker(
             &WorkerSpec::new("w", ["a"])
+                .with_workspaces(["ws"])
                 .with_capacity(2)
                 .with_lease(Duration::from_secs(600)),
         )
@@ -96,7 +97,7 @@ async fn a_front_back_after_its_lease_lapsed_never_takes_a_result_another_adopts
 
 #[tokio::test]
 async fn a_front_reaps_the_workers_whose_lease_expired() {
-    let db = TestDatabase::create("frontreaps").await;
+    let db = crate::database("frontreaps").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -104,7 +105,11 @@ async fn a_front_reaps_the_workers_whose_lease_expired() {
         .await
         .expect("submitted");
     let worker = fleet
-        .register_worker(&WorkerSpec::new("doomed", ["a"]).with_lease(Duration::from_secs(3)))
+        .register_worker(
+            &WorkerSpec::new("doomed", ["a"])
+                .with_workspaces(["ws"])
+                .with_lease(Duration::from_secs(3)),
+        )
         .await
         .expect("registered");
     assert_eq!(fleet.claim(&worker, 1).await.expect("claims").len(), 1);
@@ -133,7 +138,7 @@ async fn a_front_reaps_the_workers_whose_lease_expired() {
 
 #[tokio::test]
 async fn a_front_listens_anew_when_its_statement_connection_is_made_again() {
-    let db = TestDatabase::create("relisten").await;
+    let db = crate::database("relisten").await;
     let front = FleetFront::connect(db.config(), FleetOptions::new(), "ws", "front")
         .await
         .expect("a front");

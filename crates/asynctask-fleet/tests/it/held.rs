@@ -114,7 +114,7 @@ async fn renewed_past(client: &Client, lease: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_that_waits_on_a_locked_row_never_costs_the_worker_its_lease() {
-    let db = TestDatabase::create("held_row").await;
+    let db = crate::database("held_row").await;
     let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .expect("connects");
@@ -126,6 +126,7 @@ async fn an_end_that_waits_on_a_locked_row_never_costs_the_worker_its_lease() {
     }
     let lease = Duration::from_millis(1_500);
     let spec = WorkerSpec::new("w", ["a"])
+        .with_workspaces(["ws", "ws2"])
         .with_capacity(2)
         .with_lease(lease);
     let (runner, release, cancelled) = Told::new();
@@ -180,7 +181,7 @@ async fn an_end_that_waits_on_a_locked_row_never_costs_the_worker_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_call_that_hangs_keeps_the_tasks_the_calls_before_it_claimed() {
-    let db = TestDatabase::create("held_claim").await;
+    let db = crate::database("held_claim").await;
     let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .expect("connects");
@@ -203,6 +204,7 @@ async fn a_claim_call_that_hangs_keeps_the_tasks_the_calls_before_it_claimed() {
         .expect("locks ws2");
     let lease = Duration::from_millis(1_500);
     let spec = WorkerSpec::new("w", ["a"])
+        .with_workspaces(["ws", "ws2"])
         .with_capacity(3)
         .with_lease(lease);
     let (runner, _release, cancelled) = Told::new();
@@ -240,7 +242,7 @@ async fn a_claim_call_that_hangs_keeps_the_tasks_the_calls_before_it_claimed() {
 
 #[tokio::test]
 async fn a_result_claim_left_unacknowledged_is_rolled_back_and_offered_again() {
-    let db = TestDatabase::create("held_results").await;
+    let db = crate::database("held_results").await;
     let mut worker = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .expect("connects");
@@ -249,7 +251,7 @@ async fn a_result_claim_left_unacknowledged_is_rolled_back_and_offered_again() {
         .await
         .expect("submitted");
     let lease = worker
-        .register_worker(&WorkerSpec::new("w", ["a"]))
+        .register_worker(&WorkerSpec::new("w", ["a"]).with_workspaces(["ws", "ws2"]))
         .await
         .expect("registered");
     let task = worker
@@ -297,7 +299,7 @@ async fn a_result_claim_left_unacknowledged_is_rolled_back_and_offered_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_the_fleet_cannot_take_at_once_is_asked_again_until_written() {
-    let db = TestDatabase::create("held_cancel").await;
+    let db = crate::database("held_cancel").await;
     let front = FleetFront::connect(db.config(), FleetOptions::new(), "ws", "front")
         .await
         .expect("a front");
@@ -318,7 +320,11 @@ async fn a_cancel_the_fleet_cannot_take_at_once_is_asked_again_until_written() {
         .await
         .expect("connects");
     let lease = fleet
-        .register_worker(&WorkerSpec::new("w", ["a"]).with_lease(Duration::from_secs(600)))
+        .register_worker(
+            &WorkerSpec::new("w", ["a"])
+                .with_workspaces(["ws", "ws2"])
+                .with_lease(Duration::from_secs(600)),
+        )
         .await
         .expect("registered");
     let (watch, watch_driver) = plain(&db).await;

@@ -47,7 +47,7 @@ async fn execute(db: &TestDatabase, sql: &str) {
 
 #[tokio::test]
 async fn a_claimed_task_carries_the_whole_launch_its_front_submitted() {
-    let db = TestDatabase::create("launch").await;
+    let db = crate::database("launch").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     let request = full_request("full", "tester");
@@ -60,7 +60,11 @@ async fn a_claimed_task_carries_the_whole_launch_its_front_submitted() {
         .await
         .expect("submitted");
     let lease = fleet
-        .register_worker(&WorkerSpec::new("w", ["tester"]).with_capacity(2))
+        .register_worker(
+            &WorkerSpec::new("w", ["tester"])
+                .with_workspaces(["ws"])
+                .with_capacity(2),
+        )
         .await
         .expect("registered");
     let claimed = fleet.claim(&lease, 2).await.expect("claims");
@@ -79,7 +83,7 @@ async fn a_claimed_task_carries_the_whole_launch_its_front_submitted() {
 
 #[tokio::test]
 async fn a_task_whose_stored_launch_cannot_be_read_fails_at_its_claim() {
-    let db = TestDatabase::create("launch_bad").await;
+    let db = crate::database("launch_bad").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     for id in ["bad", "good"] {
@@ -94,7 +98,7 @@ async fn a_task_whose_stored_launch_cannot_be_read_fails_at_its_claim() {
     )
     .await;
     let lease = fleet
-        .register_worker(&WorkerSpec::new("w", ["tester"]))
+        .register_worker(&WorkerSpec::new("w", ["tester"]).with_workspaces(["ws"]))
         .await
         .expect("registered");
     let claimed = fleet.claim(&lease, 1).await.expect("claims");
@@ -124,7 +128,7 @@ async fn a_task_whose_stored_launch_cannot_be_read_fails_at_its_claim() {
 
 #[tokio::test]
 async fn a_database_of_the_schema_before_launches_is_migrated_with_the_old_defaults() {
-    let db = TestDatabase::create("launch_migrate").await;
+    let db = crate::database("launch_migrate").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -134,16 +138,23 @@ async fn a_database_of_the_schema_before_launches_is_migrated_with_the_old_defau
     drop(fleet);
     // Back to version 3: the launches (and the claim and message functions) removed.
     crate::downgrade(&db, 3).await;
+    asynctask_fleet::Fleet::migrate(db.config())
+        .await
+        .expect("migrated");
 
     let mut fleet = connect(&db, &clock).await;
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
     let task = fleet.task("kept").await.expect("reads").expect("kept");
     assert_eq!(
         (task.info.status, task.info.goal_prompt.as_str()),
         (AsyncTaskStatus::Queued, "map the code")
     );
     let lease = fleet
-        .register_worker(&WorkerSpec::new("w", ["tester"]).with_capacity(2))
+        .register_worker(
+            &WorkerSpec::new("w", ["tester"])
+                .with_workspaces(["ws"])
+                .with_capacity(2),
+        )
         .await
         .expect("registered");
     let claimed = fleet.claim(&lease, 1).await.expect("claims");
@@ -192,7 +203,7 @@ impl SubagentRunner for Records {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_the_launch_its_front_resolved_within_its_own_timeout_cap() {
-    let db = TestDatabase::create("launch_worker").await;
+    let db = crate::database("launch_worker").await;
     let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .expect("connects");
@@ -211,7 +222,9 @@ async fn a_worker_runs_the_launch_its_front_resolved_within_its_own_timeout_cap(
             .expect("submitted");
     }
     let runner = Arc::new(Records::default());
-    let spec = WorkerSpec::new("w", ["tester", "wait"]).with_capacity(3);
+    let spec = WorkerSpec::new("w", ["tester", "wait"])
+        .with_workspaces(["ws"])
+        .with_capacity(3);
     let worker = Worker::new(
         DatabaseConfig::from(db.config()),
         spec,

@@ -6,14 +6,13 @@ use std::time::Duration;
 
 use asynctask_fleet::{FleetError, NewTask, WorkerSpec, lost_worker_error};
 use asynctask_model::{AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_test_support::TestDatabase;
 use pretty_assertions::assert_eq;
 
 use crate::connect;
 
 #[tokio::test]
 async fn an_expired_lease_fences_the_worker_and_its_tasks_are_interrupted_once() {
-    let db = TestDatabase::create("lease").await;
+    let db = crate::database("lease").await;
     let clock = ManualClock::new(10_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -27,6 +26,7 @@ async fn an_expired_lease_fences_the_worker_and_its_tasks_are_interrupted_once()
             .expect("submitted");
     }
     let spec = WorkerSpec::new("build-1", ["a"])
+        .with_workspaces(["ws"])
         .with_capacity(2)
         .with_lease(Duration::from_millis(1_000));
     let mut lease = fleet.register_worker(&spec).await.expect("registered");
@@ -131,7 +131,7 @@ async fn an_expired_lease_fences_the_worker_and_its_tasks_are_interrupted_once()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_reapers_report_each_interrupted_task_exactly_once() {
-    let db = TestDatabase::create("reapers").await;
+    let db = crate::database("reapers").await;
     let clock = ManualClock::new(10_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -146,6 +146,7 @@ async fn racing_reapers_report_each_interrupted_task_exactly_once() {
     }
     for w in 0..3 {
         let spec = WorkerSpec::new(format!("w{w}"), ["a"])
+            .with_workspaces(["ws"])
             .with_capacity(10)
             .with_lease(Duration::from_millis(500));
         let lease = fleet.register_worker(&spec).await.expect("registered");

@@ -8,7 +8,6 @@ use asynctask_fleet::{
     FleetError, MAX_UNDELIVERED_MESSAGES, MessageSent, NewTask, PendingMessage, WorkerSpec,
 };
 use asynctask_model::{ManualClock, OutputObject, TerminateReason};
-use asynctask_test_support::TestDatabase;
 use pretty_assertions::assert_eq;
 
 use crate::connect;
@@ -25,7 +24,7 @@ fn pending(task: &str, n: i64, body: &str) -> PendingMessage {
 
 #[tokio::test]
 async fn messages_wait_for_the_start_reach_the_worker_in_order_and_are_marked_once() {
-    let db = TestDatabase::create("messages").await;
+    let db = crate::database("messages").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -48,7 +47,9 @@ async fn messages_wait_for_the_start_reach_the_worker_in_order_and_are_marked_on
         "another workspace's task is not found"
     );
 
-    let spec = WorkerSpec::new("w1", ["tester"]).with_lease(LEASE);
+    let spec = WorkerSpec::new("w1", ["tester"])
+        .with_workspaces(["ws"])
+        .with_lease(LEASE);
     let lease = fleet.register_worker(&spec).await.expect("registered");
     let task = fleet
         .claim(&lease, 1)
@@ -111,7 +112,7 @@ async fn messages_wait_for_the_start_reach_the_worker_in_order_and_are_marked_on
 
 #[tokio::test]
 async fn undelivered_messages_are_bounded_like_an_inbox_and_an_expired_lease_marks_none() {
-    let db = TestDatabase::create("messages_bound").await;
+    let db = crate::database("messages_bound").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     let (_, task) = crate::running_task(&mut fleet, LEASE).await;
@@ -151,7 +152,7 @@ async fn undelivered_messages_are_bounded_like_an_inbox_and_an_expired_lease_mar
 
 #[tokio::test]
 async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
-    let db = TestDatabase::create("messages_migrate").await;
+    let db = crate::database("messages_migrate").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -162,6 +163,9 @@ async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
     // Back to version 2: the messages' and questions' tables removed, and
     // what later versions added.
     crate::downgrade(&db, 2).await;
+    asynctask_fleet::Fleet::migrate(db.config())
+        .await
+        .expect("migrated");
 
     let mut fleet = connect(&db, &clock).await;
     assert_eq!(
@@ -175,7 +179,7 @@ async fn a_database_of_the_schema_before_messages_and_questions_is_migrated() {
 
 #[tokio::test]
 async fn a_database_of_the_schema_before_the_message_function_is_migrated_with_its_messages() {
-    let db = TestDatabase::create("messages_migrate_5").await;
+    let db = crate::database("messages_migrate_5").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -192,6 +196,9 @@ async fn a_database_of_the_schema_before_the_message_function_is_migrated_with_i
     drop(fleet);
     // Back to version 5: the message function removed.
     crate::downgrade(&db, 5).await;
+    asynctask_fleet::Fleet::migrate(db.config())
+        .await
+        .expect("migrated");
 
     let mut fleet = connect(&db, &clock).await;
     assert_eq!(
@@ -201,7 +208,9 @@ async fn a_database_of_the_schema_before_the_message_function_is_migrated_with_i
             .expect("sent"),
         MessageSent::Stored
     );
-    let spec = WorkerSpec::new("w1", ["tester"]).with_lease(LEASE);
+    let spec = WorkerSpec::new("w1", ["tester"])
+        .with_workspaces(["ws"])
+        .with_lease(LEASE);
     let lease = fleet.register_worker(&spec).await.expect("registered");
     assert_eq!(fleet.claim(&lease, 1).await.expect("claims").len(), 1);
     assert_eq!(

@@ -9,7 +9,7 @@ use asynctask_fleet::{
     DatabaseConfig, Fleet, FleetOptions, NewTask, Worker, WorkerSpec, untracked_task_error,
 };
 use asynctask_model::{AsyncTaskStatus, ManualClock, MaxAsyncTasks, OutputObject};
-use asynctask_test_support::{TestDatabase, eventually_some_with, eventually_with};
+use asynctask_test_support::{eventually_some_with, eventually_with};
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
 use pretty_assertions::assert_eq;
 use tokio_postgres::NoTls;
@@ -19,7 +19,7 @@ use crate::connect;
 
 #[tokio::test]
 async fn a_failed_claim_keeps_the_claims_already_made_and_a_lost_one_is_failed() {
-    let db = TestDatabase::create("orphans").await;
+    let db = crate::database("orphans").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -47,7 +47,9 @@ async fn a_failed_claim_keeps_the_claims_already_made_and_a_lost_one_is_failed()
         )
         .await
         .expect("a trigger");
-    let spec = WorkerSpec::new("w", ["a"]).with_capacity(3);
+    let spec = WorkerSpec::new("w", ["a"])
+        .with_workspaces(["ws", "ws2"])
+        .with_capacity(3);
     let lease = fleet.register_worker(&spec).await.expect("registered");
     // Another claimer holds ws2: the first call claims t1 and commits; the
     // second waits for ws2, then fails on t2.
@@ -137,7 +139,7 @@ impl SubagentRunner for Waits {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_fails_a_task_its_registration_holds_but_it_does_not_run() {
-    let db = TestDatabase::create("untracked").await;
+    let db = crate::database("untracked").await;
     let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .expect("connects");
@@ -146,6 +148,7 @@ async fn a_worker_fails_a_task_its_registration_holds_but_it_does_not_run() {
         .await
         .expect("submitted");
     let spec = WorkerSpec::new("w", ["a"])
+        .with_workspaces(["ws", "ws2"])
         .with_capacity(2)
         .with_lease(Duration::from_millis(1_500));
     let worker = Worker::new(DatabaseConfig::from(db.config()), spec, Arc::new(Waits));

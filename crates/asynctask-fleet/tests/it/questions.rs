@@ -8,7 +8,6 @@ use std::time::Duration;
 use asynctask_fleet::{AnswerToDeliver, FleetError};
 use asynctask_manager::{Answer, Question};
 use asynctask_model::{ManualClock, OutputObject, TerminateReason};
-use asynctask_test_support::TestDatabase;
 use pretty_assertions::assert_eq;
 
 use crate::connect;
@@ -17,7 +16,7 @@ const LEASE: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn a_question_is_stored_answered_delivered_once_and_withdrawn_with_its_task() {
-    let db = TestDatabase::create("questions").await;
+    let db = crate::database("questions").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     let (lease, task) = crate::running_task(&mut fleet, LEASE).await;

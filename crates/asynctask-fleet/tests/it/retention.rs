@@ -11,7 +11,7 @@ use asynctask_fleet::{
 };
 use asynctask_manager::Question;
 use asynctask_model::{ManualClock, MaxAsyncTasks, OutputObject, TerminateReason};
-use asynctask_test_support::{TestDatabase, eventually_with};
+use asynctask_test_support::eventually_with;
 use asynctask_tools::{SubagentError, SubagentRequest, SubagentRunner};
 use pretty_assertions::assert_eq;
 use tokio_postgres::NoTls;
@@ -30,7 +30,9 @@ async fn claimed(fleet: &mut Fleet, name: &str, ids: &[&str]) -> Vec<ClaimedTask
             .await
             .expect("submitted");
     }
-    let spec = WorkerSpec::new(name, ["tester"]).with_capacity(100);
+    let spec = WorkerSpec::new(name, ["tester"])
+        .with_workspaces(["ws"])
+        .with_capacity(100);
     let lease = fleet.register_worker(&spec).await.expect("registered");
     fleet.claim(&lease, ids.len()).await.expect("claims")
 }
@@ -60,7 +62,7 @@ async fn count(client: &tokio_postgres::Client, table: &str) -> i64 {
 
 #[tokio::test]
 async fn only_delivered_tasks_past_the_retention_are_deleted_with_what_they_hold() {
-    let db = TestDatabase::create("retention").await;
+    let db = crate::database("retention").await;
     let clock = ManualClock::new(1_000_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -136,7 +138,7 @@ async fn only_delivered_tasks_past_the_retention_are_deleted_with_what_they_hold
 
 #[tokio::test]
 async fn a_prune_is_bounded_gated_and_takes_the_registrations_no_task_names() {
-    let db = TestDatabase::create("retention_batches").await;
+    let db = crate::database("retention_batches").await;
     let clock = ManualClock::new(1_000_000);
     let mut fleet = connect(&db, &clock).await;
     fleet
@@ -201,7 +203,7 @@ impl SubagentRunner for Idle {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_prunes_what_is_past_its_retention() {
-    let db = TestDatabase::create("retention_worker").await;
+    let db = crate::database("retention_worker").await;
     let clock = ManualClock::new(1_000_000);
     let mut fleet = connect(&db, &clock).await;
     let tasks = claimed(&mut fleet, "w1", &["old", "kept"]).await;
@@ -209,7 +211,9 @@ async fn a_worker_prunes_what_is_past_its_retention() {
     end(&fleet, &tasks[1..], false).await;
     clock.advance(3 * DAY);
 
-    let spec = WorkerSpec::new("pruner", ["other"]).with_lease(Duration::from_secs(3));
+    let spec = WorkerSpec::new("pruner", ["other"])
+        .with_workspaces(["ws"])
+        .with_lease(Duration::from_secs(3));
     let worker = Worker::new(DatabaseConfig::from(db.config()), spec, Arc::new(Idle))
         .with_options(FleetOptions::new().clock(Arc::new(clock.clone())))
         .with_retention(Some(Duration::from_secs(2 * 24 * 60 * 60)));

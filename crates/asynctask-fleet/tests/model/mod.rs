@@ -3,12 +3,14 @@
 //! no clock but a number. It is what `Fleet`'s statements mean, said without
 //! SQL:
 //!
+//! - A worker registers only naming at least one workspace.
 //! - A worker's lease is live while it is registered (not lost or retired)
 //!   and the clock is before its expiry; a heartbeat renews a live lease for
 //!   its length from now, and an expired one is lost for good.
 //! - A claim, made only under a live lease and below the worker's capacity,
 //!   takes the oldest queued task (submission order) of a subagent the worker
-//!   serves, skipping the workspaces whose running tasks are at their
+//!   serves in a workspace it serves (never a task of another workspace),
+//!   skipping the workspaces whose running tasks are at their
 //!   `task-max-async`, and gives it a fencing token greater than every token
 //!   before it.
 //! - A task's end (and its progress) is written only under its current token,
@@ -112,6 +114,8 @@ pub(crate) struct Worker {
     pub(crate) capacity: u32,
     /// Positions in [`SUBAGENTS`], ascending.
     pub(crate) subagents: Vec<usize>,
+    /// Positions in [`WORKSPACES`], ascending: the only ones it claims in.
+    pub(crate) workspaces: Vec<usize>,
     pub(crate) lease_ms: u64,
     pub(crate) expires_at: u64,
     /// Registered and neither reaped nor retired.
@@ -195,11 +199,13 @@ pub(crate) enum Op {
         front: Option<Pick>,
         duplicate: Option<Pick>,
     },
-    /// `register_worker`; `subagents` is a mask over [`SUBAGENTS`] (1..=3).
+    /// `register_worker`; `subagents` is a mask over [`SUBAGENTS`] (1..=3),
+    /// `workspaces` one over [`WORKSPACES`] (0, naming none, is refused).
     Register {
         name: usize,
         capacity: u32,
         subagents: u8,
+        workspaces: u8,
         lease_ms: u64,
     },
     Heartbeat(Pick),
@@ -284,6 +290,8 @@ pub(crate) enum Outcome {
     Lease(u64),
     /// The lease had expired (or the registration ended).
     Lost,
+    /// A registration naming no workspace, refused.
+    NoWorkspaces,
     /// The tasks claimed, in order, with their tokens.
     Claimed(Vec<(String, i64)>),
     Written,
@@ -414,14 +422,21 @@ impl Model {
                 name,
                 capacity,
                 subagents,
+                workspaces,
                 lease_ms,
             } => {
+                if workspaces == 0 {
+                    return Outcome::NoWorkspaces;
+                }
                 let expires_at = self.now + lease_ms;
                 self.workers.push(Worker {
                     name,
                     capacity,
                     subagents: (0..SUBAGENTS.len())
                         .filter(|s| subagents & (1 << s) != 0)
+                        .collect(),
+                    workspaces: (0..WORKSPACES.len())
+                        .filter(|s| workspaces & (1 << s) != 0)
                         .collect(),
                     lease_ms,
                     expires_at,
@@ -725,6 +740,7 @@ impl Model {
                 let task = &self.tasks[t];
                 task.status == Status::Queued
                     && worker.subagents.contains(&task.subagent)
+                    && worker.workspaces.contains(&task.workspace)
                     && !self.full(task.workspace)
             });
             let Some(t) = next else { break };
@@ -835,14 +851,18 @@ fn register() -> impl Strategy<Value = Op> {
         0..WORKER_NAMES.len(),
         1..5u32,
         1..4u8,
+        prop_oneof![1 => Just(0u8), 12 => 1..4u8],
         prop_oneof![Just(2_000u64), Just(5_000)],
     )
-        .prop_map(|(name, capacity, subagents, lease_ms)| Op::Register {
-            name,
-            capacity,
-            subagents,
-            lease_ms,
-        })
+        .prop_map(
+            |(name, capacity, subagents, workspaces, lease_ms)| Op::Register {
+                name,
+                capacity,
+                subagents,
+                workspaces,
+                lease_ms,
+            },
+        )
 }
 
 /// One operation, weighted so that sequences of a few dozen run tasks
