@@ -21,6 +21,7 @@ use asynctask_tools::{
 use tokio::sync::{MutexGuard, Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::front::{
     CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor,
 };
@@ -140,13 +141,18 @@ impl FleetFront {
     ///
     /// # Errors
     ///
-    /// What [`Fleet::connect`] and [`Fleet::register_front`] return.
+    /// [`FleetError::Empty`] or [`FleetError::InvalidName`] for a workspace
+    /// or a name the fleet cannot store ([`check_name`](crate::check_name)),
+    /// before anything is connected; what [`Fleet::connect`] and
+    /// [`Fleet::register_front`] return.
     pub async fn connect(
         config: impl Into<DatabaseConfig>,
         options: FleetOptions,
         workspace: &str,
         name: &str,
     ) -> Result<Self, FleetError> {
+        crate::check_name(workspace, "a workspace")?;
+        crate::check_name(name, "a front's name")?;
         let config = config.into();
         let fleet = Fleet::connect(&config, options.clone()).await?;
         let front = fleet
@@ -239,8 +245,19 @@ impl FleetFront {
             return;
         };
         let interval = (self.shared.lease / 3).max(Duration::from_millis(10));
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
+        // After the first connection: wait before listening again (a
+        // connection that fails right after it was made backs off as one
+        // that could not be made).
+        let mut session: Option<tokio::time::Instant> = None;
         'connect: loop {
+            if let Some(since) = session.take() {
+                backoff.ended(since);
+                tokio::select! {
+                    () = stop.cancelled() => break 'connect,
+                    () = tokio::time::sleep(backoff.next_wait()) => {}
+                }
+            }
             let mut reconnected = self.shared.reconnects.subscribe();
             let listen = tokio::time::timeout(
                 CONNECT_TIMEOUT,
@@ -261,13 +278,12 @@ impl FleetFront {
                     tracing::warn!(error = %err.chain(), "cannot listen to the fleet; retrying");
                     tokio::select! {
                         () = stop.cancelled() => break 'connect,
-                        () = tokio::time::sleep(backoff) => {}
+                        () = tokio::time::sleep(backoff.next_wait()) => {}
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             };
-            backoff = Duration::from_millis(100);
+            session = Some(backoff.connected());
             // Connected (again): what was notified meanwhile is lost, so look.
             self.tick().await;
             let mut timer = tokio::time::interval(interval);
@@ -572,7 +588,10 @@ impl SubagentRunner for FleetRunner {
             match attempt {
                 // A duplicate: an earlier attempt was written, its answer lost.
                 Ok(()) | Err(FleetError::DuplicateId(_)) => break,
-                Err(err @ (FleetError::Empty(_) | FleetError::NewerSchema { .. })) => {
+                // Refused for good (a name the fleet cannot store, a value
+                // the server refuses, a newer schema): sending it again
+                // would fail again, so the model is told now.
+                Err(err) if !err.is_transient() => {
                     return Err(SubagentError::new(refused(&err)));
                 }
                 Err(err) => {
