@@ -159,8 +159,12 @@ impl Serving {
 /// The error of a task whose end the fleet's database refused for good (a
 /// result it cannot store): what the model reads instead of the result.
 pub(super) fn refused_end_error(err: &FleetError) -> String {
-    format!(
-        "the subagent ended, but the fleet's database refused to store its result: {}",
-        err.chain()
-    )
+    // The server's own words when it gave some; the log keeps the chain.
+    let why = match err {
+        FleetError::Database { source, .. } => source
+            .as_db_error()
+            .map_or_else(|| err.chain(), |db| db.message().to_owned()),
+        other => other.chain(),
+    };
+    format!("the subagent ended, but the fleet's database refused to store its result: {why}")
 }

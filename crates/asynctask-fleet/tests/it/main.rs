@@ -18,6 +18,7 @@ mod orphans;
 mod questions;
 mod retention;
 mod schema;
+mod storable;
 
 use std::sync::Arc;
 
