@@ -162,7 +162,8 @@ impl Fleet {
     ///
     /// # Errors
     ///
-    /// [`FleetError::Database`].
+    /// [`FleetError::Empty`] or [`FleetError::InvalidName`] for a workspace
+    /// that cannot be stored, [`FleetError::Database`].
     pub async fn set_max_async(
         &self,
         workspace: &str,
@@ -186,7 +187,10 @@ impl Fleet {
     /// # Errors
     ///
     /// [`FleetError::DuplicateId`], [`FleetError::Empty`],
-    /// [`FleetError::Database`].
+    /// [`FleetError::InvalidName`] for an id, a workspace or a subagent's
+    /// name that cannot be stored ([`check_name`](crate::check_name)),
+    /// [`FleetError::Database`]. The goal and the origin are stored with
+    /// their NUL characters escaped ([`storable_text`](crate::storable_text)).
     pub async fn submit(&mut self, task: NewTask) -> Result<FleetTask, FleetError> {
         check_name(&task.id, "a task's id")?;
         check_name(&task.workspace, "a workspace")?;
@@ -292,7 +296,9 @@ impl Fleet {
     ///
     /// # Errors
     ///
-    /// [`FleetError::Empty`] for an empty name, [`FleetError::InvalidWorker`]
+    /// [`FleetError::Empty`] for an empty name, [`FleetError::InvalidName`]
+    /// for a name or a subagent's name that cannot be stored
+    /// ([`check_name`](crate::check_name)), [`FleetError::InvalidWorker`]
     /// for a capacity of 0 or a lease under 1 ms, [`FleetError::Database`].
     pub async fn register_worker(&self, spec: &WorkerSpec) -> Result<WorkerLease, FleetError> {
         check_spec(spec)?;

@@ -929,6 +929,7 @@ mod tests {
                 supported: 2,
             }),
             refused(&FleetError::Empty("a subagent's name")),
+            refused(&crate::check_name(&"w".repeat(8_100), "a workspace").expect_err("too long")),
             point_to_fleet(
                 "1\n2\n... [9000 more characters cut]\n[whole output: /tmp/w/a1.out (23893 bytes)]",
                 "a1",

@@ -177,9 +177,14 @@ impl Worker {
     /// # Errors
     ///
     /// Only what retrying cannot mend: an invalid [`WorkerSpec`]
-    /// ([`FleetError::Empty`], [`FleetError::InvalidWorker`]) or a database
-    /// with a newer schema ([`FleetError::NewerSchema`]). An unreachable
-    /// database is retried, with backoff, until shutdown.
+    /// ([`FleetError::Empty`], [`FleetError::InvalidName`] at once, before
+    /// connecting; [`FleetError::InvalidWorker`]) or a database with a newer
+    /// schema ([`FleetError::NewerSchema`]). An unreachable database is
+    /// retried, with backoff, until shutdown; so is a session that fails
+    /// right after connecting. A statement the database refuses for good
+    /// (a value it cannot store) is not taken for a lost connection: its
+    /// step is skipped until the next heartbeat, and a task's end it refuses
+    /// fails the task with the reason.
     ///
     /// # Cancel safety
     ///
