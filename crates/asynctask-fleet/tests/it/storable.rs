@@ -456,3 +456,75 @@ async fn a_session_that_fails_right_after_connecting_backs_off() {
     shutdown.cancel();
     serving.await.expect("joined").expect("stopped");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_refuses_a_launch_the_fleet_cannot_store_and_drops_a_refused_message() {
+    let db = TestDatabase::create("front_refusals").await;
+    let front = FleetFront::connect(db.config(), FleetOptions::new(), "ws", "front")
+        .await
+        .expect("a front");
+    let runner = front.runner();
+    // Told at once, not retried until the task's timeout.
+    let request = SubagentRequest::new("t0", "a".repeat(9_000), "go");
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        runner.run(request, CancellationToken::new()),
+    )
+    .await
+    .expect("at once")
+    .expect_err("refused");
+    assert_eq!(
+        err.message(),
+        "the fleet refused the task: a subagent's name is refused: it is 9000 bytes long, \
+         the most is 1024"
+    );
+
+    // A message the database refuses for good is dropped: the next one is
+    // stored all the same.
+    let client = admin(&db).await;
+    client
+        .batch_execute(
+            "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                IF NEW.body = 'poison' THEN RAISE EXCEPTION 'poisoned message'; END IF;
+                RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse_poison BEFORE INSERT ON asynctask_messages
+                FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
+        )
+        .await
+        .expect("a trigger");
+    let (sender, inbox) = asynctask_manager::Inbox::channel();
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let runner = front.runner();
+        let cancel = cancel.clone();
+        async move {
+            let request = SubagentRequest::new("t1", "a", "go").with_inbox(inbox);
+            runner.run(request, cancel).await
+        }
+    });
+    sender.send("poison".to_owned()).expect("taken");
+    sender.send("next".to_owned()).expect("taken");
+    eventually_with(
+        "the next message is stored",
+        Duration::from_secs(20),
+        || async {
+            let bodies: Vec<String> = client
+                .query(
+                    "SELECT body FROM asynctask_messages WHERE task_id = 't1'",
+                    &[],
+                )
+                .await
+                .expect("read")
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            bodies == ["next"]
+        },
+    )
+    .await;
+    cancel.cancel();
+    let _ = run.await.expect("joined");
+    front.closing().cancel();
+}
