@@ -22,9 +22,7 @@ use tokio::sync::{MutexGuard, Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::front::{
-    CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor,
-};
+use crate::front::{DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor};
 use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUESTION_CHANNEL};
 use crate::types::NewTask;
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
@@ -46,8 +44,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// dropped and made again, with backoff, as when it ends.
 const STATEMENT_LIMIT: Duration = Duration::from_secs(5);
 
+mod cancel;
 mod relay;
 
+use cancel::{ask_to_cancel, ask_to_cancel_until_written};
 use relay::{Asks, Steering};
 
 /// How long a steering message the fleet could not take (its task's
@@ -733,48 +733,6 @@ impl SubagentRunner for FleetRunner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
         )
-    }
-}
-
-/// Asks the fleet to cancel task `id` ([`Fleet::request_cancel`]): whether
-/// it was written (asked, cancelled while queued, or found ended already).
-async fn ask_to_cancel(shared: &Shared, id: &str) -> bool {
-    let requested = shared
-        .on_fleet(async |fleet, _| fleet.request_cancel(&shared.workspace, id).await)
-        .await;
-    match requested {
-        Ok(CancelRequest::Requested) => {
-            tracing::info!(task = %id, "asked the fleet to cancel");
-            true
-        }
-        Ok(_) => true,
-        Err(err) => {
-            tracing::warn!(task = %id, error = %err.chain(), "could not cancel in the fleet yet: asking again");
-            shared.failed(&err).await;
-            false
-        }
-    }
-}
-
-/// Asks the fleet to cancel task `id` again, with backoff (up to
-/// [`MAX_BACKOFF`]), until it is written or the task has ended, or the
-/// server stops serving: a cancel the fleet could not take at once (its
-/// database unreachable) is never silently lost while the worker's
-/// subagent runs on.
-async fn ask_to_cancel_until_written(shared: Arc<Shared>, id: String) {
-    let mut delay = Duration::from_millis(100);
-    loop {
-        tokio::select! {
-            () = shared.closing.cancelled() => {
-                tracing::warn!(task = %id, "stopped before the fleet took the cancel");
-                return;
-            }
-            () = tokio::time::sleep(delay) => {}
-        }
-        if ask_to_cancel(&shared, &id).await {
-            return;
-        }
-        delay = (delay * 2).min(MAX_BACKOFF);
     }
 }
 
