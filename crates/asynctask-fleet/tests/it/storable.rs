@@ -41,6 +41,20 @@ impl SubagentRunner for ByGoal {
     }
 }
 
+/// A fresh database with the fleet's schema.
+async fn database(prefix: &str) -> TestDatabase {
+    let db = TestDatabase::create(prefix).await;
+    Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("migrates");
+    db
+}
+
+/// What a worker of these tests registers as: `name`, serving `subagents`.
+fn worker_spec(name: &str, subagents: &[&str]) -> WorkerSpec {
+    WorkerSpec::new(name, subagents.iter().copied())
+}
+
 /// A client of its own on `db`, for what the test does behind the fleet's
 /// back; its driver ends when it is dropped.
 async fn admin(db: &TestDatabase) -> tokio_postgres::Client {
@@ -89,7 +103,7 @@ async fn ended(fleet: &Fleet, id: &str) -> asynctask_fleet::FleetTask {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nul_on_a_subagents_stderr_fails_its_task_escaped_and_the_worker_claims_the_next() {
-    let db = TestDatabase::create("nul_stderr").await;
+    let db = database("nul_stderr").await;
     let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .expect("connects");
@@ -103,7 +117,7 @@ async fn a_nul_on_a_subagents_stderr_fails_its_task_escaped_and_the_worker_claim
     }
     // One slot: t2 runs only once t1's end is written. A long lease: no
     // heartbeat renews it while the test runs.
-    let spec = WorkerSpec::new("w", ["a"]).with_lease(Duration::from_secs(120));
+    let spec = worker_spec("w", &["a"]).with_lease(Duration::from_secs(120));
     let worker = Worker::new(DatabaseConfig::from(db.config()), spec, Arc::new(ByGoal));
     let shutdown = CancellationToken::new();
     let serving = tokio::spawn(worker.run(shutdown.clone()));
@@ -124,7 +138,7 @@ async fn a_nul_on_a_subagents_stderr_fails_its_task_escaped_and_the_worker_claim
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_the_database_refuses_fails_its_task_with_the_reason() {
-    let db = TestDatabase::create("refused_end").await;
+    let db = database("refused_end").await;
     let mut fleet = Fleet::connect(db.config(), FleetOptions::new())
         .await
         .expect("connects");
@@ -147,7 +161,7 @@ async fn a_result_the_database_refuses_fails_its_task_with_the_reason() {
             .await
             .expect("submitted");
     }
-    let spec = WorkerSpec::new("w", ["a"]).with_lease(Duration::from_secs(30));
+    let spec = worker_spec("w", &["a"]).with_lease(Duration::from_secs(30));
     let worker = Worker::new(DatabaseConfig::from(db.config()), spec, Arc::new(ByGoal));
     let shutdown = CancellationToken::new();
     let serving = tokio::spawn(worker.run(shutdown.clone()));
@@ -166,7 +180,7 @@ async fn a_result_the_database_refuses_fails_its_task_with_the_reason() {
 
 #[tokio::test]
 async fn names_the_fleet_cannot_store_are_refused_at_start() {
-    let db = TestDatabase::create("bad_names").await;
+    let db = database("bad_names").await;
     let long = "w".repeat(8_100);
     let err = FleetFront::connect(db.config(), FleetOptions::new(), &long, "front")
         .await
@@ -211,7 +225,7 @@ async fn names_the_fleet_cannot_store_are_refused_at_start() {
     assert!(!err.is_transient(), "never retried");
 
     // A worker with such a name stops at once, before serving.
-    let spec = WorkerSpec::new("w", [long.as_str()]);
+    let spec = worker_spec("w", &[long.as_str()]);
     let worker = Worker::new(DatabaseConfig::from(db.config()), spec, Arc::new(ByGoal));
     let err = tokio::time::timeout(
         Duration::from_secs(20),
@@ -234,7 +248,7 @@ async fn names_the_fleet_cannot_store_are_refused_at_start() {
 
 #[tokio::test]
 async fn a_long_name_never_overflows_a_notification_and_a_bad_row_never_stops_reaping() {
-    let db = TestDatabase::create("long_names").await;
+    let db = database("long_names").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     let mut listener = FleetListener::connect(db.config(), &[ENDED_CHANNEL])
@@ -249,9 +263,7 @@ async fn a_long_name_never_overflows_a_notification_and_a_bad_row_never_stops_re
         .await
         .expect("submitted");
     let lease = Duration::from_secs(1);
-    let spec = WorkerSpec::new("w1", ["a"])
-        .with_capacity(4)
-        .with_lease(lease);
+    let spec = worker_spec("w1", &["a"]).with_capacity(4).with_lease(lease);
     let w1 = fleet.register_worker(&spec).await.expect("registered");
     let claimed = fleet.claim(&w1, 4).await.expect("claims");
     fleet
@@ -278,28 +290,27 @@ async fn a_long_name_never_overflows_a_notification_and_a_bad_row_never_stops_re
     client
         .execute(
             "INSERT INTO asynctask_tasks (id, workspace, subagent_name, goal_prompt, status,
-                launched_at, request)
-             SELECT 'long', $1, 'a', 'go', 'queued', 0, request FROM asynctask_tasks
-             WHERE id = 'wide'",
-            &[&long],
+                launched_at, started_at, worker_id, fence, request)
+             SELECT 'long', $1, 'a', 'go', 'running', 0, 0, $2, nextval('asynctask_fence'),
+                request
+             FROM asynctask_tasks WHERE id = 'wide'",
+            &[&long, &w1.worker_id],
         )
         .await
-        .expect("stored");
+        .expect("stored, running on w1");
     for id in ["bad", "good"] {
         fleet
             .submit(NewTask::new(id, "ws", "b", "go"))
             .await
             .expect("submitted");
     }
-    let claimed = fleet.claim(&w1, 4).await.expect("claims");
-    assert_eq!(claimed.len(), 1, "the long one");
     let w2 = fleet
-        .register_worker(&WorkerSpec::new("w2", ["b"]).with_lease(lease))
+        .register_worker(&worker_spec("w2", &["b"]).with_lease(lease))
         .await
         .expect("registered");
     assert_eq!(fleet.claim(&w2, 1).await.expect("claims").len(), 1);
     let w3 = fleet
-        .register_worker(&WorkerSpec::new("w3", ["b"]).with_lease(lease))
+        .register_worker(&worker_spec("w3", &["b"]).with_lease(lease))
         .await
         .expect("registered");
     assert_eq!(fleet.claim(&w3, 1).await.expect("claims").len(), 1);
@@ -337,7 +348,7 @@ async fn a_long_name_never_overflows_a_notification_and_a_bad_row_never_stops_re
         .await
         .expect("submitted");
     let healthy = fleet
-        .register_worker(&WorkerSpec::new("healthy", ["b"]))
+        .register_worker(&worker_spec("healthy", &["b"]))
         .await
         .expect("registered");
     let next = fleet.claim(&healthy, 1).await.expect("claims");
@@ -346,7 +357,7 @@ async fn a_long_name_never_overflows_a_notification_and_a_bad_row_never_stops_re
 
 #[tokio::test]
 async fn a_models_nul_is_stored_escaped_and_later_messages_follow_it() {
-    let db = TestDatabase::create("model_nul").await;
+    let db = database("model_nul").await;
     let clock = ManualClock::new(1_000);
     let mut fleet = connect(&db, &clock).await;
     let submitted = fleet
@@ -354,7 +365,7 @@ async fn a_models_nul_is_stored_escaped_and_later_messages_follow_it() {
         .await
         .expect("stored");
     assert_eq!(submitted.info.goal_prompt, "go\\0al");
-    let spec = WorkerSpec::new("w1", ["tester"]);
+    let spec = worker_spec("w1", &["tester"]);
     let lease = fleet.register_worker(&spec).await.expect("registered");
     let task = fleet
         .claim(&lease, 1)
@@ -404,10 +415,7 @@ async fn a_models_nul_is_stored_escaped_and_later_messages_follow_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_that_fails_right_after_connecting_backs_off() {
-    let db = TestDatabase::create("failing_session").await;
-    Fleet::connect(db.config(), FleetOptions::new())
-        .await
-        .expect("migrates");
+    let db = database("failing_session").await;
     // Every registration fails as a lost connection would, right after the
     // worker connected; each attempt is counted.
     let client = admin(&db).await;
@@ -424,7 +432,7 @@ async fn a_session_that_fails_right_after_connecting_backs_off() {
         )
         .await
         .expect("a trigger");
-    let spec = WorkerSpec::new("w", ["a"]).with_lease(Duration::from_secs(30));
+    let spec = worker_spec("w", &["a"]).with_lease(Duration::from_secs(30));
     let worker = Worker::new(DatabaseConfig::from(db.config()), spec, Arc::new(ByGoal));
     let shutdown = CancellationToken::new();
     let serving = tokio::spawn(worker.run(shutdown.clone()));
@@ -459,7 +467,7 @@ async fn a_session_that_fails_right_after_connecting_backs_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_front_refuses_a_launch_the_fleet_cannot_store_and_drops_a_refused_message() {
-    let db = TestDatabase::create("front_refusals").await;
+    let db = database("front_refusals").await;
     let front = FleetFront::connect(db.config(), FleetOptions::new(), "ws", "front")
         .await
         .expect("a front");
