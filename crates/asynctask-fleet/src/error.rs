@@ -27,7 +27,8 @@ pub enum FleetError {
     /// TLS cannot be set up (a root certificate file that cannot be read).
     #[error("TLS to the fleet's database cannot be set up: {0}")]
     Tls(String),
-    /// A query failed (the connection was lost, the server refused it).
+    /// A query failed: the connection was lost, or the server refused the
+    /// statement ([`is_transient`](Self::is_transient) tells which).
     #[error("the fleet's database failed a query ({what})")]
     Database {
         /// What was being done.
@@ -131,12 +132,48 @@ pub enum FleetError {
         #[source]
         source: serde_json::Error,
     },
+    /// A name (a workspace, a task's id, a subagent's, a worker's or a
+    /// front's name) cannot be stored: too long, or holding a control
+    /// character ([`check_name`](crate::check_name)).
+    #[error("{what} is refused: {problem}")]
+    InvalidName {
+        /// What the name names.
+        what: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl FleetError {
     /// A query error, saying what was being done.
     pub(crate) fn db(what: &'static str) -> impl FnOnce(tokio_postgres::Error) -> FleetError {
         move |source| FleetError::Database { what, source }
+    }
+
+    /// Whether the operation may succeed if tried again, on a new
+    /// connection: the database could not be reached, did not answer, or
+    /// lost the connection (or failed it for a while: a deadlock, a
+    /// shutdown). `false` for a statement the server refused for good (a
+    /// value it cannot store, a broken constraint, a missing privilege, a
+    /// limit of the server) and every error of the caller's making: sending
+    /// it again would fail again, so it is not retried as a lost connection.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_fleet::FleetError;
+    /// use std::time::Duration;
+    ///
+    /// assert!(FleetError::Unreachable { after: Duration::from_secs(5) }.is_transient());
+    /// assert!(!FleetError::Empty("a workspace").is_transient());
+    /// ```
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        match self {
+            FleetError::Connect { .. } | FleetError::Unreachable { .. } => true,
+            FleetError::Database { source, .. } => crate::sql_error::is_transient(source),
+            _ => false,
+        }
     }
 
     /// The error with its whole chain of sources, on one line: what logs show.

@@ -11,8 +11,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, Row};
 
+use crate::storable::{check_name, check_spec, payload, storable_text};
 use crate::types::{ClaimedTask, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec};
-use crate::{DatabaseConfig, FleetError, schema};
+use crate::{DatabaseConfig, FleetError, bound_output, schema};
 
 /// Where a fleet's time comes from. Every lease is measured on one clock:
 /// the database's, unless a [`Clock`] is given (tests, with a `ManualClock`).
@@ -200,13 +201,14 @@ impl Fleet {
     ///
     /// # Errors
     ///
-    /// [`FleetError::Database`].
+    /// [`FleetError::Empty`] or [`FleetError::InvalidName`] for a workspace
+    /// that cannot be stored, [`FleetError::Database`].
     pub async fn set_max_async(
         &self,
         workspace: &str,
         max: MaxAsyncTasks,
     ) -> Result<(), FleetError> {
-        non_empty(workspace, "a workspace")?;
+        check_name(workspace, "a workspace")?;
         let max = i32::try_from(max.get()).unwrap_or(-1);
         self.client
             .execute(
@@ -224,11 +226,17 @@ impl Fleet {
     /// # Errors
     ///
     /// [`FleetError::DuplicateId`], [`FleetError::Empty`],
-    /// [`FleetError::Database`].
+    /// [`FleetError::InvalidName`] for an id, a workspace or a subagent's
+    /// name that cannot be stored ([`check_name`](crate::check_name)),
+    /// [`FleetError::Database`]. The goal and the origin are stored with
+    /// their NUL characters escaped ([`storable_text`](crate::storable_text)).
     pub async fn submit(&mut self, task: NewTask) -> Result<FleetTask, FleetError> {
-        non_empty(&task.id, "a task's id")?;
-        non_empty(&task.workspace, "a workspace")?;
-        non_empty(&task.subagent_name, "a subagent's name")?;
+        check_name(&task.id, "a task's id")?;
+        check_name(&task.workspace, "a workspace")?;
+        check_name(&task.subagent_name, "a subagent's name")?;
+        // A model's text is stored escaped: a NUL would be refused for good.
+        let goal = storable_text(&task.goal_prompt);
+        let origin = task.origin.as_deref().map(storable_text);
         // The fleet's clock when one is given; else the database's.
         let now = self.clock.as_ref().map(|clock| to_db(clock.now_ms()));
         // One statement, one round trip (typed parameters: nothing to
@@ -240,7 +248,7 @@ impl Fleet {
         let rows = self
             .client
             .query_typed(
-                "WITH task AS (
+                &format!("WITH task AS (
                     INSERT INTO asynctask_tasks
                         (id, workspace, subagent_name, goal_prompt, origin, status,
                          launched_at, front_id, request)
@@ -252,13 +260,13 @@ impl Fleet {
                     INSERT INTO asynctask_workspaces (name) SELECT $2 FROM task
                     ON CONFLICT DO NOTHING
                  )
-                 SELECT launched_at, pg_notify($8, $3)::text FROM task",
+                 SELECT launched_at, pg_notify($8, {})::text FROM task", payload("$3")),
                 &[
                     (&task.id, Type::TEXT),
                     (&task.workspace, Type::TEXT),
                     (&task.subagent_name, Type::TEXT),
-                    (&task.goal_prompt, Type::TEXT),
-                    (&task.origin, Type::TEXT),
+                    (&goal.as_ref(), Type::TEXT),
+                    (&origin.as_deref(), Type::TEXT),
                     (&now, Type::INT8),
                     (&task.front, Type::INT8),
                     (&crate::listen::QUEUED_CHANNEL, Type::TEXT),
@@ -275,11 +283,11 @@ impl Fleet {
             info: AsyncTaskInfo::queued(
                 task.id,
                 task.subagent_name,
-                task.goal_prompt,
+                goal.into_owned(),
                 from_db(now),
             ),
             workspace: task.workspace,
-            origin: task.origin,
+            origin: origin.map(std::borrow::Cow::into_owned),
             worker: None,
             progress: None,
             front: task.front,
@@ -330,10 +338,13 @@ impl Fleet {
     ///
     /// [`FleetError::Empty`] for an empty name or workspace,
     /// [`FleetError::NoWorkspaces`] when it names no workspace,
+    /// [`FleetError::InvalidName`] for a name, a workspace or a subagent's
+    /// name that cannot be stored ([`check_name`](crate::check_name)),
     /// [`FleetError::InvalidWorker`] for a capacity of 0 or a lease under
     /// 1 ms, [`FleetError::Database`].
     pub async fn register_worker(&self, spec: &WorkerSpec) -> Result<WorkerLease, FleetError> {
         check_worker(spec)?;
+        check_spec(spec)?;
         let capacity = i32::try_from(spec.capacity)
             .ok()
             .filter(|c| *c >= 1)
@@ -424,7 +435,8 @@ impl Fleet {
         let rows = self
             .client
             .query(
-                "WITH retired AS (
+                &format!(
+                    "WITH retired AS (
                     UPDATE asynctask_workers SET state = 'lost'
                     WHERE id = $1 AND state = 'live'
                     RETURNING id, name
@@ -435,11 +447,13 @@ impl Fleet {
                     WHERE t.worker_id = retired.id AND t.status = 'running'
                     RETURNING t.id, t.workspace, retired.name
                  )
-                 SELECT id, workspace, name, pg_notify($4, workspace)::text FROM interrupted",
+                 SELECT id, workspace, name, pg_notify($4, {})::text FROM interrupted",
+                    payload("workspace")
+                ),
                 &[
                     &lease.worker_id,
                     &now,
-                    &error,
+                    &storable_text(error).as_ref(),
                     &crate::listen::ENDED_CHANNEL,
                 ],
             )
@@ -464,12 +478,23 @@ impl Fleet {
     /// ended): nothing is written. Writing the same end again under the
     /// same claim (a retry after the connection was lost before the answer
     /// came back) succeeds and changes nothing. [`FleetError::Database`].
+    ///
+    /// The final message and each emitted value are stored bounded as
+    /// [`bound_output`] bounds them.
     pub async fn complete(
         &self,
         task: &ClaimedTask,
         output: &OutputObject,
     ) -> Result<(), FleetError> {
-        let json = serde_json::to_string(output).map_err(|source| FleetError::Output {
+        // Bounded as an error is (a NUL in it is escaped by JSON itself).
+        let mut output = output.clone();
+        output.final_message = output
+            .final_message
+            .map(|message| bound_output(&message).into_owned());
+        for value in output.emitted_vars.values_mut() {
+            *value = bound_output(value).into_owned();
+        }
+        let json = serde_json::to_string(&output).map_err(|source| FleetError::Output {
             task: task.id.clone(),
             source,
         })?;
@@ -477,13 +502,18 @@ impl Fleet {
             .await
     }
 
-    /// Records that a claimed task failed with `error`.
+    /// Records that a claimed task failed with `error` (made storable: its
+    /// NUL characters escaped, [`storable_text`], and its last
+    /// [`MAX_STORED_OUTPUT_BYTES`](crate::MAX_STORED_OUTPUT_BYTES) kept,
+    /// [`bound_output`]).
     ///
     /// # Errors
     ///
     /// As [`complete`](Self::complete).
     pub async fn fail(&self, task: &ClaimedTask, error: &str) -> Result<(), FleetError> {
-        self.finish(task, AsyncTaskStatus::Failed, None, Some(error))
+        let error = storable_text(error);
+        let error = bound_output(&error);
+        self.finish(task, AsyncTaskStatus::Failed, None, Some(&error))
             .await
     }
 
@@ -512,7 +542,8 @@ impl Fleet {
         let changed = self
             .client
             .query(
-                "WITH ended AS (
+                &format!(
+                    "WITH ended AS (
                     UPDATE asynctask_tasks t
                     SET status = $3, output = $4, error = $5, completed_at = $6
                     FROM asynctask_workers w
@@ -520,7 +551,9 @@ impl Fleet {
                       AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $6
                     RETURNING t.workspace
                  )
-                 SELECT pg_notify($7, workspace)::text FROM ended",
+                 SELECT pg_notify($7, {})::text FROM ended",
+                    payload("workspace")
+                ),
                 &[
                     &task.id,
                     &task.fence,
@@ -562,17 +595,69 @@ impl Fleet {
     /// statement: however many handles reap at once, each such task is
     /// returned by exactly one of them, once.
     ///
+    /// When the server refuses that statement for good (a row it cannot
+    /// update), each expired worker is reaped in a statement of its own, and
+    /// one refused is skipped (and logged): one bad row never keeps the
+    /// others from being reaped.
+    ///
     /// # Errors
     ///
     /// [`FleetError::Database`].
     pub async fn reap_expired(&self) -> Result<Vec<Interrupted>, FleetError> {
         let now = self.now(&self.client).await?;
+        let interrupted = match self.reap(now, None).await {
+            Err(err) if !err.is_transient() => {
+                tracing::error!(error = %err.chain(),
+                    "reaping expired leases was refused: reaping each worker alone");
+                self.reap_one_by_one(now).await?
+            }
+            other => other?,
+        };
+        for task in &interrupted {
+            tracing::warn!(task = %task.id, worker = %task.worker, "worker lost: task interrupted");
+        }
+        Ok(interrupted)
+    }
+
+    /// Reaps each expired worker in a statement of its own, skipping those
+    /// the server refuses.
+    async fn reap_one_by_one(&self, now: i64) -> Result<Vec<Interrupted>, FleetError> {
+        let expired: Vec<i64> = self
+            .client
+            .query(
+                "SELECT id FROM asynctask_workers
+                 WHERE state = 'live' AND lease_expires_at <= $1 ORDER BY id",
+                &[&now],
+            )
+            .await
+            .map_err(FleetError::db("reading expired leases"))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let mut interrupted = Vec::new();
+        for worker in expired {
+            match self.reap(now, Some(worker)).await {
+                Ok(tasks) => interrupted.extend(tasks),
+                Err(err) if !err.is_transient() => {
+                    tracing::error!(worker_id = worker, error = %err.chain(),
+                        "the database refuses to reap this worker: skipped (fix its rows)");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(interrupted)
+    }
+
+    /// The reaping statement: every expired worker, or only `worker`.
+    async fn reap(&self, now: i64, worker: Option<i64>) -> Result<Vec<Interrupted>, FleetError> {
         let rows = self
             .client
             .query(
-                "WITH expired AS (
+                &format!(
+                    "WITH expired AS (
                     SELECT id FROM asynctask_workers
                     WHERE state = 'live' AND lease_expires_at <= $1
+                      AND ($3::bigint IS NULL OR id = $3)
                     ORDER BY id
                     FOR UPDATE SKIP LOCKED
                  ), lost AS (
@@ -587,23 +672,21 @@ impl Fleet {
                     WHERE t.worker_id = lost.id AND t.status = 'running'
                     RETURNING t.id, t.workspace, lost.name
                  )
-                 SELECT id, workspace, name, pg_notify($2, workspace)::text FROM interrupted",
-                &[&now, &crate::listen::ENDED_CHANNEL],
+                 SELECT id, workspace, name, pg_notify($2, {})::text FROM interrupted",
+                    payload("workspace")
+                ),
+                &[&now, &crate::listen::ENDED_CHANNEL, &worker],
             )
             .await
             .map_err(FleetError::db("reaping expired leases"))?;
-        let interrupted: Vec<Interrupted> = rows
+        Ok(rows
             .iter()
             .map(|row| Interrupted {
                 id: row.get(0),
                 workspace: row.get(1),
                 worker: row.get(2),
             })
-            .collect();
-        for task in &interrupted {
-            tracing::warn!(task = %task.id, worker = %task.worker, "worker lost: task interrupted");
-        }
-        Ok(interrupted)
+            .collect())
     }
 
     /// Claims up to `max` undelivered results of a workspace, oldest ended

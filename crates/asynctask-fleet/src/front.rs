@@ -10,8 +10,9 @@ use asynctask_manager::QueueFull;
 use asynctask_model::MaxQueuedTasks;
 use asynctask_tools::SubagentInfo;
 
-use crate::fleet::{TASK_COLUMNS, from_db, non_empty, task_from_row};
+use crate::fleet::{TASK_COLUMNS, from_db, task_from_row};
 use crate::listen::{CANCEL_CHANNEL, ENDED_CHANNEL, PROGRESS_CHANNEL};
+use crate::storable::{check_name, payload, storable_text};
 use crate::types::{ClaimedTask, FleetTask, WorkerLease};
 use crate::{Fleet, FleetError};
 
@@ -138,16 +139,18 @@ impl Fleet {
     ///
     /// # Errors
     ///
-    /// [`FleetError::Empty`], [`FleetError::InvalidWorker`] for a lease under
-    /// 1 ms, [`FleetError::Database`].
+    /// [`FleetError::Empty`], [`FleetError::InvalidName`] for a workspace or
+    /// a name that cannot be stored ([`check_name`]),
+    /// [`FleetError::InvalidWorker`] for a lease under 1 ms,
+    /// [`FleetError::Database`].
     pub async fn register_front(
         &self,
         workspace: &str,
         name: &str,
         lease: Duration,
     ) -> Result<FrontLease, FleetError> {
-        non_empty(workspace, "a workspace")?;
-        non_empty(name, "a front's name")?;
+        check_name(workspace, "a workspace")?;
+        check_name(name, "a front's name")?;
         let lease = i64::try_from(lease.as_millis())
             .ok()
             .filter(|ms| *ms >= 1)
@@ -395,12 +398,15 @@ impl Fleet {
         let cancelled = self
             .client
             .query(
-                "WITH cancelled AS (
+                &format!(
+                    "WITH cancelled AS (
                     UPDATE asynctask_tasks SET status = 'cancelled', completed_at = $3
                     WHERE id = $1 AND workspace = $2 AND status = 'queued'
                     RETURNING workspace
                  )
-                 SELECT pg_notify($4, workspace)::text FROM cancelled",
+                 SELECT pg_notify($4, {})::text FROM cancelled",
+                    payload("workspace")
+                ),
                 &[&id, &workspace, &now, &ENDED_CHANNEL],
             )
             .await
@@ -446,8 +452,9 @@ impl Fleet {
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
-    /// Stores a claimed task's whole output (its last
-    /// [`MAX_STORED_OUTPUT_BYTES`], see [`bound_output`]), `bytes` long in
+    /// Stores a claimed task's whole output (its NUL characters escaped,
+    /// [`storable_text`], then its last [`MAX_STORED_OUTPUT_BYTES`], see
+    /// [`bound_output`]), `bytes` long in
     /// all, with the claim's fencing token, for fronts on any machine to read
     /// ([`whole_output`](Self::whole_output)).
     ///
@@ -462,7 +469,8 @@ impl Fleet {
         bytes: u64,
     ) -> Result<(), FleetError> {
         let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
-        let stored = bound_output(text);
+        let text = storable_text(text);
+        let stored = bound_output(&text);
         let now = self.now(&self.client).await?;
         // Fenced as an end is: the claim current and the worker's lease live.
         let changed = self
@@ -502,7 +510,7 @@ impl Fleet {
     }
 
     /// Stores a claimed task's last line of progress (cut to
-    /// [`MAX_PROGRESS_CHARS`]), with the claim's fencing token: a write for a
+    /// [`MAX_PROGRESS_CHARS`], its NUL characters escaped), with the claim's fencing token: a write for a
     /// claim no longer current changes nothing. Notifies
     /// [`PROGRESS_CHANNEL`]: the caller rate-limits (the worker writes at
     /// most once a second per task).
@@ -513,6 +521,7 @@ impl Fleet {
     /// [`FleetError::Database`].
     pub async fn report_progress(&self, task: &ClaimedTask, line: &str) -> Result<(), FleetError> {
         let line: String = line.chars().take(MAX_PROGRESS_CHARS).collect();
+        let line = storable_text(&line);
         let now = self.now(&self.client).await?;
         // One statement: the fenced write (the claim current and the
         // worker's lease live), and the wake-up of the fronts (sent when it
@@ -520,15 +529,24 @@ impl Fleet {
         let changed = self
             .client
             .query(
-                "WITH reported AS (
+                &format!(
+                    "WITH reported AS (
                     UPDATE asynctask_tasks t SET progress = $3
                     FROM asynctask_workers w
                     WHERE t.id = $1 AND t.fence = $2 AND t.status = 'running'
                       AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $5
                     RETURNING t.id
                  )
-                 SELECT pg_notify($4, id)::text FROM reported",
-                &[&task.id, &task.fence, &line, &PROGRESS_CHANNEL, &now],
+                 SELECT pg_notify($4, {})::text FROM reported",
+                    payload("id")
+                ),
+                &[
+                    &task.id,
+                    &task.fence,
+                    &line.as_ref(),
+                    &PROGRESS_CHANNEL,
+                    &now,
+                ],
             )
             .await
             .map_err(FleetError::db("storing a task's progress"))?

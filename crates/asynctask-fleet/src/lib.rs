@@ -38,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backoff;
 mod claims;
 mod connection;
 mod error;
@@ -50,7 +51,9 @@ mod questions;
 mod remote;
 mod retention;
 mod schema;
+mod sql_error;
 mod status;
+mod storable;
 mod types;
 mod worker;
 
@@ -73,6 +76,7 @@ pub use crate::schema::SCHEMA_VERSION;
 pub use crate::status::{
     FleetStatus, RunningTask, STATUS_JSON_VERSION, WorkerStatus, WorkspaceStatus,
 };
+pub use crate::storable::{MAX_NAME_BYTES, check_name, storable_text};
 pub use crate::types::{
     ClaimedTask, DEFAULT_LEASE, FleetTask, Interrupted, NewTask, WorkerLease, WorkerSpec,
     lost_worker_error, untracked_task_error,

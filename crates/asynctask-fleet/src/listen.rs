@@ -42,7 +42,10 @@ pub struct Wakeup {
     /// [`CANCEL_CHANNEL`], [`MESSAGE_CHANNEL`] or [`QUESTION_CHANNEL`].
     pub channel: String,
     /// The subagent (queued), the workspace (ended), the task's id
-    /// (progress, question) or the worker's id (cancel, message).
+    /// (progress, question) or the worker's id (cancel, message); a name
+    /// cut to [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES) characters, so a
+    /// payload stays under PostgreSQL's bound whatever is stored (a valid
+    /// name is never cut).
     pub payload: String,
 }
 

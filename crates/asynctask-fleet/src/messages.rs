@@ -8,6 +8,7 @@ use tokio_postgres::types::Type;
 
 use crate::fleet::to_db;
 use crate::listen::MESSAGE_CHANNEL;
+use crate::storable::storable_text;
 use crate::types::{ClaimedTask, WorkerLease};
 use crate::{Fleet, FleetError};
 
@@ -40,7 +41,8 @@ pub struct PendingMessage {
 }
 
 impl Fleet {
-    /// Stores message number `n` (numbered from 1 by the one front that
+    /// Stores message number `n` (its NUL characters escaped,
+    /// [`storable_text`]; numbered from 1 by the one front that
     /// runs the task, so a retried store is stored once) to task `id` of
     /// `workspace`, queued or running, and notifies its worker on
     /// [`MESSAGE_CHANNEL`]. One statement, one round trip (the database's
@@ -71,7 +73,7 @@ impl Fleet {
                     (&id, Type::TEXT),
                     (&workspace, Type::TEXT),
                     (&n, Type::INT8),
-                    (&body, Type::TEXT),
+                    (&storable_text(body).as_ref(), Type::TEXT),
                     (&now, Type::INT8),
                     (&max, Type::INT8),
                     (&MESSAGE_CHANNEL, Type::TEXT),

@@ -4,6 +4,7 @@
 //! tasks whose stored launch cannot be read.
 
 use crate::fleet::self_now;
+use crate::storable::{payload, storable_text};
 use crate::types::{Interrupted, WorkerLease, untracked_task_error};
 use crate::{Fleet, FleetError};
 
@@ -26,18 +27,21 @@ pub(crate) async fn fail_unreadable(
 ) -> Result<(), FleetError> {
     tracing::warn!(task = %id, error = %why, "a claimed task's launch cannot be read: failed");
     tx.execute(
-        "WITH failed AS (
+        &format!(
+            "WITH failed AS (
             UPDATE asynctask_tasks t SET status = 'failed', completed_at = $2, error = $3
             FROM asynctask_workers w
             WHERE t.id = $1 AND t.fence = $5 AND t.status = 'running'
               AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $2
             RETURNING t.workspace
          )
-         SELECT pg_notify($4, workspace) FROM failed",
+         SELECT pg_notify($4, {}) FROM failed",
+            payload("workspace")
+        ),
         &[
             &id,
             &now,
-            &unreadable_launch_error(why),
+            &storable_text(&unreadable_launch_error(why)).as_ref(),
             &crate::listen::ENDED_CHANNEL,
             &fence,
         ],
@@ -70,7 +74,8 @@ impl Fleet {
         let rows = self
             .client
             .query(
-                "WITH failed AS (
+                &format!(
+                    "WITH failed AS (
                     UPDATE asynctask_tasks t
                     SET status = 'failed', completed_at = $3, error = $4
                     FROM asynctask_workers w
@@ -78,12 +83,14 @@ impl Fleet {
                       AND w.id = t.worker_id AND w.state = 'live' AND w.lease_expires_at > $3
                     RETURNING t.id, t.workspace, w.name
                  )
-                 SELECT id, workspace, name, pg_notify($5, workspace)::text FROM failed",
+                 SELECT id, workspace, name, pg_notify($5, {})::text FROM failed",
+                    payload("workspace")
+                ),
                 &[
                     &lease.worker_id,
                     &tracked,
                     &now,
-                    &error,
+                    &storable_text(&error).as_ref(),
                     &crate::listen::ENDED_CHANNEL,
                 ],
             )

@@ -6,6 +6,7 @@
 use asynctask_manager::{Answer, Question};
 
 use crate::listen::{MESSAGE_CHANNEL, QUESTION_CHANNEL};
+use crate::storable::{payload, storable_text};
 use crate::types::{ClaimedTask, WorkerLease};
 use crate::{Fleet, FleetError};
 
@@ -143,7 +144,7 @@ impl Fleet {
     }
 
     /// Stores the answer to waiting question `number` of running task `id`
-    /// of `workspace`, and notifies its worker on [`MESSAGE_CHANNEL`].
+    /// of `workspace` (its NUL characters escaped, [`storable_text`]), and notifies its worker on [`MESSAGE_CHANNEL`].
     /// Returns `false` when the question no longer waits (answered,
     /// withdrawn, or its task ended). A withdrawal is not an answer: it
     /// stores nothing.
@@ -179,7 +180,7 @@ impl Fleet {
                     &workspace,
                     &number,
                     &answer.status(),
-                    &answer.text(),
+                    &answer.text().map(storable_text).as_deref(),
                     &now,
                     &MESSAGE_CHANNEL,
                 ],
@@ -261,9 +262,12 @@ impl Fleet {
         Ok(())
     }
 
-    async fn notify(&self, channel: &str, payload: &str) -> Result<(), FleetError> {
+    async fn notify(&self, channel: &str, about: &str) -> Result<(), FleetError> {
         self.client
-            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+            .execute(
+                &format!("SELECT pg_notify($1, {})", payload("$2::text")),
+                &[&channel, &about],
+            )
             .await
             .map_err(FleetError::db("notifying"))?;
         Ok(())

@@ -21,9 +21,8 @@ use asynctask_tools::{
 use tokio::sync::{MutexGuard, Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::front::{
-    CancelRequest, DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor,
-};
+use crate::backoff::Backoff;
+use crate::front::{DEFAULT_FRONT_LEASE, FrontLease, MAX_STORED_OUTPUT_BYTES, ResultFor};
 use crate::listen::{ENDED_CHANNEL, FleetListener, PROGRESS_CHANNEL, QUESTION_CHANNEL};
 use crate::types::NewTask;
 use crate::{DatabaseConfig, Fleet, FleetError, FleetOptions};
@@ -45,8 +44,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// dropped and made again, with backoff, as when it ends.
 const STATEMENT_LIMIT: Duration = Duration::from_secs(5);
 
+mod cancel;
 mod relay;
 
+use cancel::{ask_to_cancel, ask_to_cancel_until_written};
 use relay::{Asks, Steering};
 
 /// How long a steering message the fleet could not take (its task's
@@ -141,13 +142,18 @@ impl FleetFront {
     ///
     /// # Errors
     ///
-    /// What [`Fleet::connect`] and [`Fleet::register_front`] return.
+    /// [`FleetError::Empty`] or [`FleetError::InvalidName`] for a workspace
+    /// or a name the fleet cannot store ([`check_name`](crate::check_name)),
+    /// before anything is connected; what [`Fleet::connect`] and
+    /// [`Fleet::register_front`] return.
     pub async fn connect(
         config: impl Into<DatabaseConfig>,
         options: FleetOptions,
         workspace: &str,
         name: &str,
     ) -> Result<Self, FleetError> {
+        crate::check_name(workspace, "a workspace")?;
+        crate::check_name(name, "a front's name")?;
         let config = config.into();
         let fleet = Fleet::connect(&config, options.clone()).await?;
         let front = fleet
@@ -240,8 +246,19 @@ impl FleetFront {
             return;
         };
         let interval = (self.shared.lease / 3).max(Duration::from_millis(10));
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
+        // After the first connection: wait before listening again (a
+        // connection that fails right after it was made backs off as one
+        // that could not be made).
+        let mut session: Option<tokio::time::Instant> = None;
         'connect: loop {
+            if let Some(since) = session.take() {
+                backoff.ended(since);
+                tokio::select! {
+                    () = stop.cancelled() => break 'connect,
+                    () = tokio::time::sleep(backoff.next_wait()) => {}
+                }
+            }
             let mut reconnected = self.shared.reconnects.subscribe();
             let listen = tokio::time::timeout(
                 CONNECT_TIMEOUT,
@@ -262,13 +279,12 @@ impl FleetFront {
                     tracing::warn!(error = %err.chain(), "cannot listen to the fleet; retrying");
                     tokio::select! {
                         () = stop.cancelled() => break 'connect,
-                        () = tokio::time::sleep(backoff) => {}
+                        () = tokio::time::sleep(backoff.next_wait()) => {}
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             };
-            backoff = Duration::from_millis(100);
+            session = Some(backoff.connected());
             // Connected (again): what was notified meanwhile is lost, so look.
             self.tick().await;
             let mut timer = tokio::time::interval(interval);
@@ -574,7 +590,10 @@ impl SubagentRunner for FleetRunner {
             match attempt {
                 // A duplicate: an earlier attempt was written, its answer lost.
                 Ok(()) | Err(FleetError::DuplicateId(_)) => break,
-                Err(err @ (FleetError::Empty(_) | FleetError::NewerSchema { .. })) => {
+                // Refused for good (a name the fleet cannot store, a value
+                // the server refuses, a newer schema): sending it again
+                // would fail again, so the model is told now.
+                Err(err) if !err.is_transient() => {
                     return Err(SubagentError::new(refused(&err)));
                 }
                 Err(err) => {
@@ -716,48 +735,6 @@ impl SubagentRunner for FleetRunner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
         )
-    }
-}
-
-/// Asks the fleet to cancel task `id` ([`Fleet::request_cancel`]): whether
-/// it was written (asked, cancelled while queued, or found ended already).
-async fn ask_to_cancel(shared: &Shared, id: &str) -> bool {
-    let requested = shared
-        .on_fleet(async |fleet, _| fleet.request_cancel(&shared.workspace, id).await)
-        .await;
-    match requested {
-        Ok(CancelRequest::Requested) => {
-            tracing::info!(task = %id, "asked the fleet to cancel");
-            true
-        }
-        Ok(_) => true,
-        Err(err) => {
-            tracing::warn!(task = %id, error = %err.chain(), "could not cancel in the fleet yet: asking again");
-            shared.failed(&err).await;
-            false
-        }
-    }
-}
-
-/// Asks the fleet to cancel task `id` again, with backoff (up to
-/// [`MAX_BACKOFF`]), until it is written or the task has ended, or the
-/// server stops serving: a cancel the fleet could not take at once (its
-/// database unreachable) is never silently lost while the worker's
-/// subagent runs on.
-async fn ask_to_cancel_until_written(shared: Arc<Shared>, id: String) {
-    let mut delay = Duration::from_millis(100);
-    loop {
-        tokio::select! {
-            () = shared.closing.cancelled() => {
-                tracing::warn!(task = %id, "stopped before the fleet took the cancel");
-                return;
-            }
-            () = tokio::time::sleep(delay) => {}
-        }
-        if ask_to_cancel(&shared, &id).await {
-            return;
-        }
-        delay = (delay * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -912,6 +889,7 @@ mod tests {
                 supported: 2,
             }),
             refused(&FleetError::Empty("a subagent's name")),
+            refused(&crate::check_name(&"w".repeat(8_100), "a workspace").expect_err("too long")),
             point_to_fleet(
                 "1\n2\n... [9000 more characters cut]\n[whole output: /tmp/w/a1.out (23893 bytes)]",
                 "a1",

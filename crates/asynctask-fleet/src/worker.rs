@@ -27,6 +27,7 @@ mod ends;
 mod lease;
 mod run;
 
+use crate::backoff::Backoff;
 use asks::WorkerAsks;
 
 use run::{
@@ -176,11 +177,16 @@ impl Worker {
     /// # Errors
     ///
     /// Only what retrying cannot mend: an invalid [`WorkerSpec`]
-    /// ([`FleetError::NoWorkspaces`] before anything else is done,
-    /// [`FleetError::Empty`], [`FleetError::InvalidWorker`]) or a database
-    /// without the schema of this version ([`FleetError::NoSchema`],
-    /// [`FleetError::OlderSchema`], [`FleetError::NewerSchema`]). An
-    /// unreachable database is retried, with backoff, until shutdown.
+    /// ([`FleetError::NoWorkspaces`], [`FleetError::Empty`],
+    /// [`FleetError::InvalidName`] at once, before connecting;
+    /// [`FleetError::InvalidWorker`]) or a database without the schema of
+    /// this version ([`FleetError::NoSchema`], [`FleetError::OlderSchema`],
+    /// [`FleetError::NewerSchema`]). An unreachable database is retried, with
+    /// backoff, until shutdown; so is a session that fails right after
+    /// connecting. A statement the database refuses for good (a value it
+    /// cannot store) is not taken for a lost connection: its step is skipped
+    /// until the next heartbeat, and a task's end it refuses fails the task
+    /// with the reason.
     ///
     /// # Cancel safety
     ///
@@ -240,6 +246,9 @@ struct Ended {
     /// The whole output (its end, bounded) and its length in bytes, when
     /// the result was cut and points to it.
     whole: Option<(String, u64)>,
+    /// Whether the database refused the end this replaces: a failure saying
+    /// so, never replaced again.
+    refused: bool,
 }
 
 /// One registration: its lease, and the watchdog that ends the subagents if
@@ -261,10 +270,14 @@ impl Drop for Registration {
     }
 }
 
-/// Why a connected session ended.
+/// Why a connected session ended, or a step of it failed.
 enum SessionEnd {
     Shutdown,
     Disconnected(FleetError),
+    /// The server refused a statement for good (a value it cannot store,
+    /// a limit): the connection is fine, and sending the statement again
+    /// would fail again. The step is given up; the session goes on.
+    Refused(FleetError),
     Fatal(FleetError),
 }
 
@@ -273,11 +286,24 @@ impl From<FleetError> for SessionEnd {
         match err {
             // A statement or a connect that hung past its time (a cut link
             // drops packets rather than refusing them) is a lost connection too.
-            FleetError::Connect { .. }
-            | FleetError::Database { .. }
-            | FleetError::Unreachable { .. } => SessionEnd::Disconnected(err),
+            _ if err.is_transient() => SessionEnd::Disconnected(err),
+            FleetError::Database { .. } => SessionEnd::Refused(err),
             other => SessionEnd::Fatal(other),
         }
+    }
+}
+
+/// A step of a session whose statement the server refused is logged and
+/// given up: the steps after it still run, and it is tried again at the
+/// next heartbeat (a bad row never stops a worker from claiming).
+fn tolerate(step: &'static str, result: Result<(), SessionEnd>) -> Result<(), SessionEnd> {
+    match result {
+        Err(SessionEnd::Refused(err)) => {
+            tracing::error!(step, error = %err.chain(),
+                "the fleet's database refused a statement: the step is skipped until the next heartbeat");
+            Ok(())
+        }
+        other => other,
     }
 }
 
@@ -307,8 +333,9 @@ struct Serving {
 
 impl Serving {
     async fn serve(&mut self, shutdown: &CancellationToken) -> Result<(), FleetError> {
-        let mut backoff = MIN_BACKOFF;
+        crate::storable::check_spec(&self.worker.spec)?;
         let max_backoff = self.worker.heartbeat_interval().min(MAX_BACKOFF);
+        let mut backoff = Backoff::new(MIN_BACKOFF, max_backoff);
         let mut disconnected = false;
         loop {
             let connected = tokio::select! {
@@ -320,8 +347,10 @@ impl Serving {
                     if disconnected {
                         tracing::info!("the fleet's database answers again");
                     }
-                    backoff = MIN_BACKOFF;
-                    match self.session(&mut fleet, &mut listener, shutdown).await {
+                    let session = backoff.connected();
+                    let end = self.session(&mut fleet, &mut listener, shutdown).await;
+                    backoff.ended(session);
+                    match end {
                         SessionEnd::Shutdown => {
                             self.retire(&fleet).await;
                             return Ok(());
@@ -334,18 +363,20 @@ impl Serving {
             match end {
                 SessionEnd::Shutdown => return Ok(()),
                 SessionEnd::Fatal(err) => return Err(err),
-                SessionEnd::Disconnected(err) => {
+                // A refusal that reached the session (its first steps are
+                // tolerated): connect again, backing off.
+                SessionEnd::Disconnected(err) | SessionEnd::Refused(err) => {
                     disconnected = true;
+                    let wait = backoff.next_wait();
                     tracing::warn!(
                         error = %err.chain(),
-                        retry_in_ms = backoff.as_millis(),
+                        retry_in_ms = wait.as_millis(),
                         running = self.running.len(),
                         "cannot reach the fleet's database; running subagents keep running"
                     );
-                    if self.wait_offline(backoff, shutdown).await {
+                    if self.wait_offline(wait, shutdown).await {
                         return Ok(());
                     }
-                    backoff = (backoff * 2).min(max_backoff);
                 }
             }
         }
@@ -416,15 +447,18 @@ impl Serving {
         // Notifications sent while disconnected are lost: look once now.
         // The lease first: an end whose write waits on a lock never keeps
         // the lease from being renewed.
-        self.register_if_needed(fleet).await?;
-        self.renew(fleet).await?;
+        tolerate("registering", self.register_if_needed(fleet).await)?;
+        tolerate("renewing the lease", self.renew(fleet).await)?;
         self.flush(fleet).await?;
-        self.fail_untracked(fleet).await?;
-        self.reap(fleet).await?;
-        self.cancel_requested(fleet).await?;
-        self.claim(fleet).await?;
-        self.deliver_messages(fleet).await?;
-        self.sync_questions(fleet).await?;
+        tolerate("failing untracked tasks", self.fail_untracked(fleet).await)?;
+        tolerate("reaping", self.reap(fleet).await)?;
+        tolerate(
+            "reading cancel requests",
+            self.cancel_requested(fleet).await,
+        )?;
+        tolerate("claiming", self.claim(fleet).await)?;
+        tolerate("delivering messages", self.deliver_messages(fleet).await)?;
+        tolerate("syncing questions", self.sync_questions(fleet).await)?;
         let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -438,33 +472,35 @@ impl Serving {
                 // Before the ends and wake-ups: under a steady stream of them
                 // the renewal must not wait (the lease would expire).
                 _ = tick.tick() => {
-                    self.renew(fleet).await?;
+                    tolerate("renewing the lease", self.renew(fleet).await)?;
                     // Ends a held row lock kept from being written.
                     self.flush(fleet).await?;
-                    self.fail_untracked(fleet).await?;
-                    self.reap(fleet).await?;
-                    self.cancel_requested(fleet).await?;
-                    self.register_if_needed(fleet).await?;
-                    self.claim(fleet).await?;
-                    self.deliver_messages(fleet).await?;
-                    self.sync_questions(fleet).await?;
+                    tolerate("failing untracked tasks", self.fail_untracked(fleet).await)?;
+                    tolerate("reaping", self.reap(fleet).await)?;
+                    tolerate("reading cancel requests", self.cancel_requested(fleet).await)?;
+                    tolerate("registering", self.register_if_needed(fleet).await)?;
+                    tolerate("claiming", self.claim(fleet).await)?;
+                    tolerate("delivering messages", self.deliver_messages(fleet).await)?;
+                    tolerate("syncing questions", self.sync_questions(fleet).await)?;
                 }
                 Some(ended) = self.ended_rx.recv() => {
                     self.record(ended);
                     self.flush(fleet).await?;
-                    self.register_if_needed(fleet).await?;
-                    self.claim(fleet).await?;
+                    tolerate("registering", self.register_if_needed(fleet).await)?;
+                    tolerate("claiming", self.claim(fleet).await)?;
                 }
                 Some(()) = self.asks.asked.recv() => {
                     while self.asks.asked.try_recv().is_ok() {}
-                    self.sync_questions(fleet).await?;
+                    tolerate("syncing questions", self.sync_questions(fleet).await)?;
                 }
                 Some((task, line)) = self.progress_rx.recv() => {
                     // A claim no longer current (the task ended) writes
                     // nothing; a line whose row is locked is skipped (the
                     // next one replaces it).
                     match self.db(fleet.report_progress(&task, &line)).await {
-                        Ok(()) | Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {}
+                        Ok(())
+                        | Err(SessionEnd::Fatal(FleetError::Fenced { .. }))
+                        | Err(SessionEnd::Refused(_)) => {}
                         Err(SessionEnd::Disconnected(err)) if is_lock_timeout(&err) => {}
                         Err(end) => return Err(end),
                     }
@@ -475,7 +511,7 @@ impl Serving {
                             wakeup.payload == r.lease.worker_id.to_string()
                         });
                         if mine {
-                            self.cancel_requested(fleet).await?;
+                            tolerate("reading cancel requests", self.cancel_requested(fleet).await)?;
                         }
                     }
                     Some(wakeup) if wakeup.channel == MESSAGE_CHANNEL => {
@@ -483,13 +519,13 @@ impl Serving {
                             wakeup.payload == r.lease.worker_id.to_string()
                         });
                         if mine {
-                            self.deliver_messages(fleet).await?;
-                            self.sync_questions(fleet).await?;
+                            tolerate("delivering messages", self.deliver_messages(fleet).await)?;
+                            tolerate("syncing questions", self.sync_questions(fleet).await)?;
                         }
                     }
                     Some(wakeup) => {
                         tracing::trace!(channel = %wakeup.channel, payload = %wakeup.payload, "woken");
-                        self.claim(fleet).await?;
+                        tolerate("claiming", self.claim(fleet).await)?;
                     }
                     None => {
                         return Err(SessionEnd::Disconnected(FleetError::Unreachable {
@@ -756,6 +792,7 @@ impl Serving {
                 task,
                 outcome,
                 whole,
+                refused: false,
             });
         });
     }

@@ -1137,3 +1137,31 @@ async fn a_worker_s_subagent_is_given_the_whole_launch_and_its_variables_reach_t
     front.exits_cleanly().await;
     worker.terminate().await;
 }
+
+#[test]
+fn a_front_whose_workspace_the_fleet_cannot_store_is_refused_at_start() {
+    let dir = temp_dir("front-long-workspace");
+    std::fs::write(
+        dir.path().join("front.toml"),
+        format!(
+            "workspace = \"{}\"\ndatabase = \"host=/nonexistent dbname=none\"\n",
+            "w".repeat(8_100)
+        ),
+    )
+    .expect("written");
+    // Refused before anything connects: the database named need not exist.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_asynctask"))
+        .args(["mcp", "--config", "front.toml"])
+        .current_dir(dir.path())
+        .env_remove("ASYNCTASK_DATABASE_URL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.lines().last(),
+        Some("asynctask: a workspace is refused: it is 8100 bytes long, the most is 1024"),
+        "{stderr}"
+    );
+}

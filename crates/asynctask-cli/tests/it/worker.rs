@@ -558,3 +558,44 @@ async fn a_worker_serves_the_workspaces_it_names_and_refuses_to_start_naming_non
     assert_eq!(status_of(&fleet, "bob1").await, AsyncTaskStatus::Queued);
     drop(from_config);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_writing_a_nul_to_stderr_fails_its_task_and_its_worker_goes_on() {
+    let db = super::fleet_database("cli_worker_nul").await;
+    let dir = temp_dir("worker-nul");
+    let config = dir.path().join("worker.toml");
+    std::fs::write(
+        &config,
+        "[subagents.nul]\ncommand = [\"sh\", \"-c\", \"printf 'boom\\\\000tail\\\\n' >&2; exit 1\"]\n\
+         [subagents.echo]\ncommand = [\"cat\"]\n",
+    )
+    .expect("written");
+    let mut front = Fleet::connect(db.config(), FleetOptions::new())
+        .await
+        .expect("connects");
+    front
+        .submit(NewTask::new("t1", "ws", "nul", "go"))
+        .await
+        .expect("submitted");
+    let worker = WorkerProcess::start(&db, &config, "w", 30, dir.path().join("worker.log"));
+    eventually_with("the task fails", Duration::from_secs(60), || async {
+        status_of(&front, "t1").await == AsyncTaskStatus::Failed
+    })
+    .await;
+    let t1 = front.task("t1").await.expect("read").expect("exists");
+    let error = t1.info.error.unwrap_or_default();
+    assert!(error.contains("boom\\0tail"), "{error}");
+    // The worker goes on claiming.
+    front
+        .submit(NewTask::new("t2", "ws", "echo", "after"))
+        .await
+        .expect("submitted");
+    eventually_with(
+        "the next task completes",
+        Duration::from_secs(60),
+        || async { status_of(&front, "t2").await == AsyncTaskStatus::Completed },
+    )
+    .await;
+    let log = worker.log();
+    assert!(!log.contains("cannot reach the fleet's database"), "{log}");
+}

@@ -61,6 +61,12 @@ impl Steering {
             Ok(MessageSent::Stored) => tracing::info!(task = %id, message = n, "message stored"),
             Ok(MessageSent::Ended) => {}
             Ok(MessageSent::Full) => self.unsent = Some((n, body)),
+            // Refused for good: sending it again would fail again, and the
+            // task's later messages would wait behind it forever.
+            Err(err) if !err.is_transient() => {
+                tracing::error!(task = %id, message = n, error = %err.chain(),
+                    "the fleet's database refused a message: dropped");
+            }
             Err(err) => {
                 shared.failed(&err).await;
                 self.unsent = Some((n, body));
@@ -131,6 +137,12 @@ impl Asks {
             match stored {
                 Ok(_) => {
                     tracing::info!(task = %id, question = number, "answer stored");
+                    self.unsent.remove(0);
+                }
+                // Refused for good: the next answers must not wait behind it.
+                Err(err) if !err.is_transient() => {
+                    tracing::error!(task = %id, question = number, error = %err.chain(),
+                        "the fleet's database refused an answer: dropped");
                     self.unsent.remove(0);
                 }
                 Err(err) => {

@@ -81,6 +81,12 @@ impl Serving {
                     .await
                 {
                     Ok(()) | Err(SessionEnd::Fatal(FleetError::Fenced { .. })) => {}
+                    // The end is written all the same, pointing to an output
+                    // no machine stores: said in the log.
+                    Err(SessionEnd::Refused(err)) => {
+                        tracing::error!(task = %ended.task.id, error = %err.chain(),
+                            "the task's whole output was refused by the database: not stored");
+                    }
                     Err(SessionEnd::Disconnected(err)) if is_lock_timeout(&err) => {
                         self.postpone();
                         return Ok(());
@@ -109,6 +115,23 @@ impl Serving {
                 Err(SessionEnd::Fatal(FleetError::Output { task, source })) => {
                     tracing::error!(task = %task, error = %source, "the task's output cannot be stored; dropped");
                 }
+                // Refused for good: the task fails with a text saying why,
+                // written next; if that too is refused, it is dropped (the
+                // next heartbeat fails the task as untracked).
+                Err(SessionEnd::Refused(err)) if !ended.refused => {
+                    tracing::error!(task = %ended.task.id, error = %err.chain(),
+                        "the task's end was refused by the database: failing it instead");
+                    if let Some(ended) = self.unwritten.front_mut() {
+                        ended.outcome = RunEnd::Failed(refused_end_error(&err));
+                        ended.whole = None;
+                        ended.refused = true;
+                    }
+                    continue;
+                }
+                Err(SessionEnd::Refused(err)) => {
+                    tracing::error!(task = %ended.task.id, error = %err.chain(),
+                        "the task's failure was refused by the database too: dropped");
+                }
                 Err(SessionEnd::Disconnected(err)) if is_lock_timeout(&err) => {
                     self.postpone();
                     return Ok(());
@@ -131,4 +154,17 @@ impl Serving {
             self.unwritten.push_back(ended);
         }
     }
+}
+
+/// The error of a task whose end the fleet's database refused for good (a
+/// result it cannot store): what the model reads instead of the result.
+pub(super) fn refused_end_error(err: &FleetError) -> String {
+    // The server's own words when it gave some; the log keeps the chain.
+    let why = match err {
+        FleetError::Database { source, .. } => source
+            .as_db_error()
+            .map_or_else(|| err.chain(), |db| db.message().to_owned()),
+        other => other.chain(),
+    };
+    format!("the subagent ended, but the fleet's database refused to store its result: {why}")
 }

@@ -19,6 +19,7 @@ mod questions;
 mod retention;
 mod roles;
 mod schema;
+mod storable;
 
 use std::sync::Arc;
 

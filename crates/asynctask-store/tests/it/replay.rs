@@ -133,3 +133,38 @@ proptest! {
         prop_assert_eq!(restored.counts().running, 0);
     }
 }
+
+/// What a model or a subagent sends may hold a NUL anywhere (an escape the
+/// model wrote, a byte a subagent printed): SQLite keeps it, and a reopened
+/// store gives back exactly what was written, never an error or a lost task.
+#[test]
+fn a_nul_in_any_text_of_a_model_or_a_subagent_is_kept_across_a_reopen() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("tasks.db");
+    let (store, _) = Store::open(&path).expect("a new store");
+    let clock = ManualClock::new(1_000);
+    let manager = AsyncTaskManager::restore(
+        MaxAsyncTasks::UNLIMITED,
+        Arc::new(clock.clone()),
+        Arc::new(store),
+        Vec::new(),
+    )
+    .expect("an empty restore");
+    for id in ["done", "failed"] {
+        let input = RegisterTaskInput::new(id, "research\0er", "go\0al")
+            .with_origin("sess\0ion")
+            .with_launch("{\"goal\":\"go\\u0000al\"}");
+        manager.register_task(input).expect("registered");
+    }
+    let output = OutputObject::new(asynctask_model::TerminateReason::Goal)
+        .with_final_message("boom\0tail")
+        .with_var("k\0", "v\0");
+    assert!(manager.complete_task("done", output));
+    assert!(manager.fail_task("failed", "boom\0tail\n"));
+    let expected = held(&manager);
+    drop(manager);
+
+    let (_, reopened) = Store::open(&path).expect("the store reopens");
+    assert_eq!(stored(reopened), expected);
+    assert_eq!(expected[1].0.error.as_deref(), Some("boom\0tail\n"));
+}
