@@ -152,10 +152,11 @@ impl FleetError {
 
     /// Whether the operation may succeed if tried again, on a new
     /// connection: the database could not be reached, did not answer, or
-    /// lost the connection (or failed it for a while: a deadlock, a
-    /// shutdown). `false` for a statement the server refused for good (a
-    /// value it cannot store, a broken constraint, a missing privilege, a
-    /// limit of the server) and every error of the caller's making: sending
+    /// lost the connection, or failed it for a while (a deadlock, a
+    /// shutdown, a server made read-only, a missing privilege). `false` for a
+    /// statement the server refused for good (a value it cannot store, a
+    /// broken constraint, a limit of the server, an exception the fleet's
+    /// own functions raise) and every error of the caller's making: sending
     /// it again would fail again, so it is not retried as a lost connection.
     ///
     /// # Examples

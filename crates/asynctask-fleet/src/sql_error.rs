@@ -4,20 +4,19 @@
 
 use std::error::Error as _;
 
-/// Whether `err` says the connection (or the server, for a while) failed
-/// rather than the statement: no SQLSTATE and no conversion error (the
-/// connection closed, an I/O or protocol error), or a SQLSTATE of class
-/// 08 (connection exception), 40 (serialization failure, deadlock), 53
-/// (insufficient resources), 57 (operator intervention: an administrator's
-/// shutdown, a cancelled statement), 58 (system error), or 55P03 (a lock
-/// not granted in time) and 25P03 (the session idled in a transaction too
-/// long and was ended).
+/// Whether `err` may succeed on a new connection, or later: no SQLSTATE
+/// and no conversion error (the connection closed, an I/O or protocol
+/// error), or any SQLSTATE but the few that refuse the statement itself.
 ///
-/// Everything else is the statement's own: class 22 (a value the server
-/// cannot take: a NUL in a text, a notification too long), 23 (a broken
-/// constraint), 42 (syntax, a missing privilege), 54 (a program limit: an
-/// index entry too large), a PL/pgSQL exception, a parameter the client
-/// could not encode or a column it could not decode.
+/// Only these are the statement's own, refused however often it is sent:
+/// class 22 (a value the server cannot take: a NUL in a text, a
+/// notification too long), 23 (a broken constraint), 54 (a program limit:
+/// an index entry too large), a PL/pgSQL `RAISE` (P0001, and the fleet's
+/// own AT001), and a parameter the client could not encode or a column it
+/// could not decode. The list is short on purpose: taking a passing error
+/// for a permanent one loses a result (a read-only server during
+/// maintenance, 25006, would fail every task that ends meanwhile), while
+/// taking a permanent one for a passing one only retries, with backoff.
 pub(crate) fn is_transient(err: &tokio_postgres::Error) -> bool {
     let Some(state) = err.code() else {
         // A conversion error carries its cause; an I/O one an `io::Error`;
@@ -31,12 +30,10 @@ pub(crate) fn is_transient(err: &tokio_postgres::Error) -> bool {
 }
 
 /// Whether a statement that failed with `state` may succeed on a new
-/// connection (see [`is_transient`]).
+/// connection, or later (see [`is_transient`]).
 fn transient_state(state: &tokio_postgres::error::SqlState) -> bool {
     let code = state.code();
-    matches!(code.get(..2), Some("08" | "40" | "53" | "57" | "58"))
-        || code == "55P03"
-        || code == "25P03"
+    !(matches!(code.get(..2), Some("22" | "23" | "54")) || code == "P0001" || code == "AT001")
 }
 
 #[cfg(test)]
@@ -52,8 +49,8 @@ mod tests {
             SqlState::INVALID_PARAMETER_VALUE,
             SqlState::PROGRAM_LIMIT_EXCEEDED,
             SqlState::UNIQUE_VIOLATION,
-            SqlState::INSUFFICIENT_PRIVILEGE,
             SqlState::RAISE_EXCEPTION,
+            SqlState::from_code("AT001"),
         ] {
             assert!(!transient(&permanent), "{}", permanent.code());
         }
@@ -65,6 +62,13 @@ mod tests {
             SqlState::LOCK_NOT_AVAILABLE,
             SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
             SqlState::TOO_MANY_CONNECTIONS,
+            // A server made read-only for a while (maintenance, a full
+            // disk, a standby after a failover) takes writes again later.
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::INTERNAL_ERROR,
+            // A grant can be given while the worker waits.
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            SqlState::UNDEFINED_TABLE,
         ] {
             assert!(transient(&lost), "{}", lost.code());
         }
