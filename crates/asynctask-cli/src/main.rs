@@ -842,7 +842,10 @@ async fn run_command(
         }
     }
     if let Some(error) = &result.error {
-        note(&error.message);
+        // It holds the end of the subagent's stderr.
+        note(&asynctask_tools::escape_for_terminal_keeping_lines(
+            &error.message,
+        ));
     }
     Ok(ExitCode::from(exit.code()))
 }
