@@ -19,8 +19,7 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 /// ```toml
 /// roots = [".", "/srv/checkouts"]   # default: the project; before any table
 /// inline_budget = 8000              # how much output a result holds (default 10000)
-/// max_output_bytes = 16777216       # each subagent's output file at most (default 64 MiB)
-///
+/// max_output_bytes = 16777216       # bytes of an output file at most (default 64 MiB)
 /// [subagents.researcher]
 /// command = ["my-agent", "--mode", "research"]
 /// description = "Reads the code base and answers questions about it"
@@ -28,7 +27,6 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 /// env = { AGENT_MODEL = "small" }
 /// inherit_env = ["OPENAI_API_KEY"]
 /// stdin = "jsonl"                   # the goal, then messages, as JSON lines (default: "goal")
-/// max_output_bytes = 1048576        # this one's output file at most (default: the one above)
 /// [subagents.tester]
 /// command = ["sh", "-c", "cargo test 2>&1 | tail -n 50"]
 /// ```

@@ -40,11 +40,9 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// (no shell unless the command is one) in its own process group, with an
 /// allowlisted environment. The request reaches the child on stdin and in
 /// `ASYNCTASK_*` variables, never on its command line; stdin, stdout and
-/// stderr are pipes, never the host's own. stdout streams whole into
-/// `<task id>.out` in the [output directory](Self::output_dir) (up to its
-/// [cap](ProcessRunnerConfig::output_cap): then its head and tail around a
-/// line saying how much was cut there), and into the request's
-/// [`progress`](SubagentRequest::progress) while it runs.
+/// stderr are pipes, never the host's own. stdout streams into `<task id>.out`
+/// in the [output directory](Self::output_dir), whole up to a [cap](ProcessRunnerConfig::output_cap),
+/// and into the request's [`progress`](SubagentRequest::progress) while it runs.
 ///
 /// Exit status 0 gives an [`OutputObject`] (`GOAL`; the variables the subagent
 /// wrote to `$ASYNCTASK_VARS_FILE`; stdout as the final message, its head and
