@@ -368,19 +368,11 @@ async fn the_status_shows_a_subagents_text_escaped() {
     let db = TestDatabase::create("status_escaped").await;
     let clock = ManualClock::new(1_764_050_000_000);
     let mut fleet = connect(&db, &clock).await;
-    fleet
-        .submit(NewTask::new("t1", "ws", "tester", "go"))
-        .await
-        .expect("submitted");
-    let worker = fleet
-        .register_worker(&WorkerSpec::new("w1", ["tester"]))
-        .await
-        .expect("registered");
-    let claimed = fleet.claim(&worker, 1).await.expect("claims");
+    let (_lease, claimed) = crate::running_task(&mut fleet, Duration::from_secs(30)).await;
     // A title set by OSC, the line erased by CSI, and a right-to-left override.
     fleet
         .report_progress(
-            &claimed[0],
+            &claimed,
             "\u{1b}]0;TITLE-HIJACKED\u{7}\u{1b}[2K\rALL 512 TESTS PASSED \u{202e}\u{9b}2J",
         )
         .await
