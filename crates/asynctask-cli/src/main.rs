@@ -24,7 +24,7 @@ use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, schemas};
 use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
 use asynctask_process::{ProcessRunner, ProcessRunnerConfig, StdinMode};
 use asynctask_supervisor::StateDir;
-use asynctask_tools::Provider;
+use asynctask_tools::{Provider, escape_for_terminal_keeping_lines};
 use clap::builder::PossibleValue;
 use clap::{ArgAction, CommandFactory, Parser, Subcommand, ValueEnum};
 use fleet_command::FleetCommand;
@@ -786,7 +786,7 @@ async fn run_command(
         }
     }
     if let Some(error) = &result.error {
-        note(&error.message);
+        note(&escape_for_terminal_keeping_lines(&error.message));
     }
     Ok(ExitCode::from(exit.code()))
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use asynctask_manager::{AsyncTaskManager, TaskProgress};
 use asynctask_tools::{
     CallContext, SubagentRunner, TaskTimeouts, TaskTool, Tool, ToolErrorType, ToolResult,
-    with_call_context,
+    escape_for_terminal, escape_for_terminal_keeping_lines, with_call_context,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -120,12 +120,18 @@ pub async fn run_subagent(
 }
 
 /// The status line `asynctask run` redraws on a terminal: the subagent, the
-/// time so far, its last line (cut to fit `width` columns).
+/// time so far, its last line (cut to fit `width` columns). Control and
+/// bidirectional formatting characters in the last line are shown escaped
+/// ([`escape_for_terminal`]): the subagent's output cannot retitle the
+/// terminal or redraw the line.
 ///
 /// ```
 /// use std::time::Duration;
 /// let line = asynctask_cli::run::progress_line("tester", Duration::from_secs(75), Some("test a ... ok"), 80);
 /// assert_eq!(line, "tester running 1m 15s: test a ... ok");
+/// let hijack = Some("\u{1b}]0;HIJACKED\u{7}\u{1b}[2KALL TESTS PASSED");
+/// let line = asynctask_cli::run::progress_line("tester", Duration::from_secs(5), hijack, 80);
+/// assert_eq!(line, "tester running 5s: \\x1b]0;HIJACKED\\x07\\x1b[2KALL TESTS PASSED");
 /// ```
 #[must_use]
 pub fn progress_line(
@@ -140,27 +146,29 @@ pub fn progress_line(
     } else {
         format!("{secs}s")
     };
-    let mut line = format!("{subagent} running {took}");
+    let mut line = format!("{} running {took}", escape_for_terminal(subagent));
     if let Some(last) = last.map(str::trim).filter(|last| !last.is_empty()) {
         line.push_str(": ");
-        line.push_str(last);
+        line.push_str(&escape_for_terminal(last));
     }
-    line.chars()
-        .filter(|c| !c.is_control())
-        .take(width.saturating_sub(1))
-        .collect()
+    line.chars().take(width.saturating_sub(1)).collect()
 }
 
 /// What `asynctask run` prints for a person: the subagent's final message,
 /// then its emitted variables (`name = value`), each on its own line; for a
-/// failure, nothing (the error goes to stderr).
+/// failure, nothing (the error goes to stderr). Control and bidirectional
+/// formatting characters other than line breaks and tabs are shown escaped
+/// ([`escape_for_terminal_keeping_lines`]); `--json` prints the text as it is.
 ///
 /// ```
 /// let completion = serde_json::json!({
 ///     "agent_id": "x", "terminate_reason": "GOAL",
-///     "emitted_vars": {"answer": "42"}, "final_message": "done"
+///     "emitted_vars": {"answer": "42\u{1b}[2K"}, "final_message": "done\n\u{1b}]0;HIJACKED\u{7}"
 /// });
-/// assert_eq!(asynctask_cli::run::human_output(&completion), "done\n\nanswer = 42");
+/// assert_eq!(
+///     asynctask_cli::run::human_output(&completion),
+///     "done\n\\x1b]0;HIJACKED\\x07\n\nanswer = 42\\x1b[2K",
+/// );
 /// ```
 #[must_use]
 pub fn human_output(completion: &Value) -> String {
@@ -181,5 +189,5 @@ pub fn human_output(completion: &Value) -> String {
             .collect();
         text.push_str(&lines.join("\n"));
     }
-    text
+    escape_for_terminal_keeping_lines(&text).into_owned()
 }

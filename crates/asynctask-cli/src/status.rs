@@ -4,7 +4,7 @@
 use asynctask_model::{AsyncTaskStatus, TaskUsage};
 use asynctask_store::Store;
 use asynctask_supervisor::{StateDir, ask};
-use asynctask_tools::{format_duration, format_usage};
+use asynctask_tools::{escape_for_terminal as shown, format_duration, format_usage};
 use serde_json::{Value, json};
 
 use crate::CliError;
@@ -83,7 +83,11 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 /// The status as a person reads it: the supervisor, its project and state
 /// directory, the usage of its tasks summed (when any reported usage), then
 /// one line per task: its id, subagent, status, how long it ran (when
-/// known), whether its result was delivered, and what it used.
+/// known), whether its result was delivered, what it used, and a running
+/// task's last line of output. Every text in it has its control and
+/// bidirectional formatting characters escaped
+/// ([`escape_for_terminal`](asynctask_tools::escape_for_terminal)): a
+/// subagent's output cannot steer the terminal that shows it.
 ///
 /// ```
 /// let status = serde_json::json!({"pid": null, "state_dir": "/p/.asynctask", "sessions": 0, "tasks": [
@@ -102,6 +106,15 @@ fn stored_status(state: &StateDir) -> Result<Value, CliError> {
 ///     "supervisor: not running\ntasks:      1\nusage:      48,210 in / 3,115 out tokens, $0.1843 (1 of 1 tasks)\n  \
 ///      3f2a09c1  coder  completed  1m 35s  delivered  48,210 in / 3,115 out tokens, $0.1843",
 /// );
+/// let status = serde_json::json!({"pid": 42, "sessions": 1, "tasks": [
+///     {"id": "3f2a09c1-aaaa", "subagent": "tester", "status": "running", "running": true,
+///      "elapsed_ms": 5_000, "last_line": "\u{1b}]0;HIJACKED\u{7}\u{1b}[2KALL TESTS PASSED"}
+/// ]});
+/// assert_eq!(
+///     asynctask_cli::serve::status_text(&status),
+///     "supervisor: running (pid 42), 1 session(s) connected\ntasks:      1 (1 running)\n  \
+///      3f2a09c1  tester  running  5s: \\x1b]0;HIJACKED\\x07\\x1b[2KALL TESTS PASSED",
+/// );
 /// ```
 #[must_use]
 pub fn status_text(status: &Value) -> String {
@@ -114,10 +127,10 @@ pub fn status_text(status: &Value) -> String {
         None => lines.push("supervisor: not running".to_owned()),
     }
     if let Some(project) = status["project"].as_str() {
-        lines.push(format!("project:    {project}"));
+        lines.push(format!("project:    {}", shown(project)));
     }
     if let Some(state) = status["state_dir"].as_str() {
-        lines.push(format!("state:      {state}"));
+        lines.push(format!("state:      {}", shown(state)));
     }
     let tasks = status["tasks"]
         .as_array()
@@ -147,7 +160,7 @@ pub fn status_text(status: &Value) -> String {
         total.model = None;
         lines.push(format!(
             "usage:      {} ({reported} of {} tasks)",
-            format_usage(&total),
+            shown(&format_usage(&total)),
             tasks.len()
         ));
     }
@@ -164,17 +177,18 @@ pub fn status_text(status: &Value) -> String {
     let width = tasks
         .iter()
         .filter_map(|task| task["subagent"].as_str())
-        .map(|name| name.chars().count())
+        .map(|name| shown(name).chars().count())
         .max()
         .unwrap_or(0);
     let status_width = tasks
         .iter()
         .filter_map(|task| task["status"].as_str())
-        .map(str::len)
+        .map(|status| shown(status).chars().count())
         .max()
         .unwrap_or(0);
     for ((task, elapsed), usage) in tasks.iter().zip(&elapsed).zip(&usages) {
         let id: String = task["id"].as_str().unwrap_or("?").chars().take(8).collect();
+        let id = shown(&id);
         let delivered = if task["delivered"] == true {
             "delivered"
         } else if task["running"] == true {
@@ -184,8 +198,8 @@ pub fn status_text(status: &Value) -> String {
         };
         let mut line = format!(
             "  {id:<8}  {:<width$}  {:<status_width$}",
-            task["subagent"].as_str().unwrap_or("?"),
-            task["status"].as_str().unwrap_or("?"),
+            shown(task["subagent"].as_str().unwrap_or("?")),
+            shown(task["status"].as_str().unwrap_or("?")),
         );
         // The column is there only when some task has a time.
         if elapsed_width > 0 {
@@ -197,9 +211,14 @@ pub fn status_text(status: &Value) -> String {
         }
         if let Some(usage) = usage {
             line.push_str("  ");
-            line.push_str(&format_usage(usage));
+            line.push_str(&shown(&format_usage(usage)));
         }
-        lines.push(line.trim_end().to_owned());
+        let mut line = line.trim_end().to_owned();
+        if let Some(last) = task["last_line"].as_str() {
+            line.push_str(": ");
+            line.push_str(&shown(last));
+        }
+        lines.push(line);
     }
     lines.join("\n")
 }

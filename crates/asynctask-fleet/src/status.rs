@@ -5,7 +5,7 @@
 use std::fmt;
 
 use asynctask_model::MaxAsyncTasks;
-use asynctask_tools::{format_duration, iso_time};
+use asynctask_tools::{escape_for_terminal as shown, format_duration, iso_time};
 
 use crate::fleet::{from_db, self_now};
 use crate::{Fleet, FleetError};
@@ -294,7 +294,11 @@ impl FleetStatus {
 }
 
 /// The status for a human: one section each for the workers, the queues and
-/// the running tasks; times in UTC, ages relative to when it was read.
+/// the running tasks; times in UTC, ages relative to when it was read. Every
+/// text read from the database (names, ids, a subagent's progress line) has
+/// its control and bidirectional formatting characters escaped
+/// ([`escape_for_terminal`](asynctask_tools::escape_for_terminal)): a subagent
+/// cannot retitle or redraw the terminal that shows it.
 impl fmt::Display for FleetStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let age = |at: u64| format_duration(at.min(self.now), self.now);
@@ -316,13 +320,13 @@ impl fmt::Display for FleetStatus {
             writeln!(
                 f,
                 "  {} (#{}) {}: {}/{} running, {lease}; serves {} in {}",
-                worker.name,
+                shown(&worker.name),
                 worker.id,
-                worker.state,
+                shown(&worker.state),
                 worker.running,
                 worker.capacity,
-                worker.subagents.join(", "),
-                worker.workspaces.join(", ")
+                shown(&worker.subagents.join(", ")),
+                shown(&worker.workspaces.join(", "))
             )?;
         }
         writeln!(f, "\nworkspaces: {}", self.workspaces.len())?;
@@ -342,7 +346,10 @@ impl fmt::Display for FleetStatus {
             writeln!(
                 f,
                 "  {}: {} running {limit}, {} queued{oldest}, {} undelivered",
-                workspace.name, workspace.running, workspace.queued, workspace.undelivered
+                shown(&workspace.name),
+                workspace.running,
+                workspace.queued,
+                workspace.undelivered
             )?;
         }
         writeln!(f, "\nrunning tasks: {}", self.running.len())?;
@@ -350,15 +357,15 @@ impl fmt::Display for FleetStatus {
             let progress = task
                 .progress
                 .as_deref()
-                .map(|line| format!(": {line}"))
+                .map(|line| format!(": {}", shown(line)))
                 .unwrap_or_default();
             writeln!(
                 f,
                 "  {} {} ({}) on {} for {}{progress}",
-                task.id,
-                task.subagent_name,
-                task.workspace,
-                task.worker,
+                shown(&task.id),
+                shown(&task.subagent_name),
+                shown(&task.workspace),
+                shown(&task.worker),
                 age(task.started_at)
             )?;
         }

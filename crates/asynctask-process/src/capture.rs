@@ -183,6 +183,16 @@ impl ByteTail {
         self.tail.drain(..excess);
     }
 
+    /// How many bytes it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.tail.len()
+    }
+
+    /// The bytes it holds, in order, in two parts.
+    pub(crate) fn as_slices(&self) -> (&[u8], &[u8]) {
+        self.tail.as_slices()
+    }
+
     /// The tail as text (lossy UTF-8, starting on a character boundary when
     /// it was cut), and whether anything before it was cut.
     pub(crate) fn into_text(self) -> (bool, String) {

@@ -19,7 +19,7 @@ use crate::values::{CommandLine, EnvName, EnvValue, SubagentName};
 /// ```toml
 /// roots = [".", "/srv/checkouts"]   # default: the project; before any table
 /// inline_budget = 8000              # how much output a result holds (default 10000)
-///
+/// max_output_bytes = 16777216       # bytes of an output file at most (default 64 MiB)
 /// [subagents.researcher]
 /// command = ["my-agent", "--mode", "research"]
 /// description = "Reads the code base and answers questions about it"
@@ -65,6 +65,11 @@ pub struct ProcessRunnerConfig {
     /// In the file it must lie within [`MIN_INLINE_BUDGET`](Self::MIN_INLINE_BUDGET)
     /// and [`MAX_INLINE_BUDGET`](Self::MAX_INLINE_BUDGET).
     pub inline_budget: Option<usize>,
+    /// The most bytes of a subagent's stdout its output file keeps, for the
+    /// subagents that set no [`max_output_bytes`](SubagentCommand::max_output_bytes)
+    /// of their own; `None`: [`DEFAULT_MAX_OUTPUT_BYTES`](Self::DEFAULT_MAX_OUTPUT_BYTES).
+    /// In the file it must lie within [`MAX_OUTPUT_BYTES_RANGE`](Self::MAX_OUTPUT_BYTES_RANGE).
+    pub max_output_bytes: Option<u64>,
 }
 
 /// How to run one subagent: the `[subagents.<name>]` table.
@@ -115,6 +120,13 @@ pub struct SubagentCommand {
     /// running task.
     #[serde(default)]
     pub stdin: StdinMode,
+    /// The most bytes of stdout its output file keeps: past it, the file keeps
+    /// the output's head and its tail around a line that says how many bytes
+    /// were cut there, and the result says so too. `None`: the config's
+    /// [`max_output_bytes`](ProcessRunnerConfig::max_output_bytes). In the file
+    /// it must lie within [`MAX_OUTPUT_BYTES_RANGE`](ProcessRunnerConfig::MAX_OUTPUT_BYTES_RANGE).
+    #[serde(default)]
+    pub max_output_bytes: Option<u64>,
 }
 
 /// What a subagent reads on stdin (`stdin = "goal"` or `stdin = "jsonl"`).
@@ -316,6 +328,14 @@ impl ProcessRunnerConfig {
     /// The largest `inline_budget` a config file may set.
     pub const MAX_INLINE_BUDGET: usize = 1_000_000;
 
+    /// How many bytes of a subagent's stdout its output file keeps when the
+    /// config does not say: 64 MiB.
+    pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 * 1024 * 1024;
+
+    /// The `max_output_bytes` a config file may set: from 64 KiB (room for a
+    /// head and a tail that are worth reading) to 1 TiB.
+    pub const MAX_OUTPUT_BYTES_RANGE: std::ops::RangeInclusive<u64> = (64 * 1024)..=(1 << 40);
+
     /// An empty config: no subagents, no roots.
     ///
     /// ```
@@ -369,6 +389,35 @@ impl ProcessRunnerConfig {
     pub fn with_inline_budget(mut self, chars: usize) -> Self {
         self.inline_budget = Some(chars);
         self
+    }
+
+    /// Sets [`max_output_bytes`](Self::max_output_bytes), for every subagent
+    /// that sets none of its own (taken as it is: a config built in code is
+    /// not checked against the file's bounds).
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, ProcessRunnerConfig, SubagentCommand};
+    /// let config = ProcessRunnerConfig::new().with_max_output_bytes(1 << 20);
+    /// let echo = SubagentCommand::new(CommandLine::new(["echo"])?);
+    /// assert_eq!(config.output_cap(&echo), 1 << 20);
+    /// assert_eq!(config.output_cap(&echo.with_max_output_bytes(4096)), 4096);
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_max_output_bytes(mut self, bytes: u64) -> Self {
+        self.max_output_bytes = Some(bytes);
+        self
+    }
+
+    /// The most bytes of stdout the output file of `subagent` keeps: its own
+    /// `max_output_bytes`, else the config's, else
+    /// [`DEFAULT_MAX_OUTPUT_BYTES`](Self::DEFAULT_MAX_OUTPUT_BYTES).
+    #[must_use]
+    pub fn output_cap(&self, subagent: &SubagentCommand) -> u64 {
+        subagent
+            .max_output_bytes
+            .or(self.max_output_bytes)
+            .unwrap_or(Self::DEFAULT_MAX_OUTPUT_BYTES)
     }
 
     /// Parses a config from TOML text for the project at `project`: relative
@@ -460,6 +509,24 @@ impl ProcessRunnerConfig {
                 Self::MAX_INLINE_BUDGET
             )));
         }
+        let caps = std::iter::once(("", config.max_output_bytes)).chain(
+            (config.subagents.iter())
+                .map(|(name, command)| (name.as_str(), command.max_output_bytes)),
+        );
+        for (name, cap) in caps {
+            if let Some(cap) = cap.filter(|cap| !Self::MAX_OUTPUT_BYTES_RANGE.contains(cap)) {
+                let whose = if name.is_empty() {
+                    String::new()
+                } else {
+                    format!("subagent '{name}': ")
+                };
+                return Err(invalid(format!(
+                    "{whose}max_output_bytes = {cap} is out of range: give {} to {} bytes (64 KiB to 1 TiB)",
+                    Self::MAX_OUTPUT_BYTES_RANGE.start(),
+                    Self::MAX_OUTPUT_BYTES_RANGE.end()
+                )));
+            }
+        }
         for (what, path) in config
             .roots
             .iter()
@@ -534,7 +601,23 @@ impl SubagentCommand {
             env: BTreeMap::new(),
             inherit_env: Vec::new(),
             stdin: StdinMode::Goal,
+            max_output_bytes: None,
         }
+    }
+
+    /// Sets the most bytes of stdout its output file keeps (taken as it is: a
+    /// config built in code is not checked against the file's bounds).
+    ///
+    /// ```
+    /// # use asynctask_process::{CommandLine, SubagentCommand};
+    /// let chatty = SubagentCommand::new(CommandLine::new(["yes"])?).with_max_output_bytes(1 << 20);
+    /// assert_eq!(chatty.max_output_bytes, Some(1 << 20));
+    /// # Ok::<(), asynctask_process::InvalidValue>(())
+    /// ```
+    #[must_use]
+    pub fn with_max_output_bytes(mut self, bytes: u64) -> Self {
+        self.max_output_bytes = Some(bytes);
+        self
     }
 
     /// Sets what the subagent is for.

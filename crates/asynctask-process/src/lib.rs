@@ -40,6 +40,8 @@
 #[cfg(unix)]
 mod asks;
 #[cfg(unix)]
+mod capped;
+#[cfg(unix)]
 mod capture;
 mod config;
 #[cfg(unix)]

@@ -1,6 +1,6 @@
 //! Where a run's files go: the output directory (the host's, or a temporary
 //! one per runner that is removed with it), the file names made from task
-//! ids, and removing a file that may be gone.
+//! ids, a run's files, and removing a file that may be gone.
 
 use std::collections::hash_map::{DefaultHasher, RandomState};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -323,6 +323,23 @@ pub(crate) fn remove_if_there(path: &Path) {
         Err(err) => {
             tracing::warn!(path = %path.display(), %err, "cannot remove a subagent's file");
         }
+    }
+}
+
+/// A run's stdout file, just created, and where its subagent may write its
+/// variables.
+pub(crate) struct OutputFile {
+    pub(crate) path: PathBuf,
+    pub(crate) file: std::fs::File,
+    pub(crate) vars: PathBuf,
+}
+
+/// Removes a file (the questions FIFO) when the run ends, however it ends.
+pub(crate) struct RemoveOnDrop(pub(crate) PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        remove_if_there(&self.0);
     }
 }
 

@@ -22,7 +22,7 @@ use crate::capture::ByteTail;
 use crate::config::{ProcessRunnerConfig, StdinMode, SubagentCommand};
 use crate::env::{child_env, set_env};
 use crate::group::{LiveSubagents, ProcessGroup, describe_exit};
-use crate::output::{TempOutputDir, file_stem, remove_if_there};
+use crate::output::{OutputFile, RemoveOnDrop, TempOutputDir, file_stem, remove_if_there};
 use crate::stdin::{StdinFeeder, undelivered_note};
 use crate::streams::{Reader, StdoutSink, drain, take};
 use crate::sys;
@@ -40,9 +40,9 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// (no shell unless the command is one) in its own process group, with an
 /// allowlisted environment. The request reaches the child on stdin and in
 /// `ASYNCTASK_*` variables, never on its command line; stdin, stdout and
-/// stderr are pipes, never the host's own. stdout streams whole into
-/// `<task id>.out` in the [output directory](Self::output_dir), and into the
-/// request's [`progress`](SubagentRequest::progress) while it runs.
+/// stderr are pipes, never the host's own. stdout streams into `<task id>.out`
+/// in the [output directory](Self::output_dir), whole up to a [cap](ProcessRunnerConfig::output_cap),
+/// and into the request's [`progress`](SubagentRequest::progress) while it runs.
 ///
 /// Exit status 0 gives an [`OutputObject`] (`GOAL`; the variables the subagent
 /// wrote to `$ASYNCTASK_VARS_FILE`; stdout as the final message, its head and
@@ -685,6 +685,7 @@ impl ProcessRunner {
         );
         let stdout = Arc::new(Mutex::new(StdoutSink::new(
             output.file,
+            self.config.output_cap(spec),
             self.inline_budget,
             request.progress.clone(),
         )));
@@ -717,7 +718,9 @@ impl ProcessRunner {
                 "subagent process group ended after a cancel"
             );
             remove_if_there(&output.vars);
-            let pointer = take(&stdout).pointer(&output.path);
+            let mut stdout = take(&stdout);
+            stdout.end();
+            let pointer = stdout.pointer(&output.path);
             return Err(SubagentError::new(format!(
                 "subagent '{name}' was cancelled{note}{pointer}"
             )));
@@ -879,22 +882,5 @@ impl SubagentRunner for ProcessRunner {
     /// Removes the task's files (see [`ProcessRunner::forget`]).
     fn forget(&self, task_id: &str) {
         ProcessRunner::forget(self, task_id);
-    }
-}
-
-/// A run's stdout file, just created, and where its subagent may write its
-/// variables.
-struct OutputFile {
-    path: PathBuf,
-    file: std::fs::File,
-    vars: PathBuf,
-}
-
-/// Removes a file (the questions FIFO) when the run ends, however it ends.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        remove_if_there(&self.0);
     }
 }

@@ -3,15 +3,15 @@
 //! taken out), and stderr into its tail.
 
 use std::future::Future;
-use std::io::Write as _;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use asynctask_manager::TaskProgress;
-use asynctask_tools::whole_output_line;
+use asynctask_tools::{WHOLE_OUTPUT_PREFIX, whole_output_line};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 
+use crate::capped::{CappedFile, OutputCut, size_text};
 use crate::capture::{ByteTail, InlineText};
 use crate::usage::{Piece, UsageLines};
 
@@ -53,25 +53,23 @@ impl Sink for ByteTail {
 }
 
 /// Where stdout goes: usage lines to the task's progress as usage, and
-/// everything else — the output — whole into the output file, into the
-/// progress, and what the final message needs into memory.
+/// everything else — the output — into the output file (whole up to its
+/// cap, see [`CappedFile`]), into the progress, and what the final message
+/// needs into memory.
 #[derive(Default)]
 pub(crate) struct StdoutSink {
-    /// `None` once a write failed.
-    file: Option<std::fs::File>,
-    bytes: u64,
-    write_error: Option<std::io::Error>,
+    file: CappedFile,
     inline: InlineText,
     usage_lines: UsageLines,
     progress: Option<TaskProgress>,
+    /// Where the file was cut, once the stream [ended](Self::end).
+    cut: Option<OutputCut>,
 }
 
 /// The parts of a [`StdoutSink`] that output and usage go to, borrowed apart
 /// from its usage filter.
 struct Outlets<'a> {
-    file: &'a mut Option<std::fs::File>,
-    bytes: &'a mut u64,
-    write_error: &'a mut Option<std::io::Error>,
+    file: &'a mut CappedFile,
     inline: &'a mut InlineText,
     progress: Option<&'a TaskProgress>,
 }
@@ -89,17 +87,7 @@ impl Outlets<'_> {
     }
 
     fn output(&mut self, chunk: &[u8]) {
-        // A plain blocking write: one chunk into the page cache is quick, and
-        // it keeps the file exact up to the last chunk read even when the
-        // reader is aborted.
-        if let Some(file) = self.file.as_mut()
-            && let Err(err) = file.write_all(chunk)
-        {
-            tracing::warn!(%err, "cannot write the subagent's output file");
-            *self.write_error = Some(err);
-            *self.file = None;
-        }
-        *self.bytes += chunk.len() as u64;
+        self.file.write(chunk);
         self.inline.push(chunk);
         if let Some(progress) = self.progress {
             progress.record_output(chunk);
@@ -115,17 +103,22 @@ impl Sink for StdoutSink {
 }
 
 impl StdoutSink {
-    /// A sink writing into `file` (just created), keeping `inline_budget`
-    /// characters for the final message, and reporting the output and the
-    /// usage lines to `progress`.
-    pub(crate) fn new(file: std::fs::File, inline_budget: usize, progress: TaskProgress) -> Self {
+    /// A sink writing into `file` (just created), at most `max_output_bytes`
+    /// of it ([`CappedFile`]), keeping `inline_budget` characters for the
+    /// final message, and reporting the output and the usage lines to
+    /// `progress`.
+    pub(crate) fn new(
+        file: std::fs::File,
+        max_output_bytes: u64,
+        inline_budget: usize,
+        progress: TaskProgress,
+    ) -> Self {
         StdoutSink {
-            file: Some(file),
-            bytes: 0,
-            write_error: None,
+            file: CappedFile::new(file, max_output_bytes),
             inline: InlineText::new(inline_budget),
             usage_lines: UsageLines::default(),
             progress: Some(progress),
+            cut: None,
         }
     }
 
@@ -134,30 +127,32 @@ impl StdoutSink {
             &mut self.usage_lines,
             Outlets {
                 file: &mut self.file,
-                bytes: &mut self.bytes,
-                write_error: &mut self.write_error,
                 inline: &mut self.inline,
                 progress: self.progress.as_ref(),
             },
         )
     }
 
-    /// The stream ended: what the usage filter held goes where it belongs.
-    /// Returns the note the result gets when usage lines could not be read.
+    /// The stream ended: what the usage filter held goes where it belongs,
+    /// and the output file gets its tail when it was cut. Returns the note
+    /// the result gets when usage lines could not be read.
     pub(crate) fn end(&mut self) -> Option<String> {
         let (usage_lines, mut outlets) = self.split();
         usage_lines.finish(|piece| outlets.take(piece));
-        usage_lines.note()
+        let note = usage_lines.note();
+        self.cut = self.file.seal();
+        note
     }
 
     /// The final message's text, and when it was cut, the line that names the
-    /// file holding the whole output ([`whole_output_line`]) to end the
-    /// message with; the marker in the middle names the file too, when it
-    /// holds the whole output.
+    /// file holding the whole output ([`whole_output_line`], or
+    /// [`cut_output_line`] when the file was cut too) to end the message
+    /// with; the marker in the middle names the file too, when it holds the
+    /// output.
     pub(crate) fn finish(self, path: &Path) -> (String, Option<String>) {
-        let (bytes, shown) = (self.bytes, path.display());
-        match self.write_error {
-            None => {
+        let (bytes, shown) = (self.file.total(), path.display());
+        match (self.file.error(), self.cut) {
+            (None, None) => {
                 let (text, cut) = self.inline.finish(|omitted| {
                     format!(
                         "[... {omitted} characters omitted; the whole output ({bytes} bytes) is in {shown} ...]"
@@ -165,7 +160,17 @@ impl StdoutSink {
                 });
                 (text, cut.then(|| whole_output_line(path, bytes)))
             }
-            Some(err) => {
+            (None, Some(file_cut)) => {
+                let (text, cut) = self.inline.finish(|omitted| {
+                    format!(
+                        "[... {omitted} characters omitted; the output ({bytes} bytes) is in {shown}, \
+                         cut to its first {} and last {} bytes ...]",
+                        file_cut.head, file_cut.tail
+                    )
+                });
+                (text, cut.then(|| cut_output_line(path, bytes, &file_cut)))
+            }
+            (Some(err), _) => {
                 let (text, _) = self.inline.finish(|omitted| {
                     format!(
                         "[... {omitted} characters omitted; the whole output ({bytes} bytes) could not be kept in {shown}: {err} ...]"
@@ -177,14 +182,34 @@ impl StdoutSink {
     }
 
     /// For a failure's message: a blank line, then the line that names the
-    /// file holding the whole output ([`whole_output_line`]) when the subagent
-    /// wrote anything to stdout and the file holds it all; else nothing.
+    /// file holding the whole output ([`whole_output_line`], or
+    /// [`cut_output_line`] when the file was cut) when the subagent wrote
+    /// anything to stdout and the file holds it; else nothing.
     pub(crate) fn pointer(&self, path: &Path) -> String {
-        if self.bytes == 0 || self.write_error.is_some() {
+        let bytes = self.file.total();
+        if bytes == 0 || self.file.error().is_some() {
             return String::new();
         }
-        format!("\n\n{}", whole_output_line(path, self.bytes))
+        match &self.cut {
+            None => format!("\n\n{}", whole_output_line(path, bytes)),
+            Some(cut) => format!("\n\n{}", cut_output_line(path, bytes, cut)),
+        }
     }
+}
+
+/// The line that names the output file when the file was cut at
+/// `max_output_bytes`: like [`whole_output_line`] (a line that starts the same
+/// way is kept whole when a result is cut), and it says which bytes the file
+/// kept.
+pub(crate) fn cut_output_line(path: &Path, bytes: u64, cut: &OutputCut) -> String {
+    format!(
+        "{WHOLE_OUTPUT_PREFIX}{} ({bytes} bytes, cut to the first {} and the last {}: \
+         the output passed max_output_bytes ({}))]",
+        path.display(),
+        cut.head,
+        cut.tail,
+        size_text(cut.cap)
+    )
 }
 
 /// Takes what a reader captured. The reader may still be running if it was

@@ -168,7 +168,7 @@ impl ProcessRunnerConfig {
 }
 
 /// The runner's own top-level keys, in the order errors list them.
-const RUNNER_KEYS: &[&str] = &["subagents", "roots", "inline_budget"];
+const RUNNER_KEYS: &[&str] = &["subagents", "roots", "inline_budget", "max_output_bytes"];
 
 /// A config file's top level: the runner's keys and those of `X`, in one
 /// pass over the table, so that the parser's positions reach every error.
@@ -192,6 +192,7 @@ enum TopLevelKey {
     Subagents,
     Roots,
     InlineBudget,
+    MaxOutputBytes,
     Extension(&'static str),
 }
 
@@ -219,6 +220,7 @@ impl<X: ConfigExtension> Visitor<'_> for KeySeed<X> {
             "subagents" => Ok(TopLevelKey::Subagents),
             "roots" => Ok(TopLevelKey::Roots),
             "inline_budget" => Ok(TopLevelKey::InlineBudget),
+            "max_output_bytes" => Ok(TopLevelKey::MaxOutputBytes),
             _ => match X::KEYS.iter().find(|known| **known == key) {
                 Some(known) => Ok(TopLevelKey::Extension(known)),
                 None => {
@@ -264,6 +266,7 @@ impl<'de, X: ConfigExtension> Visitor<'de> for TopLevelVisitor<X> {
         let mut subagents = None;
         let mut roots = None;
         let mut inline_budget = None;
+        let mut max_output_bytes = None;
         let mut extension = X::default();
         let mut extension_keys: Vec<&'static str> = Vec::new();
         while let Some(key) = map.next_key_seed(KeySeed::<X>(PhantomData))? {
@@ -286,6 +289,12 @@ impl<'de, X: ConfigExtension> Visitor<'de> for TopLevelVisitor<X> {
                     }
                     inline_budget = Some(map.next_value()?);
                 }
+                TopLevelKey::MaxOutputBytes => {
+                    if max_output_bytes.is_some() {
+                        return Err(de::Error::duplicate_field("max_output_bytes"));
+                    }
+                    max_output_bytes = Some(map.next_value()?);
+                }
                 TopLevelKey::Extension(key) => {
                     if extension_keys.contains(&key) {
                         return Err(de::Error::duplicate_field(key));
@@ -303,6 +312,7 @@ impl<'de, X: ConfigExtension> Visitor<'de> for TopLevelVisitor<X> {
                 subagents: subagents.unwrap_or_default(),
                 roots: roots.unwrap_or_default(),
                 inline_budget: inline_budget.unwrap_or_default(),
+                max_output_bytes: max_output_bytes.unwrap_or_default(),
             },
             extension,
         })

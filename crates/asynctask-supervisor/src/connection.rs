@@ -231,11 +231,18 @@ fn status(
                 let end = task.completed_at().unwrap_or(now);
                 line["elapsed_ms"] = json!(end.saturating_sub(started));
             }
-            let usage = task.usage().cloned().or_else(|| {
-                manager
-                    .progress(task.id())
-                    .and_then(|progress| progress.usage())
-            });
+            let progress = manager.progress(task.id());
+            let usage = (task.usage().cloned())
+                .or_else(|| progress.as_ref().and_then(|progress| progress.usage()));
+            // A running task's last line of output, as the subagent wrote it.
+            if task.status() == AsyncTaskStatus::Running
+                && let Some(progress) = &progress
+            {
+                let snapshot = progress.snapshot();
+                if let Some(last) = snapshot.last_line() {
+                    line["last_line"] = json!(last);
+                }
+            }
             if let Some(usage) = usage.filter(|usage| !usage.is_empty()) {
                 line["usage"] = serde_json::to_value(usage).unwrap_or_default();
             }

@@ -54,6 +54,7 @@ mod result;
 mod schema;
 mod slash;
 mod task;
+mod terminal;
 mod todo_pause;
 mod tool;
 
@@ -84,5 +85,6 @@ pub use crate::task::{
     KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentRequest,
     SubagentRunner, SyncDetach, TaskTool,
 };
+pub use crate::terminal::{escape_for_terminal, escape_for_terminal_keeping_lines};
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
 pub use crate::tool::{Provider, Tool, ToolAnnotations, ToolSpec, TypedTool, UnknownProvider};

@@ -177,7 +177,7 @@ fn bad_input_is_one_clear_line_and_a_failure() {
         stderr(&output),
         format!(
             "asynctask: invalid config {} at line 2, column 1: unknown field `comand`, expected \
-             one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`; in \
+             one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`, `max_output_bytes`; in \
              `subagents.x`\n",
             broken.display()
         )
@@ -298,7 +298,7 @@ fn durable_at_the_top_of_the_config_is_the_commands_own_key() {
         stderr(&output),
         format!(
             "asynctask: invalid config {} at line 1, column 1: unknown field `durabel`, expected \
-             one of `subagents`, `roots`, `inline_budget`, `durable`, `database`, `workspace`, `workspaces`\n",
+             one of `subagents`, `roots`, `inline_budget`, `max_output_bytes`, `durable`, `database`, `workspace`, `workspaces`\n",
             unknown.display()
         )
     );

@@ -381,6 +381,41 @@ async fn the_status_shows_workers_queues_and_running_tasks() {
     insta::assert_snapshot!("status_busy_json", pretty(&status.to_json()));
 }
 
+#[tokio::test]
+async fn the_status_shows_a_subagents_text_escaped() {
+    let db = TestDatabase::create("status_escaped").await;
+    let clock = ManualClock::new(1_764_050_000_000);
+    let mut fleet = connect(&db, &clock).await;
+    let (_lease, claimed) = crate::running_task(&mut fleet, Duration::from_secs(30)).await;
+    // A title set by OSC, the line erased by CSI, and a right-to-left override.
+    fleet
+        .report_progress(
+            &claimed,
+            "\u{1b}]0;TITLE-HIJACKED\u{7}\u{1b}[2K\rALL 512 TESTS PASSED \u{202e}\u{9b}2J",
+        )
+        .await
+        .expect("current");
+    clock.advance(3_000);
+    let status = fleet.status().await.expect("reads");
+    let text = status.to_string();
+    assert!(
+        text.ends_with(
+            "\nrunning tasks: 1\n  t1 tester (ws) on w1 for 3s: \\x1b]0;TITLE-HIJACKED\\x07\\x1b[2K\\rALL \
+             512 TESTS PASSED \\u{202e}\\u{9b}2J\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "{text:?}"
+    );
+    // The JSON keeps the text as it was: JSON escapes it.
+    assert_eq!(
+        status.to_json()["running"][0]["last_line"],
+        "\u{1b}]0;TITLE-HIJACKED\u{7}\u{1b}[2K\rALL 512 TESTS PASSED \u{202e}\u{9b}2J"
+    );
+}
+
 fn pretty(json: &serde_json::Value) -> String {
     serde_json::to_string_pretty(json).expect("serializes")
 }

@@ -76,6 +76,67 @@ async fn huge_stdout_goes_to_a_file_and_the_message_keeps_its_head_and_tail() {
 }
 
 #[tokio::test]
+async fn an_output_past_max_output_bytes_keeps_its_head_and_tail_and_says_where_it_was_cut() {
+    let dir = temp_dir("process");
+    let out = temp_dir("process");
+    // A million bytes without a line break, then the line a result needs.
+    let script = "head -c 1000000 /dev/zero | tr '\\0' y; echo; echo 'the last line'; exit $1";
+    let toml = format!(
+        "[subagents.chatty]\ncommand = {}\ncwd = \".\"\nmax_output_bytes = 65536\n",
+        serde_json::json!(["sh", "-c", script, "sh", "0"])
+    );
+    let runner = crate::runner(&toml, dir.path()).with_output_dir(out.path().to_owned());
+    let result = run(&runner, request("chatty", "x")).await;
+    let file = out.path().join("task-0001.out");
+    let bytes: u64 = 1_000_000 + 1 + 14;
+    // The cap of 64 KiB keeps 48 KiB of head and 16 KiB of tail.
+    let (head, tail) = (49_152_u64, 16_384_u64);
+    let cut = bytes - head - tail;
+    let marker =
+        format!("[asynctask: {cut} bytes cut here: the output passed max_output_bytes (64 KiB)]");
+    let whole = std::fs::read_to_string(&file).expect("the output file");
+    assert_eq!(
+        whole,
+        format!(
+            "{}\n{marker}\n{}\nthe last line\n",
+            "y".repeat(49_152),
+            "y".repeat(16_384 - 15)
+        )
+    );
+    assert!(whole.len() as u64 <= 65_536 + marker.len() as u64 + 2);
+    // The message keeps the output's head and tail (the budget's halves),
+    // and says the file was cut, and where.
+    let pointer = format!(
+        "[whole output: {} ({bytes} bytes, cut to the first {head} and the last {tail}: the \
+         output passed max_output_bytes (64 KiB))]",
+        file.display()
+    );
+    let expected = format!(
+        "{}\n[... 990017 characters omitted; the output ({bytes} bytes) is in {}, cut to its first \
+         {head} and last {tail} bytes ...]\n{}\nthe last line\n\n{pointer}",
+        "y".repeat(5_000),
+        file.display(),
+        "y".repeat(4_983),
+    );
+    assert_eq!(result, Ok(output(Some(&expected))));
+
+    // A failure names the cut file the same way.
+    let failing = SubagentRequest::new("task-0001", "chatty", "x");
+    let runner = crate::runner(&toml.replace("\"0\"]", "\"3\"]"), dir.path())
+        .with_output_dir(out.path().to_owned());
+    assert_eq!(
+        run(&runner, failing).await,
+        error(&format!(
+            "subagent 'chatty' exited with status 3\n\n{pointer}"
+        ))
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("the output file"),
+        whole
+    );
+}
+
+#[tokio::test]
 async fn the_inline_budget_is_configurable_and_counts_characters() {
     let dir = temp_dir("process");
     let out = temp_dir("process");

@@ -86,11 +86,11 @@ fn config_errors_name_the_position_then_the_parsers_message() {
         ),
         (
             "[subagents.a]\ncomand = [\"x\"]\n",
-            "invalid config <string> at line 2, column 1: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`; in `subagents.a`",
+            "invalid config <string> at line 2, column 1: unknown field `comand`, expected one of `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`, `max_output_bytes`; in `subagents.a`",
         ),
         (
             "[subagent.a]\ncommand = [\"x\"]\n",
-            "invalid config <string> at line 1, column 2: unknown field `subagent`, expected one of `subagents`, `roots`, `inline_budget`",
+            "invalid config <string> at line 1, column 2: unknown field `subagent`, expected one of `subagents`, `roots`, `inline_budget`, `max_output_bytes`",
         ),
         (
             "inline_budget = 10\n",
@@ -200,7 +200,7 @@ fn a_layer_above_reads_its_own_top_level_keys_in_the_same_parse() {
         parse("roots = []\nbogus = 1\n"),
         Err(
             "invalid config <string> at line 2, column 1: unknown field `bogus`, expected one \
-             of `subagents`, `roots`, `inline_budget`, `durable`"
+             of `subagents`, `roots`, `inline_budget`, `max_output_bytes`, `durable`"
                 .to_owned()
         )
     );
@@ -208,7 +208,7 @@ fn a_layer_above_reads_its_own_top_level_keys_in_the_same_parse() {
     assert_eq!(
         parse_error("durable = true\n"),
         "invalid config <string> at line 1, column 1: unknown field `durable`, expected one of \
-         `subagents`, `roots`, `inline_budget`"
+         `subagents`, `roots`, `inline_budget`, `max_output_bytes`"
     );
 }
 
@@ -237,7 +237,7 @@ fn load_names_the_file_in_its_errors() {
         chain(&err),
         format!(
             "invalid config {} at line 3, column 1: unknown field `bogus`, expected one of \
-             `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`; in `subagents.a`",
+             `command`, `description`, `cwd`, `env`, `inherit_env`, `stdin`, `max_output_bytes`; in `subagents.a`",
             file.display()
         )
     );
@@ -323,4 +323,74 @@ fn a_path_a_shell_would_expand_is_refused_with_the_rule() {
          is relative to the project (\".\" is the project itself), an absolute one is taken as \
          it is"
     );
+}
+
+#[test]
+fn max_output_bytes_is_a_default_and_a_subagents_own() {
+    let config = ProcessRunnerConfig::from_toml_str(
+        "[subagents.a]\ncommand = [\"x\"]\n[subagents.b]\ncommand = [\"x\"]\nmax_output_bytes = 65536\n",
+        Path::new("/base"),
+    )
+    .expect("valid");
+    assert_eq!(config.max_output_bytes, None);
+    assert_eq!(
+        config.output_cap(&config.subagents["a"]),
+        ProcessRunnerConfig::DEFAULT_MAX_OUTPUT_BYTES
+    );
+    assert_eq!(
+        ProcessRunnerConfig::DEFAULT_MAX_OUTPUT_BYTES,
+        64 * 1024 * 1024
+    );
+    assert_eq!(config.output_cap(&config.subagents["b"]), 65_536);
+
+    let config = ProcessRunnerConfig::from_toml_str(
+        "max_output_bytes = 1099511627776\n[subagents.a]\ncommand = [\"x\"]\n\
+         [subagents.b]\ncommand = [\"x\"]\nmax_output_bytes = 1048576\n",
+        Path::new("/base"),
+    )
+    .expect("valid");
+    assert_eq!(config.max_output_bytes, Some(1 << 40));
+    assert_eq!(config.output_cap(&config.subagents["a"]), 1 << 40);
+    assert_eq!(config.output_cap(&config.subagents["b"]), 1 << 20);
+}
+
+#[test]
+fn max_output_bytes_out_of_range_is_refused_with_the_rule() {
+    let range = "give 65536 to 1099511627776 bytes (64 KiB to 1 TiB)";
+    for (toml, error) in [
+        (
+            "max_output_bytes = 0\n".to_owned(),
+            format!("invalid config <string>: max_output_bytes = 0 is out of range: {range}"),
+        ),
+        (
+            "max_output_bytes = 65535\n".to_owned(),
+            format!("invalid config <string>: max_output_bytes = 65535 is out of range: {range}"),
+        ),
+        (
+            "max_output_bytes = 1099511627777\n".to_owned(),
+            format!(
+                "invalid config <string>: max_output_bytes = 1099511627777 is out of range: {range}"
+            ),
+        ),
+        (
+            "[subagents.a]\ncommand = [\"x\"]\nmax_output_bytes = 1\n".to_owned(),
+            format!(
+                "invalid config <string>: subagent 'a': max_output_bytes = 1 is out of range: {range}"
+            ),
+        ),
+        (
+            "[subagents.a]\ncommand = [\"x\"]\nmax_output_bytes = -1\n".to_owned(),
+            "invalid config <string> at line 3, column 20: invalid value: integer `-1`, expected \
+             u64; in `subagents.a.max_output_bytes`"
+                .to_owned(),
+        ),
+        (
+            "max_output_bytes = \"64 MiB\"\n".to_owned(),
+            "invalid config <string> at line 1, column 20: invalid type: string \"64 MiB\", \
+             expected u64; in `max_output_bytes`"
+                .to_owned(),
+        ),
+    ] {
+        assert_eq!(parse_error(&toml), error, "{toml}");
+    }
 }
