@@ -303,8 +303,8 @@ impl ToolSpec {
 
     /// Anthropic Messages API with strict tool use: `{name, description,
     /// input_schema, strict: true}`, the schema lowered to what strict mode
-    /// accepts (length and number bounds moved into descriptions, optional
-    /// properties left out rather than nullable).
+    /// accepts (length and number bounds and patterns moved into descriptions,
+    /// optional properties left out rather than nullable).
     ///
     /// # Examples
     ///
@@ -315,7 +315,7 @@ impl ToolSpec {
     /// assert_eq!(strict["strict"], true);
     /// let reason = &strict["input_schema"]["properties"]["reason"];
     /// assert!(reason.get("maxLength").is_none());
-    /// assert!(reason["description"].as_str().unwrap().ends_with("1 to 500 characters."));
+    /// assert!(reason["description"].as_str().unwrap().ends_with("1 to 500 characters. Must not be blank."));
     /// ```
     #[must_use]
     pub fn to_anthropic_strict(&self) -> Value {

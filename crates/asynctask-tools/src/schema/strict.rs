@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{describe_lengths, describe_numbers, drop_null, lower_children, retain_format};
+use super::{
+    describe_lengths, describe_numbers, describe_pattern, drop_null, lower_children, retain_format,
+};
 
 /// Keywords strict tool use accepts that asynctask's schemas use or may use;
 /// everything else is dropped or, for bounds, moved into the description.
@@ -16,7 +18,6 @@ const STRICT_KEYWORDS: &[&str] = &[
     "const",
     "anyOf",
     "description",
-    "pattern",
     "format",
     "minItems",
 ];
@@ -37,7 +38,9 @@ const STRICT_FORMATS: &[&str] = &[
 
 /// Lowers a canonical schema to strict tool use: numeric, length and array-size
 /// bounds (other than `minItems` 0 or 1) become words in the description, since
-/// strict mode refuses them; formats outside its list go; every object is
+/// strict mode refuses them; so does `pattern`, which strict mode takes only in
+/// a regex subset and compiles into the grammar of every request (Anthropic's
+/// SDK moves it too); formats outside its list go; every object is
 /// closed; and an optional property no longer accepts `null`, it is simply left
 /// out. That last rule spends none of the per-request budget of union-typed
 /// parameters that strict mode shares across a host's tools (a `[T, "null"]`
@@ -57,6 +60,7 @@ fn strict_node(node: &mut Value, optional: bool) {
         return;
     };
     describe_lengths(object);
+    describe_pattern(object);
     describe_numbers(object);
     describe_items(object);
     retain_format(object, STRICT_FORMATS);
