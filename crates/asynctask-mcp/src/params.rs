@@ -22,7 +22,9 @@ pub struct WaitAsyncTasksParams {
     pub task_id_prefixes: Option<Vec<String>>,
     /// How long to wait at most, in seconds (1 to 50, default 30).
     #[serde(default, deserialize_with = "whole_seconds")]
-    #[schemars(range(min = 1, max = 50), extend("default" = 30))]
+    // No `default` keyword: the description says it, and clients that forward
+    // MCP tools unchanged to OpenAI's strict mode or Gemini would refuse it.
+    #[schemars(range(min = 1, max = 50))]
     pub timeout_seconds: Option<u64>,
 }
 
@@ -199,16 +201,16 @@ mod tests {
                 "properties": {
                     "task_id_prefixes": {
                         "description": "IDs or unique ID prefixes of the tasks to wait for; any task when absent or empty.",
-                        "type": ["array", "null"],
-                        "items": {"type": "string", "pattern": "\\S"},
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "string", "pattern": "\\S"}},
+                            {"type": "null"},
+                        ],
                     },
                     "timeout_seconds": {
                         "description": "How long to wait at most, in seconds (1 to 50, default 30).",
                         "type": ["integer", "null"],
-                        "format": "uint64",
                         "minimum": 1,
                         "maximum": 50,
-                        "default": 30,
                     },
                 },
                 "additionalProperties": false,

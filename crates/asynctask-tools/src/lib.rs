@@ -12,7 +12,8 @@
 //! - [`run_slash_command`] — the user's `/tasks list` (or `/task list`),
 //!   `/task end <id>` and `/task msg <id> <text>`;
 //! - [`ToolSpec`] — each tool's canonical JSON Schema and its adapters for
-//!   OpenAI (strict), Anthropic, Gemini (both schema dialects) and MCP.
+//!   OpenAI (strict), Anthropic (plain and strict), Amazon Bedrock (plain and
+//!   strict), Gemini (both schema dialects, and the Interactions API) and MCP.
 //!
 //! A tool's arguments are parsed into a typed struct that rejects unknown fields:
 //! bad input is a [`ToolResult`] whose error names the field, never a panic.

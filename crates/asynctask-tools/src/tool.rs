@@ -258,7 +258,8 @@ impl ToolSpec {
 
     /// OpenAI Chat Completions: `{"type":"function","function":{name, description,
     /// parameters, strict: true}}`. The parameters are lowered to OpenAI's strict
-    /// rules (every property required, optional ones nullable,
+    /// rules (every property required, optional ones nullable, nullable arrays
+    /// and objects as `anyOf` with a `{"type": "null"}` branch,
     /// `additionalProperties: false` on every object, unsupported keywords moved
     /// into descriptions).
     #[must_use]
@@ -276,7 +277,8 @@ impl ToolSpec {
 
     /// OpenAI Responses API: `{"type":"function", name, description, parameters,
     /// strict: true}`, with the same strict lowering as
-    /// [`to_openai_chat`](Self::to_openai_chat).
+    /// [`to_openai_chat`](Self::to_openai_chat). `strict` is written out: left
+    /// out, the API tries strict mode and falls back to non-strict.
     #[must_use]
     pub fn to_openai_responses(&self) -> Value {
         json!({
@@ -299,14 +301,83 @@ impl ToolSpec {
         })
     }
 
-    /// Gemini function declaration with `parametersJsonSchema` (the canonical JSON
-    /// Schema).
+    /// Anthropic Messages API with strict tool use: `{name, description,
+    /// input_schema, strict: true}`, the schema lowered to what strict mode
+    /// accepts (length and number bounds and patterns moved into descriptions,
+    /// optional properties left out rather than nullable).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use asynctask_tools::{TodoPauseTool, Tool};
+    ///
+    /// let strict = TodoPauseTool::new().spec().to_anthropic_strict();
+    /// assert_eq!(strict["strict"], true);
+    /// let reason = &strict["input_schema"]["properties"]["reason"];
+    /// assert!(reason.get("maxLength").is_none());
+    /// assert!(reason["description"].as_str().unwrap().ends_with("1 to 500 characters. Must not be blank."));
+    /// ```
+    #[must_use]
+    pub fn to_anthropic_strict(&self) -> Value {
+        json!({
+            "name": self.name,
+            "description": self.description,
+            "input_schema": schema::lower_strict(&self.parameters),
+            "strict": true,
+        })
+    }
+
+    /// Amazon Bedrock Converse API, one entry of `toolConfig.tools`:
+    /// `{"toolSpec": {name, description, inputSchema: {json}}}` with the
+    /// canonical schema.
+    #[must_use]
+    pub fn to_bedrock(&self) -> Value {
+        json!({
+            "toolSpec": {
+                "name": self.name,
+                "description": self.description,
+                "inputSchema": {"json": self.parameters},
+            }
+        })
+    }
+
+    /// Amazon Bedrock Converse API with strict tool use: as
+    /// [`to_bedrock`](Self::to_bedrock) with `strict: true` and the schema of
+    /// [`to_anthropic_strict`](Self::to_anthropic_strict) (Bedrock's strict
+    /// mode has Anthropic's limits).
+    #[must_use]
+    pub fn to_bedrock_strict(&self) -> Value {
+        json!({
+            "toolSpec": {
+                "name": self.name,
+                "description": self.description,
+                "inputSchema": {"json": schema::lower_strict(&self.parameters)},
+                "strict": true,
+            }
+        })
+    }
+
+    /// Gemini function declaration with `parametersJsonSchema`: the canonical
+    /// JSON Schema with `pattern`, `minLength` and `maxLength` moved into
+    /// descriptions (Gemini ignores them there).
     #[must_use]
     pub fn to_gemini(&self) -> Value {
         json!({
             "name": self.name,
             "description": self.description,
-            "parametersJsonSchema": self.parameters,
+            "parametersJsonSchema": schema::lower_gemini_json(&self.parameters),
+        })
+    }
+
+    /// Gemini Interactions API function tool: `{"type": "function", name,
+    /// description, parameters}`, with the schema of [`to_gemini`](Self::to_gemini).
+    #[must_use]
+    pub fn to_gemini_interactions(&self) -> Value {
+        json!({
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": schema::lower_gemini_json(&self.parameters),
         })
     }
 
@@ -358,7 +429,11 @@ impl ToolSpec {
             Provider::OpenAiChat => self.to_openai_chat(),
             Provider::OpenAiResponses => self.to_openai_responses(),
             Provider::Anthropic => self.to_anthropic(),
+            Provider::AnthropicStrict => self.to_anthropic_strict(),
+            Provider::Bedrock => self.to_bedrock(),
+            Provider::BedrockStrict => self.to_bedrock_strict(),
             Provider::Gemini => self.to_gemini(),
+            Provider::GeminiInteractions => self.to_gemini_interactions(),
             Provider::GeminiOpenApi => self.to_gemini_openapi(),
             Provider::Mcp => self.to_mcp(),
         }
@@ -380,7 +455,8 @@ impl ToolSpec {
 /// let unknown = "cohere".parse::<Provider>().unwrap_err();
 /// assert_eq!(
 ///     unknown.to_string(),
-///     "unknown provider 'cohere'; expected one of: openai-chat, openai-responses, anthropic, gemini, gemini-openapi, mcp",
+///     "unknown provider 'cohere'; expected one of: openai-chat, openai-responses, anthropic, \
+///      anthropic-strict, bedrock, bedrock-strict, gemini, gemini-interactions, gemini-openapi, mcp",
 /// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -392,8 +468,16 @@ pub enum Provider {
     OpenAiResponses,
     /// Anthropic Messages API.
     Anthropic,
+    /// Anthropic Messages API, strict tool use.
+    AnthropicStrict,
+    /// Amazon Bedrock Converse API.
+    Bedrock,
+    /// Amazon Bedrock Converse API, strict tool use.
+    BedrockStrict,
     /// Gemini with `parametersJsonSchema` (JSON Schema).
     Gemini,
+    /// Gemini Interactions API function tools (JSON Schema).
+    GeminiInteractions,
     /// Gemini with `parameters` (the OpenAPI 3.0 subset).
     GeminiOpenApi,
     /// MCP `tools/list`.
@@ -402,24 +486,33 @@ pub enum Provider {
 
 impl Provider {
     /// Every provider, in documentation order.
-    pub const ALL: [Provider; 6] = [
+    pub const ALL: [Provider; 10] = [
         Provider::OpenAiChat,
         Provider::OpenAiResponses,
         Provider::Anthropic,
+        Provider::AnthropicStrict,
+        Provider::Bedrock,
+        Provider::BedrockStrict,
         Provider::Gemini,
+        Provider::GeminiInteractions,
         Provider::GeminiOpenApi,
         Provider::Mcp,
     ];
 
     /// The provider's name: `openai-chat`, `openai-responses`, `anthropic`,
-    /// `gemini`, `gemini-openapi` or `mcp`.
+    /// `anthropic-strict`, `bedrock`, `bedrock-strict`, `gemini`,
+    /// `gemini-interactions`, `gemini-openapi` or `mcp`.
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
             Provider::OpenAiChat => "openai-chat",
             Provider::OpenAiResponses => "openai-responses",
             Provider::Anthropic => "anthropic",
+            Provider::AnthropicStrict => "anthropic-strict",
+            Provider::Bedrock => "bedrock",
+            Provider::BedrockStrict => "bedrock-strict",
             Provider::Gemini => "gemini",
+            Provider::GeminiInteractions => "gemini-interactions",
             Provider::GeminiOpenApi => "gemini-openapi",
             Provider::Mcp => "mcp",
         }

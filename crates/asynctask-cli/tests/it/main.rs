@@ -125,7 +125,10 @@ fn the_schemas_help_names_every_tool_and_provider() {
         "{text}"
     );
     assert!(
-        text.contains("openai-chat, openai-responses, anthropic, gemini, gemini-openapi, mcp"),
+        text.contains(
+            "openai-chat, openai-responses, anthropic, anthropic-strict, bedrock, bedrock-strict, \
+             gemini, gemini-interactions, gemini-openapi, mcp"
+        ),
         "{text}"
     );
 }

@@ -183,6 +183,7 @@ fn parameter_rows(prefix: &str, schema: &Value, rows: &mut Vec<String>) {
     };
     let required = string_set(schema.get("required"));
     for (name, property) in properties {
+        let property = &without_null_branch(property);
         let path = format!("{prefix}{name}");
         let description = property
             .get("description")
@@ -203,6 +204,37 @@ fn parameter_rows(prefix: &str, schema: &Value, rows: &mut Vec<String>) {
             parameter_rows(&format!("{path}[]."), items, rows);
         }
     }
+}
+
+/// A nullable array or object written `anyOf: [X, {"type": "null"}]`, as one
+/// node: `X` with `"null"` added to its `type`. Other nodes are returned as
+/// they are.
+fn without_null_branch(schema: &Value) -> Value {
+    let Some(branches) = schema.get("anyOf").and_then(Value::as_array) else {
+        return schema.clone();
+    };
+    let null = serde_json::json!({"type": "null"});
+    let [other] = branches
+        .iter()
+        .filter(|branch| **branch != null)
+        .collect::<Vec<_>>()[..]
+    else {
+        return schema.clone();
+    };
+    let mut merged = schema.clone();
+    let Some(object) = merged.as_object_mut() else {
+        return schema.clone();
+    };
+    object.remove("anyOf");
+    for (key, value) in other.as_object().into_iter().flatten() {
+        object.entry(key.clone()).or_insert_with(|| value.clone());
+    }
+    if branches.len() > 1 {
+        let mut kinds: Vec<Value> = types_of(&merged).into_iter().map(Value::from).collect();
+        kinds.push(Value::from("null"));
+        merged["type"] = Value::Array(kinds);
+    }
+    merged
 }
 
 /// A schema's type in words: `string, not blank`, `array of string, or null`,
