@@ -5,6 +5,7 @@ use asynctask_manager::TaskSnapshot;
 use asynctask_manager::{AsyncTaskManager, PrefixMatch};
 
 use crate::command::CommandOutput;
+use crate::context::TaskScope;
 use crate::format::{ECHO_CHARS, truncate_chars};
 use crate::render;
 use crate::result::{ToolErrorType, ToolResult};
@@ -33,20 +34,44 @@ use crate::result::{ToolErrorType, ToolResult};
 /// # Ok::<(), asynctask_manager::RegisterError>(())
 /// ```
 pub fn find_task(manager: &AsyncTaskManager, query: &str) -> Result<TaskSnapshot, LookupError> {
+    find_task_in(manager, query, None)
+}
+
+/// [`find_task`] among the tasks `scope` includes (every task when `None`): a
+/// task it leaves out is not found, with the same error as an id no task
+/// has, and is never a candidate of an ambiguous prefix.
+///
+/// # Errors
+///
+/// As [`find_task`], among the tasks in scope.
+pub fn find_task_in(
+    manager: &AsyncTaskManager,
+    query: &str,
+    scope: Option<&dyn TaskScope>,
+) -> Result<TaskSnapshot, LookupError> {
+    let visible = |task: &TaskSnapshot| scope.is_none_or(|scope| scope.includes(task));
+    let not_found = || LookupError::NotFound {
+        query: query.to_owned(),
+    };
     // Exact match first: a full id never costs a prefix search, and an id that
     // is a prefix of another still names itself.
-    if let Some(task) = manager.task(query) {
+    if let Some(task) = manager.task(query).filter(|task| visible(task)) {
         return Ok(task);
     }
     match manager.find_by_prefix(query) {
-        PrefixMatch::One(task) => Ok(task),
-        PrefixMatch::None => Err(LookupError::NotFound {
-            query: query.to_owned(),
-        }),
-        PrefixMatch::Ambiguous(candidates) => Err(LookupError::Ambiguous {
-            query: query.to_owned(),
-            candidates,
-        }),
+        PrefixMatch::One(task) if visible(&task) => Ok(task),
+        PrefixMatch::One(_) | PrefixMatch::None => Err(not_found()),
+        PrefixMatch::Ambiguous(mut candidates) => {
+            candidates.retain(|task| visible(task));
+            match candidates.len() {
+                0 => Err(not_found()),
+                1 => Ok(candidates.remove(0)),
+                _ => Err(LookupError::Ambiguous {
+                    query: query.to_owned(),
+                    candidates,
+                }),
+            }
+        }
     }
 }
 
