@@ -5,6 +5,7 @@ mod front;
 mod fronts;
 mod machines;
 mod mcp;
+mod owners;
 mod worker;
 
 use std::path::{Path, PathBuf};
