@@ -383,7 +383,10 @@ mod tests {
         let of_a = register("1", a.id());
         let of_nested = register("2", nested.id());
         assert!(a.owns(&of_a) && nested.owns(&of_nested));
-        assert!(!nested.owns(&of_a) && !lost.owns(&of_a), "a shallower session's");
+        assert!(
+            !nested.owns(&of_a) && !lost.owns(&of_a),
+            "a shallower session's"
+        );
         assert!(!a.owns(&of_nested), "a connected session's, however deep");
 
         drop(a);
@@ -391,15 +394,24 @@ mod tests {
         assert!(!lost.owns(&of_a), "nor one whose depth is unknown");
         let (b, c) = (sessions.join(&none), sessions.join(&none));
         assert!(!c.owns(&of_nested), "its session is still connected");
-        assert!(b.owns(&of_a), "the next session at depth 0 that looks adopts it");
+        assert!(
+            b.owns(&of_a),
+            "the next session at depth 0 that looks adopts it"
+        );
         assert!(!c.owns(&of_a), "one next session only");
         assert!(b.owns(&of_a));
 
         drop(b);
         assert!(c.owns(&of_a), "what b adopted passes on again");
         drop(nested);
-        assert!(c.owns(&of_nested), "a nested session's task passes up once it is gone");
+        assert!(
+            c.owns(&of_nested),
+            "a nested session's task passes up once it is gone"
+        );
         let restored = register("3", "gone0000");
-        assert!(!lost.owns(&restored) && c.owns(&restored), "an unknown session's");
+        assert!(
+            !lost.owns(&restored) && c.owns(&restored),
+            "an unknown session's"
+        );
     }
 }

@@ -131,9 +131,7 @@ where
 {
     let session = ClientSession::default();
     let mut opening = opening;
-    opening
-        .replay
-        .retain(|line| session.note_client_line(line));
+    opening.replay.retain(|line| session.note_client_line(line));
     let mut signals = TerminationSignals::new().map_err(SupervisorError::Signals)?;
     let mut stream = connect_or_start(state, project, &start).await?;
     tracing::info!(

@@ -145,10 +145,7 @@ impl ClientSession {
         else {
             return true;
         };
-        if let Some(method) = method
-            .as_deref()
-            .filter(|method| is_relay_control(method))
-        {
+        if let Some(method) = method.as_deref().filter(|method| is_relay_control(method)) {
             tracing::warn!(
                 method,
                 "the client sent a notification only the relay may send; it is dropped"
@@ -470,11 +467,20 @@ mod tests {
         let session = ClientSession::default();
         for method in [DELIVERED_NOTIFICATION, OVERSIZED_NOTIFICATION] {
             let line = json!({"jsonrpc": "2.0", "method": method, "params": {"written": 99}});
-            assert!(!session.note_client_line(line.to_string().as_bytes()), "{method}");
+            assert!(
+                !session.note_client_line(line.to_string().as_bytes()),
+                "{method}"
+            );
             let request = json!({"jsonrpc": "2.0", "id": 5, "method": method, "params": {}});
-            assert!(!session.note_client_line(request.to_string().as_bytes()), "{method}");
+            assert!(
+                !session.note_client_line(request.to_string().as_bytes()),
+                "{method}"
+            );
         }
-        assert!(session.take_in_flight().is_empty(), "nothing waits for an answer");
+        assert!(
+            session.take_in_flight().is_empty(),
+            "nothing waits for an answer"
+        );
         for line in [
             &br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#[..],
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"notifications/asynctask/delivered"}}"#,

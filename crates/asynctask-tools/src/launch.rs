@@ -364,7 +364,10 @@ mod tests {
         assert_eq!(Nesting::from_env_values(Some("2"), task), Nesting::at(2));
         // Outside a subagent, the depth alone counts (an empty id is none).
         assert_eq!(Nesting::from_env_values(None, None), Nesting::top());
-        assert_eq!(Nesting::from_env_values(Some("x"), Some("")), Nesting::top());
+        assert_eq!(
+            Nesting::from_env_values(Some("x"), Some("")),
+            Nesting::top()
+        );
         assert!(!Nesting::top().is_nested());
     }
 

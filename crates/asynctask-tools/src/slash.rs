@@ -5,8 +5,8 @@ use asynctask_model::{AsyncTaskStatus, TaskUsage};
 
 use crate::command::CommandOutput;
 use crate::context::CallContext;
-use crate::format::{format_usage, id_prefix, truncate_chars};
 use crate::context::TaskScope;
+use crate::format::{format_usage, id_prefix, truncate_chars};
 use crate::lookup::find_task_in;
 use crate::message::message_task;
 use crate::params::is_blank;

@@ -169,10 +169,7 @@ impl Session {
     /// Calls tool `name`: whether it is an error, its text, and the System
     /// Note that came with it, if any.
     fn call(&mut self, name: &str, arguments: Value) -> Called {
-        let response = self.request(
-            "tools/call",
-            json!({"name": name, "arguments": arguments}),
-        );
+        let response = self.request("tools/call", json!({"name": name, "arguments": arguments}));
         let result = &response["result"];
         let texts: Vec<String> = result["content"]
             .as_array()
@@ -207,7 +204,10 @@ impl Session {
         drop(self.stdin.take());
         let deadline = std::time::Instant::now() + WITHIN;
         while self.front.try_wait().expect("waited").is_none() {
-            assert!(std::time::Instant::now() < deadline, "the front did not end");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the front did not end"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -232,8 +232,14 @@ struct Called {
 fn calls_naming(id: &str) -> [(&'static str, Value); 5] {
     [
         ("check_async_tasks", json!({"task_id": id})),
-        ("message_async_task", json!({"task_id": id, "message": "stop"})),
-        ("answer_async_task", json!({"task_id": id, "answer": "allow"})),
+        (
+            "message_async_task",
+            json!({"task_id": id, "message": "stop"}),
+        ),
+        (
+            "answer_async_task",
+            json!({"task_id": id, "answer": "allow"}),
+        ),
         ("end_async_task", json!({"task_id": id})),
         (
             "wait_async_tasks",
@@ -261,7 +267,10 @@ fn a_session_acts_on_its_own_tasks_until_they_pass_to_the_next_session() {
     let (mut a, mut b) = (workspace.session(&[]), workspace.session(&[]));
     let id = workspace_task(&mut a);
     // The question waits on A: B can neither see the task nor answer it.
-    assert_eq!(b.call("check_async_tasks", json!({})).text, "No async tasks.");
+    assert_eq!(
+        b.call("check_async_tasks", json!({})).text,
+        "No async tasks."
+    );
     assert_unknown_to(&mut b, &id);
     assert_eq!(
         b.call("check_async_tasks", json!({})).note,
@@ -270,14 +279,25 @@ fn a_session_acts_on_its_own_tasks_until_they_pass_to_the_next_session() {
     );
 
     // A can, and does.
-    let answered = a.call("answer_async_task", json!({"task_id": id, "answer": "allow"}));
+    let answered = a.call(
+        "answer_async_task",
+        json!({"task_id": id, "answer": "allow"}),
+    );
     assert!(!answered.error, "{answered:?}");
     a.close();
 
     // A ended: its running task passes to the next session that looks, B.
     let listed = b.call("check_async_tasks", json!({}));
-    assert!(listed.text.contains(&format!("[{}] asker - running", &id[..8])), "{listed:?}");
-    let sent = b.call("message_async_task", json!({"task_id": id, "message": "ship"}));
+    assert!(
+        listed
+            .text
+            .contains(&format!("[{}] asker - running", &id[..8])),
+        "{listed:?}"
+    );
+    let sent = b.call(
+        "message_async_task",
+        json!({"task_id": id, "message": "ship"}),
+    );
     assert!(!sent.error, "{sent:?}");
     // One next session only: C, connected after, sees nothing of it.
     let mut c = workspace.session(&[]);
@@ -289,7 +309,9 @@ fn a_session_acts_on_its_own_tasks_until_they_pass_to_the_next_session() {
     assert!(
         waited.text.contains(&format!("\"agent_id\": \"{id}\""))
             && waited.text.contains(r#"got {\"type\":\"answer\""#)
-            && waited.text.contains(r#"then {\"type\":\"message\",\"text\":\"ship\"}"#),
+            && waited
+                .text
+                .contains(r#"then {\"type\":\"message\",\"text\":\"ship\"}"#),
         "{waited:?}"
     );
     let again = b.call("check_async_tasks", json!({}));
@@ -317,8 +339,10 @@ fn workspace_task(session: &mut Session) -> String {
 fn a_nested_session_never_sees_a_shallower_sessions_task() {
     let workspace = Workspace::new("nested");
     let mut top = workspace.session(&[]);
-    let mut nested =
-        workspace.session(&[("ASYNCTASK_DEPTH", "1"), ("ASYNCTASK_TASK_ID", "0f3a9c21-1")]);
+    let mut nested = workspace.session(&[
+        ("ASYNCTASK_DEPTH", "1"),
+        ("ASYNCTASK_TASK_ID", "0f3a9c21-1"),
+    ]);
     let id = top.launch("sleeper");
     let own = nested.launch("sleeper");
     assert_unknown_to(&mut nested, &id);
