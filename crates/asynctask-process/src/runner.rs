@@ -601,17 +601,7 @@ impl ProcessRunner {
             }
         }
         let path = dir.join(format!("{stem}.out"));
-        // Private to its owner, as the state directory it may be in.
-        let created = {
-            use std::os::unix::fs::OpenOptionsExt as _;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&path)
-        };
-        let file = created.map_err(|err| {
+        let file = crate::output::create_private(&path).map_err(|err| {
             SubagentError::new(format!(
                 "subagent '{name}': cannot create its output file {}: {err}",
                 path.display()

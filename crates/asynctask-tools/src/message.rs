@@ -78,16 +78,14 @@ fn send(
 /// ([`SubagentRunner::accepts_messages`](crate::SubagentRunner::accepts_messages))
 /// take them.
 ///
-/// `task_id` is an id or a unique prefix (the same lookup and texts as
+/// `task_id` is an id or a unique prefix (the same lookup, scope and texts as
 /// `check_async_tasks`); `message` is not blank and at most
 /// [`MAX_MESSAGE_CHARS`](crate::MAX_MESSAGE_CHARS) characters. The answer says the
 /// message was queued, or refuses it with a text that says what to do instead:
 /// for a finished task (naming its status: launch a new task with its result as
 /// context), for a subagent that takes no messages, for one that has stopped
 /// reading them, and for one that has not read its last messages. A message never changes a task's state, and messages
-/// to one task are never seen by another. Within a call whose
-/// [`CallContext`](crate::CallContext) has a scope, a task out of it is not
-/// found.
+/// to one task are never seen by another.
 ///
 /// # Examples
 ///
