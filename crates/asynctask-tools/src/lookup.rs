@@ -157,3 +157,87 @@ impl LookupError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_manager::RegisterTaskInput;
+    use pretty_assertions::assert_eq;
+
+    /// A caller that sees the tasks whose subagent is `mine` only.
+    #[derive(Debug)]
+    struct Mine;
+
+    impl TaskScope for Mine {
+        fn includes(&self, task: &TaskSnapshot) -> bool {
+            task.subagent_name() == "mine"
+        }
+    }
+
+    #[test]
+    fn a_task_out_of_scope_is_not_found_and_never_a_candidate() {
+        let manager = AsyncTaskManager::default();
+        for (id, subagent) in [
+            ("ab1", "mine"),
+            ("ab2", "theirs"),
+            ("ab3", "mine"),
+            ("cd", "theirs"),
+        ] {
+            manager
+                .register_task(RegisterTaskInput::new(id, subagent, "g"))
+                .expect("registered");
+        }
+        let find = |query: &str| find_task_in(&manager, query, Some(&Mine));
+        let ids = |candidates: &[TaskSnapshot]| -> Vec<String> {
+            candidates.iter().map(|task| task.id().to_owned()).collect()
+        };
+        assert_eq!(
+            find("ab1").map(|task| task.id().to_owned()),
+            Ok("ab1".to_owned())
+        );
+        // Hidden: exactly what an id no task has answers.
+        assert_eq!(
+            find("cd"),
+            Err(LookupError::NotFound {
+                query: "cd".to_owned()
+            })
+        );
+        assert_eq!(
+            find("cd").unwrap_err().to_tool_result().llm_content,
+            find("zz")
+                .unwrap_err()
+                .to_tool_result()
+                .llm_content
+                .replace("zz", "cd")
+        );
+        assert_eq!(
+            find("ab2"),
+            Err(LookupError::NotFound {
+                query: "ab2".to_owned()
+            })
+        );
+        match find("ab") {
+            Err(LookupError::Ambiguous { candidates, .. }) => {
+                assert_eq!(ids(&candidates), ["ab1", "ab3"]);
+            }
+            other => panic!("ambiguous among the visible ones: {other:?}"),
+        }
+        let other = AsyncTaskManager::default();
+        for (id, subagent) in [("xy1", "mine"), ("xy2", "theirs")] {
+            other
+                .register_task(RegisterTaskInput::new(id, subagent, "g"))
+                .expect("registered");
+        }
+        let one = find_task_in(&other, "xy", Some(&Mine));
+        assert_eq!(
+            one.map(|task| task.id().to_owned()),
+            Ok("xy1".to_owned()),
+            "the one visible"
+        );
+        let all = find_task_in(&other, "xy", None);
+        assert!(
+            matches!(all, Err(LookupError::Ambiguous { .. })),
+            "without a scope"
+        );
+    }
+}
