@@ -191,16 +191,16 @@ async def test_a_response_read_just_before_the_client_leaves_is_not_delivered_ag
 async def test_results_go_to_the_session_that_launched_them_while_it_is_connected(
     tmp_path: Path, workspace: Workspace
 ) -> None:
-    """With two sessions open, a result rides only on the launching session's results;
-    each session lists the workspace's tasks, marked with the session that launched them."""
+    """With two sessions open, a task and its result are the launching session's alone:
+    the other lists nothing, and an id of the task is unknown to it."""
     async with connect(MODE, tmp_path, *workspace.args()) as a, connect(MODE, tmp_path, *workspace.args()) as b:
         ta, tb = Transcript(a), Transcript(b)
         task_id = launched_id(await ta.call("task", {"subagent_name": "quick", "goal_prompt": "x", "async": True}))
         wait_until(lambda: task_status(workspace, task_id) == "completed", "the task's end")
         listing = await tb.call("check_async_tasks", {})
-        assert re.search(rf"\[{task_id[:8]}\] quick - completed \(\d+s\) \(session [0-9a-f]{{8}}\)", texts(listing)[0]), (
-            texts(listing)
-        )
+        assert texts(listing)[0] == "No async tasks.", texts(listing)
+        peek = await tb.call("check_async_tasks", {"task_id": task_id})
+        assert peek.is_error and texts(peek)[0] == f"No async task found with ID or prefix '{task_id}'.", texts(peek)
         assert tb.reminder_count() == 0, f"another session's result reached b:\n{tb.dump()}"
         mine = await ta.call("check_async_tasks", {})
         assert f"[{task_id[:8]}] quick - completed" in texts(mine)[0] and "(this session)" in texts(mine)[0]

@@ -466,9 +466,11 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
     };
     if !std::io::stderr().is_terminal() {
         empty_if_over(&state.log_file(), LOG_LIMIT);
+        use std::os::unix::fs::OpenOptionsExt as _;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(state.log_file())
             .map_err(|source| CliError::Log {
                 path: state.log_file(),

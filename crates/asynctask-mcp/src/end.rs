@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_tools::{
-    CommandOutputKind, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec, TypedTool,
-    end_task,
+    CallContext, CommandOutputKind, ToolAnnotations, ToolErrorType, ToolParams, ToolResult,
+    ToolSpec, TypedTool, end_task_in,
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -14,6 +14,8 @@ use crate::params::EndAsyncTaskParams;
 /// The `end_async_task` tool: cancels a running task by id or unique prefix, with
 /// the logic and texts of `/task end` ([`end_task`]); a refusal (unknown,
 /// ambiguous or already finished task) is an error result with the same text.
+/// Served to a session of several, it ends only the tasks the session owns:
+/// another's is not found.
 #[derive(Debug, Clone)]
 pub(crate) struct EndAsyncTaskTool {
     manager: AsyncTaskManager,
@@ -51,7 +53,8 @@ impl TypedTool for EndAsyncTaskTool {
     }
 
     async fn run(&self, params: EndAsyncTaskParams, _cancel: CancellationToken) -> ToolResult {
-        let output = end_task(&self.manager, &params.task_id);
+        let scope = CallContext::current().and_then(|context| context.scope);
+        let output = end_task_in(&self.manager, &params.task_id, scope.as_deref());
         match output.kind {
             CommandOutputKind::Info => {
                 ToolResult::success(output.text.clone(), output.text, json!({ "ended": true }))

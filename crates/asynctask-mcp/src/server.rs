@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use asynctask_manager::{AsyncTaskManager, TaskProgress};
+use asynctask_manager::{AsyncTaskManager, TaskProgress, TaskSnapshot};
 use asynctask_runtime::{AsyncTaskRuntime, Reminder};
 use asynctask_tools::{
     AnswerAsyncTaskTool, CallContext, LaunchBudget, Nesting, TASK_DESCRIPTION_LEAD, TaskTool,
@@ -358,14 +358,13 @@ struct ProgressScope {
     /// `task_id_prefixes`): their tasks come first.
     targets: Vec<String>,
     /// The session the call belongs to, when several share the runtime: only
-    /// its own tasks (and the ones it names) are quoted, never another
-    /// session's output.
-    session: Option<String>,
+    /// the tasks it owns are quoted, never another session's output.
+    session: Option<Arc<Session>>,
 }
 
 impl ProgressScope {
     /// The scope of a call of `tool` with `arguments`.
-    fn of(tool: &str, arguments: &Value, session: Option<&Session>) -> Self {
+    fn of(tool: &str, arguments: &Value, session: Option<&Arc<Session>>) -> Self {
         let targets = if tool == WaitAsyncTasksTool::NAME {
             arguments
                 .get("task_id_prefixes")
@@ -384,7 +383,7 @@ impl ProgressScope {
         };
         ProgressScope {
             targets,
-            session: session.map(|session| session.id().to_owned()),
+            session: session.cloned(),
         }
     }
 
@@ -394,15 +393,12 @@ impl ProgressScope {
             .any(|prefix| id.starts_with(prefix.as_str()))
     }
 
-    /// Whether the call may quote the output of task `id`: a task it names,
-    /// or one of its session's (any task, with no sessions).
-    fn may_quote(&self, manager: &AsyncTaskManager, id: &str) -> bool {
-        match &self.session {
-            None => true,
-            Some(session) => {
-                self.targets(id) || manager.origin(id).as_deref() == Some(session.as_str())
-            }
-        }
+    /// Whether the call may quote the output of `task`: one its session
+    /// owns (any task, with no sessions).
+    fn may_quote(&self, task: &TaskSnapshot) -> bool {
+        self.session
+            .as_ref()
+            .is_none_or(|session| session.owns(task))
     }
 }
 
@@ -425,7 +421,7 @@ fn progress_message(
         return truncate_chars(line.trim_end(), PROGRESS_LINE_CHARS).into_owned();
     }
     let mut running = manager.running_tasks();
-    running.retain(|task| scope.may_quote(manager, task.id()));
+    running.retain(|task| scope.may_quote(task));
     // The tasks the call names first; the order is otherwise kept.
     running.sort_by_key(|task| !scope.targets(task.id()));
     let line = running.into_iter().find_map(|task| {
@@ -697,14 +693,17 @@ impl AsyncTaskMcpServer {
         cancel: &CancellationToken,
         task_id: Option<String>,
     ) -> ToolResult {
-        let scope = ProgressScope::of(name, &arguments, self.session.as_deref());
+        let scope = ProgressScope::of(name, &arguments, self.session.as_ref());
         let call_progress = TaskProgress::new();
         let mut call = CallContext::new().with_progress(call_progress.clone());
         if let Some(id) = task_id {
             call = call.with_task_id(id);
         }
         if let Some(session) = &self.session {
-            call = call.with_origin(session.id());
+            // Its tools see and act on the tasks the session owns only.
+            call = call
+                .with_origin(session.id())
+                .with_scope(Arc::clone(session) as Arc<dyn asynctask_tools::TaskScope>);
         }
         let launches = self
             .session
@@ -769,17 +768,23 @@ impl AsyncTaskMcpServer {
     }
 
     /// Whether this server's client follows task `id` (as a session of a
-    /// durable supervisor: any task of the workspace whose result it may
-    /// take, within its TTL, once polled; see [`TaskHandles::adopt`](crate::tasks::TaskHandles::adopt)).
+    /// durable supervisor: a task the registry holds that the session owns,
+    /// within its TTL, once polled; see [`TaskHandles::adopt`](crate::tasks::TaskHandles::adopt)).
     fn follows(&self, id: &str) -> bool {
         let handles = self.gate.handles();
         match &self.session {
             None => handles.follows(id),
             Some(session) => {
+                // Followed by a client of the set or not, a task this session
+                // does not own is unknown to it (the set shares what its
+                // clients follow: a task another session's client follows
+                // must not answer here).
                 let manager = self.runtime.manager();
-                handles.adopt(manager, id, manager.clock().now_ms(), |task| {
-                    session.may_claim(task)
-                })
+                let owned = manager.task(id).is_some_and(|task| session.owns(&task));
+                owned
+                    && handles.adopt(manager, id, manager.clock().now_ms(), |task| {
+                        session.owns(task)
+                    })
             }
         }
     }
@@ -921,10 +926,13 @@ mod tests {
         let manager = AsyncTaskManager::default();
         let call = TaskProgress::new();
         let elapsed = Duration::from_secs(5);
+        let sessions = crate::session::Sessions::default();
+        let none = std::collections::BTreeSet::new();
+        let (mine, other) = (Arc::new(sessions.join(&none)), sessions.join(&none));
         for (id, origin, line) in [
-            ("aaaa0000-1", "other", "other session's secret"),
-            ("bbbb0000-1", "mine", "my first task"),
-            ("cccc0000-1", "mine", "the task waited on"),
+            ("aaaa0000-1", other.id(), "other session's secret"),
+            ("bbbb0000-1", mine.id(), "my first task"),
+            ("cccc0000-1", mine.id(), "the task waited on"),
         ] {
             let progress = TaskProgress::new();
             manager
@@ -938,7 +946,7 @@ mod tests {
         }
         let waiting = ProgressScope {
             targets: vec!["cccc".to_owned()],
-            session: Some("mine".to_owned()),
+            session: Some(Arc::clone(&mine)),
         };
         assert_eq!(
             progress_message(&call, &manager, &waiting, elapsed),
@@ -946,29 +954,31 @@ mod tests {
         );
         let any = ProgressScope {
             targets: Vec::new(),
-            session: Some("mine".to_owned()),
+            session: Some(Arc::clone(&mine)),
         };
         assert_eq!(
             progress_message(&call, &manager, &any, elapsed),
             "bbbb0000: my first task"
         );
-        // A task of another session is quoted only when the call names it.
+        // A task of another session is never quoted, even when the call
+        // names it.
         let named = ProgressScope {
             targets: vec!["aaaa".to_owned()],
-            session: Some("mine".to_owned()),
+            session: Some(Arc::clone(&mine)),
         };
         assert_eq!(
             progress_message(&call, &manager, &named, elapsed),
-            "aaaa0000: other session's secret"
+            "bbbb0000: my first task"
         );
         let stranger = ProgressScope {
             targets: Vec::new(),
-            session: Some("nobody".to_owned()),
+            session: Some(Arc::new(sessions.join(&none))),
         };
         assert_eq!(
             progress_message(&call, &manager, &stranger, elapsed),
             "still running (5s)"
         );
+        drop(other);
         // The scope of a call: the prefixes of wait_async_tasks only.
         let arguments = serde_json::json!({"task_id_prefixes": ["cccc", ""]});
         assert_eq!(

@@ -1,5 +1,6 @@
 //! Sessions sharing one registry (a durable supervisor's clients): who is
-//! connected, and which results each may claim.
+//! connected, and which tasks each owns — sees, acts on, and takes the
+//! results of.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -12,10 +13,19 @@ use asynctask_tools::{LaunchBudget, Nesting};
 use crate::tasks::{FollowJournal, TaskHandles};
 
 /// The sessions connected to one registry right now (a durable supervisor's
-/// clients), which decides which results each may take.
+/// clients), which decides which tasks each owns.
 ///
 /// A cheap handle (clones share the set). A session joins with
 /// [`join`](Self::join) and leaves when its [`Session`] is dropped.
+///
+/// A session owns the tasks it launched and the tasks it adopted; it sees,
+/// acts on and takes the results of those only ([`Session::owns`]). When a
+/// session leaves, the tasks it owns — running or finished — pass to the
+/// next session at depth 0 (one whose client runs in no subagent of ours)
+/// that looks at them; so do tasks whose session is unknown (launched before
+/// the supervisor restarted). A session inside a subagent (depth 1 or more,
+/// or a depth it could not read) adopts nothing: it owns only what it
+/// launched, and never sees a task of a shallower session or of a sibling.
 ///
 /// # Examples
 ///
@@ -35,9 +45,7 @@ use crate::tasks::{FollowJournal, TaskHandles};
 /// ```
 #[derive(Clone, Default)]
 pub struct Sessions {
-    /// By id, each with whether its client declared the tasks extension
-    /// (it polls the tasks it follows).
-    connected: Arc<Mutex<BTreeMap<String, bool>>>,
+    connected: Arc<Mutex<Members>>,
     /// Told when a session leaves: waiters in the others may claim its
     /// pending results now.
     ledger: Option<ClaimLedger>,
@@ -45,6 +53,18 @@ pub struct Sessions {
     /// them: a client that restarts its server (a new session) polls them
     /// again, and no session's reminder takes their results meanwhile.
     followed: TaskHandles,
+}
+
+/// Who is connected, and which tasks passed to another session than the one
+/// that launched them.
+#[derive(Default)]
+struct Members {
+    /// By id, each with whether its client declared the tasks extension
+    /// (it polls the tasks it follows).
+    connected: BTreeMap<String, bool>,
+    /// Task id → the connected session that adopted it. An entry goes when
+    /// its session leaves: the task then passes on again.
+    adopted: BTreeMap<String, String>,
 }
 
 impl Sessions {
@@ -83,8 +103,8 @@ impl Sessions {
         self
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, bool>> {
-        // A set of names, consistent after every statement.
+    fn lock(&self) -> MutexGuard<'_, Members> {
+        // Maps of names, consistent after every statement.
         self.connected
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -106,15 +126,15 @@ impl Sessions {
         recorded: &BTreeSet<String>,
         mut draw: impl FnMut() -> String,
     ) -> Session {
-        let mut connected = self.lock();
+        let mut members = self.lock();
         let id = loop {
             let id = draw();
-            if !recorded.contains(&id) && !connected.contains_key(&id) {
+            if !recorded.contains(&id) && !members.connected.contains_key(&id) {
                 break id;
             }
         };
-        connected.insert(id.clone(), false);
-        drop(connected);
+        members.connected.insert(id.clone(), false);
+        drop(members);
         Session {
             id,
             sessions: self.clone(),
@@ -126,29 +146,25 @@ impl Sessions {
     /// How many sessions are connected.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().connected.len()
     }
 
     /// Whether no session is connected.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
-    }
-
-    fn is_connected(&self, id: &str) -> bool {
-        self.lock().contains_key(id)
+        self.lock().connected.is_empty()
     }
 
     /// Whether a connected session's client declared the tasks extension:
     /// someone may still poll the tasks clients follow.
     pub(crate) fn any_polls(&self) -> bool {
-        self.lock().values().any(|declared| *declared)
+        self.lock().connected.values().any(|declared| *declared)
     }
 }
 
 impl fmt::Debug for Sessions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.lock().keys()).finish()
+        f.debug_set().entries(self.lock().connected.keys()).finish()
     }
 }
 
@@ -202,7 +218,7 @@ impl Session {
     /// Its client declared the tasks extension (on a request): it polls the
     /// tasks it follows.
     pub(crate) fn declare_tasks(&self) {
-        if let Some(declared) = self.sessions.lock().get_mut(&self.id) {
+        if let Some(declared) = self.sessions.lock().connected.get_mut(&self.id) {
             *declared = true;
         }
     }
@@ -225,22 +241,66 @@ impl Session {
         &self.id
     }
 
-    /// Whether this session may claim `task`'s result: the tasks it launched,
-    /// tasks no session launched, and tasks whose session is gone. (A result
-    /// goes to the session that launched its task while that session is
-    /// connected; when it is gone, to the next session that calls.)
+    /// Whether the session runs inside a subagent (its depth is 1 or more,
+    /// or unknown): it adopts nothing.
+    fn is_nested(&self) -> bool {
+        self.nesting.is_some_and(Nesting::is_nested)
+    }
+
+    /// Whether this session owns `task`: it sees it, acts on it (peek,
+    /// message, answer, end) and takes its result.
+    ///
+    /// A session owns the tasks it launched, and those it adopted. A task
+    /// whose owner is no connected session (it left, or the task was
+    /// launched before this supervisor started, or by no session) is
+    /// adopted here, by the first session at depth 0 that asks: it owns the
+    /// task from then on, until it leaves in turn. A session inside a
+    /// subagent adopts nothing.
+    #[must_use]
+    pub fn owns(&self, task: &TaskSnapshot) -> bool {
+        let mut members = self.sessions.lock();
+        let owner = members
+            .adopted
+            .get(task.id())
+            .map(String::as_str)
+            .or(task.origin());
+        match owner {
+            Some(owner) if owner == self.id => true,
+            Some(owner) if members.connected.contains_key(owner) => false,
+            _ if self.is_nested() => false,
+            _ => {
+                members
+                    .adopted
+                    .insert(task.id().to_owned(), self.id.clone());
+                true
+            }
+        }
+    }
+
+    /// Whether this session may claim `task`'s result: whether it
+    /// [owns](Self::owns) it (which may adopt it). A result goes to the
+    /// session that owns its task; when that session leaves, to the next
+    /// session at depth 0 that calls.
     #[must_use]
     pub fn may_claim(&self, task: &TaskSnapshot) -> bool {
-        match task.origin() {
-            None => true,
-            Some(origin) => origin == self.id || !self.sessions.is_connected(origin),
-        }
+        self.owns(task)
+    }
+}
+
+impl asynctask_tools::TaskScope for Session {
+    fn includes(&self, task: &TaskSnapshot) -> bool {
+        self.owns(task)
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.sessions.lock().remove(&self.id);
+        {
+            let mut members = self.sessions.lock();
+            members.connected.remove(&self.id);
+            // What it adopted passes on again.
+            members.adopted.retain(|_, owner| *owner != self.id);
+        }
         // The set's lock is released: a waiter woken here looks at it.
         if let Some(ledger) = &self.sessions.ledger {
             ledger.notify_changed();
@@ -305,5 +365,53 @@ mod tests {
         drop(b);
         assert!(a.may_claim(&of_b), "its session is gone");
         assert_eq!(sessions.len(), 1);
+    }
+
+    #[test]
+    fn a_task_passes_to_one_next_session_at_depth_0_and_never_to_a_nested_one() {
+        let sessions = Sessions::default();
+        let none = BTreeSet::new();
+        let manager = AsyncTaskManager::default();
+        let register = |id: &str, origin: &str| {
+            manager
+                .register_task(RegisterTaskInput::new(id, "s", "g").with_origin(origin))
+                .expect("registered")
+        };
+        let a = sessions.join(&none);
+        let nested = sessions.join(&none).with_nesting(Nesting::at(1));
+        let lost = sessions.join(&none).with_nesting(Nesting::unknown());
+        let of_a = register("1", a.id());
+        let of_nested = register("2", nested.id());
+        assert!(a.owns(&of_a) && nested.owns(&of_nested));
+        assert!(
+            !nested.owns(&of_a) && !lost.owns(&of_a),
+            "a shallower session's"
+        );
+        assert!(!a.owns(&of_nested), "a connected session's, however deep");
+
+        drop(a);
+        assert!(!nested.owns(&of_a), "a nested session adopts nothing");
+        assert!(!lost.owns(&of_a), "nor one whose depth is unknown");
+        let (b, c) = (sessions.join(&none), sessions.join(&none));
+        assert!(!c.owns(&of_nested), "its session is still connected");
+        assert!(
+            b.owns(&of_a),
+            "the next session at depth 0 that looks adopts it"
+        );
+        assert!(!c.owns(&of_a), "one next session only");
+        assert!(b.owns(&of_a));
+
+        drop(b);
+        assert!(c.owns(&of_a), "what b adopted passes on again");
+        drop(nested);
+        assert!(
+            c.owns(&of_nested),
+            "a nested session's task passes up once it is gone"
+        );
+        let restored = register("3", "gone0000");
+        assert!(
+            !lost.owns(&restored) && c.owns(&restored),
+            "an unknown session's"
+        );
     }
 }

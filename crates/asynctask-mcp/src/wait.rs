@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use asynctask_manager::AsyncTaskManager;
 use asynctask_runtime::Reminder;
 use asynctask_tools::{
-    LookupError, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec, TypedTool,
-    find_task,
+    CallContext, LookupError, ToolAnnotations, ToolErrorType, ToolParams, ToolResult, ToolSpec,
+    TypedTool, find_task_in,
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -63,25 +63,45 @@ impl WaitAsyncTasksTool {
         WaitAsyncTasksTool { manager, gate }
     }
 
-    /// The full ids for `prefixes` (exact match first), or the error result for
-    /// the first prefix that matches no task or several.
+    /// The full ids for `prefixes` (exact match first), among the tasks the
+    /// call's session owns, or the error result for the first prefix that
+    /// matches no task or several.
     fn resolve(&self, prefixes: &[String]) -> Result<BTreeSet<String>, LookupError> {
+        let scope = CallContext::current().and_then(|context| context.scope);
         let mut ids = BTreeSet::new();
         for prefix in prefixes {
-            ids.insert(find_task(&self.manager, prefix)?.id().to_owned());
+            ids.insert(
+                find_task_in(&self.manager, prefix, scope.as_deref())?
+                    .id()
+                    .to_owned(),
+            );
         }
         Ok(ids)
     }
 
+    /// How many running tasks the call's session owns (every running task,
+    /// served to no session of several).
+    fn running(&self) -> usize {
+        match CallContext::current().and_then(|context| context.scope) {
+            None => self.manager.counts().running,
+            Some(scope) => self
+                .manager
+                .running_tasks()
+                .iter()
+                .filter(|task| scope.includes(task))
+                .count(),
+        }
+    }
+
     fn watch(&self, named: &BTreeSet<String>) -> Watch {
         if named.is_empty() {
-            let counts = self.manager.counts();
+            let running = self.running();
             return if self.gate.anything_to_claim() {
                 Watch::Pending
-            } else if counts.running == 0 {
+            } else if running == 0 {
                 Watch::Idle
             } else {
-                Watch::Running(counts.running)
+                Watch::Running(running)
             };
         }
         let mut running = 0;
@@ -169,7 +189,7 @@ impl TypedTool for WaitAsyncTasksTool {
                     }
                     // A parallel call holds it (until its response is written or
                     // cancelled), or this one was cancelled: wait and look again.
-                    None => self.manager.counts().running,
+                    None => self.running(),
                 },
                 Watch::Delivered(id) => {
                     let text = format!(

@@ -96,6 +96,18 @@ impl TempOutputDir {
     }
 }
 
+/// Creates (or empties) the file at `path`, private to its owner (mode 0600),
+/// as the state directory it may be in: a subagent's output file.
+pub(crate) fn create_private(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
 /// Creates the lock file in the new directory `dir` and takes its lock.
 fn lock_new(dir: &Path) -> io::Result<DirLock> {
     use std::os::unix::fs::OpenOptionsExt;

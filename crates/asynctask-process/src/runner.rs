@@ -601,7 +601,7 @@ impl ProcessRunner {
             }
         }
         let path = dir.join(format!("{stem}.out"));
-        let file = std::fs::File::create(&path).map_err(|err| {
+        let file = crate::output::create_private(&path).map_err(|err| {
             SubagentError::new(format!(
                 "subagent '{name}': cannot create its output file {}: {err}",
                 path.display()

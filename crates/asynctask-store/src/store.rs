@@ -230,6 +230,7 @@ impl Store {
         let path = path.as_ref().to_path_buf();
         create_parent(&path)?;
         let lock = LockFile::acquire(&path)?;
+        create_private(&path);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -761,6 +762,25 @@ fn create_parent(path: &Path) -> Result<(), StoreError> {
     })
 }
 
+/// Creates the database file `path`, empty and private to its owner (mode
+/// 0600), when it does not exist: SQLite takes an empty file for a new
+/// database, and creates its journal files with the database's mode. A file
+/// that cannot be created is left to SQLite, whose error says why.
+fn create_private(path: &Path) {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    if let Err(err) = options.open(path)
+        && err.kind() != std::io::ErrorKind::AlreadyExists
+    {
+        tracing::debug!(path = %path.display(), %err, "cannot create the task store's file");
+    }
+}
+
 /// The exclusive advisory lock on `<db>.lock`, held for the store's life. The
 /// file holds the holder's pid, so that a refused opener can name it.
 #[derive(Debug)]
@@ -779,13 +799,14 @@ impl LockFile {
             source,
         };
         // std opens files close-on-exec: child processes never inherit the lock.
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock)
-            .map_err(io_error)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let mut file = options.open(&lock).map_err(io_error)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {

@@ -128,13 +128,8 @@ impl ConnectionContext {
                     write_line(&mut write, &refusal).await?;
                     return Err(ConnectionError::OtherProject(theirs.to_owned()));
                 }
-                // A front from inside a subagent says how deep it runs.
-                let depth = preamble
-                    .get("depth")
-                    .and_then(Value::as_u64)
-                    .and_then(|depth| u32::try_from(depth).ok())
-                    .unwrap_or(0);
-                self.session(reader, write, depth).await
+                self.session(reader, write, session_nesting(&preamble))
+                    .await
             }
             Some("status") => {
                 let status = status(&self.runtime, self.sessions.len(), self.project.as_deref());
@@ -157,7 +152,7 @@ impl ConnectionContext {
         self,
         reader: R,
         mut writer: W,
-        depth: u32,
+        nesting: Nesting,
     ) -> Result<(), ConnectionError>
     where
         R: AsyncRead + Send + Unpin + 'static,
@@ -173,12 +168,17 @@ impl ConnectionContext {
         let mut session = self
             .sessions
             .join(&recorded)
-            .with_nesting(Nesting::at(depth).with_max_depth(server.nesting.max_depth));
+            .with_nesting(nesting.with_max_depth(server.nesting.max_depth));
         if let Some(max) = server.max_launches_per_session {
             session = session.with_launches(LaunchBudget::new(max));
         }
         let session = Arc::new(session);
-        tracing::info!(session = session.id(), "session connected");
+        tracing::info!(
+            session = session.id(),
+            depth = nesting.depth,
+            depth_unknown = nesting.depth_unknown,
+            "session connected"
+        );
         // The front waits for this line: a supervisor that closes before it has
         // not taken the session, and the front finds another.
         let accepted = json!({
@@ -202,6 +202,30 @@ impl ConnectionContext {
             .map_err(ConnectionError::Server);
         tracing::info!(session = session.id(), "session disconnected");
         served
+    }
+}
+
+/// How deep a session's client runs among nested subagents, as its front
+/// says: `depth`, an integer (0 outside any subagent). A front that runs
+/// inside a subagent but could not read its depth says `null`; that, or no
+/// readable depth at all, is a depth unknown, taken to be as deep as the cap
+/// (fail closed: such a session launches nothing and adopts nothing).
+fn session_nesting(preamble: &Value) -> Nesting {
+    let depth = preamble
+        .get("depth")
+        .and_then(Value::as_u64)
+        .and_then(|depth| u32::try_from(depth).ok());
+    match depth {
+        Some(depth) => Nesting::at(depth),
+        None => {
+            let said = preamble.get("depth").map(Value::to_string);
+            tracing::warn!(
+                depth = said.as_deref().unwrap_or("(none)"),
+                "a session whose front could not say how deep it runs among subagents: it is \
+                 taken to be as deep as subagents may nest"
+            );
+            Nesting::unknown()
+        }
     }
 }
 
@@ -267,4 +291,25 @@ async fn write_line(
         .write_all(line.as_bytes())
         .await
         .map_err(ConnectionError::Answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_session_that_cannot_say_its_depth_is_as_deep_as_the_cap() {
+        assert_eq!(session_nesting(&json!({"depth": 0})), Nesting::at(0));
+        assert_eq!(session_nesting(&json!({"depth": 2})), Nesting::at(2));
+        for preamble in [
+            json!({}),
+            json!({"depth": null}),
+            json!({"depth": -1}),
+            json!({"depth": "2"}),
+            json!({"depth": u64::MAX}),
+        ] {
+            assert_eq!(session_nesting(&preamble), Nesting::unknown(), "{preamble}");
+        }
+    }
 }

@@ -33,11 +33,40 @@ pub async fn connect(state: &StateDir, kind: &str) -> io::Result<UnixStream> {
 }
 
 async fn connect_with(state: &StateDir, preamble: Value) -> io::Result<UnixStream> {
-    let mut stream = UnixStream::connect(state.socket()).await?;
+    let socket = state.socket();
+    let mut stream = UnixStream::connect(&socket).await?;
+    // The supervisor checks who connects; the front checks who listens: a
+    // socket another user put in place must never see our session.
+    let peer = stream.peer_cred()?.uid();
+    if let Some(me) = crate::state::effective_uid() {
+        check_supervisor_uid(&socket, peer, me)?;
+    }
     let mut preamble = preamble.to_string();
     preamble.push('\n');
     stream.write_all(preamble.as_bytes()).await?;
     Ok(stream)
+}
+
+/// Checks that the process listening on `socket` runs as `me`: the
+/// supervisor of our own state directory always does.
+///
+/// # Errors
+///
+/// `PermissionDenied`, naming the socket and both users, when `peer` is
+/// another user.
+fn check_supervisor_uid(socket: &Path, peer: u32, me: u32) -> io::Result<()> {
+    if peer == me {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "the process listening on {} runs as uid {peer}, not as you (uid {me}): it is no \
+             supervisor of yours, and nothing was sent to it; remove the socket, or give this \
+             project a state directory of your own with --state-dir",
+            socket.display()
+        ),
+    ))
 }
 
 /// Asks the supervisor of `state` one question (`status` or `stop`) and returns
@@ -101,9 +130,8 @@ where
     W: AsyncWrite + Unpin,
 {
     let session = ClientSession::default();
-    for line in &opening.replay {
-        session.note_client_line(line);
-    }
+    let mut opening = opening;
+    opening.replay.retain(|line| session.note_client_line(line));
     let mut signals = TerminationSignals::new().map_err(SupervisorError::Signals)?;
     let mut stream = connect_or_start(state, project, &start).await?;
     tracing::info!(
@@ -209,7 +237,9 @@ async fn next_request<R: AsyncBufRead + Unpin>(
             _ = signals.recv() => return None,
         };
         let Line::Whole(line) = line else { continue };
-        session.note_client_line(&line);
+        if !session.note_client_line(&line) {
+            continue;
+        }
         if serde_json::from_slice::<Value>(&line)
             .is_ok_and(|message| message.get("id").is_some() && message.get("method").is_some())
         {
@@ -309,13 +339,17 @@ impl From<Unacknowledged> for io::Error {
 /// Connects as a session of `project` and waits for the supervisor to
 /// acknowledge it. The preamble carries the nesting depth this process's
 /// environment gives ([`DEPTH_ENV`](asynctask_tools::DEPTH_ENV)), so that a
-/// session whose client runs inside a subagent launches one level deeper.
+/// session whose client runs inside a subagent launches one level deeper;
+/// `null` when it runs inside a subagent whose depth it cannot read (see
+/// [`Nesting::from_env`](asynctask_tools::Nesting::from_env)).
 pub(crate) async fn open_session(state: &StateDir, project: &Path) -> io::Result<SessionStream> {
+    let nesting = asynctask_tools::Nesting::from_env();
+    let depth = (!nesting.depth_unknown).then_some(nesting.depth);
     let preamble = json!({
         "asynctask": "session",
         "protocol": RELAY_PROTOCOL,
         "project": project.to_string_lossy(),
-        "depth": asynctask_tools::Nesting::from_env().depth,
+        "depth": depth,
     });
     let (read, write) = connect_with(state, preamble).await?.into_split();
     let mut read = BufReader::new(read);
@@ -420,8 +454,13 @@ pub(crate) async fn connect_or_start(
             Err(why) => why,
         };
         // A supervisor that answered something else than an acknowledgement
-        // (another version of asynctask) answers the same next time.
-        if why.kind() == io::ErrorKind::InvalidData || tokio::time::Instant::now() >= deadline {
+        // (another version of asynctask), or a socket another user listens
+        // on, answers the same next time.
+        if matches!(
+            why.kind(),
+            io::ErrorKind::InvalidData | io::ErrorKind::PermissionDenied
+        ) || tokio::time::Instant::now() >= deadline
+        {
             break Err(why);
         }
         let ended = match started.as_mut().map(|started| started.child.try_wait()) {
@@ -492,4 +531,24 @@ fn log_tail(path: &Path, lines: usize) -> String {
     let text = String::from_utf8_lossy(&bytes);
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_socket_another_user_listens_on_is_refused() {
+        let socket = Path::new("/p/.asynctask/supervisor.sock");
+        assert!(check_supervisor_uid(socket, 1000, 1000).is_ok());
+        let refused = check_supervisor_uid(socket, 0, 1000).expect_err("another user");
+        assert_eq!(refused.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            refused.to_string(),
+            "the process listening on /p/.asynctask/supervisor.sock runs as uid 0, not as you \
+             (uid 1000): it is no supervisor of yours, and nothing was sent to it; remove the \
+             socket, or give this project a state directory of your own with --state-dir"
+        );
+    }
 }

@@ -96,6 +96,12 @@ fn head(line: &[u8]) -> Option<Head> {
     })
 }
 
+/// Whether `method` is one of the notifications the relay itself sends the
+/// supervisor.
+fn is_relay_control(method: &str) -> bool {
+    method == DELIVERED_NOTIFICATION || method == OVERSIZED_NOTIFICATION
+}
+
 /// JSON-RPC's Invalid Request error code.
 const INVALID_REQUEST: i64 = -32600;
 
@@ -124,8 +130,12 @@ impl ClientSession {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Notes a line the client sent.
-    pub(crate) fn note_client_line(&self, line: &[u8]) {
+    /// Notes a line the client sent; `false` when the line must not be passed
+    /// on: a notification of the relay's own ([`DELIVERED_NOTIFICATION`],
+    /// [`OVERSIZED_NOTIFICATION`]), which only the relay may send (a client
+    /// that sent one could make the supervisor count a result as delivered
+    /// that it never wrote). Such a line is dropped and logged.
+    pub(crate) fn note_client_line(&self, line: &[u8]) -> bool {
         let Some(Head {
             id,
             method,
@@ -133,8 +143,15 @@ impl ClientSession {
             ..
         }) = head(line)
         else {
-            return;
+            return true;
         };
+        if let Some(method) = method.as_deref().filter(|method| is_relay_control(method)) {
+            tracing::warn!(
+                method,
+                "the client sent a notification only the relay may send; it is dropped"
+            );
+            return false;
+        }
         let mut known = self.known();
         if let Some(cancelled) = cancelled {
             // A cancelled request gets no answer: it waits for none. With two
@@ -152,6 +169,7 @@ impl ClientSession {
             (Some(id), Some(method)) => known.in_flight.push((id, method)),
             _ => {}
         }
+        true
     }
 
     /// Notes a line the supervisor sent: an answer ends one request of its
@@ -288,7 +306,9 @@ where
         loop {
             let line = match client_in.next().await {
                 Ok(Some(Line::Whole(mut line))) => {
-                    session.note_client_line(&line);
+                    if !session.note_client_line(&line) {
+                        continue;
+                    }
                     line.push(b'\n');
                     line
                 }
@@ -440,6 +460,34 @@ mod tests {
             "answered and cancelled requests wait for nothing"
         );
         assert!(session.take_in_flight().is_empty());
+    }
+
+    #[test]
+    fn a_client_line_using_a_notification_of_the_relay_is_not_passed_on() {
+        let session = ClientSession::default();
+        for method in [DELIVERED_NOTIFICATION, OVERSIZED_NOTIFICATION] {
+            let line = json!({"jsonrpc": "2.0", "method": method, "params": {"written": 99}});
+            assert!(
+                !session.note_client_line(line.to_string().as_bytes()),
+                "{method}"
+            );
+            let request = json!({"jsonrpc": "2.0", "id": 5, "method": method, "params": {}});
+            assert!(
+                !session.note_client_line(request.to_string().as_bytes()),
+                "{method}"
+            );
+        }
+        assert!(
+            session.take_in_flight().is_empty(),
+            "nothing waits for an answer"
+        );
+        for line in [
+            &br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"notifications/asynctask/delivered"}}"#,
+            b"not JSON: the supervisor answers it",
+        ] {
+            assert!(session.note_client_line(line), "{}", String::from_utf8_lossy(line));
+        }
     }
 
     #[test]

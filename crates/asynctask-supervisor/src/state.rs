@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Where a workspace's supervisor keeps its state: the socket sessions connect
 /// to, the lock that keeps one supervisor per workspace, its log, its store and
 /// the subagents' output files. The directory is private to the user who owns
-/// it (mode 0700).
+/// it (mode 0700), and so is every file created in it (mode 0600).
 ///
 /// # Examples
 ///
@@ -139,7 +139,8 @@ impl StateDir {
     }
 
     /// Creates the directory (and its parents) if missing, private to its
-    /// owner: a new directory gets mode 0700 and a `.gitignore` of `*` (it is
+    /// owner: a new directory gets mode 0700, its `outputs` directory too,
+    /// and a `.gitignore` of `*` (it is
     /// a project's state, never its source), an existing one that other users
     /// may enter, or that another user owns, is refused.
     ///
@@ -153,9 +154,18 @@ impl StateDir {
             .mode(0o700)
             .create(&self.path)?;
         self.check_owner()?;
+        // Made here, private: the runner that writes into it makes a missing
+        // directory with the umask's mode.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(self.outputs())?;
         let ignore = self.path.join(".gitignore");
         if !ignore.exists() {
-            std::fs::write(&ignore, "# asynctask's state: never committed\n*\n")?;
+            use std::io::Write as _;
+            private_file(std::fs::OpenOptions::new().write(true).create(true))
+                .open(&ignore)?
+                .write_all(b"# asynctask's state: never committed\n*\n")?;
         }
         let mode = std::fs::metadata(&self.path)?.permissions().mode();
         if mode & 0o077 != 0 {
@@ -172,9 +182,16 @@ impl StateDir {
     }
 }
 
+/// `options`, creating a file private to its owner (mode 0600): every file
+/// of a state directory is created so.
+pub(crate) fn private_file(options: &mut std::fs::OpenOptions) -> &mut std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    options.mode(0o600)
+}
+
 /// The effective uid of this process (std has no `geteuid`; its directory in
 /// `/proc` is owned by it); `None` without `/proc`.
-fn effective_uid() -> Option<u32> {
+pub(crate) fn effective_uid() -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").ok().map(|meta| meta.uid())
 }
@@ -214,11 +231,13 @@ impl SupervisorLock {
     ///
     /// The I/O error when the lock file cannot be opened.
     pub fn acquire(state: &StateDir) -> io::Result<Option<Self>> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(state.lock_file())?;
+        let file = private_file(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true),
+        )
+        .open(state.lock_file())?;
         match file.try_lock() {
             Ok(()) => Ok(Some(SupervisorLock { _file: file })),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),

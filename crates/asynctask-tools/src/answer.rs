@@ -5,7 +5,8 @@ use asynctask_manager::{Answer, AsyncTaskManager};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::lookup::find_task;
+use crate::context::current_scope;
+use crate::lookup::find_task_in;
 use crate::params::{AnswerAsyncTaskParams, ToolParams};
 use crate::render;
 use crate::result::{ToolErrorType, ToolResult};
@@ -17,7 +18,8 @@ use crate::tool::{ToolAnnotations, ToolSpec, TypedTool};
 /// Each question takes one answer ([`AsyncTaskManager::answer_question`]):
 /// the oldest waiting question of the task gets it, and a task that waits for
 /// none refuses it with a text that says so (and that `message_async_task`
-/// steers). `task_id` is an id or a unique prefix; `answer` is not blank and
+/// steers). Within a call whose [`CallContext`](crate::CallContext) has a
+/// scope, a task out of it is not found. `task_id` is an id or a unique prefix; `answer` is not blank and
 /// at most [`MAX_MESSAGE_CHARS`](crate::MAX_MESSAGE_CHARS) characters, or
 /// `decline: true` stands in its place.
 ///
@@ -78,7 +80,7 @@ impl TypedTool for AnswerAsyncTaskTool {
     }
 
     async fn run(&self, params: AnswerAsyncTaskParams, _cancel: CancellationToken) -> ToolResult {
-        let task = match find_task(&self.manager, &params.task_id) {
+        let task = match find_task_in(&self.manager, &params.task_id, current_scope().as_deref()) {
             Ok(task) => task,
             Err(error) => return error.to_tool_result(),
         };

@@ -10,12 +10,12 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::context::CallContext;
+use crate::context::{CallContext, current_scope};
 use crate::format::{
     bound_text, bound_text_keeping_pointer, format_usage, id_prefix, iso_time, to_pretty,
     truncate_chars,
 };
-use crate::lookup::find_task;
+use crate::lookup::find_task_in;
 use crate::params::{CheckAsyncTasksParams, ToolParams};
 use crate::render::{origin_note, task_duration, task_usage, usage_total};
 use crate::result::ToolResult;
@@ -37,6 +37,8 @@ const DISPLAY_ERROR_CHARS: usize = 2_000;
 
 /// The `check_async_tasks` tool: with no `task_id` (or an empty one) it lists
 /// every task; with an id or a unique prefix it shows one task in detail.
+/// Within a call whose [`CallContext`] has a scope, it lists and shows only
+/// the tasks the scope includes.
 ///
 /// The list and peek texts keep the shapes models are prompted with elsewhere,
 /// with one cosmetic change: a list line whose status icon is empty has no
@@ -84,7 +86,10 @@ impl CheckAsyncTasksTool {
     }
 
     fn list(&self) -> ToolResult {
-        let tasks = self.manager.tasks();
+        let mut tasks = self.manager.tasks();
+        if let Some(scope) = current_scope() {
+            tasks.retain(|task| scope.includes(task));
+        }
         if tasks.is_empty() {
             return ToolResult::success(
                 "No async tasks.",
@@ -218,7 +223,7 @@ impl CheckAsyncTasksTool {
     }
 
     fn peek(&self, task_id: &str) -> ToolResult {
-        let task = match find_task(&self.manager, task_id) {
+        let task = match find_task_in(&self.manager, task_id, current_scope().as_deref()) {
             Ok(task) => task,
             Err(error) => return error.to_tool_result(),
         };

@@ -1,10 +1,12 @@
 //! What a serving layer tells the tools about the call being served: where a
-//! synchronous run reports progress, who made the call, and the caps of the
-//! caller's session.
+//! synchronous run reports progress, who made the call, which tasks it may
+//! see, and the caps of the caller's session.
 
+use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
-use asynctask_manager::TaskProgress;
+use asynctask_manager::{TaskProgress, TaskSnapshot};
 
 use crate::launch::{LaunchBudget, Nesting};
 
@@ -65,6 +67,9 @@ pub struct CallContext {
     /// The project the serving layer's subagents work in, when it has one:
     /// `check_async_tasks` shows it in a task's details.
     pub project: Option<std::path::PathBuf>,
+    /// Which tasks the caller may see and act on, when several callers share
+    /// one registry; `None`: every task.
+    pub scope: Option<Arc<dyn TaskScope>>,
     /// The id the task a `task` call launches takes, drawn by the serving
     /// layer with [`new_task_id`](crate::new_task_id) when it must know the
     /// id before the launch can finish (one that follows the task as its
@@ -116,6 +121,21 @@ impl CallContext {
         self
     }
 
+    /// Limits what the call sees and acts on to the tasks `scope` includes
+    /// (see [`TaskScope`]).
+    #[must_use]
+    pub fn with_scope(mut self, scope: Arc<dyn TaskScope>) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// Whether the caller may see and act on `task`: every task without a
+    /// [`scope`](Self::scope).
+    #[must_use]
+    pub fn includes(&self, task: &TaskSnapshot) -> bool {
+        self.scope.as_ref().is_none_or(|scope| scope.includes(task))
+    }
+
     /// Gives the task the call launches the id `id` (see
     /// [`task_id`](Self::task_id)).
     #[must_use]
@@ -129,6 +149,24 @@ impl CallContext {
     pub fn current() -> Option<CallContext> {
         CALL.try_with(Clone::clone).ok()
     }
+}
+
+/// Which tasks a caller may see and act on, when several callers share one
+/// registry (the sessions of a durable supervisor, say): the model's tools
+/// that list, peek at, message, answer, wait on or end tasks treat a task
+/// the scope leaves out as one that does not exist, with the same text. A
+/// user's slash commands take no scope: people see every task.
+pub trait TaskScope: Send + Sync + fmt::Debug {
+    /// Whether the caller may see and act on `task`. It may record that the
+    /// caller now owns `task` (a task whose owner went away passes to the
+    /// next caller that looks).
+    fn includes(&self, task: &TaskSnapshot) -> bool;
+}
+
+/// The scope of the call being served: `None` outside any call, or for a
+/// call that may see every task.
+pub(crate) fn current_scope() -> Option<Arc<dyn TaskScope>> {
+    CallContext::current().and_then(|context| context.scope)
 }
 
 /// Runs `call` — one tool call — with `context` (see [`CallContext`]).

@@ -16,6 +16,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// ```
 pub const DEPTH_ENV: &str = "ASYNCTASK_DEPTH";
 
+/// The environment variable that gives a subagent the id of its task. Every
+/// subagent a process runner starts has it, so a server that finds it set
+/// knows it runs inside a subagent, whatever [`DEPTH_ENV`] says.
+///
+/// ```
+/// assert_eq!(asynctask_tools::TASK_ID_ENV, "ASYNCTASK_TASK_ID");
+/// ```
+pub const TASK_ID_ENV: &str = "ASYNCTASK_TASK_ID";
+
 /// How many subagents one session may launch over its life, synchronous or
 /// in the background: a cheap handle on one shared count. A launch takes one
 /// from it before anything starts and gives it back if the launch is refused
@@ -141,6 +150,12 @@ pub struct LaunchCapReached {
 /// there, and refuses a launch whose subagent would be deeper than
 /// `max_depth`.
 ///
+/// A server that runs inside a subagent ([`TASK_ID_ENV`] is set) but cannot
+/// read its depth (the client that started it dropped [`DEPTH_ENV`], or it is
+/// not a positive integer) does not start again at 0: its depth is unknown
+/// ([`depth_unknown`](Self::depth_unknown)), and it is taken to be as deep as
+/// the cap allows, so it launches nothing (fail closed).
+///
 /// # Examples
 ///
 /// ```
@@ -153,6 +168,9 @@ pub struct LaunchCapReached {
 ///     "Nesting limit reached: this session runs inside a subagent at depth 2, and subagents may nest at most 2 deep");
 /// assert_eq!(Nesting::from_env_value(Some(" 3 ")), Nesting::at(3));
 /// assert_eq!(Nesting::from_env_value(Some("deep")), Nesting::top());
+/// // Inside a subagent, a depth that cannot be read fails closed.
+/// let lost = Nesting::from_env_values(None, Some("0f3a9c21-1")).with_max_depth(Some(2));
+/// assert!(lost.depth_unknown && lost.admits_launch().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -161,6 +179,9 @@ pub struct Nesting {
     pub depth: u32,
     /// The deepest a subagent may run (`None`: no cap).
     pub max_depth: Option<u32>,
+    /// The caller runs inside a subagent whose depth could not be read: it
+    /// is taken to be at least 1 deep, and as deep as the cap.
+    pub depth_unknown: bool,
 }
 
 impl Nesting {
@@ -176,7 +197,26 @@ impl Nesting {
         Nesting {
             depth,
             max_depth: None,
+            depth_unknown: false,
         }
+    }
+
+    /// Inside a subagent whose depth could not be read: at least 1 deep, and
+    /// as deep as the cap once one is set (see [`depth_unknown`](Self::depth_unknown)).
+    #[must_use]
+    pub fn unknown() -> Self {
+        Nesting {
+            depth: 1,
+            max_depth: None,
+            depth_unknown: true,
+        }
+    }
+
+    /// Whether the caller runs inside a subagent (its depth is at least 1, or
+    /// unknown).
+    #[must_use]
+    pub fn is_nested(self) -> bool {
+        self.depth > 0 || self.depth_unknown
     }
 
     /// The depth a [`DEPTH_ENV`] value gives: its integer, or 0 when it is
@@ -187,16 +227,49 @@ impl Nesting {
         Nesting::at(depth.unwrap_or(0))
     }
 
-    /// The depth this process's [`DEPTH_ENV`] gives.
+    /// The nesting a [`DEPTH_ENV`] value and a [`TASK_ID_ENV`] value give.
+    /// Without a task id, as [`from_env_value`](Self::from_env_value). With
+    /// one the caller runs inside a subagent: the depth is the integer when
+    /// it is at least 1, and [unknown](Self::unknown) otherwise (missing,
+    /// not an integer, or 0).
     #[must_use]
-    pub fn from_env() -> Self {
-        Nesting::from_env_value(std::env::var(DEPTH_ENV).ok().as_deref())
+    pub fn from_env_values(depth: Option<&str>, task_id: Option<&str>) -> Self {
+        if task_id.is_none_or(str::is_empty) {
+            return Nesting::from_env_value(depth);
+        }
+        match depth.and_then(|value| value.trim().parse::<u32>().ok()) {
+            Some(depth @ 1..) => Nesting::at(depth),
+            _ => Nesting::unknown(),
+        }
     }
 
-    /// Replaces the cap.
+    /// The nesting this process's environment gives ([`DEPTH_ENV`] and
+    /// [`TASK_ID_ENV`], see [`from_env_values`](Self::from_env_values)); logs
+    /// a warning when it runs inside a subagent whose depth it cannot read.
+    #[must_use]
+    pub fn from_env() -> Self {
+        let depth = std::env::var(DEPTH_ENV).ok();
+        let task_id = std::env::var(TASK_ID_ENV).ok();
+        let nesting = Nesting::from_env_values(depth.as_deref(), task_id.as_deref());
+        if nesting.depth_unknown {
+            tracing::warn!(
+                depth = depth.as_deref().unwrap_or("(unset)"),
+                "this process runs inside a subagent (${TASK_ID_ENV} is set) but ${DEPTH_ENV} is \
+                 missing or not a positive integer: it is taken to be as deep as subagents may \
+                 nest, and launches none; let the client pass ${DEPTH_ENV} on"
+            );
+        }
+        nesting
+    }
+
+    /// Replaces the cap. A caller whose depth is
+    /// [unknown](Self::depth_unknown) is taken to be as deep as the cap.
     #[must_use]
     pub fn with_max_depth(mut self, max_depth: Option<u32>) -> Self {
         self.max_depth = max_depth;
+        if self.depth_unknown {
+            self.depth = self.depth.max(max_depth.unwrap_or(1)).max(1);
+        }
         self
     }
 
@@ -269,6 +342,33 @@ mod tests {
         });
         assert_eq!(budget.used(), kept, "every ticket not kept was given back");
         assert!(kept <= 50, "{kept}");
+    }
+
+    #[test]
+    fn a_subagent_whose_depth_cannot_be_read_is_as_deep_as_the_cap() {
+        let task = Some("0f3a9c21-1");
+        for depth in [None, Some(""), Some("deep"), Some("-1"), Some("0")] {
+            let nesting = Nesting::from_env_values(depth, task);
+            assert_eq!(nesting, Nesting::unknown(), "{depth:?}");
+            assert!(nesting.is_nested());
+            let capped = nesting.with_max_depth(Some(3));
+            assert_eq!((capped.depth, capped.depth_unknown), (3, true));
+            assert_eq!(
+                capped.admits_launch(),
+                Err(NestingTooDeep {
+                    depth: 3,
+                    max_depth: 3
+                })
+            );
+        }
+        assert_eq!(Nesting::from_env_values(Some("2"), task), Nesting::at(2));
+        // Outside a subagent, the depth alone counts (an empty id is none).
+        assert_eq!(Nesting::from_env_values(None, None), Nesting::top());
+        assert_eq!(
+            Nesting::from_env_values(Some("x"), Some("")),
+            Nesting::top()
+        );
+        assert!(!Nesting::top().is_nested());
     }
 
     #[test]

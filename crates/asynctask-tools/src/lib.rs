@@ -63,16 +63,16 @@ pub use crate::answer::AnswerAsyncTaskTool;
 pub use crate::catalog::SubagentInfo;
 pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, PEEK_OUTPUT_LINES};
 pub use crate::command::{CommandOutput, CommandOutputKind};
-pub use crate::context::{CallContext, with_call_context};
+pub use crate::context::{CallContext, TaskScope, with_call_context};
 pub use crate::format::{
     ECHO_CHARS, ID_PREFIX_CHARS, WHOLE_OUTPUT_PREFIX, bound_text, bound_text_keeping_pointer,
     format_duration, format_usage, id_prefix, iso_time, truncate_chars, whole_output_line,
 };
 pub use crate::ids::new_task_id;
 pub use crate::launch::{
-    DEPTH_ENV, LaunchBudget, LaunchCapReached, LaunchTicket, Nesting, NestingTooDeep,
+    DEPTH_ENV, LaunchBudget, LaunchCapReached, LaunchTicket, Nesting, NestingTooDeep, TASK_ID_ENV,
 };
-pub use crate::lookup::{LookupError, find_task};
+pub use crate::lookup::{LookupError, find_task, find_task_in};
 pub use crate::message::{MessageAsyncTaskTool, message_task};
 pub use crate::params::{
     AnswerAsyncTaskParams, CheckAsyncTasksParams, ContextVar, InvalidParams, MAX_MESSAGE_CHARS,
@@ -81,7 +81,7 @@ pub use crate::params::{
 };
 pub use crate::render::{TASK_DESCRIPTION_LEAD, completion_notification, question_notice};
 pub use crate::result::{ToolError, ToolErrorType, ToolResult};
-pub use crate::slash::{complete_task_ids, end_task, run_slash_command};
+pub use crate::slash::{complete_task_ids, end_task, end_task_in, run_slash_command};
 pub use crate::task::{
     KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentRequest,
     SubagentRunner, SyncDetach, TaskTool,

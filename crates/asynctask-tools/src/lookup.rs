@@ -5,6 +5,7 @@ use asynctask_manager::TaskSnapshot;
 use asynctask_manager::{AsyncTaskManager, PrefixMatch};
 
 use crate::command::CommandOutput;
+use crate::context::TaskScope;
 use crate::format::{ECHO_CHARS, truncate_chars};
 use crate::render;
 use crate::result::{ToolErrorType, ToolResult};
@@ -33,20 +34,44 @@ use crate::result::{ToolErrorType, ToolResult};
 /// # Ok::<(), asynctask_manager::RegisterError>(())
 /// ```
 pub fn find_task(manager: &AsyncTaskManager, query: &str) -> Result<TaskSnapshot, LookupError> {
+    find_task_in(manager, query, None)
+}
+
+/// [`find_task`] among the tasks `scope` includes (every task when `None`): a
+/// task it leaves out is not found, with the same error as an id no task
+/// has, and is never a candidate of an ambiguous prefix.
+///
+/// # Errors
+///
+/// As [`find_task`], among the tasks in scope.
+pub fn find_task_in(
+    manager: &AsyncTaskManager,
+    query: &str,
+    scope: Option<&dyn TaskScope>,
+) -> Result<TaskSnapshot, LookupError> {
+    let visible = |task: &TaskSnapshot| scope.is_none_or(|scope| scope.includes(task));
+    let not_found = || LookupError::NotFound {
+        query: query.to_owned(),
+    };
     // Exact match first: a full id never costs a prefix search, and an id that
     // is a prefix of another still names itself.
-    if let Some(task) = manager.task(query) {
+    if let Some(task) = manager.task(query).filter(|task| visible(task)) {
         return Ok(task);
     }
     match manager.find_by_prefix(query) {
-        PrefixMatch::One(task) => Ok(task),
-        PrefixMatch::None => Err(LookupError::NotFound {
-            query: query.to_owned(),
-        }),
-        PrefixMatch::Ambiguous(candidates) => Err(LookupError::Ambiguous {
-            query: query.to_owned(),
-            candidates,
-        }),
+        PrefixMatch::One(task) if visible(&task) => Ok(task),
+        PrefixMatch::One(_) | PrefixMatch::None => Err(not_found()),
+        PrefixMatch::Ambiguous(mut candidates) => {
+            candidates.retain(|task| visible(task));
+            match candidates.len() {
+                0 => Err(not_found()),
+                1 => Ok(candidates.remove(0)),
+                _ => Err(LookupError::Ambiguous {
+                    query: query.to_owned(),
+                    candidates,
+                }),
+            }
+        }
     }
 }
 
@@ -130,5 +155,89 @@ impl LookupError {
             }
             _ => CommandOutput::error(format!("Task not found: {}", self.shown_query())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asynctask_manager::RegisterTaskInput;
+    use pretty_assertions::assert_eq;
+
+    /// A caller that sees the tasks whose subagent is `mine` only.
+    #[derive(Debug)]
+    struct Mine;
+
+    impl TaskScope for Mine {
+        fn includes(&self, task: &TaskSnapshot) -> bool {
+            task.subagent_name() == "mine"
+        }
+    }
+
+    #[test]
+    fn a_task_out_of_scope_is_not_found_and_never_a_candidate() {
+        let manager = AsyncTaskManager::default();
+        for (id, subagent) in [
+            ("ab1", "mine"),
+            ("ab2", "theirs"),
+            ("ab3", "mine"),
+            ("cd", "theirs"),
+        ] {
+            manager
+                .register_task(RegisterTaskInput::new(id, subagent, "g"))
+                .expect("registered");
+        }
+        let find = |query: &str| find_task_in(&manager, query, Some(&Mine));
+        let ids = |candidates: &[TaskSnapshot]| -> Vec<String> {
+            candidates.iter().map(|task| task.id().to_owned()).collect()
+        };
+        assert_eq!(
+            find("ab1").map(|task| task.id().to_owned()),
+            Ok("ab1".to_owned())
+        );
+        // Hidden: exactly what an id no task has answers.
+        assert_eq!(
+            find("cd"),
+            Err(LookupError::NotFound {
+                query: "cd".to_owned()
+            })
+        );
+        assert_eq!(
+            find("cd").unwrap_err().to_tool_result().llm_content,
+            find("zz")
+                .unwrap_err()
+                .to_tool_result()
+                .llm_content
+                .replace("zz", "cd")
+        );
+        assert_eq!(
+            find("ab2"),
+            Err(LookupError::NotFound {
+                query: "ab2".to_owned()
+            })
+        );
+        match find("ab") {
+            Err(LookupError::Ambiguous { candidates, .. }) => {
+                assert_eq!(ids(&candidates), ["ab1", "ab3"]);
+            }
+            other => panic!("ambiguous among the visible ones: {other:?}"),
+        }
+        let other = AsyncTaskManager::default();
+        for (id, subagent) in [("xy1", "mine"), ("xy2", "theirs")] {
+            other
+                .register_task(RegisterTaskInput::new(id, subagent, "g"))
+                .expect("registered");
+        }
+        let one = find_task_in(&other, "xy", Some(&Mine));
+        assert_eq!(
+            one.map(|task| task.id().to_owned()),
+            Ok("xy1".to_owned()),
+            "the one visible"
+        );
+        let all = find_task_in(&other, "xy", None);
+        assert!(
+            matches!(all, Err(LookupError::Ambiguous { .. })),
+            "without a scope"
+        );
     }
 }

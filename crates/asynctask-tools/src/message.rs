@@ -8,7 +8,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::command::CommandOutput;
-use crate::lookup::{LookupError, find_task};
+use crate::context::{TaskScope, current_scope};
+use crate::lookup::{LookupError, find_task_in};
 use crate::params::{InvalidParams, MessageAsyncTaskParams, ToolParams};
 use crate::render;
 use crate::result::{ToolErrorType, ToolResult};
@@ -33,16 +34,22 @@ enum Refusal {
 }
 
 /// Queues `message` for the running task named by `task_id` (an id or a unique
-/// prefix). Never changes the task's state. The parameters are checked here, so
-/// the tool and `/task msg` refuse the same inputs.
-fn send(manager: &AsyncTaskManager, task_id: &str, message: &str) -> Result<TaskSnapshot, Refusal> {
+/// prefix) among those `scope` includes (all, when `None`). Never changes the
+/// task's state. The parameters are checked here, so the tool and `/task msg`
+/// refuse the same inputs.
+fn send(
+    manager: &AsyncTaskManager,
+    task_id: &str,
+    message: &str,
+    scope: Option<&dyn TaskScope>,
+) -> Result<TaskSnapshot, Refusal> {
     MessageAsyncTaskParams {
         task_id: task_id.to_owned(),
         message: message.to_owned(),
     }
     .validate()
     .map_err(Refusal::Invalid)?;
-    let task = find_task(manager, task_id).map_err(Refusal::Lookup)?;
+    let task = find_task_in(manager, task_id, scope).map_err(Refusal::Lookup)?;
     match manager.send_message(task.id(), message.to_owned()) {
         Ok(()) => Ok(task),
         // It ended between the lookup and the send: report how.
@@ -71,7 +78,7 @@ fn send(manager: &AsyncTaskManager, task_id: &str, message: &str) -> Result<Task
 /// ([`SubagentRunner::accepts_messages`](crate::SubagentRunner::accepts_messages))
 /// take them.
 ///
-/// `task_id` is an id or a unique prefix (the same lookup and texts as
+/// `task_id` is an id or a unique prefix (the same lookup, scope and texts as
 /// `check_async_tasks`); `message` is not blank and at most
 /// [`MAX_MESSAGE_CHARS`](crate::MAX_MESSAGE_CHARS) characters. The answer says the
 /// message was queued, or refuses it with a text that says what to do instead:
@@ -137,7 +144,12 @@ impl TypedTool for MessageAsyncTaskTool {
     }
 
     async fn run(&self, params: MessageAsyncTaskParams, _cancel: CancellationToken) -> ToolResult {
-        match send(&self.manager, &params.task_id, &params.message) {
+        match send(
+            &self.manager,
+            &params.task_id,
+            &params.message,
+            current_scope().as_deref(),
+        ) {
             Ok(task) => {
                 let text = render::message_queued(&task);
                 ToolResult::success(
@@ -222,7 +234,7 @@ fn refused_task(refusal: &Refusal) -> Option<(&TaskSnapshot, AsyncTaskStatus)> {
 /// ```
 #[must_use]
 pub fn message_task(manager: &AsyncTaskManager, task_id: &str, message: &str) -> CommandOutput {
-    match send(manager, task_id, message) {
+    match send(manager, task_id, message, None) {
         Ok(task) => CommandOutput::info(render::message_queued(&task)),
         Err(Refusal::Lookup(error)) => error.to_command_output(),
         Err(refusal) => CommandOutput::error(refusal_texts(&refusal).1),
@@ -243,7 +255,7 @@ mod tests {
             .register_task(RegisterTaskInput::new("a", "tester", "g").with_inbox(sender))
             .expect("registered");
         manager.cancel_task("a");
-        match send(&manager, "a", "hello") {
+        match send(&manager, "a", "hello", None) {
             Err(Refusal::Finished(task, status)) => {
                 assert_eq!(
                     (task.status(), status),

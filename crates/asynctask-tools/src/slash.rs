@@ -5,8 +5,9 @@ use asynctask_model::{AsyncTaskStatus, TaskUsage};
 
 use crate::command::CommandOutput;
 use crate::context::CallContext;
+use crate::context::TaskScope;
 use crate::format::{format_usage, id_prefix, truncate_chars};
-use crate::lookup::find_task;
+use crate::lookup::find_task_in;
 use crate::message::message_task;
 use crate::params::is_blank;
 use crate::render::{origin_note, task_duration, task_usage, usage_total};
@@ -165,7 +166,19 @@ fn list(manager: &AsyncTaskManager) -> CommandOutput {
 /// ```
 #[must_use]
 pub fn end_task(manager: &AsyncTaskManager, task_id: &str) -> CommandOutput {
-    let task = match find_task(manager, task_id) {
+    end_task_in(manager, task_id, None)
+}
+
+/// [`end_task`] among the tasks `scope` includes (every task when `None`): a
+/// task out of it is not found, with the same text as an id no task has
+/// (the model's `end_async_task` ends only the tasks its session owns).
+#[must_use]
+pub fn end_task_in(
+    manager: &AsyncTaskManager,
+    task_id: &str,
+    scope: Option<&dyn TaskScope>,
+) -> CommandOutput {
+    let task = match find_task_in(manager, task_id, scope) {
         Ok(task) => task,
         Err(error) => return error.to_command_output(),
     };

@@ -5,6 +5,7 @@ mod front;
 mod fronts;
 mod machines;
 mod mcp;
+mod owners;
 mod roles;
 mod worker;
 
