@@ -25,7 +25,9 @@ pub const MAX_NAME_BYTES: usize = 1024;
 
 /// Checks a name before it is stored: not blank, at most
 /// [`MAX_NAME_BYTES`], and free of control characters (a newline, a NUL, an
-/// escape sequence for the terminal of whoever reads `fleet status`).
+/// escape sequence for the terminal of whoever reads `fleet status`) and of
+/// invisible formatting characters (bidi overrides, zero-width ones), so two
+/// names that read the same are the same.
 ///
 /// # Errors
 ///
@@ -47,6 +49,10 @@ pub const MAX_NAME_BYTES: usize = 1024;
 ///     check_name("team\na", "a workspace").unwrap_err().to_string(),
 ///     "a workspace is refused: it holds a control character (U+000A at byte 4)"
 /// );
+/// assert_eq!(
+///     check_name("team\u{202e}a", "a workspace").unwrap_err().to_string(),
+///     "a workspace is refused: it holds an invisible formatting character (U+202E at byte 4)"
+/// );
 /// ```
 pub fn check_name(value: &str, what: &'static str) -> Result<(), FleetError> {
     if value.trim().is_empty() {
@@ -66,6 +72,24 @@ pub fn check_name(value: &str, what: &'static str) -> Result<(), FleetError> {
             what,
             problem: format!(
                 "it holds a control character (U+{:04X} at byte {at})",
+                u32::from(c)
+            ),
+        });
+    }
+    // Characters that change how a name reads without showing: two names
+    // that look the same in `fleet status` must be the same name.
+    let invisible = |c: char| {
+        asynctask_tools::is_bidi_control(c)
+            || matches!(
+                c,
+                '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{00ad}'
+            )
+    };
+    if let Some((at, c)) = value.char_indices().find(|(_, c)| invisible(*c)) {
+        return Err(FleetError::InvalidName {
+            what,
+            problem: format!(
+                "it holds an invisible formatting character (U+{:04X} at byte {at})",
                 u32::from(c)
             ),
         });

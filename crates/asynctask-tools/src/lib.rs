@@ -86,6 +86,8 @@ pub use crate::task::{
     KEPT_TASK_FILES, MAX_ENUM_CHARS, MAX_ENUM_NAMES, SubagentError, SubagentRequest,
     SubagentRunner, SyncDetach, TaskTool,
 };
-pub use crate::terminal::{escape_for_terminal, escape_for_terminal_keeping_lines};
+pub use crate::terminal::{
+    escape_for_terminal, escape_for_terminal_keeping_lines, is_bidi_control,
+};
 pub use crate::todo_pause::{PauseSignal, TodoPauseTool};
 pub use crate::tool::{Provider, Tool, ToolAnnotations, ToolSpec, TypedTool, UnknownProvider};

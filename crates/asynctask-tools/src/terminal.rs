@@ -67,8 +67,17 @@ pub fn escape_for_terminal_keeping_lines(text: &str) -> Cow<'_, str> {
 
 /// Whether `c` is a Unicode bidirectional formatting character: the marks
 /// (U+061C, U+200E, U+200F), the embeddings and overrides (U+202A–U+202E),
-/// and the isolates (U+2066–U+2069).
-fn is_bidi_control(c: char) -> bool {
+/// and the isolates (U+2066–U+2069). They reorder what a person reads
+/// (`txt.exe` shown as `exe.txt`), so names that people compare refuse them.
+///
+/// ```
+/// use asynctask_tools::is_bidi_control;
+///
+/// assert!(is_bidi_control('\u{202e}'));
+/// assert!(!is_bidi_control('é'));
+/// ```
+#[must_use]
+pub fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'

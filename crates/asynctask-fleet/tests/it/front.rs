@@ -383,7 +383,7 @@ async fn the_status_shows_workers_queues_and_running_tasks() {
 
 #[tokio::test]
 async fn the_status_shows_a_subagents_text_escaped() {
-    let db = TestDatabase::create("status_escaped").await;
+    let db = crate::database("status_escaped").await;
     let clock = ManualClock::new(1_764_050_000_000);
     let mut fleet = connect(&db, &clock).await;
     let (_lease, claimed) = crate::running_task(&mut fleet, Duration::from_secs(30)).await;
