@@ -199,11 +199,11 @@ impl fmt::Display for HeldBack {
             ),
             HeldBack::NotOwned { owner } => write!(
                 f,
-                "owned by user {owner}, not by you or root: it is never loaded"
+                "not safe: user {owner} owns it (not you, not root), so it is never loaded"
             ),
             HeldBack::OthersMayWrite { path } => write!(
                 f,
-                "other users may write {}: it is never loaded",
+                "not safe: other users may write {}, so it is never loaded",
                 path.display()
             ),
         }

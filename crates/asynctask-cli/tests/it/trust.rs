@@ -352,7 +352,8 @@ fn a_config_planted_where_others_may_write_is_never_loaded() {
     assert_eq!(
         stderr(&trust),
         format!(
-            "asynctask: the config {} is other users may write {}: it is never loaded\n",
+            "asynctask: the config {} is not safe: other users may write {}, so it is never \
+             loaded\n",
             planted.display(),
             shared.display()
         )
@@ -370,7 +371,7 @@ fn a_config_planted_where_others_may_write_is_never_loaded() {
     let doctor = String::from_utf8_lossy(&user.run(&project, &["doctor"]).stdout).into_owned();
     assert!(
         doctor.contains(&format!(
-            "problem: the project's config {} is other users may write {}",
+            "problem: the project's config {} is not safe: other users may write {}",
             planted.display(),
             shared.display()
         )),
