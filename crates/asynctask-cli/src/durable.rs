@@ -166,7 +166,9 @@ impl ReloadingRunner {
             if current.waiting.take().is_some() || current.note.is_none() {
                 tracing::warn!("{} is {why}; what served serves on", path.display());
             }
-            current.note = Some(crate::notice::held_back_note(&why));
+            if project {
+                current.note = Some(crate::notice::held_back_note(&why));
+            }
             return;
         }
         let file = match crate::project::read_config(FoundConfig {
