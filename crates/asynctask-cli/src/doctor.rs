@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use asynctask_supervisor::MAX_SOCKET_PATH;
 
-use crate::project::{ConfigEnv, find_config, project_dir};
-use crate::serve::{load_config, state_dir};
+use crate::project::{ConfigEnv, ConfigSource, discover, project_dir};
+use crate::serve::{load_discovered, state_dir};
 
 /// One finding: fine, or a problem (with what to do).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,32 +46,65 @@ pub fn examine(
     path: Option<&std::ffi::OsStr>,
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let project = match project_dir(project) {
-        Ok(project) => {
-            findings.push(Finding::ok(format!("project: {}", project.display())));
-            project
-        }
+    let start = match project_dir(project) {
+        Ok(start) => start,
         Err(err) => {
             findings.push(Finding::problem(crate::error_chain(&err)));
             return findings;
         }
     };
-    let found = match find_config(config, &project, &ConfigEnv::current()) {
-        Ok(found) => {
+    let discovery = match discover(config, &start, project.is_none(), &ConfigEnv::current()) {
+        Ok(discovery) => discovery,
+        Err(err) => {
+            findings.push(Finding::ok(format!("project: {}", start.display())));
+            findings.push(Finding::problem(crate::error_chain(&err)));
+            return findings;
+        }
+    };
+    let project = discovery.project.clone();
+    findings.push(Finding::ok(if project == start {
+        format!("project: {}", project.display())
+    } else {
+        format!(
+            "project: {} (where its asynctask.toml is; looked from {})",
+            project.display(),
+            start.display()
+        )
+    }));
+    if let Some((path, why)) = discovery.held_back() {
+        findings.push(Finding::problem(format!(
+            "the project's config {} is {why}",
+            path.display()
+        )));
+    }
+    let found = match discovery.require() {
+        Ok(file) => {
+            let trusted = if file.found.source == ConfigSource::Project {
+                ", trusted"
+            } else {
+                ""
+            };
             findings.push(Finding::ok(format!(
-                "config: {} ({})",
-                found.path.display(),
-                found.source
+                "config: {} ({}{trusted})",
+                file.found.path.display(),
+                file.found.source
             )));
-            Some(found)
+            Some(file.found.clone())
+        }
+        Err(err) if discovery.held_back().is_some() => {
+            findings.push(Finding::problem(format!(
+                "no other config: `mcp` offers no subagents ({})",
+                crate::error_chain(&err)
+            )));
+            None
         }
         Err(err) => {
             findings.push(Finding::problem(crate::error_chain(&err)));
             None
         }
     };
-    if let Some(found) = &found {
-        match load_config(&found.path, &project) {
+    if found.is_some() {
+        match load_discovered(&discovery) {
             Err(err) => findings.push(Finding::problem(crate::error_chain(&err))),
             Ok((config, settings)) => {
                 if config.subagents.is_empty() {

@@ -15,8 +15,9 @@ use tokio_util::sync::CancellationToken;
 use crate::worker::{database_config, host_name};
 use crate::{CliError, DATABASE_URL_ENV};
 
-/// The database a front serves on: `--database`, else `database` in the
-/// config, else `$ASYNCTASK_DATABASE_URL`; `None` when none is given (a
+/// The database a front serves on: `--database`, else
+/// `$ASYNCTASK_DATABASE_URL`, else `database` in the config (a project's
+/// config only once the user trusted it); `None` when none is given (a
 /// plain server). Never logged: it may hold a password.
 ///
 /// # Errors
@@ -28,7 +29,9 @@ pub fn front_database(
     config: Option<&str>,
 ) -> Result<Option<DatabaseConfig>, CliError> {
     let env = std::env::var(DATABASE_URL_ENV).ok();
-    let Some(url) = [flag, config, env.as_deref()]
+    // The user's own choices first: a project's file counts last (and only
+    // once the user trusted it, or discovery would not have read it).
+    let Some(url) = [flag, env.as_deref(), config]
         .into_iter()
         .flatten()
         .find(|url| !url.trim().is_empty())

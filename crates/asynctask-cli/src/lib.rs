@@ -20,12 +20,16 @@
 
 pub mod demo;
 pub mod doctor;
+pub mod durable;
 pub mod front;
+pub mod init;
 pub mod logging;
+pub mod notice;
 pub mod project;
 pub mod run;
 pub mod serve;
 mod status;
+pub mod trust;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -76,8 +80,8 @@ pub enum CliError {
     },
     /// No config was named, and none was found.
     #[error(
-        "no subagents config: looked for {} (and in each parent directory), {}$ASYNCTASK_CONFIG; \
-         write one (docs/mcp.md has a start) or pass --config FILE",
+        "no subagents config: looked for {} (and in its parents, up to the repository's root), \
+         {}$ASYNCTASK_CONFIG; run `asynctask init` to write one, or pass --config FILE",
         project_file.display(),
         user_file.as_ref().map(|file| format!("{} and ", file.display())).unwrap_or_default()
     )]
@@ -86,6 +90,52 @@ pub enum CliError {
         project_file: PathBuf,
         /// The user's file, when there is a place for it.
         user_file: Option<PathBuf>,
+    },
+    /// A config is not used: the project's is not trusted (or changed since
+    /// it was), or others could have written it.
+    #[error("the config {} is {why}", path.display())]
+    HeldBack {
+        /// The file.
+        path: PathBuf,
+        /// Why it is not used.
+        why: project::HeldBack,
+    },
+    /// `asynctask trust` found no project config to trust.
+    #[error(
+        "no asynctask.toml in {} or a parent (up to the repository's root, never above your          home); name the file: asynctask trust FILE",
+        start.display()
+    )]
+    NothingToTrust {
+        /// Where discovery began.
+        start: PathBuf,
+    },
+    /// Neither `$XDG_STATE_HOME` nor `$HOME` is set: there is no place for
+    /// the trust store.
+    #[error("no place for the trust store: set HOME (or XDG_STATE_HOME)")]
+    NoTrustStore,
+    /// The trust store cannot be read or written.
+    #[error("cannot use the trust store {}", path.display())]
+    TrustStore {
+        /// The store's file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `asynctask init` found a config where it would write one.
+    #[error("{} exists already: asynctask init writes a new config only", path.display())]
+    ConfigExists {
+        /// The file.
+        path: PathBuf,
+    },
+    /// `asynctask init` cannot write the config.
+    #[error("cannot write {}", path.display())]
+    WriteConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
     /// The project is not a directory.
     #[error("cannot use the project {}", path.display())]

@@ -14,11 +14,13 @@ use std::time::Duration;
 
 use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
 use asynctask_cli::doctor;
-use asynctask_cli::project::{ConfigEnv, find_config, project_dir};
+use asynctask_cli::durable::start_supervisor;
+use asynctask_cli::init::{init_command, trust_command, untrust_command};
+use asynctask_cli::project::{ConfigEnv, config_path, find_config, project_dir};
 use asynctask_cli::run::{ERROR_EXIT, RunExit, human_output, progress_line, run_subagent};
 use asynctask_cli::serve::{
-    REAPER_ARG, ServeOptions, Workspace, load_runner, mcp, run_output_dir, state_dir, status_text,
-    supervisor_run, supervisor_status, supervisor_stop,
+    REAPER_ARG, ServeOptions, Workspace, load_runner, mcp, run_output_dir, runner_of, state_dir,
+    status_text, supervisor_run, supervisor_status, supervisor_stop,
 };
 use asynctask_cli::{CliError, DEMO_CONFIG, all_tools, error_chain, schemas};
 use asynctask_model::{MaxAsyncTasks, MaxQueuedTasks};
@@ -39,7 +41,8 @@ unknown subagent); 124 `run --timeout` ran out. A closed stdout (`| head`) ends 
 quietly, with status 0.
 
 Config: --config FILE, else $ASYNCTASK_CONFIG, else asynctask.toml in the project or one of \
-its parents, else $XDG_CONFIG_HOME/asynctask/asynctask.toml (~/.config/...); \
+its parents (up to the repository's root, never above your home) once you trusted it \
+(`asynctask trust`), else $XDG_CONFIG_HOME/asynctask/asynctask.toml (~/.config/...); \
 `asynctask config path` shows which. Logs go to stderr: -v/-vv for more, -q/-qq for less, \
 RUST_LOG (e.g. RUST_LOG=asynctask_supervisor=debug) over both.";
 
@@ -61,13 +64,15 @@ struct Cli {
 #[derive(Debug, Clone, clap::Args)]
 struct WhereArgs {
     /// The subagents config (TOML). Default: $ASYNCTASK_CONFIG, else
-    /// asynctask.toml in the project or a parent, else the user's
-    /// (~/.config/asynctask/asynctask.toml).
+    /// asynctask.toml in the project or a parent once trusted (`asynctask
+    /// trust`), else the user's (~/.config/asynctask/asynctask.toml).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// The project: subagents work there (a relative `cwd` is relative to
     /// it) and durable state lives in its .asynctask/. Default: the client's
-    /// first MCP root when it offers roots, else the working directory.
+    /// first MCP root when it offers roots, else the working directory; a
+    /// trusted asynctask.toml found in a parent of it makes that parent the
+    /// project.
     #[arg(long, value_name = "DIR")]
     project: Option<PathBuf>,
 }
@@ -177,6 +182,33 @@ enum Command {
         #[command(subcommand)]
         command: SupervisorCommand,
     },
+    /// Trust the project's asynctask.toml as it is now (read it first): its
+    /// subagents run only once it is trusted, and again after each change
+    /// only once trusted anew.
+    Trust {
+        /// The file (default: the asynctask.toml discovery finds from the
+        /// working directory).
+        file: Option<PathBuf>,
+        /// Where discovery begins (default: the working directory).
+        #[arg(long, value_name = "DIR", conflicts_with = "file")]
+        project: Option<PathBuf>,
+    },
+    /// Stop trusting a project's asynctask.toml.
+    Untrust {
+        /// The file (default: the asynctask.toml discovery finds from the
+        /// working directory).
+        file: Option<PathBuf>,
+        /// Where discovery begins (default: the working directory).
+        #[arg(long, value_name = "DIR", conflicts_with = "file")]
+        project: Option<PathBuf>,
+    },
+    /// Write a starter asynctask.toml in the project (never over one) and
+    /// trust it.
+    Init {
+        /// The project (default: the working directory).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
     /// The subagents config a command would use.
     Config {
         #[command(subcommand)]
@@ -240,7 +272,9 @@ queued or running task, or a result not delivered yet, is never deleted.";
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
-    /// Print the path of the config found, and say on stderr how it was found.
+    /// Print the path of the config a command would use, and say on stderr
+    /// how it was found and whether it is trusted (when the project's
+    /// config is not used, its path, and why).
     Path {
         #[command(flatten)]
         place: WhereArgs,
@@ -656,14 +690,13 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
             }
             SupervisorCommand::Restart { serve } => {
                 let options = serve.options();
-                let workspace =
-                    Workspace::find(options.config.as_deref(), options.project.as_deref())?;
-                let state = options.state(&workspace.project);
+                let discovery = options.discover()?;
+                let state = options.state(&discovery.project);
                 if let Some(pid) = supervisor_stop(&state).await? {
                     note(&format!("supervisor {pid} stopped"));
                 }
                 let pid = asynctask_cli::serve::start_and_wait(&state, || {
-                    start_supervisor(&options, &workspace)
+                    start_supervisor(&options, &discovery)
                 })
                 .await?;
                 note(&format!("supervisor {pid} started"));
@@ -673,10 +706,21 @@ async fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Config {
             command: ConfigCommand::Path { place },
         } => {
-            let project = project_dir(place.project.as_deref())?;
-            let found = find_config(place.config.as_deref(), &project, &ConfigEnv::current())?;
-            note(&format!("found by {}", found.source));
-            out(&found.path.display().to_string())?;
+            let (path, notes) = config_path(place.config.as_deref(), place.project.as_deref())?;
+            notes.iter().for_each(|text| note(text));
+            out(&path.display().to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Trust { file, project } => {
+            note(&trust_command(file.as_deref(), project.as_deref())?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Untrust { file, project } => {
+            note(&untrust_command(file.as_deref(), project.as_deref())?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Init { project } => {
+            note(&init_command(project.as_deref())?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { place, state_dir } => {
@@ -722,7 +766,7 @@ async fn run_command(
     goal: &str,
 ) -> Result<ExitCode, CliError> {
     let workspace = Workspace::find(place.config.as_deref(), place.project.as_deref())?;
-    let runner = load_runner(&workspace.config.path, &workspace.project)?;
+    let runner = runner_of(workspace.load()?.0);
     let names = runner.subagent_names();
     if !names.iter().any(|name| name == subagent) {
         return Err(CliError::UnknownSubagent {
@@ -789,53 +833,6 @@ async fn run_command(
         note(&escape_for_terminal_keeping_lines(&error.message));
     }
     Ok(ExitCode::from(exit.code()))
-}
-
-/// Starts the project's supervisor in the background: this same binary,
-/// `supervisor run`, in its own process group (a client that signals its
-/// server's group does not reach it). It logs to its state directory's
-/// `supervisor.log`; its stderr, a pipe the front reads, carries an error
-/// that stops it before it serves.
-fn start_supervisor(
-    options: &ServeOptions,
-    workspace: &Workspace,
-) -> std::io::Result<std::process::Child> {
-    use std::os::unix::process::CommandExt;
-    let state = options.state(&workspace.project);
-    let mut command = std::process::Command::new(std::env::current_exe()?);
-    command
-        .args(["supervisor", "run", "--config"])
-        .arg(&workspace.config.path)
-        .arg("--project")
-        .arg(&workspace.project)
-        .arg("--state-dir")
-        .arg(state.path())
-        .arg("--sync-detach-after")
-        .arg(options.sync_detach_after.as_secs().to_string())
-        .arg("--idle-exit")
-        .arg(options.idle_exit.as_secs().to_string())
-        .arg("--max-async-tasks")
-        .arg(options.max_async_tasks.get().to_string())
-        .arg("--max-queued-tasks")
-        .arg(options.max_queued_tasks.get().to_string())
-        .arg("--max-launches-per-session")
-        .arg(
-            options
-                .max_launches_per_session
-                .map_or(-1, i64::from)
-                .to_string(),
-        )
-        .arg("--max-depth")
-        .arg(options.max_depth.to_string());
-    if let Some(chars) = options.inline_budget {
-        command.arg("--inline-budget").arg(chars.to_string());
-    }
-    command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .process_group(0);
-    command.spawn()
 }
 
 fn pretty(value: &serde_json::Value) -> String {

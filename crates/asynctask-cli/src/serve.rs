@@ -2,29 +2,27 @@
 //! in one process per session or (durable) through the project's supervisor.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 use asynctask_manager::{JournalError, StoredTask};
 use asynctask_mcp::{
     DropAnswer, FollowJournal, LineReader, MAX_LINE_BYTES, McpServerOptions, open_session, serve_io,
 };
-use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks, OutputObject};
+use asynctask_model::{AsyncTaskStatus, MaxAsyncTasks, MaxQueuedTasks};
 use asynctask_process::{ConfigExtension, ProcessRunner, ProcessRunnerConfig};
 use asynctask_runtime::AsyncTaskRuntime;
 use asynctask_store::{Store, StoreError};
 use asynctask_supervisor::{
     StateDir, Supervisor, SupervisorExit, SupervisorLock, SupervisorOptions, ask, relay_stdio,
 };
-use asynctask_tools::{
-    Nesting, SubagentError, SubagentInfo, SubagentRequest, SubagentRunner, SyncDetach,
-};
+use asynctask_tools::{Nesting, SyncDetach};
 use serde::{Deserialize, Deserializer};
 use tokio::io::{AsyncReadExt, BufReader};
-use tokio_util::sync::CancellationToken;
 
 use crate::CliError;
-use crate::project::{ConfigEnv, FoundConfig, find_config, project_dir};
+use crate::notice::{NotedRunner, note_for};
+use crate::project::{ConfigEnv, Discovery, FoundConfig, discover, project_dir};
 use crate::status::no_supervisor;
 pub use crate::status::{status_text, supervisor_status};
 
@@ -33,7 +31,7 @@ pub use crate::status::{status_text, supervisor_status};
 #[non_exhaustive]
 pub struct ServeOptions {
     /// The subagents config (`--config`); `None`: found from the project
-    /// ([`find_config`]).
+    /// ([`discover`]).
     pub config: Option<PathBuf>,
     /// The project (`--project`); `None`: the client's first root, else the
     /// working directory.
@@ -93,6 +91,23 @@ impl ServeOptions {
         state_dir(self.state_dir.as_deref(), project)
     }
 
+    /// The config and the project for a command that serves from
+    /// `--project`, else the working directory (a trusted config found in
+    /// a parent of the working directory makes that parent the project).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`project_dir`] and [`discover`].
+    pub fn discover(&self) -> Result<Discovery, CliError> {
+        let start = project_dir(self.project.as_deref())?;
+        discover(
+            self.config.as_deref(),
+            &start,
+            self.project.is_none(),
+            &ConfigEnv::current(),
+        )
+    }
+
     pub(crate) fn server_options(&self) -> McpServerOptions {
         McpServerOptions::default()
             .with_sync_detach_after(self.sync_detach_after)
@@ -128,19 +143,66 @@ pub struct Workspace {
     pub project: PathBuf,
     /// The config.
     pub config: FoundConfig,
+    /// The config's content, as read (and, for a project's, as trusted).
+    pub text: String,
 }
 
 impl Workspace {
-    /// The project (`project`, else the working directory) and its config
-    /// (`config`, else found).
+    /// The project (`project`, else the working directory, else the
+    /// directory of the trusted project config found in a parent of it) and
+    /// its config (`config`, else found: see [`discover`]).
     ///
     /// # Errors
     ///
-    /// [`CliError`] for a project that is no directory or no config found.
+    /// [`CliError`] for a project that is no directory or no config to use.
     pub fn find(config: Option<&Path>, project: Option<&Path>) -> Result<Self, CliError> {
-        let project = project_dir(project)?;
-        let config = find_config(config, &project, &ConfigEnv::current())?;
-        Ok(Workspace { project, config })
+        let start = project_dir(project)?;
+        let discovery = discover(config, &start, project.is_none(), &ConfigEnv::current())?;
+        let file = discovery.require()?;
+        if let Some((path, why)) = discovery.held_back() {
+            tracing::warn!(
+                "the project's config {} is {why}; {} serves",
+                path.display(),
+                file.found.path.display()
+            );
+        }
+        Ok(Workspace {
+            config: file.found.clone(),
+            text: file.text.clone(),
+            project: discovery.project,
+        })
+    }
+
+    /// The config, parsed from the content read.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Config`] when it does not parse or breaks a rule.
+    pub fn load(&self) -> Result<(ProcessRunnerConfig, CliSettings), CliError> {
+        Ok(ProcessRunnerConfig::from_file_text_in(
+            &self.text,
+            &self.config.path,
+            &self.project,
+        )?)
+    }
+}
+
+/// The config `discovery` settled on, parsed for its project; an empty one
+/// (no subagents) when there is none to use.
+///
+/// # Errors
+///
+/// [`CliError::Config`] when the config does not parse or breaks a rule.
+pub fn load_discovered(
+    discovery: &Discovery,
+) -> Result<(ProcessRunnerConfig, CliSettings), CliError> {
+    match &discovery.config {
+        Some(file) => Ok(ProcessRunnerConfig::from_file_text_in(
+            &file.text,
+            &file.found.path,
+            &discovery.project,
+        )?),
+        None => Ok((ProcessRunnerConfig::new(), CliSettings::default())),
     }
 }
 
@@ -307,10 +369,10 @@ pub fn run_output_dir(project: &Path, dir: Option<&Path>) -> Result<PathBuf, Cli
 }
 
 /// What starts a supervisor in the background for a durable session: given
-/// the options, the project and the config, a child process running
-/// `asynctask supervisor run`.
+/// the options and what discovery settled (the project, the config), a child
+/// process running `asynctask supervisor run`.
 pub type StartSupervisor =
-    dyn Fn(&ServeOptions, &Workspace) -> std::io::Result<std::process::Child> + Send + Sync;
+    dyn Fn(&ServeOptions, &Discovery) -> std::io::Result<std::process::Child> + Send + Sync;
 
 /// `asynctask mcp`: reads the session's opening (asking a client that
 /// declares roots for them, unless `--project` was given), settles the
@@ -349,23 +411,21 @@ pub async fn mcp(
             return Ok(());
         }
     };
-    let (project, how) = match (&options.project, &opening.project) {
+    let (start_dir, how) = match (&options.project, &opening.project) {
         (Some(project), _) => (project_dir(Some(project))?, "--project"),
         (None, Some(root)) => (project_dir(Some(root))?, "the client's first root"),
         (None, None) => (project_dir(None)?, "the working directory"),
     };
-    let workspace = Workspace {
-        config: find_config(options.config.as_deref(), &project, &ConfigEnv::current())?,
-        project,
-    };
-    let (config, settings) = load_config(&workspace.config.path, &workspace.project)?;
-    tracing::info!(
-        "project {} ({how}); config {} ({})",
-        workspace.project.display(),
-        workspace.config.path.display(),
-        workspace.config.source
-    );
-    if workspace.project == Path::new("/") {
+    let discovery = discover(
+        options.config.as_deref(),
+        &start_dir,
+        options.project.is_none(),
+        &ConfigEnv::current(),
+    )?;
+    let (config, settings) = load_discovered(&discovery)?;
+    log_discovery(&discovery, how);
+    let workspace_project = discovery.project.clone();
+    if workspace_project == Path::new("/") {
         tracing::warn!(
             "the project is / (the client started the server there and named no root): \
              subagents run in /; give the server --project DIR"
@@ -389,7 +449,7 @@ pub async fn mcp(
         return crate::front::serve_front(
             database,
             settings.workspace.as_deref(),
-            &workspace.project,
+            &workspace_project,
             options
                 .max_async_tasks_given
                 .then_some(options.max_async_tasks),
@@ -400,12 +460,12 @@ pub async fn mcp(
         .await;
     }
     if durable || settings.durable {
-        let state = options.state(&workspace.project);
+        let state = options.state(&workspace_project);
         state.check_socket_path()?;
         create_state(&state)?;
         return Ok(
-            relay_stdio(&state, &workspace.project, opening, client, stdout, || {
-                start(options, &workspace)
+            relay_stdio(&state, &workspace_project, opening, client, stdout, || {
+                start(options, &discovery)
             })
             .await?,
         );
@@ -413,11 +473,14 @@ pub async fn mcp(
     let state = options
         .state_dir
         .as_ref()
-        .map(|_| options.state(&workspace.project));
+        .map(|_| options.state(&workspace_project));
     if let Some(state) = &state {
         create_state(state)?;
     }
-    let runner = runner_for(options, config, state.as_ref());
+    let runner = NotedRunner::new(
+        runner_for(options, config, state.as_ref()),
+        note_for(&discovery),
+    );
     let replay: Vec<u8> = opening
         .replay
         .iter()
@@ -431,11 +494,36 @@ pub async fn mcp(
     Ok(serve_io(
         Arc::new(runner),
         options.server_options(),
-        Some(workspace.project),
+        Some(workspace_project),
         reader,
         writer,
     )
     .await?)
+}
+
+/// Says in the log where the project is and why, which config serves, and
+/// why the project's own config does not.
+fn log_discovery(discovery: &Discovery, how: &str) {
+    let project = discovery.project.display();
+    if discovery.project == discovery.start {
+        tracing::info!("project {project} ({how})");
+    } else {
+        tracing::info!(
+            "project {project}: where its asynctask.toml is, found from {} ({how})",
+            discovery.start.display()
+        );
+    }
+    match &discovery.config {
+        Some(file) => tracing::info!(
+            "config {} ({})",
+            file.found.path.display(),
+            file.found.source
+        ),
+        None => tracing::info!("no config: no subagents are offered"),
+    }
+    if let Some((path, why)) = discovery.held_back() {
+        tracing::warn!("the project's config {} is {why}", path.display());
+    }
 }
 
 /// `asynctask supervisor run`: the project's supervisor, until it is
@@ -450,11 +538,11 @@ pub async fn mcp(
 /// cannot be bound.
 pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorExit>, CliError> {
     use std::io::IsTerminal as _;
-    let workspace = Workspace::find(options.config.as_deref(), options.project.as_deref())?;
-    let state = options.state(&workspace.project);
+    let discovery = options.discover()?;
+    let state = options.state(&discovery.project);
     state.check_socket_path()?;
     create_state(&state)?;
-    let (config, _) = load_config(&workspace.config.path, &workspace.project)?;
+    let (config, _) = load_discovered(&discovery)?;
     let runner = runner_for(options, config, Some(&state));
     let Some(lock) = SupervisorLock::acquire(&state).map_err(|source| CliError::Lock {
         path: state.lock_file(),
@@ -505,7 +593,16 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
         Ok(removed) => tracing::info!("{removed} output file(s) of tasks no longer stored removed"),
         Err(err) => tracing::warn!(%err, "cannot look for output files of tasks no longer stored"),
     }
-    let runner = ReloadingRunner::new(runner, options.inline_budget, &workspace);
+    log_discovery(
+        &discovery,
+        "the supervisor's --project, else its working directory",
+    );
+    let runner = crate::durable::ReloadingRunner::new(
+        runner,
+        options.inline_budget,
+        &discovery,
+        ConfigEnv::current(),
+    );
     let server = options.server_options();
     let runtime = Arc::new(
         AsyncTaskRuntime::builder()
@@ -520,11 +617,10 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
             .try_build()?,
     );
     tracing::info!(
-        "supervisor {} serving {} for the project {} (config {})",
+        "supervisor {} serving {} for the project {}",
         std::process::id(),
         state.socket().display(),
-        workspace.project.display(),
-        workspace.config.path.display()
+        discovery.project.display(),
     );
     let state_path = state.path().to_owned();
     let supervisor = Supervisor::new(
@@ -539,7 +635,7 @@ pub async fn supervisor_run(options: &ServeOptions) -> Result<Option<SupervisorE
         path: state_path,
         source,
     })?
-    .with_project(workspace.project.clone())
+    .with_project(discovery.project.clone())
     .with_followed(Arc::new(FollowedInStore(store)), followed);
     let exit = supervisor.run().await?;
     tracing::info!("supervisor ended ({exit:?})");
@@ -554,96 +650,6 @@ struct FollowedInStore(Arc<Store>);
 impl FollowJournal for FollowedInStore {
     fn follow(&self, id: &str, since: u64) -> Result<(), JournalError> {
         self.0.follow(id, since).map_err(JournalError::new)
-    }
-}
-
-/// A supervisor's runner: the config as it is on disk now. Each new run (and
-/// each catalog a new session lists) first looks at the config file; when it
-/// changed, it is loaded again and serves the runs started from then on
-/// (running tasks keep theirs). A config that no longer loads is logged and
-/// the last good one kept.
-struct ReloadingRunner {
-    path: PathBuf,
-    project: PathBuf,
-    inline_budget: Option<usize>,
-    current: Mutex<(Option<(SystemTime, u64)>, ProcessRunner)>,
-}
-
-impl ReloadingRunner {
-    fn new(runner: ProcessRunner, inline_budget: Option<usize>, workspace: &Workspace) -> Self {
-        let path = workspace.config.path.clone();
-        let stamp = stamp(&path);
-        ReloadingRunner {
-            path,
-            project: workspace.project.clone(),
-            inline_budget,
-            current: Mutex::new((stamp, runner)),
-        }
-    }
-
-    /// The runner for the config as it is now.
-    fn runner(&self) -> ProcessRunner {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = stamp(&self.path);
-        if now != current.0 {
-            current.0 = now;
-            match load_config(&self.path, &self.project) {
-                Ok((config, _)) => {
-                    let mut runner = current.1.with_config(config);
-                    if let Some(chars) = self.inline_budget {
-                        runner = runner.with_inline_budget(chars);
-                    }
-                    tracing::info!(
-                        "{} changed: new tasks run with it (subagents: {})",
-                        self.path.display(),
-                        runner.subagent_names().join(", ")
-                    );
-                    current.1 = runner;
-                }
-                Err(err) => tracing::warn!(
-                    "{} changed but cannot be loaded; the last good config serves on: {}",
-                    self.path.display(),
-                    crate::error_chain(&err)
-                ),
-            }
-        }
-        current.1.clone()
-    }
-}
-
-/// When the file at `path` was last changed, and its size.
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
-}
-
-#[async_trait::async_trait]
-impl SubagentRunner for ReloadingRunner {
-    async fn run(
-        &self,
-        request: SubagentRequest,
-        cancel: CancellationToken,
-    ) -> Result<OutputObject, SubagentError> {
-        self.runner().run(request, cancel).await
-    }
-
-    fn catalog(&self) -> Option<Vec<SubagentInfo>> {
-        self.runner().catalog()
-    }
-
-    fn accepts_messages(&self, subagent: &str) -> bool {
-        self.runner().accepts_messages(subagent)
-    }
-
-    fn terminate_all(&self) {
-        // Every runner it made shares the live subagents.
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        current.1.terminate_all();
-    }
-
-    fn forget(&self, task_id: &str) {
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        SubagentRunner::forget(&current.1, task_id);
     }
 }
 

@@ -110,6 +110,10 @@ pub struct AsyncTaskMcpServer {
     progress_interval: Duration,
     /// The project the subagents work in, for the tools to show.
     project: Option<Arc<std::path::Path>>,
+    /// What the runner says of the subagents it does not offer, added to
+    /// the instructions (read when the server is made: a durable
+    /// supervisor makes one for each session).
+    catalog_note: Option<String>,
     /// The parent of every call's cancellation token: cancelled when the client
     /// goes away (end of input) or a termination signal arrives.
     pub(crate) calls: CancellationToken,
@@ -164,6 +168,7 @@ impl AsyncTaskMcpServer {
         )));
         tools.push(Arc::new(EndAsyncTaskTool::new(manager)));
         let definitions = definitions(&tools)?;
+        let catalog_note = runtime.catalog_note().map(|note| note.text);
         Ok(AsyncTaskMcpServer {
             runtime,
             tools,
@@ -174,6 +179,7 @@ impl AsyncTaskMcpServer {
             nesting: None,
             progress_interval: McpServerOptions::default().progress_interval,
             project: None,
+            catalog_note,
             calls: CancellationToken::new(),
         })
     }
@@ -475,7 +481,8 @@ impl ServerHandler for AsyncTaskMcpServer {
             .enable_tools()
             .enable_tasks()
             .build();
-        let mut info = ServerConfig::new(capabilities).with_instructions(INSTRUCTIONS);
+        let mut info =
+            ServerConfig::new(capabilities).with_instructions(self.instructions(INSTRUCTIONS));
         info.server_info = Implementation::new("asynctask", env!("CARGO_PKG_VERSION"));
         info
     }
@@ -491,7 +498,7 @@ impl ServerHandler for AsyncTaskMcpServer {
         let mut info = self.get_info();
         self.note_client(&context.meta);
         if declares_tasks(&context.meta) {
-            info = info.with_instructions(TASKS_INSTRUCTIONS);
+            info = info.with_instructions(self.instructions(TASKS_INSTRUCTIONS));
         }
         Ok(DiscoverResult::from_server_info(
             self.supported_protocol_versions().into_owned(),
@@ -812,6 +819,14 @@ impl AsyncTaskMcpServer {
     }
 
     /// The tool list for a request that declares the tasks extension or not.
+    /// `base`, then the runner's note on the subagents it does not offer.
+    fn instructions(&self, base: &str) -> String {
+        match &self.catalog_note {
+            Some(note) => format!("{base}\n\n{note}"),
+            None => base.to_owned(),
+        }
+    }
+
     fn list_for(&self, tasks: bool) -> Vec<rmcp::model::Tool> {
         if !tasks {
             return self.definitions.clone();

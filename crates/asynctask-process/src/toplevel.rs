@@ -144,6 +144,35 @@ impl ProcessRunnerConfig {
         Self::parse(&text, &project, path)
     }
 
+    /// [`load_in`](Self::load_in) for the content of the file `path`,
+    /// already read: a host that checks a file's content before using it
+    /// (the SHA-256 the user trusted) parses exactly what it checked. Errors
+    /// name `path`.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use asynctask_process::ProcessRunnerConfig;
+    ///
+    /// let text = "[subagents.a]\ncommand = [\"pwd\"]\ncwd = \"docs\"\n";
+    /// let (config, ()) = ProcessRunnerConfig::from_file_text_in::<()>(text, Path::new("/p/asynctask.toml"), Path::new("/p"))?;
+    /// assert_eq!(config.subagents["a"].cwd.as_deref(), Some(Path::new("/p/docs")));
+    /// let err = ProcessRunnerConfig::from_file_text_in::<()>("x", Path::new("/p/asynctask.toml"), Path::new("/p"));
+    /// assert_eq!(err.unwrap_err().to_string(), "invalid config /p/asynctask.toml at line 1, column 2");
+    /// # Ok::<(), asynctask_process::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`from_toml_str`](Self::from_toml_str), naming `path`.
+    pub fn from_file_text_in<X: ConfigExtension>(
+        text: &str,
+        path: &Path,
+        project: &Path,
+    ) -> Result<(Self, X), ConfigError> {
+        let project = std::path::absolute(project).unwrap_or_else(|_| project.to_owned());
+        Self::parse(text, &project, path)
+    }
+
     fn parse<X: ConfigExtension>(
         text: &str,
         project: &Path,

@@ -515,6 +515,14 @@ impl AsyncTaskRuntime {
         tools
     }
 
+    /// What the runner says of the subagents it does not offer (a config not
+    /// trusted, say), for a serving layer to add to its instructions; `None`
+    /// without a runner or a note.
+    #[must_use]
+    pub fn catalog_note(&self) -> Option<asynctask_tools::CatalogNote> {
+        self.task_tool.as_ref()?.catalog_note()
+    }
+
     /// The status block for the system instruction (empty when there are no tasks).
     #[must_use]
     pub fn status_summary(&self) -> String {

@@ -42,3 +42,47 @@ impl SubagentInfo {
         self
     }
 }
+
+/// What a runner tells the model about the subagents it does not offer: why
+/// (a config the user has not trusted, one changed since the user trusted it,
+/// no config at all) and what the user does about it, and the names it holds
+/// back. The `task` tool adds the text to its description, a serving layer to
+/// its instructions, and a call naming a withheld subagent is refused with
+/// the text instead of as an unknown name. Withheld names are never listed
+/// to the model.
+///
+/// # Examples
+///
+/// ```
+/// use asynctask_tools::CatalogNote;
+///
+/// let note = CatalogNote::new("The project's config is not trusted.")
+///     .with_withheld(vec!["deploy".to_owned()]);
+/// assert_eq!(note.withheld, ["deploy"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CatalogNote {
+    /// One or two sentences for the model.
+    pub text: String,
+    /// Names that are not offered, though the model may have heard of them.
+    pub withheld: Vec<String>,
+}
+
+impl CatalogNote {
+    /// A note withholding no name.
+    #[must_use]
+    pub fn new(text: impl Into<String>) -> Self {
+        CatalogNote {
+            text: text.into(),
+            withheld: Vec::new(),
+        }
+    }
+
+    /// Names the subagents held back.
+    #[must_use]
+    pub fn with_withheld(mut self, withheld: Vec<String>) -> Self {
+        self.withheld = withheld;
+        self
+    }
+}

@@ -60,7 +60,7 @@ mod todo_pause;
 mod tool;
 
 pub use crate::answer::AnswerAsyncTaskTool;
-pub use crate::catalog::SubagentInfo;
+pub use crate::catalog::{CatalogNote, SubagentInfo};
 pub use crate::check_async_tasks::{CheckAsyncTasksTool, PEEK_BUDGET_CHARS, PEEK_OUTPUT_LINES};
 pub use crate::command::{CommandOutput, CommandOutputKind};
 pub use crate::context::{CallContext, TaskScope, with_call_context};

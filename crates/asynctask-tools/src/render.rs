@@ -16,7 +16,7 @@ use asynctask_manager::{
 use asynctask_model::{AsyncTaskStatus, TaskUsage, TerminateReason};
 use serde::Serialize;
 
-use crate::catalog::SubagentInfo;
+use crate::catalog::{CatalogNote, SubagentInfo};
 use crate::format::{
     ECHO_CHARS, format_duration, id_prefix, to_pretty, truncate_chars, whole_output_line,
 };
@@ -185,11 +185,17 @@ pub const TASK_DESCRIPTION_LEAD: &str = "Run a subagent that works on its own to
     when it finishes. Use check_async_tasks to monitor background tasks.";
 
 /// The `task` tool's description; with a catalog, followed by the subagents it
-/// offers (name, what it is for, and whether it reads messages while it runs).
-pub(crate) fn task_description(catalog: Option<&[SubagentInfo]>) -> String {
+/// offers (name, what it is for, and whether it reads messages while it runs);
+/// with a note, followed by it (which then says why no subagent is offered
+/// when none is).
+pub(crate) fn task_description(
+    catalog: Option<&[SubagentInfo]>,
+    note: Option<&CatalogNote>,
+) -> String {
     let mut text = String::from(TASK_DESCRIPTION_LEAD);
     match catalog {
         None => {}
+        Some([]) if note.is_some() => {}
         Some([]) => text.push_str("\n\nNo subagents are configured."),
         Some(catalog) => {
             text.push_str("\n\nAvailable subagents (subagent_name):");
@@ -215,7 +221,20 @@ pub(crate) fn task_description(catalog: Option<&[SubagentInfo]>) -> String {
             }
         }
     }
+    if let Some(note) = note {
+        text.push_str("\n\n");
+        text.push_str(&note.text);
+    }
     text
+}
+
+/// A subagent the runner withholds (see [`CatalogNote`]): the note says why.
+pub(crate) fn withheld_subagent(name: &str, note: &CatalogNote) -> String {
+    let name = truncate_chars(name, ECHO_CHARS);
+    format!(
+        "subagent_name: subagent '{name}' is not offered. {}",
+        note.text
+    )
 }
 
 /// A subagent name the runner's catalog does not hold (`name` comes from the
@@ -569,6 +588,11 @@ mod tests {
         );
     }
 
+    fn sample_note() -> CatalogNote {
+        CatalogNote::new("The config is not trusted: the user trusts it to use it.")
+            .with_withheld(vec!["deploy".to_owned()])
+    }
+
     fn sample_task(status: AsyncTaskStatus) -> AsyncTaskInfo {
         let mut task = AsyncTaskInfo::new("<id>", "tester", "run the tests", 0);
         task.status = status;
@@ -601,21 +625,45 @@ mod tests {
             ("run already stopped", RUN_ALREADY_STOPPED.to_owned()),
             ("panicked", panicked("index out of bounds")),
             ("task not found", task_not_found("ffff")),
-            ("description without a catalog", task_description(None)),
+            (
+                "description without a catalog",
+                task_description(None, None),
+            ),
             (
                 "description with an empty catalog",
-                task_description(Some(&[])),
+                task_description(Some(&[]), None),
+            ),
+            (
+                "description with an empty catalog and a note",
+                task_description(Some(&[]), Some(&sample_note())),
+            ),
+            (
+                "description with a catalog and a note",
+                task_description(
+                    Some(&[SubagentInfo::new("tester", "Runs the tests")]),
+                    Some(&sample_note()),
+                ),
+            ),
+            (
+                "withheld subagent",
+                withheld_subagent("deploy", &sample_note()),
             ),
             (
                 "description with a catalog",
-                task_description(Some(&[
-                    SubagentInfo::new("researcher", "Reads the code base and answers questions"),
-                    SubagentInfo::new("tester", "  ").with_messages(true),
-                    SubagentInfo::new(
-                        "writer",
-                        "Writes the docs.\n\n  Give it:\r\n- a topic\n- a tone\n",
-                    ),
-                ])),
+                task_description(
+                    Some(&[
+                        SubagentInfo::new(
+                            "researcher",
+                            "Reads the code base and answers questions",
+                        ),
+                        SubagentInfo::new("tester", "  ").with_messages(true),
+                        SubagentInfo::new(
+                            "writer",
+                            "Writes the docs.\n\n  Give it:\r\n- a topic\n- a tone\n",
+                        ),
+                    ]),
+                    None,
+                ),
             ),
             (
                 "unknown subagent",

@@ -12,20 +12,26 @@ use pretty_assertions::assert_eq;
 
 use crate::{stderr, temp_dir};
 
-/// Runs the binary in `cwd`, with only warnings and errors logged.
+/// Runs the binary in `cwd`, with only warnings and errors logged, and the
+/// user's trust store in `cwd/.xdg-state`.
 fn asynctask_in(cwd: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_asynctask"))
         .args(args)
         .current_dir(cwd)
         .env("RUST_LOG", "warn")
+        .env("XDG_STATE_HOME", cwd.join(".xdg-state"))
         .stdin(Stdio::null())
         .output()
         .expect("the binary runs")
 }
 
+/// Writes the project's config in `dir` and trusts it (in the store
+/// [`asynctask_in`] gives commands run in `dir`).
 fn write_config(dir: &Path) -> PathBuf {
     let path = dir.join("asynctask.toml");
     std::fs::write(&path, "[subagents.quick]\ncommand = [\"echo\", \"hi\"]\n").expect("written");
+    let trusted = asynctask_in(dir, &["trust"]);
+    assert!(trusted.status.success(), "{}", stderr(&trusted));
     path
 }
 
@@ -218,6 +224,7 @@ fn a_starting_supervisor_removes_the_output_files_no_stored_task_owns() {
     let output = Command::new(env!("CARGO_BIN_EXE_asynctask"))
         .args(["supervisor", "run", "--idle-exit", "1"])
         .current_dir(dir.path())
+        .env("XDG_STATE_HOME", dir.path().join(".xdg-state"))
         .stdin(Stdio::null())
         .output()
         .expect("the supervisor runs and ends once idle");

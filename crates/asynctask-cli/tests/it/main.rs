@@ -7,6 +7,7 @@ mod machines;
 mod mcp;
 mod owners;
 mod roles;
+mod trust;
 mod worker;
 
 use std::path::{Path, PathBuf};
@@ -592,9 +593,12 @@ fn config_path_doctor_completions_and_man() {
             .current_dir(project.join("src"))
             .env_remove("ASYNCTASK_CONFIG")
             .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
             .output()
             .expect("ran")
     };
+    let trust = in_src(&["trust"]);
+    assert!(trust.status.success(), "{}", stderr(&trust));
     let path = in_src(&["config", "path"]);
     assert!(path.status.success(), "{}", stderr(&path));
     let project = project.canonicalize().expect("canonical");
@@ -604,7 +608,7 @@ fn config_path_doctor_completions_and_man() {
     );
     assert_eq!(
         stderr(&path),
-        "asynctask: found by the project's asynctask.toml\n"
+        "asynctask: found by the project's asynctask.toml (trusted)\n"
     );
 
     let doctor = in_src(&["doctor"]);

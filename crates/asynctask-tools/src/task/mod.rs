@@ -26,7 +26,7 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 pub use self::runner::{SubagentError, SubagentRequest, SubagentRunner};
 use self::starts::Starter;
-use crate::catalog::SubagentInfo;
+use crate::catalog::{CatalogNote, SubagentInfo};
 use crate::context::CallContext;
 use crate::ids::new_task_id;
 use crate::launch::{LaunchBudget, Nesting};
@@ -468,6 +468,27 @@ impl TaskTool {
         Some(error.to_tool_result(Self::NAME))
     }
 
+    /// The refusal of a name the runner withholds ([`CatalogNote`]) and
+    /// does not offer; `None` for any other name.
+    fn refuse_withheld(&self, name: &str, catalog: Option<&[SubagentInfo]>) -> Option<ToolResult> {
+        if catalog.is_some_and(|catalog| catalog.iter().any(|info| info.name == name)) {
+            return None;
+        }
+        let note = self.runner.catalog_note()?;
+        if !note.withheld.iter().any(|withheld| withheld == name) {
+            return None;
+        }
+        let error = InvalidParams(render::withheld_subagent(name, &note));
+        Some(error.to_tool_result(Self::NAME))
+    }
+
+    /// What the runner says of the subagents it does not offer (see
+    /// [`SubagentRunner::catalog_note`]).
+    #[must_use]
+    pub fn catalog_note(&self) -> Option<CatalogNote> {
+        self.runner.catalog_note()
+    }
+
     /// The timeouts in force.
     #[must_use]
     pub fn timeouts(&self) -> TaskTimeouts {
@@ -677,7 +698,7 @@ impl TypedTool for TaskTool {
         ToolSpec::new(
             Self::NAME,
             "Task",
-            render::task_description(catalog.as_deref()),
+            render::task_description(catalog.as_deref(), self.runner.catalog_note().as_ref()),
             self.parameters(catalog.as_deref()),
         )
         .with_annotations(ToolAnnotations::DEFAULT)
@@ -685,6 +706,9 @@ impl TypedTool for TaskTool {
 
     async fn run(&self, params: TaskParams, cancel: CancellationToken) -> ToolResult {
         let catalog = self.runner.catalog();
+        if let Some(refusal) = self.refuse_withheld(&params.subagent_name, catalog.as_deref()) {
+            return refusal;
+        }
         if let Some(refusal) =
             Self::refuse_unknown_subagent(&params.subagent_name, catalog.as_deref())
         {

@@ -10,7 +10,7 @@ use asynctask_manager::{Inbox, Questions, QueueFull, TaskProgress};
 use asynctask_model::OutputObject;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::SubagentInfo;
+use crate::catalog::{CatalogNote, SubagentInfo};
 use crate::params::{ContextVar, OutputVarSpec};
 
 /// Runs subagents for the `task` tool. The host implements it.
@@ -40,6 +40,12 @@ pub trait SubagentRunner: Send + Sync {
     /// description and as an `enum` on `subagent_name`, and refuses any other
     /// name before registering anything.
     fn catalog(&self) -> Option<Vec<SubagentInfo>> {
+        None
+    }
+
+    /// What the model should know about subagents this runner does not
+    /// offer (see [`CatalogNote`]). `None` (the default): nothing.
+    fn catalog_note(&self) -> Option<CatalogNote> {
         None
     }
 
