@@ -12,8 +12,7 @@
 //! - [`run_slash_command`] — the user's `/tasks list` (or `/task list`),
 //!   `/task end <id>` and `/task msg <id> <text>`;
 //! - [`ToolSpec`] — each tool's canonical JSON Schema and its adapters for
-//!   OpenAI (strict), Anthropic (plain and strict), Amazon Bedrock (plain and
-//!   strict), Gemini (both schema dialects, and the Interactions API) and MCP.
+//!   OpenAI, Anthropic, Amazon Bedrock, Gemini and MCP ([`Provider`]).
 //!
 //! A tool's arguments are parsed into a typed struct that rejects unknown fields:
 //! bad input is a [`ToolResult`] whose error names the field, never a panic.
