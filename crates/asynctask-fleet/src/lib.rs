@@ -38,8 +38,10 @@
 //! # Ok(()) }
 //! ```
 
+mod auth;
 mod claims;
 mod connection;
+mod dial;
 mod error;
 mod fleet;
 mod front;
