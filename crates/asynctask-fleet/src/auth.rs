@@ -564,3 +564,286 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A backend message.
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let len = i32::try_from(body.len() + 4).expect("small");
+        let mut bytes = vec![kind];
+        bytes.extend_from_slice(&len.to_be_bytes());
+        bytes.extend_from_slice(body);
+        bytes
+    }
+
+    /// An authentication request.
+    fn request(code: i32, rest: &[u8]) -> Vec<u8> {
+        let mut body = code.to_be_bytes().to_vec();
+        body.extend_from_slice(rest);
+        message(b'R', &body)
+    }
+
+    /// A parameter's status.
+    fn parameter(name: &str, value: &str) -> Vec<u8> {
+        message(b'S', format!("{name}\0{value}\0").as_bytes())
+    }
+
+    fn rules(require_auth: &str, session: TargetSessionAttrs) -> Arc<StartupRules> {
+        Arc::new(StartupRules {
+            require_auth: RequireAuth::parse(require_auth).expect("valid"),
+            session,
+        })
+    }
+
+    /// What the driver reads through a guard when the client first writes
+    /// `first` and the server sends `chunks`, each once the one before has
+    /// been read, then closes; or the refusal.
+    async fn through(
+        transport: Transport,
+        rules: Arc<StartupRules>,
+        first: &[u8],
+        chunks: Vec<Vec<u8>>,
+    ) -> (Vec<u8>, Option<io::Error>) {
+        let (client, mut server) = tokio::io::duplex(64);
+        let mut guarded = Guarded::new(client, transport, rules);
+        guarded.write_all(first).await.expect("written");
+        let (progress, mut seen) = tokio::sync::watch::channel(0_usize);
+        let sending = tokio::spawn(async move {
+            let mut first = vec![0; 8];
+            let _ = server.read_exact(&mut first).await;
+            let mut sent = 0;
+            for chunk in chunks {
+                if seen.wait_for(|read| *read >= sent).await.is_err()
+                    || server.write_all(&chunk).await.is_err()
+                {
+                    return;
+                }
+                sent += chunk.len();
+            }
+        });
+        let mut read = Vec::new();
+        let mut buf = [0; 64];
+        let error = loop {
+            match guarded.read(&mut buf).await {
+                Ok(0) => break None,
+                Ok(n) => {
+                    read.extend_from_slice(&buf[..n]);
+                    progress.send_replace(read.len());
+                }
+                Err(err) => break Some(err),
+            }
+        };
+        sending.abort();
+        (read, error)
+    }
+
+    /// A startup message's first bytes (not a request for TLS).
+    const STARTUP: [u8; 8] = [0, 0, 0, 40, 0, 3, 0, 0];
+    /// A request for TLS.
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 4, 210, 22, 47];
+
+    fn refusal(error: &io::Error) -> Option<&AuthRefusal> {
+        error.get_ref()?.downcast_ref::<AuthRefusal>()
+    }
+
+    #[tokio::test]
+    async fn a_cleartext_request_is_refused_over_tcp_and_allowed_over_tls_or_a_unix_socket() {
+        let any = || rules("", TargetSessionAttrs::Any);
+        let cleartext = request(3, &[]);
+        let (read, error) = through(Transport::Tcp, any(), &STARTUP, vec![cleartext.clone()]).await;
+        assert_eq!(read, Vec::<u8>::new());
+        let error = error.expect("refused");
+        assert_eq!(refusal(&error), Some(&AuthRefusal::Cleartext));
+        assert!(error.to_string().contains("sslmode=require"), "{error}");
+        assert!(
+            error.to_string().contains("require_auth=password"),
+            "{error}"
+        );
+
+        for transport in [Transport::Tls, Transport::Unix] {
+            let (read, error) = through(transport, any(), &STARTUP, vec![cleartext.clone()]).await;
+            assert_eq!(
+                (read, error.map(|e| e.to_string())),
+                (cleartext.clone(), None)
+            );
+        }
+        // The opt-in.
+        let opted = rules("password", TargetSessionAttrs::Any);
+        let (read, error) = through(Transport::Tcp, opted, &STARTUP, vec![cleartext.clone()]).await;
+        assert_eq!(
+            (read, error.map(|e| e.to_string())),
+            (cleartext.clone(), None)
+        );
+        // MD5 and SCRAM are not cleartext.
+        for asked in [request(5, b"salt"), request(10, b"SCRAM-SHA-256\0\0")] {
+            let (read, error) = through(Transport::Tcp, any(), &STARTUP, vec![asked.clone()]).await;
+            assert_eq!((read, error.map(|e| e.to_string())), (asked, None));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_split_across_reads_is_refused_before_the_driver_has_it_whole() {
+        let cleartext = request(3, &[]);
+        let (head, tail) = cleartext.split_at(7);
+        let (read, error) = through(
+            Transport::Tcp,
+            rules("", TargetSessionAttrs::Any),
+            &STARTUP,
+            vec![head.to_vec(), tail.to_vec()],
+        )
+        .await;
+        assert_eq!(read, head);
+        assert_eq!(
+            error.as_ref().and_then(refusal),
+            Some(&AuthRefusal::Cleartext)
+        );
+    }
+
+    #[tokio::test]
+    async fn after_the_server_agrees_to_tls_the_socket_s_guard_reads_nothing() {
+        // What follows 'S' is encrypted: the guard above TLS reads it.
+        let mut bytes = vec![b'S'];
+        bytes.extend(request(3, &[]));
+        let (read, error) = through(
+            Transport::Tcp,
+            rules("", TargetSessionAttrs::Any),
+            &SSL_REQUEST,
+            vec![bytes.clone()],
+        )
+        .await;
+        assert_eq!((read, error.map(|e| e.to_string())), (bytes, None));
+        // 'N': the startup goes on in plain, and is watched.
+        let mut bytes = vec![b'N'];
+        bytes.extend(request(3, &[]));
+        let (read, error) = through(
+            Transport::Tcp,
+            rules("", TargetSessionAttrs::Any),
+            &SSL_REQUEST,
+            vec![bytes],
+        )
+        .await;
+        // The read that brings the request is taken back whole ('N' too,
+        // when it came in the same read).
+        assert!(matches!(read.as_slice(), [] | [b'N']), "{read:?}");
+        assert_eq!(
+            error.as_ref().and_then(refusal),
+            Some(&AuthRefusal::Cleartext)
+        );
+    }
+
+    #[tokio::test]
+    async fn require_auth_is_enforced_as_libpq_does() {
+        let ok = request(0, &[]);
+        let cases: [(&str, Vec<u8>, Option<AuthMethod>); 6] = [
+            ("scram-sha-256", request(5, b"salt"), Some(AuthMethod::Md5)),
+            ("scram-sha-256", ok.clone(), Some(AuthMethod::None)),
+            ("md5,scram-sha-256", request(5, b"salt"), None),
+            ("!md5", request(5, b"salt"), Some(AuthMethod::Md5)),
+            ("!password", request(3, &[]), Some(AuthMethod::Password)),
+            ("none", ok.clone(), None),
+        ];
+        for (require_auth, asked, refused) in cases {
+            let (_, error) = through(
+                Transport::Tls,
+                rules(require_auth, TargetSessionAttrs::Any),
+                &STARTUP,
+                vec![asked],
+            )
+            .await;
+            let expected = refused.map(|method| AuthRefusal::NotAllowed {
+                method,
+                require_auth: require_auth.to_owned(),
+            });
+            assert_eq!(
+                error.as_ref().and_then(refusal).cloned(),
+                expected,
+                "{require_auth}"
+            );
+        }
+        let refusal = AuthRefusal::NotAllowed {
+            method: AuthMethod::Md5,
+            require_auth: "scram-sha-256".to_owned(),
+        };
+        assert_eq!(
+            refusal.to_string(),
+            "the server asked for md5 authentication, which require_auth=scram-sha-256 does \
+             not allow"
+        );
+    }
+
+    #[test]
+    fn require_auth_parses_as_libpq_does() {
+        for good in [
+            "password",
+            "md5,scram-sha-256",
+            "!password,!md5",
+            "none",
+            "gss,sspi,creds",
+        ] {
+            let parsed = RequireAuth::parse(good).expect(good);
+            assert_eq!(parsed.to_string(), good);
+        }
+        assert_eq!(
+            RequireAuth::parse("").expect("empty"),
+            RequireAuth::default()
+        );
+        let errors: Vec<String> = ["password,!md5", "plaintext", "md5,md5"]
+            .into_iter()
+            .map(|bad| RequireAuth::parse(bad).expect_err(bad).to_string())
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                "the fleet's database URL is not valid: require_auth \"password,!md5\" mixes \
+                 negated and plain methods",
+                "the fleet's database URL is not valid: require_auth \"plaintext\" names \
+                 \"plaintext\", which is not one of password, md5, gss, sspi, scram-sha-256, \
+                 creds, none",
+                "the fleet's database URL is not valid: require_auth \"md5,md5\" names md5 twice",
+            ]
+        );
+        assert!(
+            RequireAuth::parse("password")
+                .expect("valid")
+                .opts_into_cleartext()
+        );
+        assert!(
+            !RequireAuth::parse("!password")
+                .expect("valid")
+                .opts_into_cleartext()
+        );
+    }
+
+    #[tokio::test]
+    async fn target_session_attrs_is_checked_on_what_the_server_reports() {
+        let startup = |standby: &str| {
+            let mut bytes = request(0, &[]);
+            bytes.extend(parameter("in_hot_standby", standby));
+            bytes.extend(parameter("default_transaction_read_only", "off"));
+            bytes.extend(message(b'Z', b"I"));
+            bytes
+        };
+        let run = |session, standby: &'static str| async move {
+            through(
+                Transport::Tls,
+                rules("", session),
+                &STARTUP,
+                vec![startup(standby)],
+            )
+            .await
+            .1
+            .map(|e| e.to_string())
+        };
+        assert_eq!(run(TargetSessionAttrs::ReadWrite, "off").await, None);
+        assert_eq!(
+            run(TargetSessionAttrs::ReadWrite, "on").await.as_deref(),
+            Some("the server does not take writes (target_session_attrs=read-write)")
+        );
+        assert_eq!(run(TargetSessionAttrs::ReadOnly, "on").await, None);
+        assert_eq!(run(TargetSessionAttrs::Any, "on").await, None);
+    }
+}

@@ -305,39 +305,48 @@ impl DatabaseConfig {
             let file = Path::new(&home).join(".postgresql").join("root.crt");
             file.is_file().then_some(file)
         });
-        let verifier: Arc<dyn ServerCertVerifier> = match (self.tls, found_root) {
-            (TlsMode::Disable | TlsMode::Prefer | TlsMode::Require, None) => {
-                Arc::new(AnyCertificate(provider))
-            }
-            (TlsMode::VerifyCa | TlsMode::VerifyFull, None) => {
-                // Nothing to check the certificate against: fail closed, as
-                // libpq does, rather than trust a default set of roots.
-                return Err(FleetError::Tls(format!(
-                    "sslmode={} needs root certificates to check the server's against, and \
-                     there are none: give sslrootcert=FILE (or put them in \
-                     ~/.postgresql/root.crt), or sslrootcert=system with sslmode=verify-full \
-                     for Mozilla's roots",
-                    self.tls.name()
-                )));
-            }
-            (mode, Some(root)) => {
-                let roots = roots(&root)?;
-                let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .map_err(|err| FleetError::Tls(format!("cannot check certificates: {err}")))?;
-                if mode == TlsMode::VerifyFull {
-                    inner
-                } else {
-                    Arc::new(AnyName(inner))
-                }
-            }
-        };
+        let roots = found_root.as_deref().map(roots).transpose()?;
+        let verifier = verifier(self.tls, roots, provider)?;
         let config = builder
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
         Ok(MakeRustlsConnect::new(config))
     }
+}
+
+/// What checks the server's certificate in `mode`, given the root
+/// certificates found (`sslrootcert`, else `~/.postgresql/root.crt`).
+fn verifier(
+    mode: TlsMode,
+    roots: Option<RootCertStore>,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<dyn ServerCertVerifier>, FleetError> {
+    let roots = match (mode, roots) {
+        (TlsMode::Disable | TlsMode::Prefer | TlsMode::Require, None) => {
+            return Ok(Arc::new(AnyCertificate(provider)));
+        }
+        (TlsMode::VerifyCa | TlsMode::VerifyFull, None) => {
+            // Nothing to check the certificate against: fail closed, as
+            // libpq does, rather than trust a default set of roots.
+            return Err(FleetError::Tls(format!(
+                "sslmode={} needs root certificates to check the server's certificate \
+                 against, and there are none: give sslrootcert=FILE (or put them in \
+                 ~/.postgresql/root.crt), or sslrootcert=system with sslmode=verify-full for \
+                 Mozilla's roots",
+                mode.name()
+            )));
+        }
+        (_, Some(roots)) => roots,
+    };
+    let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|err| FleetError::Tls(format!("cannot check certificates: {err}")))?;
+    Ok(if mode == TlsMode::VerifyFull {
+        inner
+    } else {
+        Arc::new(AnyName(inner))
+    })
 }
 
 /// The mode the URL's `sslmode` and `sslrootcert` make: `verify-full`
@@ -689,6 +698,117 @@ mod tests {
             "the fleet's database URL is not valid: the connection string has an unclosed quote \
              in host"
         );
+    }
+
+    /// The crypto provider the connections use.
+    fn provider() -> Arc<CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    #[test]
+    fn verify_ca_and_verify_full_without_root_certificates_fail_closed() {
+        for mode in [TlsMode::VerifyCa, TlsMode::VerifyFull] {
+            let err = verifier(mode, None, provider()).expect_err("nothing to check against");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "TLS to the fleet's database cannot be set up: sslmode={} needs root \
+                     certificates to check the server's certificate against, and there are \
+                     none: give sslrootcert=FILE (or put them in ~/.postgresql/root.crt), or \
+                     sslrootcert=system with sslmode=verify-full for Mozilla's roots",
+                    mode.name()
+                )
+            );
+        }
+        // Encryption alone needs no roots.
+        for mode in [TlsMode::Disable, TlsMode::Prefer, TlsMode::Require] {
+            verifier(mode, None, provider()).expect("encryption only");
+        }
+    }
+
+    #[test]
+    fn sslrootcert_system_means_verify_full_and_the_name_is_checked() {
+        let config = DatabaseConfig::parse("postgresql://u@db.internal/d?sslrootcert=system")
+            .expect("parses");
+        assert_eq!(config.tls_mode(), TlsMode::VerifyFull);
+        let full =
+            DatabaseConfig::parse("host=h sslmode=verify-full sslrootcert=system").expect("parses");
+        assert_eq!(full.tls_mode(), TlsMode::VerifyFull);
+        for weaker in ["disable", "prefer", "require", "verify-ca"] {
+            let err = DatabaseConfig::parse(&format!("host=h sslmode={weaker} sslrootcert=system"))
+                .expect_err("weaker than verify-full");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "the fleet's database URL is not valid: sslrootcert=system needs \
+                     sslmode=verify-full (or no sslmode), not {weaker}: the system's roots vouch \
+                     for anyone's certificate for a name of their own, so the name must be \
+                     checked"
+                )
+            );
+        }
+        // The mode it makes checks the name: with the test's CA standing
+        // in for the system's roots, a certificate for another name is
+        // refused, its own name accepted.
+        let (ca, cert, _) = asynctask_test_support::certificates(&["db.internal".to_owned()]);
+        let mut roots = RootCertStore::empty();
+        let ca = CertificateDer::from_pem_slice(ca.as_bytes()).expect("a CA");
+        roots.add(ca).expect("a root");
+        let verifier = verifier(config.tls_mode(), Some(roots), provider()).expect("a verifier");
+        let cert = CertificateDer::from_pem_slice(cert.as_bytes()).expect("a certificate");
+        let check = |name: &'static str| {
+            let name = ServerName::try_from(name).expect("a name");
+            verifier.verify_server_cert(&cert, &[], &name, &[], UnixTime::now())
+        };
+        check("db.internal").expect("its own name");
+        let err = check("elsewhere.internal").expect_err("another name");
+        assert!(
+            matches!(
+                err,
+                rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidForName
+                        | CertificateError::NotValidForNameContext { .. }
+                )
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn each_host_has_its_own_password_and_hostaddr_is_matched_by_address() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = asynctask_test_support::temp_dir("pgpass");
+        let passfile = dir.path().join("pgpass");
+        let write = |text: &str| {
+            std::fs::write(&passfile, text).expect("written");
+            std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o600))
+                .expect("chmod");
+        };
+        let url = format!(
+            "host=db.internal hostaddr=10.0.0.9 user=u dbname=d passfile={}",
+            passfile.display()
+        );
+        let config = DatabaseConfig::parse(&url).expect("parses");
+        let targets = crate::dial::targets(config.config()).expect("one host");
+        // A line for the name is not sent to an address given for it.
+        write("db.internal:*:*:*:for-the-name\n");
+        assert_eq!(config.password(&targets[0]), None);
+        write("db.internal:*:*:*:for-the-name\n10.0.0.9:*:*:*:for-the-address\n");
+        assert_eq!(
+            config.password(&targets[0]).as_deref(),
+            Some("for-the-address")
+        );
+
+        // Two hosts, two ports: each its own line.
+        let url = format!(
+            "host=one.internal,two.internal port=5432,6000 user=u dbname=d passfile={}",
+            passfile.display()
+        );
+        let config = DatabaseConfig::parse(&url).expect("parses");
+        let targets = crate::dial::targets(config.config()).expect("two hosts");
+        write("one.internal:5432:*:*:first\ntwo.internal:6000:*:*:second\n");
+        let found: Vec<Option<String>> = targets.iter().map(|t| config.password(t)).collect();
+        assert_eq!(found, [Some("first".to_owned()), Some("second".to_owned())]);
     }
 
     #[test]
