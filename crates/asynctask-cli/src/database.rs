@@ -2,8 +2,30 @@
 //! password in it is readable by every local user.
 
 use asynctask_fleet::DatabaseConfig;
+use clap::{ArgMatches, Parser};
 
 use crate::DATABASE_URL_ENV;
+
+/// Parses the command line as `P` (exiting on a bad one, as clap does),
+/// and gives `warn` the [`password_warning`] of the command's `--database`,
+/// whichever command takes one.
+pub fn parse_args<P: Parser>(warn: impl FnOnce(&str)) -> P {
+    let matches = P::command().get_matches();
+    if let Some(warning) = database_flag(&matches).and_then(password_warning) {
+        warn(&warning);
+    }
+    P::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+}
+
+/// The `--database` value of the (innermost) command given.
+fn database_flag(matches: &ArgMatches) -> Option<&str> {
+    let mut matches = matches;
+    while let Some((_, command)) = matches.subcommand() {
+        matches = command;
+    }
+    let value = matches.try_get_one::<String>("database").ok().flatten()?;
+    Some(value.as_str())
+}
 
 /// The warning for a `--database` value that holds a password, which every
 /// local user can read among the process's arguments (`ps`); `None` when

@@ -12,7 +12,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use asynctask_cli::database::password_warning;
 use asynctask_cli::demo::{DemoOptions, bundled_subagents, pick_subagents, run_demo};
 use asynctask_cli::doctor;
 use asynctask_cli::project::{ConfigEnv, find_config, project_dir};
@@ -27,7 +26,7 @@ use asynctask_process::{ProcessRunner, ProcessRunnerConfig, StdinMode};
 use asynctask_supervisor::StateDir;
 use asynctask_tools::Provider;
 use clap::builder::PossibleValue;
-use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// What `--help` says of exit statuses and of where things are.
 const AFTER_HELP: &str = "\
@@ -523,12 +522,8 @@ fn main() -> ExitCode {
     if args.next().as_deref() == Some(std::ffi::OsStr::new(REAPER_ARG)) {
         return asynctask_process::reaper::main(args);
     }
-    let matches = Cli::command().get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
+    let cli: Cli = asynctask_cli::database::parse_args(note);
     asynctask_cli::logging::install(cli.verbose, cli.quiet);
-    if let Some(warning) = database_flag(&matches).and_then(password_warning) {
-        note(&warning);
-    }
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -552,17 +547,6 @@ fn main() -> ExitCode {
             ExitCode::from(ERROR_EXIT)
         }
     }
-}
-
-/// The `--database` value of the command run, whichever command takes
-/// one.
-fn database_flag(matches: &ArgMatches) -> Option<&str> {
-    let mut matches = matches;
-    while let Some((_, command)) = matches.subcommand() {
-        matches = command;
-    }
-    let value = matches.try_get_one::<String>("database").ok().flatten()?;
-    Some(value.as_str())
 }
 
 /// Whether `error` is stdout's reader going away (`| head`).
