@@ -13,6 +13,10 @@
 //! answer. Once the server says it is ready (`'Z'`) the guard passes bytes
 //! through unread. Over TLS a second guard watches above the encryption:
 //! the one on the socket stops reading at the server's `'S'` (TLS follows).
+//! The guard fails closed: an answer to the request for TLS other than
+//! `'S'` or `'N'`, a message type that cannot come before `'Z'`, or a length
+//! beyond [`MAX_STARTUP_MESSAGE`] refuses the connection, so that the guard
+//! never reads the stream otherwise than the driver does.
 
 use std::fmt;
 use std::future::Future;
@@ -162,22 +166,41 @@ pub(crate) struct StartupRules {
 }
 
 /// What carries a connection: the password may travel in clear text only
-/// inside TLS or over a Unix socket (which never leaves the machine).
+/// inside TLS whose certificate was checked against root certificates, or
+/// over a Unix socket in a directory other users cannot write (which never
+/// leaves the machine, and no other user can have put there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Transport {
     /// TCP, unencrypted for as long as the guard reads it.
     Tcp,
-    /// TLS.
+    /// TLS whose server certificate chains to the root certificates given.
     Tls,
-    /// A Unix socket.
+    /// TLS whose server certificate was not checked (`sslmode=prefer` or
+    /// `require` without root certificates): whoever sits between the
+    /// client and the server can be the other end, so it is no safer for
+    /// a password in clear than TCP.
+    UnverifiedTls,
+    /// A Unix socket in a directory other users cannot write.
     Unix,
+    /// A Unix socket in a directory any user can write (such as `/tmp`):
+    /// another user may be listening there, so it is treated as TCP.
+    SharedUnix,
+}
+
+impl Transport {
+    /// Whether a password may go in clear text over it without
+    /// `require_auth=password`.
+    fn carries_cleartext(self) -> bool {
+        matches!(self, Transport::Tls | Transport::Unix)
+    }
 }
 
 /// Why the client broke off a connection's startup: the server asked for
 /// a way of authenticating that it does not allow. No password was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AuthRefusal {
-    /// The password in clear text over a network, without TLS.
+    /// The password in clear text over a network, without TLS whose
+    /// certificate was checked.
     Cleartext,
     /// A method `require_auth` rules out.
     NotAllowed {
@@ -193,9 +216,10 @@ impl fmt::Display for AuthRefusal {
         match self {
             AuthRefusal::Cleartext => f.write_str(
                 "the server asked for the password in clear text on a connection that is \
-                 neither TLS nor a Unix socket, so it was not sent; set sslmode=require (better, \
-                 verify-full) to encrypt the connection, or add require_auth=password to send \
-                 the password in clear anyway",
+                 neither TLS with a checked certificate nor a private Unix socket, so it was \
+                 not sent; set sslmode=verify-full with sslrootcert=FILE so that the server is \
+                 known, or use SCRAM with channel_binding=require, or add \
+                 require_auth=password to send the password in clear anyway",
             ),
             AuthRefusal::NotAllowed {
                 method: AuthMethod::None,
@@ -234,6 +258,15 @@ const SSL_REQUEST_CODE: [u8; 4] = 80_877_103_i32.to_be_bytes();
 const TLS_HANDSHAKE: u8 = 0x16;
 /// The longest `ParameterStatus` message read; longer ones are skipped.
 const MAX_PARAMETER_BYTES: usize = 256;
+
+/// The types of the messages a server may send before it is ready
+/// (`'Z'`): authentication, parameters, the key to cancel, errors and
+/// notices, a protocol version it prefers. Any other type means the guard
+/// reads the stream otherwise than the driver does: refused.
+const STARTUP_MESSAGES: [u8; 7] = [b'R', b'S', b'K', b'Z', b'E', b'N', b'v'];
+/// The longest message read during startup (its length field); an error
+/// or notice with all its fields is a few KiB at most.
+const MAX_STARTUP_MESSAGE: usize = 64 * 1024;
 
 /// Where the guard is in the connection's startup.
 #[derive(Debug)]
@@ -281,9 +314,10 @@ pub(crate) struct Guarded<S> {
 }
 
 impl<S> Guarded<S> {
-    /// Guards `inner`, a socket (`Tcp`, `Unix`) or a TLS stream (`Tls`).
+    /// Guards `inner`, a socket (`Tcp`, `Unix`, `SharedUnix`) or a TLS
+    /// stream (`Tls`, `UnverifiedTls`).
     pub(crate) fn new(inner: S, transport: Transport, rules: Arc<StartupRules>) -> Self {
-        let stage = if transport == Transport::Tls {
+        let stage = if matches!(transport, Transport::Tls | Transport::UnverifiedTls) {
             Stage::Messages(Parser::default())
         } else {
             Stage::Start
@@ -315,16 +349,22 @@ impl<S> Guarded<S> {
             match &mut self.stage {
                 Stage::Start => self.stage = self.after_first_bytes(),
                 Stage::SslAnswer => {
-                    if bytes[at] == b'S' {
-                        self.stage = Stage::Open;
-                        return Ok(());
+                    // The driver takes exactly one byte as the answer: 'S'
+                    // (TLS follows), else the startup goes on in plain. Any
+                    // answer but 'S' or 'N' is refused, so that the guard
+                    // never reads the stream from another byte than the
+                    // driver does.
+                    match bytes[at] {
+                        b'S' => {
+                            self.stage = Stage::Open;
+                            return Ok(());
+                        }
+                        b'N' => {
+                            at += 1;
+                            self.stage = Stage::Messages(Parser::default());
+                        }
+                        other => return Err(bad_ssl_answer(other)),
                     }
-                    // 'N': the startup goes on in plain; anything else is
-                    // a message of the server's (an old server's error).
-                    if bytes[at] == b'N' {
-                        at += 1;
-                    }
-                    self.stage = Stage::Messages(Parser::default());
                 }
                 Stage::Messages(parser) => {
                     let done = parser.feed(bytes[at], self.transport, &self.rules)?;
@@ -342,6 +382,26 @@ impl<S> Guarded<S> {
     }
 }
 
+/// The error of an answer to a request for TLS that is neither `'S'` nor
+/// `'N'`.
+fn bad_ssl_answer(byte: u8) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "the server answered the request for TLS with byte {byte:#04x}, neither yes ('S') \
+             nor no ('N'), so the connection was refused"
+        ),
+    )
+}
+
+/// The error of a message the guard does not expect during startup.
+fn bad_message(why: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the server sent {why} during the connection's startup, so it was refused"),
+    )
+}
+
 /// The error of a read after a refusal.
 fn refused_before() -> io::Error {
     io::Error::new(
@@ -357,6 +417,13 @@ impl Parser {
             self.header[self.header_len] = byte;
             self.header_len += 1;
             if self.header_len == 5 {
+                let kind = self.header[0];
+                if !STARTUP_MESSAGES.contains(&kind) {
+                    return Err(bad_message(format!(
+                        "a message of type {kind:#04x}, which does not come before the server \
+                         is ready"
+                    )));
+                }
                 let len = i32::from_be_bytes([
                     self.header[1],
                     self.header[2],
@@ -365,12 +432,10 @@ impl Parser {
                 ]);
                 self.left = usize::try_from(len)
                     .ok()
+                    .filter(|len| *len <= MAX_STARTUP_MESSAGE)
                     .and_then(|len| len.checked_sub(4))
                     .ok_or_else(|| {
-                        io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "the server sent a malformed message",
-                        )
+                        bad_message(format!("a message of length {len}, which is not plausible"))
                     })?;
                 self.body.clear();
                 if self.left == 0 {
@@ -412,7 +477,7 @@ impl Parser {
                 require_auth: rules.require_auth.to_string(),
             }
         } else if method == AuthMethod::Password
-            && transport == Transport::Tcp
+            && !transport.carries_cleartext()
             && !rules.require_auth.opts_into_cleartext()
         {
             AuthRefusal::Cleartext
@@ -537,12 +602,20 @@ impl<S: TlsStream + Unpin> TlsStream for Guarded<S> {
 pub(crate) struct GuardedTls<T> {
     inner: T,
     rules: Arc<StartupRules>,
+    /// Whether `inner` checks the server's certificate against root
+    /// certificates.
+    verified: bool,
 }
 
 impl<T> GuardedTls<T> {
-    /// Guards the streams `inner` makes.
-    pub(crate) fn new(inner: T, rules: Arc<StartupRules>) -> Self {
-        GuardedTls { inner, rules }
+    /// Guards the streams `inner` makes; `verified` when `inner` checks the
+    /// server's certificate against root certificates.
+    pub(crate) fn new(inner: T, rules: Arc<StartupRules>, verified: bool) -> Self {
+        GuardedTls {
+            inner,
+            rules,
+            verified,
+        }
     }
 }
 
@@ -557,10 +630,15 @@ where
 
     fn connect(self, stream: S) -> Self::Future {
         let rules = self.rules;
+        let transport = if self.verified {
+            Transport::Tls
+        } else {
+            Transport::UnverifiedTls
+        };
         let handshake = self.inner.connect(stream);
         Box::pin(async move {
             let stream = handshake.await?;
-            Ok(Guarded::new(stream, Transport::Tls, rules))
+            Ok(Guarded::new(stream, transport, rules))
         })
     }
 }
@@ -654,15 +732,39 @@ mod tests {
     async fn a_cleartext_request_is_refused_over_tcp_and_allowed_over_tls_or_a_unix_socket() {
         let any = || rules("", TargetSessionAttrs::Any);
         let cleartext = request(3, &[]);
-        let (read, error) = through(Transport::Tcp, any(), &STARTUP, vec![cleartext.clone()]).await;
-        assert_eq!(read, Vec::<u8>::new());
-        let error = error.expect("refused");
-        assert_eq!(refusal(&error), Some(&AuthRefusal::Cleartext));
-        assert!(error.to_string().contains("sslmode=require"), "{error}");
-        assert!(
-            error.to_string().contains("require_auth=password"),
-            "{error}"
-        );
+        // TLS whose certificate nobody checked, and a socket in a directory
+        // anyone can write, are as open to whoever sits there as TCP.
+        for transport in [
+            Transport::Tcp,
+            Transport::UnverifiedTls,
+            Transport::SharedUnix,
+        ] {
+            let (read, error) = through(transport, any(), &STARTUP, vec![cleartext.clone()]).await;
+            assert_eq!(read, Vec::<u8>::new(), "{transport:?}");
+            let error = error.expect("refused");
+            assert_eq!(
+                refusal(&error),
+                Some(&AuthRefusal::Cleartext),
+                "{transport:?}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .contains("sslmode=verify-full with sslrootcert"),
+                "{error}"
+            );
+            assert!(
+                error.to_string().contains("require_auth=password"),
+                "{error}"
+            );
+            // The opt-in.
+            let opted = rules("password", TargetSessionAttrs::Any);
+            let (read, error) = through(transport, opted, &STARTUP, vec![cleartext.clone()]).await;
+            assert_eq!(
+                (read, error.map(|e| e.to_string())),
+                (cleartext.clone(), None)
+            );
+        }
 
         for transport in [Transport::Tls, Transport::Unix] {
             let (read, error) = through(transport, any(), &STARTUP, vec![cleartext.clone()]).await;
@@ -671,13 +773,6 @@ mod tests {
                 (cleartext.clone(), None)
             );
         }
-        // The opt-in.
-        let opted = rules("password", TargetSessionAttrs::Any);
-        let (read, error) = through(Transport::Tcp, opted, &STARTUP, vec![cleartext.clone()]).await;
-        assert_eq!(
-            (read, error.map(|e| e.to_string())),
-            (cleartext.clone(), None)
-        );
         // MD5 and SCRAM are not cleartext.
         for asked in [request(5, b"salt"), request(10, b"SCRAM-SHA-256\0\0")] {
             let (read, error) = through(Transport::Tcp, any(), &STARTUP, vec![asked.clone()]).await;
@@ -733,6 +828,76 @@ mod tests {
             error.as_ref().and_then(refusal),
             Some(&AuthRefusal::Cleartext)
         );
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_the_request_for_tls_but_s_or_n_is_refused() {
+        // The driver takes the one byte as "no TLS" and reads on from the
+        // next; a guard reading from this byte would not see the request.
+        for answer in [b'X', b'E'] {
+            let mut bytes = vec![answer];
+            bytes.extend(request(3, &[]));
+            let (read, error) = through(
+                Transport::Tcp,
+                rules("password", TargetSessionAttrs::Any),
+                &SSL_REQUEST,
+                vec![bytes],
+            )
+            .await;
+            assert_eq!(read, Vec::<u8>::new());
+            let error = error.expect("refused");
+            assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "the server answered the request for TLS with byte {answer:#04x}, neither \
+                     yes ('S') nor no ('N'), so the connection was refused"
+                )
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_message_that_cannot_come_before_the_server_is_ready_is_refused() {
+        let oversized = {
+            let mut bytes = vec![b'E'];
+            bytes.extend(0x0001_0005_i32.to_be_bytes());
+            bytes
+        };
+        let cases = [
+            (
+                message(b'D', b"row"),
+                "the server sent a message of type 0x44, which does not come before the \
+                 server is ready during the connection's startup, so it was refused",
+            ),
+            (
+                oversized,
+                "the server sent a message of length 65541, which is not plausible during the \
+                 connection's startup, so it was refused",
+            ),
+        ];
+        for (bytes, expected) in cases {
+            let (read, error) = through(
+                Transport::Tcp,
+                rules("", TargetSessionAttrs::Any),
+                &STARTUP,
+                vec![bytes],
+            )
+            .await;
+            assert_eq!(read, Vec::<u8>::new());
+            assert_eq!(error.map(|e| e.to_string()).as_deref(), Some(expected));
+        }
+        // An error of a few KiB, and a notice, are read as usual.
+        let mut bytes = message(b'N', &[b'x'; 4000]);
+        bytes.extend(message(b'E', &[b'x'; 4000]));
+        let (read, error) = through(
+            Transport::Tcp,
+            rules("", TargetSessionAttrs::Any),
+            &STARTUP,
+            vec![bytes.clone()],
+        )
+        .await;
+        assert_eq!((read, error.map(|e| e.to_string())), (bytes, None));
     }
 
     #[tokio::test]

@@ -18,9 +18,11 @@
 //! `~/.pgpass`), matched on each host in turn (its `hostaddr` when it has
 //! one; a Unix socket matches `localhost`), the port, the database and the
 //! user; a password file that its group or others may read is ignored, with
-//! a warning. A server that asks for the password in clear text over TCP
-//! without TLS is refused unless `require_auth` names `password` (see
-//! `crate::auth`). No password is ever logged, nor shown by `Debug`.
+//! a warning. A server that asks for the password in clear text is refused
+//! unless the connection is TLS whose certificate was checked against root
+//! certificates, or a Unix socket in a directory others cannot write, or
+//! `require_auth` names `password` (see `crate::auth`). No password is ever
+//! logged, nor shown by `Debug`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -250,15 +252,19 @@ impl DatabaseConfig {
     pub(crate) async fn connect(
         &self,
     ) -> Result<(Client, Connection<RawStream, TlsStream>), FleetError> {
-        let tls = self.tls_connector()?;
+        let (tls, tls_verified) = self.tls_connector()?;
         let targets = crate::dial::targets(&self.config)?;
         let rules = StartupRules {
             require_auth: self.require_auth.clone(),
             session: self.config.get_target_session_attrs(),
         };
-        crate::dial::connect(&self.config, targets, tls, rules, |target| {
-            self.password(target)
-        })
+        crate::dial::connect(
+            &self.config,
+            targets,
+            (tls, tls_verified),
+            rules,
+            |target| self.password(target),
+        )
         .await
     }
 
@@ -294,8 +300,10 @@ impl DatabaseConfig {
         found
     }
 
-    /// The TLS connector for the mode: which certificates it accepts.
-    fn tls_connector(&self) -> Result<MakeRustlsConnect, FleetError> {
+    /// The TLS connector for the mode: which certificates it accepts; and
+    /// whether it checks them against root certificates (else any
+    /// certificate is taken, and TLS keeps out only those who listen).
+    fn tls_connector(&self) -> Result<(MakeRustlsConnect, bool), FleetError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
@@ -306,12 +314,13 @@ impl DatabaseConfig {
             file.is_file().then_some(file)
         });
         let roots = found_root.as_deref().map(roots).transpose()?;
+        let verified = roots.is_some();
         let verifier = verifier(self.tls, roots, provider)?;
         let config = builder
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
-        Ok(MakeRustlsConnect::new(config))
+        Ok((MakeRustlsConnect::new(config), verified))
     }
 }
 

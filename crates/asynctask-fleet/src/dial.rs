@@ -120,6 +120,13 @@ pub(crate) fn targets(config: &Config) -> Result<Vec<Target>, FleetError> {
     Ok(targets)
 }
 
+/// Whether no other user can put a socket in `dir`: it is not writable by
+/// all (as `/tmp` is). Unknown (it cannot be read): not private.
+fn private_dir(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(dir).is_ok_and(|meta| meta.permissions().mode() & 0o002 == 0)
+}
+
 /// `items` in a random order (for load balancing, not for secrets).
 fn shuffle<T>(items: &mut [T]) {
     let random = RandomState::new();
@@ -141,7 +148,7 @@ fn shuffle<T>(items: &mut [T]) {
 pub(crate) async fn connect(
     config: &Config,
     targets: Vec<Target>,
-    mut tls: MakeRustlsConnect,
+    (mut tls, tls_verified): (MakeRustlsConnect, bool),
     rules: StartupRules,
     password: impl Fn(&Target) -> Option<String>,
 ) -> Result<(Client, Connection<RawStream, TlsStream>), FleetError> {
@@ -154,17 +161,21 @@ pub(crate) async fn connect(
         {
             attempt.password(found);
         }
-        let transport = if matches!(target.addr, Addr::Unix(_)) {
+        let transport = if let Addr::Unix(dir) = &target.addr {
             // A Unix socket never leaves the machine: no TLS (libpq's rule).
             attempt.ssl_mode(SslMode::Disable);
-            Transport::Unix
+            if private_dir(dir) {
+                Transport::Unix
+            } else {
+                Transport::SharedUnix
+            }
         } else {
             Transport::Tcp
         };
         let socket = Dialed::new(&target, config);
         let stream = Guarded::new(socket, transport, Arc::clone(&rules));
         let tls = match MakeTlsConnect::<RawStream>::make_tls_connect(&mut tls, &target.tls_name) {
-            Ok(tls) => GuardedTls::new(tls, Arc::clone(&rules)),
+            Ok(tls) => GuardedTls::new(tls, Arc::clone(&rules), tls_verified),
             Err(never) => match never {},
         };
         match attempt.connect_raw(stream, tls).await {

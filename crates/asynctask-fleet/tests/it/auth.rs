@@ -40,7 +40,16 @@ async fn next_message(
 /// A fake server's one connection: it answers a request for TLS with 'N',
 /// reads the startup message, asks for `auth`, then reads what the client
 /// answers (if anything) and hangs up. Everything the client sent.
-async fn serve(mut stream: impl AsyncRead + AsyncWrite + Unpin, auth: &[u8]) -> Vec<u8> {
+async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, auth: &[u8]) -> Vec<u8> {
+    serve_answering(stream, b'N', auth).await
+}
+
+/// As [`serve`], answering a request for TLS with `answer`.
+async fn serve_answering(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    answer: u8,
+    auth: &[u8],
+) -> Vec<u8> {
     let mut received = Vec::new();
     if next_message(&mut stream, false, &mut received)
         .await
@@ -50,7 +59,7 @@ async fn serve(mut stream: impl AsyncRead + AsyncWrite + Unpin, auth: &[u8]) -> 
     }
     if received.get(4..8) == Some(&[4, 210, 22, 47][..]) {
         // SSLRequest: no TLS here.
-        if stream.write_all(b"N").await.is_err()
+        if stream.write_all(&[answer]).await.is_err()
             || next_message(&mut stream, false, &mut received)
                 .await
                 .is_none()
@@ -67,11 +76,19 @@ async fn serve(mut stream: impl AsyncRead + AsyncWrite + Unpin, auth: &[u8]) -> 
 /// A fake server on 127.0.0.1 for one connection: its port, and what the
 /// client sent it.
 async fn fake_tcp_server(auth: &'static [u8]) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
+    fake_tcp_server_answering(b'N', auth).await
+}
+
+/// As [`fake_tcp_server`], answering a request for TLS with `answer`.
+async fn fake_tcp_server_answering(
+    answer: u8,
+    auth: &'static [u8],
+) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let port = listener.local_addr().expect("bound").port();
     let served = tokio::spawn(async move {
         let (stream, _) = listener.accept().await.expect("a client");
-        serve(stream, auth).await
+        serve_answering(stream, answer, auth).await
     });
     (port, served)
 }
@@ -108,9 +125,11 @@ async fn a_cleartext_password_request_over_tcp_is_refused_before_the_password_is
     assert_eq!(
         err.chain(),
         "refused to authenticate to the fleet's database: the server asked for the password \
-         in clear text on a connection that is neither TLS nor a Unix socket, so it was not \
-         sent; set sslmode=require (better, verify-full) to encrypt the connection, or add \
-         require_auth=password to send the password in clear anyway"
+         in clear text on a connection that is neither TLS with a checked certificate nor a \
+         private Unix socket, so it was not sent; set sslmode=verify-full with \
+         sslrootcert=FILE so that the server is known, or use SCRAM with \
+         channel_binding=require, or add require_auth=password to send the password in clear \
+         anyway"
     );
     assert!(matches!(err, FleetError::AuthRefused(_)), "{err:?}");
     let received = received_by(served).await;
@@ -125,6 +144,30 @@ async fn a_cleartext_password_request_over_tcp_is_refused_before_the_password_is
         .expect_err("refused");
     assert!(matches!(err, FleetError::AuthRefused(_)), "{err:?}");
     assert!(!contains(&received_by(served).await, PASSWORD));
+}
+
+#[tokio::test]
+async fn an_answer_to_the_request_for_tls_but_s_or_n_refuses_the_connection() {
+    // The driver takes the one byte as "no TLS" and reads the request that
+    // follows; the guard must not read it one byte off and miss it.
+    for answer in [b'X', b'E'] {
+        let (port, served) = fake_tcp_server_answering(answer, &CLEARTEXT).await;
+        let url = format!("postgresql://fleet:{PASSWORD}@127.0.0.1:{port}/fleet");
+        let err = Fleet::connect_url(&url, FleetOptions::new())
+            .await
+            .expect_err("refused");
+        let received = received_by(served).await;
+        assert!(!contains(&received, PASSWORD), "{received:?}");
+        assert_eq!(password_message(&received), None);
+        assert!(
+            err.chain().contains(&format!(
+                "the server answered the request for TLS with byte {answer:#04x}, neither yes \
+                 ('S') nor no ('N'), so the connection was refused"
+            )),
+            "{}",
+            err.chain()
+        );
+    }
 }
 
 #[tokio::test]
@@ -165,6 +208,29 @@ async fn over_a_unix_socket_the_password_may_go_in_clear() {
 }
 
 #[tokio::test]
+async fn over_a_unix_socket_in_a_directory_anyone_can_write_the_password_is_not_sent_in_clear() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("auth-shared");
+    // As /tmp: another user could have put the socket there.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let listener = UnixListener::bind(dir.path().join(".s.PGSQL.5432")).expect("a socket");
+    let served = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.expect("a client");
+        serve(stream, &CLEARTEXT).await
+    });
+    let url = format!(
+        "host={} port=5432 user=fleet dbname=fleet password={PASSWORD}",
+        dir.path().display()
+    );
+    let err = Fleet::connect_url(&url, FleetOptions::new())
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, FleetError::AuthRefused(_)), "{err:?}");
+    let received = received_by(served).await;
+    assert!(!contains(&received, PASSWORD), "{received:?}");
+}
+
+#[tokio::test]
 async fn md5_goes_on_as_before() {
     let (port, served) = fake_tcp_server(&MD5).await;
     let url = format!("postgresql://fleet:{PASSWORD}@127.0.0.1:{port}/fleet?sslmode=disable");
@@ -200,4 +266,98 @@ async fn a_password_file_line_for_the_host_name_is_not_sent_to_hostaddr() {
     assert!(matches!(err, FleetError::Connect { .. }), "{err:?}");
     let received = received_by(served).await;
     assert!(!contains(&received, PASSWORD), "{received:?}");
+}
+
+/// A fake server on 127.0.0.1 for one connection that agrees to TLS with
+/// `cert` and `key` (PEM), then asks for the password in clear text: its
+/// port, and what the client sent it inside TLS.
+fn fake_tls_server(cert: &str, key: &str) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
+    use std::io::{Read, Write};
+
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<_, _>>()
+        .expect("certificates");
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("a key");
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("a server configuration");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = listener.local_addr().expect("bound").port();
+    let served = tokio::task::spawn_blocking(move || {
+        let (mut socket, _) = listener.accept().expect("a client");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("a timeout");
+        let mut request = [0; 8];
+        socket
+            .read_exact(&mut request)
+            .expect("the request for TLS");
+        assert_eq!(request[4..], [4, 210, 22, 47], "an SSLRequest");
+        socket.write_all(b"S").expect("written");
+        let connection =
+            rustls::ServerConnection::new(std::sync::Arc::new(config)).expect("a connection");
+        let mut tls = rustls::StreamOwned::new(connection, socket);
+        let mut received = Vec::new();
+        // The startup message, then the answer to the request (if any).
+        let message = |tls: &mut dyn Read, typed: bool, received: &mut Vec<u8>| -> Option<()> {
+            let mut header = vec![0; if typed { 5 } else { 4 }];
+            tls.read_exact(&mut header).ok()?;
+            let len = u32::from_be_bytes(header[header.len() - 4..].try_into().ok()?);
+            let mut body = vec![0; usize::try_from(len).ok()?.checked_sub(4)?];
+            tls.read_exact(&mut body).ok()?;
+            received.extend(header);
+            received.extend(body);
+            Some(())
+        };
+        if message(&mut tls, false, &mut received).is_some()
+            && tls.write_all(&CLEARTEXT).and_then(|()| tls.flush()).is_ok()
+        {
+            let _ = message(&mut tls, true, &mut received);
+        }
+        received
+    });
+    (port, served)
+}
+
+#[tokio::test]
+async fn a_cleartext_request_over_tls_goes_only_when_the_certificate_was_checked() {
+    let dir = temp_dir("auth-tls");
+    let (ca, cert, key) = asynctask_test_support::certificates(&["127.0.0.1".to_owned()]);
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).expect("written");
+
+    // sslmode=require (or the default prefer) takes any certificate: whoever
+    // answers could be anyone, so the password does not go in clear.
+    for mode in ["require", "prefer"] {
+        let (port, served) = fake_tls_server(&cert, &key);
+        let url = format!("postgresql://fleet:{PASSWORD}@127.0.0.1:{port}/fleet?sslmode={mode}");
+        let err = Fleet::connect_url(&url, FleetOptions::new())
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, FleetError::AuthRefused(_)), "{mode}: {err:?}");
+        let received = received_by(served).await;
+        assert!(!contains(&received, PASSWORD), "{mode}: {received:?}");
+    }
+
+    // verify-full with the root that signed the certificate: it goes.
+    let (port, served) = fake_tls_server(&cert, &key);
+    let url = format!(
+        "postgresql://fleet:{PASSWORD}@127.0.0.1:{port}/fleet?sslmode=verify-full&sslrootcert={}",
+        ca_file.display()
+    );
+    let err = Fleet::connect_url(&url, FleetOptions::new())
+        .await
+        .expect_err("the fake server hangs up");
+    assert!(matches!(err, FleetError::Connect { .. }), "{err:?}");
+    let received = received_by(served).await;
+    let sent = password_message(&received).expect("a password message");
+    assert!(contains(sent, PASSWORD), "{sent:?}");
 }
