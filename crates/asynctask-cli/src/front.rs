@@ -364,10 +364,10 @@ mod tests {
             .expect("parses")
             .expect("a database");
         assert_eq!(config.tls_mode(), TlsMode::VerifyFull);
-        let config = front_database(None, Some("host=db sslmode=verify-ca sslrootcert=system"))
+        let config = front_database(None, Some("host=db sslrootcert=system"))
             .expect("parses")
             .expect("a database");
-        assert_eq!(config.tls_mode(), TlsMode::VerifyCa);
+        assert_eq!(config.tls_mode(), TlsMode::VerifyFull);
         assert!(front_database(Some("host=db sslmode=allow"), None).is_err());
     }
 }

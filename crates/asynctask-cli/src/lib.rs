@@ -18,6 +18,7 @@
     reason = "the command line owns stdout and stderr: its output and its messages to the user"
 )]
 
+pub mod database;
 pub mod demo;
 pub mod doctor;
 pub mod durable;

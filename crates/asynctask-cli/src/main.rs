@@ -528,7 +528,7 @@ fn main() -> ExitCode {
     if args.next().as_deref() == Some(std::ffi::OsStr::new(REAPER_ARG)) {
         return asynctask_process::reaper::main(args);
     }
-    let cli = Cli::parse();
+    let cli: Cli = asynctask_cli::database::parse_args(note);
     asynctask_cli::logging::install(cli.verbose, cli.quiet);
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

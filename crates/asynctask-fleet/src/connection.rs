@@ -7,17 +7,22 @@
 //! | `disable` | no TLS |
 //! | `prefer` (the default) | TLS when the server offers it, else plain; the certificate is not checked (unless a root certificate is found, as for `require`) |
 //! | `require` | TLS or no connection; the certificate is not checked — unless a root certificate is found (`sslrootcert`, else `~/.postgresql/root.crt`), which it must then chain to (libpq's rule) |
-//! | `verify-ca` | TLS; the certificate must chain to the root certificates (`sslrootcert`, else `~/.postgresql/root.crt`, else Mozilla's roots) |
+//! | `verify-ca` | TLS; the certificate must chain to the root certificates (`sslrootcert`, else `~/.postgresql/root.crt`; neither is an error) |
 //! | `verify-full` | as `verify-ca`, and the certificate must name the host connected to |
 //!
 //! `sslrootcert=system` names Mozilla's roots (compiled in, from
-//! `webpki-roots`). TLS applies to TCP connections; a Unix socket is never
-//! encrypted. Without a password in the URL, `PGPASSWORD` gives it, else the
-//! password file (`passfile` in the URL, else `PGPASSFILE`, else
-//! `~/.pgpass`), matched as libpq does on the first host (a Unix socket
-//! matches `localhost`), the port, the database and the user; a password
-//! file that its group or others may read is ignored, with a warning. No
-//! password is ever logged, nor shown by `Debug`.
+//! `webpki-roots`) and makes `verify-full` the mode; a weaker one is an
+//! error, as with libpq. TLS applies to TCP connections; a Unix socket is
+//! never encrypted. Without a password in the URL, `PGPASSWORD` gives it,
+//! else the password file (`passfile` in the URL, else `PGPASSFILE`, else
+//! `~/.pgpass`), matched on each host in turn (its `hostaddr` when it has
+//! one; a Unix socket matches `localhost`), the port, the database and the
+//! user; a password file that its group or others may read is ignored, with
+//! a warning. A server that asks for the password in clear text is refused
+//! unless the connection is TLS whose certificate was checked against root
+//! certificates, or a Unix socket in a directory others cannot write, or
+//! `require_auth` names `password` (see `crate::auth`). No password is ever
+//! logged, nor shown by `Debug`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -29,15 +34,13 @@ use rustls::crypto::CryptoProvider;
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
-use tokio_postgres::config::{Host, SslMode};
-use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::{Client, Config, Connection, Socket};
+use tokio_postgres::config::SslMode;
+use tokio_postgres::{Client, Config, Connection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::FleetError;
-
-/// The stream of a connection, TLS or not.
-pub(crate) type TlsStream = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
+use crate::auth::{RequireAuth, StartupRules};
+use crate::dial::{RawStream, Target, TlsStream};
 
 /// The TLS requirement of a connection: libpq's `sslmode` values (see the
 /// module's table).
@@ -72,6 +75,17 @@ impl TlsMode {
             }
         })
     }
+
+    /// The mode's name in a URL.
+    fn name(self) -> &'static str {
+        match self {
+            TlsMode::Disable => "disable",
+            TlsMode::Prefer => "prefer",
+            TlsMode::Require => "require",
+            TlsMode::VerifyCa => "verify-ca",
+            TlsMode::VerifyFull => "verify-full",
+        }
+    }
 }
 
 /// How to connect to the fleet's database: the driver's [`Config`], the
@@ -95,6 +109,7 @@ pub struct DatabaseConfig {
     tls: TlsMode,
     root_cert: Option<PathBuf>,
     passfile: Option<PathBuf>,
+    require_auth: RequireAuth,
 }
 
 impl fmt::Debug for DatabaseConfig {
@@ -119,6 +134,7 @@ impl From<Config> for DatabaseConfig {
             tls,
             root_cert: None,
             passfile: None,
+            require_auth: RequireAuth::default(),
         }
     }
 }
@@ -174,32 +190,36 @@ pub(crate) async fn session_settings(
 }
 
 /// The parameters read here rather than by the driver.
-const OWN_PARAMS: [&str; 3] = ["sslmode", "sslrootcert", "passfile"];
+const OWN_PARAMS: [&str; 4] = ["sslmode", "sslrootcert", "passfile", "require_auth"];
 
 impl DatabaseConfig {
     /// Parses a `postgresql://` URL or a `key=value` connection string.
-    /// `sslmode` (all five of libpq's values but `allow`), `sslrootcert` and
-    /// `passfile` are read here; the rest by the driver.
+    /// `sslmode` (all five of libpq's values but `allow`), `sslrootcert`,
+    /// `passfile` and `require_auth` are read here; the rest by the driver.
     ///
     /// # Errors
     ///
-    /// [`FleetError::InvalidUrl`] for a bad `sslmode` or quoting,
-    /// [`FleetError::BadUrl`] for what the driver refuses.
+    /// [`FleetError::InvalidUrl`] for a bad `sslmode`, `require_auth` or
+    /// quoting, or `sslrootcert=system` with a mode weaker than
+    /// `verify-full`; [`FleetError::BadUrl`] for what the driver refuses.
     pub fn parse(url: &str) -> Result<DatabaseConfig, FleetError> {
         let (rest, own) = split_params(url)?;
         let mut config: Config = rest
             .parse()
             .map_err(|source| FleetError::BadUrl { source })?;
-        let mut tls = TlsMode::Prefer;
+        let mut tls = None;
         let mut root_cert = None;
         let mut passfile = None;
+        let mut require_auth = RequireAuth::default();
         for (key, value) in own {
             match key.as_str() {
-                "sslmode" => tls = TlsMode::parse(&value)?,
+                "sslmode" => tls = Some(TlsMode::parse(&value)?),
                 "sslrootcert" => root_cert = Some(PathBuf::from(value)),
+                "require_auth" => require_auth = RequireAuth::parse(&value)?,
                 _ => passfile = Some(PathBuf::from(value)),
             }
         }
+        let tls = tls_mode(tls, root_cert.as_deref())?;
         config.ssl_mode(match tls {
             TlsMode::Disable => SslMode::Disable,
             TlsMode::Prefer => SslMode::Prefer,
@@ -210,6 +230,7 @@ impl DatabaseConfig {
             tls,
             root_cert,
             passfile,
+            require_auth,
         })
     }
 
@@ -225,26 +246,31 @@ impl DatabaseConfig {
         self.tls
     }
 
-    /// Connects: the password filled in if the URL has none, TLS as the
-    /// mode says.
+    /// Connects to each host in turn: its password filled in if the URL
+    /// has none, TLS as the mode says, the startup watched (a password is
+    /// never sent in clear over a network unless `require_auth` says so).
     pub(crate) async fn connect(
         &self,
-    ) -> Result<(Client, Connection<Socket, TlsStream>), FleetError> {
-        let mut config = self.config.clone();
-        if config.get_password().is_none()
-            && let Some(password) = self.password()
-        {
-            config.password(password);
-        }
-        let tls = self.tls_connector()?;
-        config
-            .connect(tls)
-            .await
-            .map_err(|source| FleetError::Connect { source })
+    ) -> Result<(Client, Connection<RawStream, TlsStream>), FleetError> {
+        let (tls, tls_verified) = self.tls_connector()?;
+        let targets = crate::dial::targets(&self.config)?;
+        let rules = StartupRules {
+            require_auth: self.require_auth.clone(),
+            session: self.config.get_target_session_attrs(),
+        };
+        crate::dial::connect(
+            &self.config,
+            targets,
+            (tls, tls_verified),
+            rules,
+            |target| self.password(target),
+        )
+        .await
     }
 
-    /// The password from `PGPASSWORD`, else from the password file.
-    fn password(&self) -> Option<String> {
+    /// The password for `target`, from `PGPASSWORD`, else from the password
+    /// file.
+    fn password(&self, target: &Target) -> Option<String> {
         if let Some(password) = std::env::var("PGPASSWORD").ok().filter(|p| !p.is_empty()) {
             return Some(password);
         }
@@ -254,24 +280,30 @@ impl DatabaseConfig {
             .or_else(|| std::env::var_os("PGPASSFILE").map(PathBuf::from))
             .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".pgpass")))?;
         let text = read_private(&file)?;
-        let host = match self.config.get_hosts().first() {
-            Some(Host::Tcp(name)) => name.clone(),
-            _ => "localhost".to_owned(),
-        };
-        let port = self
-            .config
-            .get_ports()
-            .first()
-            .copied()
-            .unwrap_or(5432)
-            .to_string();
+        let port = target.port.to_string();
         let user = self.config.get_user().unwrap_or_default();
         let dbname = self.config.get_dbname().unwrap_or(user);
-        find_password(&text, [&host, &port, dbname, user])
+        let found = find_password(&text, [&target.password_host, &port, dbname, user]);
+        if found.is_none()
+            && let Some(name) = &target.named_host
+            && find_password(&text, [name, &port, dbname, user]).is_some()
+        {
+            // libpq would use the line for the name and send its password
+            // to whatever address `hostaddr` gives: not here.
+            tracing::warn!(
+                host = %name,
+                hostaddr = %target.password_host,
+                "the password file's line for the host name is not used: the connection goes to \
+                 hostaddr, so only a line for that address is (add one)"
+            );
+        }
+        found
     }
 
-    /// The TLS connector for the mode: which certificates it accepts.
-    fn tls_connector(&self) -> Result<MakeRustlsConnect, FleetError> {
+    /// The TLS connector for the mode: which certificates it accepts; and
+    /// whether it checks them against root certificates (else any
+    /// certificate is taken, and TLS keeps out only those who listen).
+    fn tls_connector(&self) -> Result<(MakeRustlsConnect, bool), FleetError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
@@ -281,36 +313,75 @@ impl DatabaseConfig {
             let file = Path::new(&home).join(".postgresql").join("root.crt");
             file.is_file().then_some(file)
         });
-        let verifier: Arc<dyn ServerCertVerifier> = match (self.tls, found_root) {
-            (TlsMode::Disable | TlsMode::Prefer | TlsMode::Require, None) => {
-                Arc::new(AnyCertificate(provider))
-            }
-            (mode, root) => {
-                let roots = roots(root.as_deref())?;
-                let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .map_err(|err| FleetError::Tls(format!("cannot check certificates: {err}")))?;
-                if mode == TlsMode::VerifyFull {
-                    inner
-                } else {
-                    Arc::new(AnyName(inner))
-                }
-            }
-        };
+        let roots = found_root.as_deref().map(roots).transpose()?;
+        let verified = roots.is_some();
+        let verifier = verifier(self.tls, roots, provider)?;
         let config = builder
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
-        Ok(MakeRustlsConnect::new(config))
+        Ok((MakeRustlsConnect::new(config), verified))
     }
 }
 
-/// The root certificates: those of `file`, or Mozilla's (`None`, or
-/// `system`).
-fn roots(file: Option<&Path>) -> Result<RootCertStore, FleetError> {
+/// What checks the server's certificate in `mode`, given the root
+/// certificates found (`sslrootcert`, else `~/.postgresql/root.crt`).
+fn verifier(
+    mode: TlsMode,
+    roots: Option<RootCertStore>,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<dyn ServerCertVerifier>, FleetError> {
+    let roots = match (mode, roots) {
+        (TlsMode::Disable | TlsMode::Prefer | TlsMode::Require, None) => {
+            return Ok(Arc::new(AnyCertificate(provider)));
+        }
+        (TlsMode::VerifyCa | TlsMode::VerifyFull, None) => {
+            // Nothing to check the certificate against: fail closed, as
+            // libpq does, rather than trust a default set of roots.
+            return Err(FleetError::Tls(format!(
+                "sslmode={} needs root certificates to check the server's certificate \
+                 against, and there are none: give sslrootcert=FILE (or put them in \
+                 ~/.postgresql/root.crt), or sslrootcert=system with sslmode=verify-full for \
+                 Mozilla's roots",
+                mode.name()
+            )));
+        }
+        (_, Some(roots)) => roots,
+    };
+    let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|err| FleetError::Tls(format!("cannot check certificates: {err}")))?;
+    Ok(if mode == TlsMode::VerifyFull {
+        inner
+    } else {
+        Arc::new(AnyName(inner))
+    })
+}
+
+/// The mode the URL's `sslmode` and `sslrootcert` make: `verify-full`
+/// with the system's roots (`sslrootcert=system`), which refuses a weaker
+/// mode as libpq does (anyone can get a certificate those roots vouch for,
+/// for a name of their own); else the mode given, `prefer` by default.
+fn tls_mode(given: Option<TlsMode>, root_cert: Option<&Path>) -> Result<TlsMode, FleetError> {
+    if root_cert != Some(Path::new("system")) {
+        return Ok(given.unwrap_or(TlsMode::Prefer));
+    }
+    match given {
+        None | Some(TlsMode::VerifyFull) => Ok(TlsMode::VerifyFull),
+        Some(weaker) => Err(FleetError::InvalidUrl(format!(
+            "sslrootcert=system needs sslmode=verify-full (or no sslmode), not {}: the \
+             system's roots vouch for anyone's certificate for a name of their own, so the \
+             name must be checked",
+            weaker.name()
+        ))),
+    }
+}
+
+/// The root certificates: those of `file`, or Mozilla's (`system`).
+fn roots(file: &Path) -> Result<RootCertStore, FleetError> {
     let mut roots = RootCertStore::empty();
     match file {
-        Some(file) if file != Path::new("system") => {
+        file if file != Path::new("system") => {
             let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(file)
                 .and_then(Iterator::collect)
                 .map_err(|err| {
@@ -636,6 +707,117 @@ mod tests {
             "the fleet's database URL is not valid: the connection string has an unclosed quote \
              in host"
         );
+    }
+
+    /// The crypto provider the connections use.
+    fn provider() -> Arc<CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    #[test]
+    fn verify_ca_and_verify_full_without_root_certificates_fail_closed() {
+        for mode in [TlsMode::VerifyCa, TlsMode::VerifyFull] {
+            let err = verifier(mode, None, provider()).expect_err("nothing to check against");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "TLS to the fleet's database cannot be set up: sslmode={} needs root \
+                     certificates to check the server's certificate against, and there are \
+                     none: give sslrootcert=FILE (or put them in ~/.postgresql/root.crt), or \
+                     sslrootcert=system with sslmode=verify-full for Mozilla's roots",
+                    mode.name()
+                )
+            );
+        }
+        // Encryption alone needs no roots.
+        for mode in [TlsMode::Disable, TlsMode::Prefer, TlsMode::Require] {
+            verifier(mode, None, provider()).expect("encryption only");
+        }
+    }
+
+    #[test]
+    fn sslrootcert_system_means_verify_full_and_the_name_is_checked() {
+        let config = DatabaseConfig::parse("postgresql://u@db.internal/d?sslrootcert=system")
+            .expect("parses");
+        assert_eq!(config.tls_mode(), TlsMode::VerifyFull);
+        let full =
+            DatabaseConfig::parse("host=h sslmode=verify-full sslrootcert=system").expect("parses");
+        assert_eq!(full.tls_mode(), TlsMode::VerifyFull);
+        for weaker in ["disable", "prefer", "require", "verify-ca"] {
+            let err = DatabaseConfig::parse(&format!("host=h sslmode={weaker} sslrootcert=system"))
+                .expect_err("weaker than verify-full");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "the fleet's database URL is not valid: sslrootcert=system needs \
+                     sslmode=verify-full (or no sslmode), not {weaker}: the system's roots vouch \
+                     for anyone's certificate for a name of their own, so the name must be \
+                     checked"
+                )
+            );
+        }
+        // The mode it makes checks the name: with the test's CA standing
+        // in for the system's roots, a certificate for another name is
+        // refused, its own name accepted.
+        let (ca, cert, _) = asynctask_test_support::certificates(&["db.internal".to_owned()]);
+        let mut roots = RootCertStore::empty();
+        let ca = CertificateDer::from_pem_slice(ca.as_bytes()).expect("a CA");
+        roots.add(ca).expect("a root");
+        let verifier = verifier(config.tls_mode(), Some(roots), provider()).expect("a verifier");
+        let cert = CertificateDer::from_pem_slice(cert.as_bytes()).expect("a certificate");
+        let check = |name: &'static str| {
+            let name = ServerName::try_from(name).expect("a name");
+            verifier.verify_server_cert(&cert, &[], &name, &[], UnixTime::now())
+        };
+        check("db.internal").expect("its own name");
+        let err = check("elsewhere.internal").expect_err("another name");
+        assert!(
+            matches!(
+                err,
+                rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidForName
+                        | CertificateError::NotValidForNameContext { .. }
+                )
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn each_host_has_its_own_password_and_hostaddr_is_matched_by_address() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = asynctask_test_support::temp_dir("pgpass");
+        let passfile = dir.path().join("pgpass");
+        let write = |text: &str| {
+            std::fs::write(&passfile, text).expect("written");
+            std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o600))
+                .expect("chmod");
+        };
+        let url = format!(
+            "host=db.internal hostaddr=10.0.0.9 user=u dbname=d passfile={}",
+            passfile.display()
+        );
+        let config = DatabaseConfig::parse(&url).expect("parses");
+        let targets = crate::dial::targets(config.config()).expect("one host");
+        // A line for the name is not sent to an address given for it.
+        write("db.internal:*:*:*:for-the-name\n");
+        assert_eq!(config.password(&targets[0]), None);
+        write("db.internal:*:*:*:for-the-name\n10.0.0.9:*:*:*:for-the-address\n");
+        assert_eq!(
+            config.password(&targets[0]).as_deref(),
+            Some("for-the-address")
+        );
+
+        // Two hosts, two ports: each its own line.
+        let url = format!(
+            "host=one.internal,two.internal port=5432,6000 user=u dbname=d passfile={}",
+            passfile.display()
+        );
+        let config = DatabaseConfig::parse(&url).expect("parses");
+        let targets = crate::dial::targets(config.config()).expect("two hosts");
+        write("one.internal:5432:*:*:first\ntwo.internal:6000:*:*:second\n");
+        let found: Vec<Option<String>> = targets.iter().map(|t| config.password(t)).collect();
+        assert_eq!(found, [Some("first".to_owned()), Some("second".to_owned())]);
     }
 
     #[test]

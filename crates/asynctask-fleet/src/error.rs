@@ -21,12 +21,20 @@ pub enum FleetError {
         source: tokio_postgres::Error,
     },
     /// A parameter of the connection string that asynctask reads itself
-    /// (`sslmode`, `sslrootcert`, `passfile`) is invalid, or its quoting is.
+    /// (`sslmode`, `sslrootcert`, `passfile`, `require_auth`) is invalid,
+    /// or its quoting is.
     #[error("the fleet's database URL is not valid: {0}")]
     InvalidUrl(String),
     /// TLS cannot be set up (a root certificate file that cannot be read).
     #[error("TLS to the fleet's database cannot be set up: {0}")]
     Tls(String),
+    /// The client broke off the connection before sending any password:
+    /// the server asked for the password in clear text over a connection
+    /// that is neither checked TLS nor a private Unix socket, or for a way
+    /// of authenticating that `require_auth` rules out. Retrying cannot mend
+    /// it.
+    #[error("refused to authenticate to the fleet's database: {0}")]
+    AuthRefused(String),
     /// A query failed: the connection was lost, or the server refused the
     /// statement ([`is_transient`](Self::is_transient) tells which).
     #[error("the fleet's database failed a query ({what})")]

@@ -38,9 +38,11 @@
 //! # Ok(()) }
 //! ```
 
+mod auth;
 mod backoff;
 mod claims;
 mod connection;
+mod dial;
 mod error;
 mod fleet;
 mod front;

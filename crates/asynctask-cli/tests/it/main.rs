@@ -1,5 +1,6 @@
 //! The `asynctask` binary as a user runs it: output, exit codes, one-line errors.
 
+mod database;
 mod durable;
 mod front;
 mod fronts;

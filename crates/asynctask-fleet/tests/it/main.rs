@@ -2,6 +2,7 @@
 //! else a private throwaway cluster): schema, claims, leases, fencing,
 //! delivery.
 
+mod auth;
 mod claims;
 mod connection;
 mod delivery;
