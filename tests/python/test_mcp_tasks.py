@@ -328,9 +328,11 @@ def test_a_durable_task_survives_sigint_to_its_front_and_resolves_through_the_ne
 def test_a_durable_result_nobody_polls_any_more_rides_in_a_system_note_once(tmp_path: Path) -> None:
     """A client that exits ("Exit and stop tasks", "Move to background and exit")
     polls its task no more, and its durable front leaves the task to the supervisor:
-    once no session whose client polls is connected, the result rides in a System
-    Note on another session's tool result — exactly once — and a poll that comes
-    later says it was delivered elsewhere."""
+    once no session whose client polls is connected, the next session adopts the
+    task, and its result rides in a System Note on that session's tool result —
+    exactly once. To a third session the task does not exist while the adopter is
+    connected; once the adopter left, the third adopts it, and its poll says the
+    result was delivered in an earlier response."""
     first = durable_client(tmp_path, "front-1.log")
     task_id = first.launch("quick")
     # Its client connected, the ended task's result waits for its poll.
@@ -351,11 +353,20 @@ def test_a_durable_result_nobody_polls_any_more_rides_in_a_system_note_once(tmp_
         assert len(texts(again)) == 1, again
         late = durable_client(tmp_path, "front-3.log")
         try:
-            polled = late.get(task_id)["result"]
+            hidden = late.get(task_id)
+            assert "Task not found" in hidden["error"]["message"], hidden
+            plain.server.close(stop_supervisor=False)
+            plain = None
+
+            def adopted() -> dict | None:
+                return late.get(task_id).get("result")
+
+            polled = wait_until(adopted, f"task {task_id} adopted once its adopter left")
             assert polled["status"] == "completed", polled
             assert "already delivered in an earlier response" in polled["statusMessage"], polled
             assert texts(polled["result"]) == [polled["statusMessage"]], polled
         finally:
-            late.server.close(stop_supervisor=False)
+            late.server.close(stop_supervisor=plain is None)
     finally:
-        plain.server.close()
+        if plain is not None:
+            plain.server.close()
