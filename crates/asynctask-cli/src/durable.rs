@@ -149,6 +149,9 @@ impl ReloadingRunner {
     fn served(&self) -> (ProcessRunner, Option<asynctask_tools::CatalogNote>) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((path, source)) = &self.watched {
+            if *source == ConfigSource::Project {
+                self.revoke_if_untrusted(path, &mut current);
+            }
             let now = stamp(path);
             if now != current.stamp || current.waiting.is_some() {
                 current.stamp = now;
@@ -156,6 +159,37 @@ impl ReloadingRunner {
             }
         }
         (current.runner.clone(), current.note.clone())
+    }
+
+    /// Stops serving a project's config whose content the user no longer
+    /// trusts (`asynctask untrust`, or trust given to other content): from
+    /// the next run on, nothing of it runs, and the model is told why. Read
+    /// on every call, as the trust store is small; a store that cannot be
+    /// read trusts nothing.
+    fn revoke_if_untrusted(&self, path: &Path, current: &mut Served) {
+        let Some(served) = current.digest.clone() else {
+            return;
+        };
+        let trusted = self.env.trust_store().is_some_and(|store| {
+            store
+                .trust_of(&crate::project::trust_key(path), &served)
+                .ok()
+                == Some(Trust::Trusted)
+        });
+        if trusted {
+            return;
+        }
+        tracing::warn!(
+            "{} is no longer trusted: its subagents no longer run; `asynctask trust` it to use it again",
+            path.display()
+        );
+        current.runner = current.runner.with_config(ProcessRunnerConfig::default());
+        current.digest = None;
+        // Looked at again on every call, so trusting it again serves it.
+        current.waiting = Some(served);
+        current.note = Some(asynctask_tools::CatalogNote::new(
+            crate::notice::UNTRUSTED_NOTE,
+        ));
     }
 
     /// Looks at the watched file again: serves its content when it is new

@@ -172,9 +172,9 @@ fn checked(path: &Path) -> Result<ConfigFile, CliError> {
     })
 }
 
-/// `path` with symlinks resolved (as the trust store keys it).
+/// `path` as the trust store keys it ([`trust_key`](crate::project::trust_key)).
 fn canonical(path: &Path) -> PathBuf {
-    path.canonicalize().unwrap_or_else(|_| path.to_owned())
+    crate::project::trust_key(path)
 }
 
 #[cfg(test)]

@@ -472,18 +472,28 @@ fn settle_project_file(path: &Path, env: &ConfigEnv) -> Result<ProjectConfig, Cl
     })
 }
 
+/// The path the trust store keys `path` by: its directory with symlinks
+/// resolved, and its own name as found. A symlinked `asynctask.toml` is keyed
+/// by where it stands, never by the file it points to, so a link in another
+/// repository to a trusted config does not borrow its trust (its subagents
+/// would run in that repository).
+pub(crate) fn trust_key(path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => parent
+            .canonicalize()
+            .unwrap_or_else(|_| parent.to_owned())
+            .join(name),
+        _ => path.to_owned(),
+    }
+}
+
 /// Whether the user trusts `config`'s content; a trust store that cannot be
 /// read trusts nothing (and says why in the log).
 pub fn trust_of(config: &ConfigFile, env: &ConfigEnv) -> Trust {
     let Some(store) = env.trust_store() else {
         return Trust::Untrusted;
     };
-    let canonical = config
-        .found
-        .path
-        .canonicalize()
-        .unwrap_or_else(|_| config.found.path.clone());
-    match store.trust_of(&canonical, &config.digest()) {
+    match store.trust_of(&trust_key(&config.found.path), &config.digest()) {
         Ok(trust) => trust,
         Err(err) => {
             tracing::warn!("{}", crate::error_chain(&err));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use asynctask_fleet::{DatabaseConfig, Worker, WorkerSpec};
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::{Workspace, load_config, runner_of};
+use crate::serve::{Workspace, runner_of};
 use crate::{CliError, DATABASE_URL_ENV};
 
 /// What `asynctask worker` is given.
@@ -99,7 +99,9 @@ pub fn host_name() -> String {
 pub async fn worker(options: &WorkerOptions, shutdown: CancellationToken) -> Result<(), CliError> {
     let database = database_config(options.database.as_deref())?;
     let workspace = Workspace::find(options.config.as_deref(), options.project.as_deref())?;
-    let (config, settings) = load_config(&workspace.config.path, &workspace.project)?;
+    // The text that was checked (and hashed, for a project's config), not the
+    // file read again: it may have changed since.
+    let (config, settings) = workspace.load()?;
     let runner = runner_of(config);
     let subagents = runner.subagent_names();
     if subagents.is_empty() {

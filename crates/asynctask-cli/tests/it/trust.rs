@@ -580,3 +580,65 @@ fn a_durable_supervisor_runs_only_trusted_content_after_an_edit() {
         "{result}"
     );
 }
+
+#[test]
+fn a_symlinked_config_never_borrows_the_trust_of_the_file_it_points_to() {
+    let user = User::new("symlink");
+    let good = user.project("good");
+    std::fs::write(good.join("asynctask.toml"), MARKING_CONFIG).expect("written");
+    user.ok(&good, &["trust"]);
+    // Another repository commits a link to the trusted file: its subagents
+    // would run there.
+    let evil = user.project("evil");
+    std::os::unix::fs::symlink(good.join("asynctask.toml"), evil.join("asynctask.toml"))
+        .expect("linked");
+    let path = user.ok(&evil, &["config", "path"]);
+    assert!(
+        stderr(&path).contains("is untrusted: read it, then run `asynctask trust`"),
+        "{}",
+        stderr(&path)
+    );
+    let marker = evil.join("marker");
+    let mut session = user.session(&evil, &[]);
+    let (refusal, is_error) = session.task("mark", marker.to_str().expect("UTF-8"));
+    session.end();
+    assert!(is_error, "{refusal}");
+    assert!(!marker.exists(), "nothing ran in the linking repository");
+    // Trusted where it stands, it is the user's choice.
+    user.ok(&evil, &["trust"]);
+    let mut session = user.session(&evil, &[]);
+    let (result, is_error) = session.task("pwd", "go");
+    session.end();
+    assert!(
+        !is_error && result.contains(&*evil.to_string_lossy()),
+        "{result}"
+    );
+}
+
+#[test]
+fn a_durable_supervisor_stops_serving_a_config_the_user_untrusted() {
+    let user = User::new("untrust");
+    let project = user.project("app");
+    std::fs::write(
+        project.join("asynctask.toml"),
+        "[subagents.which]\ndescription = \"Says it ran\"\ncommand = [\"echo\", \"ran\"]\n",
+    )
+    .expect("written");
+    user.ok(&project, &["trust"]);
+    let _stop = StopSupervisor(&user, project.clone());
+    let mut session = user.session(&project, &["--durable"]);
+    let (result, _) = session.task("which", "go");
+    assert!(result.contains("\"final_message\": \"ran\""), "{result}");
+    // Untrusted while the supervisor runs: its next run runs nothing of it.
+    user.ok(&project, &["untrust"]);
+    let (refusal, is_error) = session.task("which", "go");
+    assert!(
+        is_error && !refusal.contains("\"final_message\""),
+        "{refusal}"
+    );
+    // Trusted again: served again.
+    user.ok(&project, &["trust"]);
+    let (result, _) = session.task("which", "go");
+    session.end();
+    assert!(result.contains("\"final_message\": \"ran\""), "{result}");
+}
