@@ -144,27 +144,65 @@ impl TrustStore {
     }
 
     /// The records; none when the store does not exist. A store another
-    /// user owns, or others may write, is refused: it could trust anything.
+    /// user owns or others may write, in a directory another user owns or
+    /// others may write, or that is a symlink, is refused: it could trust
+    /// anything. The file is checked as opened (never looked up twice by its
+    /// path), and read to at most [`MAX_STORE_BYTES`].
     fn read(&self) -> Result<Records, CliError> {
-        let meta = match std::fs::metadata(&self.path) {
-            Ok(meta) => meta,
+        use std::io::Read;
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&self.path)
+        {
+            Ok(file) => file,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Records::default());
             }
+            Err(err) if err.raw_os_error() == Some(nix::libc::ELOOP) => {
+                return Err(self.error(not_private("it is a symlink")));
+            }
             Err(err) => return Err(self.error(err)),
         };
-        if meta.uid() != nix::unistd::getuid().as_raw() || meta.mode() & 0o022 != 0 {
-            return Err(self.error(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
+        let meta = file.metadata().map_err(|err| self.error(err))?;
+        if !private(&meta) {
+            return Err(self.error(not_private(
                 "it is not private to you (owned by you, written by no one else)",
             )));
         }
-        let text = std::fs::read(&self.path).map_err(|err| self.error(err))?;
+        self.check_directory()?;
+        let mut text = Vec::new();
+        file.take(MAX_STORE_BYTES + 1)
+            .read_to_end(&mut text)
+            .map_err(|err| self.error(err))?;
+        if text.len() as u64 > MAX_STORE_BYTES {
+            return Err(self.error(std::io::Error::other(format!(
+                "it is over {MAX_STORE_BYTES} bytes"
+            ))));
+        }
         serde_json::from_slice(&text).map_err(|err| self.error(std::io::Error::other(err)))
     }
 
-    /// Writes the records whole: to a file beside the store, private to the
-    /// user, then renamed over it (a reader sees the old store or the new).
+    /// The store's directory is the user's alone: another user who may write
+    /// it could put a store of theirs in its place.
+    fn check_directory(&self) -> Result<(), CliError> {
+        let Some(dir) = self.path.parent() else {
+            return Ok(());
+        };
+        let meta = std::fs::symlink_metadata(dir).map_err(|err| self.error(err))?;
+        if !meta.is_dir() || !private(&meta) {
+            return Err(self.error(not_private(
+                "its directory is not private to you (a directory you own, written by no one \
+                 else)",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes the records whole: to a new file beside the store, private to
+    /// the user, then renamed over it (a reader sees the old store or the
+    /// new). The temporary file is created anew, never opened through a
+    /// symlink or over a file already there.
     fn write(&self, records: &Records) -> Result<(), CliError> {
         if let Some(dir) = self.path.parent() {
             std::fs::DirBuilder::new()
@@ -173,24 +211,41 @@ impl TrustStore {
                 .create(dir)
                 .map_err(|err| self.error(err))?;
         }
+        self.check_directory()?;
         let mut text = serde_json::to_vec_pretty(records).map_err(|err| self.error(err.into()))?;
         text.push(b'\n');
         let mut temporary = self.path.clone().into_os_string();
         temporary.push(format!(".{}", std::process::id()));
         let temporary = PathBuf::from(temporary);
-        let written = std::fs::OpenOptions::new()
+        let created = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .mode(0o600)
-            .open(&temporary)
-            .and_then(|mut file| file.write_all(&text).and_then(|()| file.sync_all()))
+            .open(&temporary);
+        let mut file = created.map_err(|err| self.error(err))?;
+        let written = file
+            .write_all(&text)
+            .and_then(|()| file.sync_all())
             .and_then(|()| std::fs::rename(&temporary, &self.path));
         if written.is_err() {
             let _ = std::fs::remove_file(&temporary);
         }
         written.map_err(|err| self.error(err))
     }
+}
+
+/// The most a trust store is read: far more than the records of every
+/// project a person has.
+const MAX_STORE_BYTES: u64 = 16 << 20;
+
+/// Whether `meta` is the current user's, written by no one else.
+fn private(meta: &std::fs::Metadata) -> bool {
+    meta.uid() == nix::unistd::getuid().as_raw() && meta.mode() & 0o022 == 0
+}
+
+fn not_private(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.to_owned())
 }
 
 #[cfg(test)]
@@ -226,6 +281,57 @@ mod tests {
                 mode(store.path().parent().expect("dir"))
             ),
             (0o600, 0o700)
+        );
+    }
+
+    #[test]
+    fn a_store_that_is_a_symlink_or_in_a_directory_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = asynctask_test_support::temp_dir("trust");
+        let theirs = TrustStore::at(dir.path().join("theirs.json"));
+        theirs
+            .trust(Path::new("/p/asynctask.toml"), "00")
+            .expect("trusted");
+        // A store swapped for a link to one of someone else's choosing.
+        let linked = TrustStore::at(dir.path().join("state").join(TRUST_FILE));
+        std::fs::create_dir(dir.path().join("state")).expect("made");
+        std::os::unix::fs::symlink(theirs.path(), linked.path()).expect("linked");
+        let err = linked
+            .trust_of(Path::new("/p/asynctask.toml"), "00")
+            .expect_err("refused");
+        assert!(
+            crate::error_chain(&err).ends_with(": it is a symlink"),
+            "{}",
+            crate::error_chain(&err)
+        );
+        // A store in a directory others may write, which they could swap.
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).expect("made");
+        let store = TrustStore::at(shared.join(TRUST_FILE));
+        store
+            .trust(Path::new("/p/asynctask.toml"), "00")
+            .expect("trusted");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = store
+            .trust_of(Path::new("/p/asynctask.toml"), "00")
+            .expect_err("refused");
+        assert!(
+            crate::error_chain(&err).ends_with(": its directory is not private to you (a directory you own, written by no one else)"),
+            "{}",
+            crate::error_chain(&err)
+        );
+        assert!(
+            store.trust(Path::new("/q/asynctask.toml"), "01").is_err(),
+            "nor written there"
+        );
+        // A temporary file planted where the store writes is never written through.
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let planted = shared.join(format!("{TRUST_FILE}.{}", std::process::id()));
+        std::os::unix::fs::symlink(dir.path().join("victim"), &planted).expect("planted");
+        assert!(store.trust(Path::new("/q/asynctask.toml"), "01").is_err());
+        assert!(
+            !dir.path().join("victim").exists(),
+            "nothing written through the link"
         );
     }
 
